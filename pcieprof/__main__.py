@@ -1,0 +1,3 @@
+from pcieprof.cli import main
+
+main()

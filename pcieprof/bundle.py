@@ -1,0 +1,351 @@
+"""The results bundle: a directory written incrementally, read by analysis, tuning and the report.
+
+Layout (see docs/bundle.md): `manifest.json` (versioned, per-part status and provenance), JSON
+documents (`topology.json`, `attribution.json`, ...) replaced atomically, and CSV tables
+(`p2p.csv`, `allreduce.csv`, ...) appended row by row and flushed, so a crash or Ctrl-C keeps every
+row measured so far. A bundle starts as `partial` and only becomes `ok` when its writer finishes.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import socket
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+
+from pcieprof import __version__
+from pcieprof.errors import BadInput
+from pcieprof.schema import SCHEMA_VERSION, TABLES, Status
+
+MANIFEST = "manifest.json"
+
+
+def now_iso() -> str:
+    """Current UTC time, ISO 8601 with seconds."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` so that readers see the old or the new file, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "value"):  # enums
+        return obj.value
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def _clean_nan(obj: Any) -> Any:
+    """JSON has no NaN: store it as null so that browsers and other tools can read the file."""
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean_nan(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean_nan(v) for v in obj]
+    return obj
+
+
+def dumps(obj: Any) -> str:
+    """The JSON encoding used for every bundle document."""
+    return json.dumps(_clean_nan(obj), indent=2, default=_json_default, allow_nan=False) + "\n"
+
+
+class Bundle:
+    """A results bundle directory.
+
+    Use `Bundle.create` to start writing one and `Bundle.open` to read one.
+    """
+
+    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+        self.path = path
+        self.manifest = manifest
+
+    # -- creating and opening ------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, path: Path | str, *, command: str, source: str, backend: str,
+               force: bool = False, argv: list[str] | None = None) -> "Bundle":
+        """Start a new bundle at `path`.
+
+        Args:
+            path: the directory; it must not exist or be empty unless `force`.
+            command: the pcieprof subcommand that writes it (e.g. "topology").
+            source: `measured`, `simulated` or `imported` (the main provenance).
+            backend: `cuda`, `cpu`, `sim` or `imported`.
+            force: reuse a non-empty directory, removing the bundle files in it.
+            argv: the command line to record (defaults to sys.argv).
+        """
+        path = Path(path)
+        if path.exists() and not path.is_dir():
+            raise BadInput(f"{path} exists and is not a directory")
+        if path.is_dir() and any(path.iterdir()):
+            if not force:
+                raise BadInput(f"output directory {path} exists and is not empty",
+                               hint="choose another --out or pass --force")
+            _clear_dir(path)
+        path.mkdir(parents=True, exist_ok=True)
+        manifest: dict[str, Any] = {
+            "schema_version": SCHEMA_VERSION,
+            "pcieprof_version": __version__,
+            "command": command,
+            "argv": list(sys.argv if argv is None else argv),
+            "start_time": now_iso(),
+            "end_time": None,
+            "host": socket.gethostname(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "source": source,
+            "backend": backend,
+            "status": Status.PARTIAL.value,  # until finish(): a killed run stays 'partial'
+            "versions": {},
+            "parts": {},
+            "files": [],
+        }
+        bundle = cls(path, manifest)
+        bundle.save_manifest()
+        return bundle
+
+    @classmethod
+    def open(cls, path: Path | str) -> "Bundle":
+        """Open an existing bundle for reading (or adding parts), upgrading old manifests."""
+        path = Path(path)
+        mpath = path / MANIFEST
+        if not mpath.is_file():
+            raise BadInput(f"{path} is not a pcieprof bundle (no {MANIFEST})")
+        try:
+            manifest = json.loads(mpath.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise BadInput(f"{mpath}: unreadable manifest ({exc})") from None
+        if not isinstance(manifest, dict) or "schema_version" not in manifest:
+            raise BadInput(f"{mpath}: not a pcieprof manifest (no schema_version)")
+        if int(manifest["schema_version"]) > SCHEMA_VERSION:
+            raise BadInput(f"{path}: bundle schema {manifest['schema_version']} is newer than "
+                           f"this pcieprof understands ({SCHEMA_VERSION})",
+                           hint="upgrade pcieprof")
+        return cls(path, upgrade_manifest(manifest))
+
+    # -- manifest --------------------------------------------------------------------------------
+
+    def save_manifest(self) -> None:
+        """Replace manifest.json atomically with the in-memory manifest."""
+        atomic_write_text(self.path / MANIFEST, dumps(self.manifest))
+
+    def set_part(self, name: str, status: str, *, why: str | None = None,
+                 source: str | None = None, backend: str | None = None,
+                 **extra: Any) -> None:
+        """Record the status of one part (e.g. "p2p", "allreduce", "serve") and save.
+
+        Args:
+            name: the part.
+            status: `running`, `ok`, `partial` or `failed`.
+            why: the reason, for anything but `ok`.
+            source: provenance of this part's numbers if it differs from the bundle's.
+            backend: backend of this part if it differs from the bundle's.
+            extra: further JSON-able facts about the part (counts, durations).
+        """
+        part = dict(self.manifest["parts"].get(name, {}))
+        part.update(status=status, why=why,
+                    source=source or part.get("source") or self.manifest["source"],
+                    backend=backend or part.get("backend") or self.manifest["backend"],
+                    updated=now_iso(), **extra)
+        self.manifest["parts"][name] = part
+        self.save_manifest()
+
+    def set_versions(self, **versions: str | None) -> None:
+        """Record tool versions (driver, cuda, nccl, torch, sglang)."""
+        self.manifest["versions"].update({k: v for k, v in versions.items()})
+        self.save_manifest()
+
+    def finish(self) -> str:
+        """Close the bundle: `ok` when every part is ok, else `partial` (or `failed`). Returns it."""
+        states = [p.get("status") for p in self.manifest["parts"].values()]
+        if states and all(s == Status.OK.value for s in states):
+            status = Status.OK.value
+        elif states and all(s == Status.FAILED.value for s in states):
+            status = Status.FAILED.value
+        else:
+            status = Status.PARTIAL.value
+        for part in self.manifest["parts"].values():
+            if part.get("status") == Status.RUNNING.value:
+                part["status"] = Status.PARTIAL.value
+                part["why"] = part.get("why") or "did not finish"
+        self.manifest["status"] = status
+        self.manifest["end_time"] = now_iso()
+        self.save_manifest()
+        return status
+
+    def interrupted(self, why: str) -> None:
+        """Mark the bundle partial after Ctrl-C or an error; rows already written stay."""
+        for part in self.manifest["parts"].values():
+            if part.get("status") == Status.RUNNING.value:
+                part["status"] = Status.PARTIAL.value
+                part["why"] = why
+        self.manifest["status"] = Status.PARTIAL.value
+        self.manifest["end_time"] = now_iso()
+        self.manifest["why"] = why
+        self.save_manifest()
+
+    @property
+    def source(self) -> str:
+        return str(self.manifest.get("source", ""))
+
+    @property
+    def backend(self) -> str:
+        return str(self.manifest.get("backend", ""))
+
+    def part(self, name: str) -> dict[str, Any]:
+        """A part's status record, or {} when the bundle has no such part."""
+        return dict(self.manifest.get("parts", {}).get(name, {}))
+
+    # -- files -----------------------------------------------------------------------------------
+
+    def file(self, name: str) -> Path:
+        """Path of a file inside the bundle (sub-directories are created)."""
+        p = self.path / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def has(self, name: str) -> bool:
+        return (self.path / name).exists()
+
+    def write_json(self, name: str, obj: Any) -> Path:
+        """Replace a JSON document atomically."""
+        p = self.file(name)
+        atomic_write_text(p, dumps(obj))
+        self._register(name)
+        return p
+
+    def read_json(self, name: str, default: Any = None) -> Any:
+        """Read a JSON document, or `default` when the bundle does not have it."""
+        p = self.path / name
+        if not p.is_file():
+            return default
+        try:
+            return json.loads(p.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise BadInput(f"{p}: not valid JSON ({exc})") from None
+
+    def write_text(self, name: str, text: str) -> Path:
+        p = self.file(name)
+        atomic_write_text(p, text)
+        self._register(name)
+        return p
+
+    def append_rows(self, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
+        """Append rows to `<table>.csv` (header written once), flushed to disk before returning.
+
+        Unknown columns are an error (the schema is the contract); missing ones get defaults.
+        Returns the number of rows written.
+        """
+        columns = list(TABLES[table])
+        p = self.file(f"{table}.csv")
+        new = not p.exists() or p.stat().st_size == 0
+        n = 0
+        with p.open("a", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=columns)
+            if new:
+                w.writeheader()
+            for row in rows:
+                extra = set(row) - set(columns)
+                if extra:
+                    raise ValueError(f"{table}.csv has no column(s) {sorted(extra)}")
+                full = {c: row.get(c, TABLES[table][c]) for c in columns}
+                w.writerow({c: _csv_value(v) for c, v in full.items()})
+                n += 1
+            f.flush()
+            os.fsync(f.fileno())
+        self._register(f"{table}.csv")
+        return n
+
+    def read_table(self, table: str) -> pd.DataFrame:
+        """Read `<table>.csv` as a DataFrame with every schema column (older files get defaults).
+
+        A missing table gives an empty frame with the schema's columns.
+        """
+        defaults = TABLES[table]
+        p = self.path / f"{table}.csv"
+        if not p.is_file() or p.stat().st_size == 0:
+            return pd.DataFrame({c: pd.Series(dtype=type(v) if not isinstance(v, str) else object)
+                                 for c, v in defaults.items()})
+        try:
+            # A row cut short by a kill mid-write is dropped, not fatal: on_bad_lines="skip".
+            df = pd.read_csv(p, keep_default_na=False, na_values=["", "nan", "NaN"],
+                             on_bad_lines="skip")
+        except (ValueError, pd.errors.ParserError) as exc:
+            raise BadInput(f"{p}: unreadable table ({exc})") from None
+        for col, default in defaults.items():
+            if col not in df.columns:
+                df[col] = default
+            elif isinstance(default, str):
+                df[col] = df[col].astype(object).where(df[col].notna(), default).astype(str)
+        return df[list(defaults) + [c for c in df.columns if c not in defaults]]
+
+    def _register(self, name: str) -> None:
+        files = self.manifest.setdefault("files", [])
+        if name not in files:
+            files.append(name)
+            self.save_manifest()
+
+
+def _csv_value(v: Any) -> Any:
+    if isinstance(v, float) and math.isnan(v):
+        return ""
+    if hasattr(v, "value"):
+        return v.value
+    return v
+
+
+def _clear_dir(path: Path) -> None:
+    import shutil
+
+    for child in path.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def upgrade_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Fill fields that older manifests lack, so every reader sees the current shape."""
+    defaults: dict[str, Any] = {
+        "pcieprof_version": "unknown", "command": "unknown", "argv": [], "start_time": None,
+        "end_time": None, "host": "unknown", "source": "measured", "backend": "unknown",
+        "status": Status.PARTIAL.value, "versions": {}, "parts": {}, "files": [],
+    }
+    out = {**defaults, **manifest}
+    for part in out["parts"].values():
+        part.setdefault("source", out["source"])
+        part.setdefault("backend", out["backend"])
+        part.setdefault("why", None)
+    return out
+
+
+def default_out_dir(command: str, root: Path | str = "reports") -> Path:
+    """`reports/<command>-<UTC timestamp>`: where a command writes when --out is not given."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return Path(root) / f"{command}-{stamp}"

@@ -1,0 +1,1 @@
+"""One thin module per CLI subcommand; each exposes `command` (a click.Command)."""
