@@ -1,0 +1,317 @@
+"""The measurement plan: every case `pcieprof topology` measures, as plain JSON-able dataclasses.
+
+The runner builds a `Plan` with `build_plan`, writes it to a JSON file, and each torchrun worker
+(probes.p2p_worker, probes.allreduce_worker) reads the part it runs. The sim backend
+(pcieprof.sim.backend.run_plan) reads the same plan and writes the rows a real run would.
+
+Device numbers are NVML / nvidia-smi indices (PCI bus order) on `cuda` (the runner sets
+CUDA_DEVICE_ORDER=PCI_BUS_ID so that CUDA ordinals agree), and process ranks on `cpu`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pcieprof.errors import BadInput
+from probes import variants as V
+
+KiB = 1024
+MiB = 1024 * 1024
+
+PATHS = ("p2p", "host_staged", "h2d", "d2h")
+DIRECTIONS = ("uni", "bi")
+KINDS = ("bandwidth", "latency")
+OPS = ("write", "read")
+PATTERNS = ("ring", "shared_uplink", "all_to_all")
+DTYPES = ("bf16", "fp32")
+
+
+@dataclass
+class P2PCase:
+    """One copy measurement (one p2p.csv row).
+
+    Attributes:
+        src: source device (for h2d: the GPU written to; the host end is -1 in the row).
+        dst: destination device (-1 for h2d/d2h rows' host end; see `row_ends`).
+        path: `p2p` (direct), `host_staged` (through pinned host memory), `h2d`, `d2h`.
+        direction: `uni`, or `bi` (both directions at once; bandwidth is the sum).
+        kind: `bandwidth` (large copies) or `latency` (small copies, time per copy).
+        size_bytes: bytes per copy (per direction).
+        iters: copies per trial.
+        trials: timed trials; the row keeps their median, min and max.
+    """
+
+    src: int
+    dst: int
+    path: str
+    direction: str
+    kind: str
+    size_bytes: int
+    iters: int
+    trials: int
+
+    def row_ends(self) -> tuple[int, int]:
+        """(src, dst) as p2p.csv writes them: for h2d/d2h the host end is -1."""
+        if self.path == "h2d":
+            return -1, self.dst
+        if self.path == "d2h":
+            return self.src, -1
+        return self.src, self.dst
+
+
+@dataclass
+class ConcurrentCase:
+    """Several copies at once (concurrent.csv rows: one per flow and the aggregate, flow=-1).
+
+    Attributes:
+        pattern: `ring` (each device to its ring neighbour), `shared_uplink` (two flows whose
+            sources share a switch uplink, towards destinations under different root ports),
+            `all_to_all` (every ordered pair).
+        op: `write` (the source pushes) or `read` (the destination pulls).
+        flows: (src, dst) per flow.
+        size_bytes: bytes per copy per flow.
+        iters: copies per flow.
+        detail: how the flows were chosen (e.g. an assumed switch layout).
+    """
+
+    pattern: str
+    op: str
+    flows: list[tuple[int, int]]
+    size_bytes: int
+    iters: int
+    detail: str = ""
+
+
+@dataclass
+class AllReduceCase:
+    """One variant over one group: a fresh process group (a fresh torchrun launch).
+
+    Attributes:
+        variant: name in probes.variants.VARIANTS.
+        env: environment of the launch (the variant's settings).
+        ranks: devices in ring order (a CUDA_VISIBLE_DEVICES permutation on cuda).
+        sizes: message sizes in bytes.
+        dtypes: `bf16`, `fp32`.
+        warmup: untimed all-reduces per size.
+        iters: the most timed all-reduces per size (fewer at large sizes, see `iters_for`).
+        detail: caveat written into every row (e.g. gloo ignoring NCCL_* settings).
+    """
+
+    variant: str
+    env: dict[str, str]
+    ranks: list[int]
+    sizes: list[int]
+    dtypes: list[str]
+    warmup: int
+    iters: int
+    detail: str = ""
+
+    @property
+    def label(self) -> str:
+        """`variant` plus the group, unique within a plan (file names, progress)."""
+        return f"{self.variant}@{'-'.join(map(str, self.ranks))}"
+
+
+@dataclass
+class Plan:
+    """Everything one `pcieprof topology` run measures.
+
+    Attributes:
+        backend: `cuda`, `cpu` or `sim`.
+        devices: the devices (GPU indices or cpu ranks) of the run.
+        p2p: copy cases, in the order they run.
+        concurrent: concurrent-traffic cases.
+        allreduce: all-reduce cases, one launch each.
+        timeout_s: deadline of each copy / collective; past it the launch is killed (status=hang).
+        quick: built with --quick.
+    """
+
+    backend: str
+    devices: list[int]
+    p2p: list[P2PCase] = field(default_factory=list)
+    concurrent: list[ConcurrentCase] = field(default_factory=list)
+    allreduce: list[AllReduceCase] = field(default_factory=list)
+    timeout_s: float = 60.0
+    quick: bool = False
+
+    @property
+    def nranks(self) -> int:
+        return len(self.devices)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["nranks"] = self.nranks
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Plan":
+        return cls(
+            backend=d["backend"], devices=[int(x) for x in d["devices"]],
+            p2p=[P2PCase(**c) for c in d.get("p2p", [])],
+            concurrent=[ConcurrentCase(**{**c, "flows": [tuple(f) for f in c["flows"]]})
+                        for c in d.get("concurrent", [])],
+            allreduce=[AllReduceCase(**c) for c in d.get("allreduce", [])],
+            timeout_s=float(d.get("timeout_s", 60.0)), quick=bool(d.get("quick", False)))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Plan":
+        return cls.from_dict(json.loads(text))
+
+
+def sizes_pow2(lo: int, hi: int) -> list[int]:
+    """Sizes lo, 2*lo, ..., hi in bytes (factor 2, both ends included when powers of two)."""
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= 2
+    return out
+
+
+def iters_for(size_bytes: int, iters: int, budget_bytes: int = 512 * MiB, floor: int = 3) -> int:
+    """Timed iterations at one message size: `iters`, cut so that one size moves about
+    `budget_bytes`, but never fewer than `floor` (so a median exists)."""
+    return max(floor, min(iters, budget_bytes // max(size_bytes, 1)))
+
+
+def shared_uplink_flows(devices: list[int], topology: dict[str, Any] | None
+                        ) -> tuple[list[tuple[int, int]], str]:
+    """Two flows whose sources share a switch uplink, towards destinations under other root ports.
+
+    Uses topology.json's `pcie_tree.gpu_paths` (GPU -> ... -> root port) when present: two GPUs
+    with the same parent switch, and two destinations under two different root ports other than
+    theirs. Without it, assumes the common layout where consecutive GPUs share a switch
+    (d0, d1 -> d2, d3) and says so.
+    """
+    paths = ((topology or {}).get("pcie_tree") or {}).get("gpu_paths") or {}
+    parent: dict[int, str] = {}
+    root: dict[int, str] = {}
+    for k, p in paths.items():
+        try:
+            g = int(k)
+        except ValueError:
+            continue
+        if g in devices and isinstance(p, list) and len(p) >= 2:
+            # p[1] is the switch downstream port; the switch itself is the next hop, so use the
+            # upstream port (p[2]) when the path has one.
+            parent[g] = p[2] if len(p) >= 4 else p[1]
+            root[g] = p[-1]
+    for a in devices:
+        for b in devices:
+            if b <= a or a not in parent or parent.get(b) != parent[a]:
+                continue
+            others = [d for d in devices if d not in (a, b) and root.get(d) not in (None, root[a])]
+            for c in others:
+                for e in others:
+                    if e != c and root[e] != root[c]:
+                        return [(a, c), (b, e)], (f"GPUs {a},{b} share switch uplink {parent[a]}; "
+                                                  f"destinations under root ports {root[c]}, {root[e]}")
+    if len(devices) < 4:
+        return [], "needs 4 devices"
+    d = devices
+    return [(d[0], d[2]), (d[1], d[3])], ("assumed layout: no PCIe tree, consecutive devices "
+                                          "taken to share a switch")
+
+
+def build_plan(backend: str, devices: list[int], *, quick: bool = False,
+               variants: list[V.Variant] | None = None, group_kinds: list[str] | None = None,
+               orders: list[list[int]] | None = None, p2p_sweep: bool = False,
+               timeout_s: float = 60.0, topology: dict[str, Any] | None = None) -> Plan:
+    """The measurement plan of one run.
+
+    Args:
+        backend: `cuda`, `cpu` or `sim`.
+        devices: GPU indices (cuda/sim) or ranks 0..n-1 (cpu); at least one.
+        quick: the short plan (all-reduce 8 B..64 MiB, fewer trials, quick variant list).
+        variants: all-reduce variants (default: `QUICK_VARIANTS[backend]` with quick, else every
+            variant).
+        group_kinds: groups each run over besides `all`: `pairs`, `tp4` (default variant only,
+            to keep the launch count sane). Default: none with quick, else pairs and tp4.
+        orders: extra ring orders (default variant), e.g. [[0, 2, 1, 3]].
+        p2p_sweep: add a uni-directional p2p bandwidth sweep (64 KiB..max, factor 4) per pair.
+        timeout_s: deadline per copy / collective, seconds.
+        topology: topology.json, used to pick shared-uplink flows.
+
+    Raises:
+        BadInput: no devices, duplicate devices or an unknown backend.
+    """
+    if backend not in ("cuda", "cpu", "sim"):
+        raise BadInput(f"unknown backend {backend!r}", hint="cuda, cpu or sim")
+    if not devices:
+        raise BadInput("no devices to measure")
+    if len(set(devices)) != len(devices):
+        raise BadInput(f"devices repeat: {devices}")
+    cpu = backend == "cpu"
+    # Large copies: nvbandwidth uses 512 MiB; we keep to 256 MiB (64 MiB quick). On cpu the
+    # copies are host memcpy through /dev/shm, where 16 MiB already reaches steady state.
+    bw_size = (16 * MiB if quick else 64 * MiB) if cpu else (64 * MiB if quick else 256 * MiB)
+    trials = 3 if quick else 5
+    bw_iters = 2 if (quick or cpu) else 5
+    lat_sizes = [8] if quick else [8, 4 * KiB]
+    lat_iters = 50 if quick else 200
+
+    p2p: list[P2PCase] = []
+    pairs = [(a, b) for a in devices for b in devices if a != b]
+    for path in ("p2p", "host_staged"):
+        for a, b in pairs:
+            p2p.append(P2PCase(a, b, path, "uni", "bandwidth", bw_size, bw_iters, trials))
+            if a < b:
+                p2p.append(P2PCase(a, b, path, "bi", "bandwidth", bw_size, bw_iters, trials))
+            for s in lat_sizes:
+                p2p.append(P2PCase(a, b, path, "uni", "latency", s, lat_iters, trials))
+    for d in devices:
+        p2p.append(P2PCase(-1, d, "h2d", "uni", "bandwidth", bw_size, bw_iters, trials))
+        p2p.append(P2PCase(d, -1, "d2h", "uni", "bandwidth", bw_size, bw_iters, trials))
+        for s in lat_sizes:
+            p2p.append(P2PCase(-1, d, "h2d", "uni", "latency", s, lat_iters, trials))
+            p2p.append(P2PCase(d, -1, "d2h", "uni", "latency", s, lat_iters, trials))
+    if p2p_sweep:
+        for a, b in pairs:
+            for s in sizes_pow2(64 * KiB, bw_size)[::2]:
+                if s != bw_size:
+                    p2p.append(P2PCase(a, b, "p2p", "uni", "bandwidth", s, bw_iters, trials))
+
+    concurrent: list[ConcurrentCase] = []
+    cc_size = 8 * MiB if cpu else (32 * MiB if quick else 64 * MiB)
+    cc_iters = 2 if (quick or cpu) else 5
+    n = len(devices)
+    if n >= 2:
+        ring = [(devices[i], devices[(i + 1) % n]) for i in range(n)] if n > 2 else [tuple(devices)]
+        up, up_detail = shared_uplink_flows(devices, topology)
+        for op in ("write", "read"):
+            concurrent.append(ConcurrentCase("ring", op, list(ring), cc_size, cc_iters))
+            if up:
+                concurrent.append(ConcurrentCase("shared_uplink", op, up, cc_size, cc_iters,
+                                                 up_detail))
+            concurrent.append(ConcurrentCase("all_to_all", op, list(pairs), cc_size, cc_iters))
+
+    allreduce: list[AllReduceCase] = []
+    if n >= 2:
+        sizes = sizes_pow2(8, 64 * MiB if quick else 256 * MiB)
+        chosen = variants if variants is not None else (
+            [V.VARIANTS[v] for v in V.QUICK_VARIANTS[backend]] if quick else list(V.VARIANTS.values()))
+        kinds = group_kinds if group_kinds is not None else ([] if quick else ["pairs", "tp4"])
+        warmup, iters = (2, 10) if quick else (5, 20)
+        if cpu:
+            iters = 5 if quick else 10
+
+        def case(v: V.Variant, ranks: list[int]) -> AllReduceCase:
+            ignored = cpu and any(k.startswith("NCCL_") for k in v.env)
+            return AllReduceCase(v.name, dict(v.env), list(ranks), list(sizes), list(DTYPES),
+                                 warmup, iters, V.GLOO_IGNORES_NCCL if ignored else "")
+
+        for v in chosen:
+            allreduce.append(case(v, devices))
+        base = V.VARIANTS["default"]
+        for kind in kinds:
+            for g in V.groups(devices, kind):
+                if g != list(devices):
+                    allreduce.append(case(base, g))
+        for order in orders or []:
+            allreduce.append(case(base, order))
+    return Plan(backend=backend, devices=list(devices), p2p=p2p, concurrent=concurrent,
+                allreduce=allreduce, timeout_s=float(timeout_s), quick=quick)
