@@ -1,0 +1,1 @@
+"""serve-bench: model cards, launching SGLang (or the reference server), load, decode curve, traces."""

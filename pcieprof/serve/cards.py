@@ -1,0 +1,289 @@
+"""Model cards: the served models as readable data files (pcieprof/serve/cards/<name>.toml).
+
+A card holds what the analysis needs (layers, dense/MoE split, hidden size, experts, attention
+shape, vocab), the weight bytes per parameter group, the KV-cache bytes per token per layer, and
+the launch facts (SGLang flags and environment, or the reference server's module). Each number in
+a card file carries its public source; what could not be verified is listed under `[assumed]`.
+
+Parameter groups of an MLA/MoE model (per layer unless noted), as used in glm5-nvfp4.toml:
+  attention  q_a hidden x q_lora + q_b q_lora x heads x (nope + rope) + kv_a hidden x (kv_lora + rope)
+             + kv_b kv_lora x heads x (nope + v) + o heads x v x hidden (+ the DSA indexer)
+  experts    3 x hidden x moe_intermediate each (gate, up, down)
+  dense_mlp  3 x hidden x dense_intermediate
+  embedding / lm_head  vocab x hidden
+
+Usage:
+    card = load_card("glm5-nvfp4")          # or a path to a .toml file
+    card.weight_bytes_per_gpu(tp=8)         # bytes
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pcieprof.errors import BadInput
+
+CARDS_DIR = Path(__file__).with_name("cards")
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """Attention shape. Fields that do not apply to `type` are None.
+
+    Attributes:
+        type: `mha`, `gqa`, `mla` or `mla_dsa` (MLA with DeepSeek Sparse Attention).
+        num_heads: query heads.
+        num_kv_heads: key/value heads (MLA: equal to num_heads; the cache holds one latent).
+        head_dim: per-head dimension for MHA/GQA.
+        q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim: MLA shape.
+        index_topk, index_n_heads, index_head_dim: DSA indexer (tokens kept, heads, dim).
+    """
+
+    type: str
+    num_heads: int
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    q_lora_rank: int | None = None
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    index_topk: int | None = None
+    index_n_heads: int | None = None
+    index_head_dim: int | None = None
+
+
+@dataclass(frozen=True)
+class WeightGroup:
+    """One group of parameters stored in one format.
+
+    Attributes:
+        params: number of parameters in the group (whole model).
+        dtype: storage format (`bf16`, `fp8`, `nvfp4`, `fp32`).
+        bytes_per_param: bytes per parameter including block scales (NVFP4: 0.5625).
+    """
+
+    params: int
+    dtype: str
+    bytes_per_param: float
+
+    @property
+    def bytes(self) -> float:
+        """Bytes the group occupies in total."""
+        return self.params * self.bytes_per_param
+
+
+@dataclass(frozen=True)
+class KVCacheSpec:
+    """KV cache cost.
+
+    Attributes:
+        dtype: cache dtype.
+        bytes_per_token_per_layer: bytes one token costs in one layer (whole model, one replica).
+        replicated_across_tp: True when every TP rank holds the full cache (MLA latents),
+            False when it is sharded by heads.
+    """
+
+    dtype: str
+    bytes_per_token_per_layer: int
+    replicated_across_tp: bool = False
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """How to start a server for this model.
+
+    Attributes:
+        launch_module: `python -m` module (`sglang.launch_server`, or `pcieprof.refserver`).
+        model_path: default --model-path (an HF checkpoint name).
+        quantization: --quantization value ("" for none).
+        kv_cache_dtype: --kv-cache-dtype value ("" for the server default).
+        tp_default: default --tp-size.
+        gpu_memory_gb: GPU memory the defaults assume (GB), 0 for CPU.
+        attention_backend: default --attention-backend ("" for the server default).
+        recommended_flags: extra argv tokens always added.
+        env: environment variables always set.
+        backend: `cuda` for SGLang, `cpu` for the reference server.
+    """
+
+    launch_module: str
+    model_path: str = ""
+    quantization: str = ""
+    kv_cache_dtype: str = ""
+    tp_default: int = 1
+    gpu_memory_gb: float = 0
+    attention_backend: str = ""
+    recommended_flags: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    backend: str = "cuda"
+
+    @property
+    def is_reference(self) -> bool:
+        """True for pcieprof's own reference server (not SGLang)."""
+        return self.launch_module.startswith("pcieprof.")
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """A served model: architecture numbers, storage costs, launch facts and their sources.
+
+    Attributes:
+        name: card name (`glm5-nvfp4`).
+        description: one line.
+        family: architecture family (`glm_moe_dsa`, `reference`).
+        hf_checkpoints: Hugging Face repositories serving this card.
+        total_params, active_params: parameters in total / active per token.
+        num_layers, num_dense_layers, num_moe_layers: decoder layers (MTP layers not included).
+        hidden_size: model width.
+        dense_intermediate_size: FFN width of the dense layers.
+        num_routed_experts, num_shared_experts, experts_per_token, moe_intermediate_size: MoE shape.
+        attention: the attention shape.
+        vocab_size: vocabulary.
+        mtp_layers: multi-token-prediction (NextN) layers.
+        max_context: maximum positions (tokens).
+        weights: parameter groups by name.
+        kv_cache: KV-cache cost.
+        sglang: launch facts.
+        sources: citation key -> URL.
+        assumed: what is an estimate, by topic.
+        path: the file the card came from.
+    """
+
+    name: str
+    description: str
+    family: str
+    hf_checkpoints: tuple[str, ...]
+    total_params: int
+    active_params: int
+    num_layers: int
+    num_dense_layers: int
+    num_moe_layers: int
+    hidden_size: int
+    dense_intermediate_size: int
+    num_routed_experts: int
+    num_shared_experts: int
+    experts_per_token: int
+    moe_intermediate_size: int
+    attention: AttentionSpec
+    vocab_size: int
+    mtp_layers: int
+    max_context: int
+    weights: dict[str, WeightGroup]
+    kv_cache: KVCacheSpec
+    sglang: LaunchFacts
+    sources: dict[str, str] = field(default_factory=dict)
+    assumed: dict[str, str] = field(default_factory=dict)
+    base_checkpoint: str = ""
+    tie_word_embeddings: bool = False
+    path: Path | None = None
+
+    # -- derived quantities ----------------------------------------------------------------------
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of all weight groups together."""
+        return sum(g.bytes for g in self.weights.values())
+
+    def weight_bytes_per_gpu(self, tp: int, pp: int = 1) -> float:
+        """Weight bytes per GPU when every group is split evenly over tp x pp GPUs (bytes).
+
+        An even split is the ideal; replicated small tensors (norms, kv_a) make real figures a
+        little higher.
+        """
+        if tp < 1 or pp < 1:
+            raise BadInput(f"tp and pp must be >= 1 (got tp={tp}, pp={pp})")
+        return self.weight_bytes / (tp * pp)
+
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes of one token over all layers (one replica of the cache)."""
+        return self.kv_cache.bytes_per_token_per_layer * self.num_layers
+
+    def kv_bytes_per_token_per_gpu(self, tp: int, pp: int = 1) -> float:
+        """KV-cache bytes one token costs on each GPU at this layout."""
+        per_layer = self.kv_cache.bytes_per_token_per_layer
+        if not self.kv_cache.replicated_across_tp:
+            per_layer = per_layer / tp
+        return per_layer * self.num_layers / pp
+
+    def allreduce_bytes_per_token(self, dtype_bytes: int = 2) -> int:
+        """Size of one TP all-reduce of the hidden state for one token (bytes)."""
+        return self.hidden_size * dtype_bytes
+
+
+def available_cards() -> list[str]:
+    """Names of the cards shipped with pcieprof."""
+    return sorted(p.stem for p in CARDS_DIR.glob("*.toml"))
+
+
+def load_card(name_or_path: str | Path) -> ModelCard:
+    """Load a model card by name (`glm5-nvfp4`, `tiny-cpu`) or from a .toml path.
+
+    Raises:
+        BadInput: unknown name, unreadable file or a card missing required fields.
+    """
+    path = Path(name_or_path)
+    if not (path.suffix == ".toml" and path.is_file()):
+        path = CARDS_DIR / f"{name_or_path}.toml"
+        if not path.is_file():
+            raise BadInput(f"unknown model card {str(name_or_path)!r}",
+                           hint=f"known: {', '.join(available_cards())}, or a path to a .toml card")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise BadInput(f"{path}: unreadable model card ({exc})") from None
+    try:
+        return _from_dict(data, path)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadInput(f"{path}: bad model card ({type(exc).__name__}: {exc})") from None
+
+
+def _from_dict(d: dict[str, Any], path: Path) -> ModelCard:
+    weights = {k: WeightGroup(params=int(v["params"]), dtype=str(v["dtype"]),
+                              bytes_per_param=float(v["bytes_per_param"]))
+               for k, v in d.get("weights", {}).items()}
+    s = dict(d["sglang"])
+    env = {str(k): str(v) for k, v in s.pop("env", {}).items()}
+    launch = LaunchFacts(
+        launch_module=str(s["launch_module"]), model_path=str(s.get("model_path", "")),
+        quantization=str(s.get("quantization", "")), kv_cache_dtype=str(s.get("kv_cache_dtype", "")),
+        tp_default=int(s.get("tp_default", 1)), gpu_memory_gb=float(s.get("gpu_memory_gb", 0)),
+        attention_backend=str(s.get("attention_backend", "")),
+        recommended_flags=tuple(str(x) for x in s.get("recommended_flags", [])),
+        env=env, backend=str(s.get("backend", "cuda")))
+    att = dict(d["attention"])
+    attention = AttentionSpec(**att)
+    kv = d["kv_cache"]
+    total = int(d.get("total_params", 0)) or sum(g.params for g in weights.values())
+    active = int(d.get("active_params", 0)) or _active_from_groups(d, weights)
+    return ModelCard(
+        name=str(d["name"]), description=str(d.get("description", "")),
+        family=str(d.get("family", "")), hf_checkpoints=tuple(d.get("hf_checkpoints", [])),
+        total_params=total, active_params=active,
+        num_layers=int(d["num_layers"]), num_dense_layers=int(d["num_dense_layers"]),
+        num_moe_layers=int(d["num_moe_layers"]), hidden_size=int(d["hidden_size"]),
+        dense_intermediate_size=int(d.get("dense_intermediate_size", 0)),
+        num_routed_experts=int(d["num_routed_experts"]),
+        num_shared_experts=int(d["num_shared_experts"]),
+        experts_per_token=int(d["experts_per_token"]),
+        moe_intermediate_size=int(d["moe_intermediate_size"]), attention=attention,
+        vocab_size=int(d["vocab_size"]), mtp_layers=int(d.get("mtp_layers", 0)),
+        max_context=int(d.get("max_context", 0)), weights=weights,
+        kv_cache=KVCacheSpec(dtype=str(kv["dtype"]),
+                             bytes_per_token_per_layer=int(kv["bytes_per_token_per_layer"]),
+                             replicated_across_tp=bool(kv.get("replicated_across_tp", False))),
+        sglang=launch, sources=dict(d.get("sources", {})), assumed=dict(d.get("assumed", {})),
+        base_checkpoint=str(d.get("base_checkpoint", "")),
+        tie_word_embeddings=bool(d.get("tie_word_embeddings", False)), path=path)
+
+
+def _active_from_groups(d: dict[str, Any], weights: dict[str, WeightGroup]) -> int:
+    """Active parameters when a card does not state them: routed experts count k/E."""
+    n_e = int(d["num_routed_experts"]) or 1
+    k = int(d["experts_per_token"])
+    total = 0.0
+    for name, g in weights.items():
+        total += g.params * (k / n_e if name == "routed_experts" else 1.0)
+    return int(total)
