@@ -1,0 +1,119 @@
+"""Classify trace events as communication, memory or compute from a table of name patterns.
+
+The table is data (`kernel_classes.toml` beside this module), shown in the report and extensible by
+the user: `--classes FILE` adds rules that are tried before the built-in ones.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from pcieprof.errors import BadInput
+
+COMM = "communication"
+MEMORY = "memory"
+COMPUTE = "compute"
+IGNORE = "ignore"  # counted in no class (e.g. the CPU op that only enqueues a collective)
+CLASSES = (COMM, MEMORY, COMPUTE, IGNORE)
+#: Bit per class in the interval maths (intervals.py); IGNORE has none.
+CLASS_BIT = {COMM: 1, MEMORY: 2, COMPUTE: 4, IGNORE: 0}
+
+BUILTIN_TABLE = Path(__file__).with_name("kernel_classes.toml")
+_MEMORY_CATS = ("gpu_memcpy", "gpu_memset")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the classification table."""
+
+    pattern: str
+    cls: str
+    family: str
+    applies_to: str  # gpu | cpu | any
+    source: str
+    origin: str  # "builtin" or the user's file
+
+    def as_dict(self) -> dict[str, str]:
+        d = asdict(self)
+        d["class"] = d.pop("cls")
+        return d
+
+
+def load_rules(path: Path, origin: str) -> list[Rule]:
+    """Read a classification table (TOML, `[[rule]]` entries)."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read classification table ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"{path}: not a valid TOML classification table ({exc})") from None
+    rules = []
+    for i, row in enumerate(data.get("rule", [])):
+        if not isinstance(row, dict) or "pattern" not in row or "class" not in row:
+            raise BadInput(f"{path}: rule {i + 1} needs 'pattern' and 'class'",
+                           hint=f"class is one of {', '.join(CLASSES)}")
+        if row["class"] not in CLASSES:
+            raise BadInput(f"{path}: rule {i + 1} has unknown class {row['class']!r}",
+                           hint=f"use one of {', '.join(CLASSES)}")
+        try:
+            re.compile(row["pattern"])
+        except re.error as exc:
+            raise BadInput(f"{path}: rule {i + 1} pattern {row['pattern']!r} is not a regex ({exc})") from None
+        applies = row.get("applies_to", "any")
+        if applies not in ("gpu", "cpu", "any"):
+            raise BadInput(f"{path}: rule {i + 1} applies_to must be gpu, cpu or any")
+        rules.append(Rule(row["pattern"], row["class"], str(row.get("family", row["class"])),
+                          applies, str(row.get("source", "")), origin))
+    if not rules:
+        raise BadInput(f"{path}: no [[rule]] entries")
+    return rules
+
+
+class Classifier:
+    """Classifies event names; results are cached per (name, category), so each is matched once.
+
+    Args:
+        extra: a user table whose rules are tried before the built-in ones.
+    """
+
+    def __init__(self, extra: Path | None = None) -> None:
+        self.rules: list[Rule] = (load_rules(extra, str(extra)) if extra else []) + \
+            load_rules(BUILTIN_TABLE, "builtin")
+        self._gpu = [(re.compile(r.pattern), r) for r in self.rules if r.applies_to != "cpu"]
+        self._cpu = [(re.compile(r.pattern), r) for r in self.rules if r.applies_to != "gpu"]
+        self._cache: dict[tuple[str, bool], tuple[str, str]] = {}
+
+    def gpu(self, name: str, cat: str = "kernel") -> tuple[str, str]:
+        """(class, family) of a GPU event (kernel, gpu_memcpy, gpu_memset)."""
+        key = (name, cat in _MEMORY_CATS)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._match(self._gpu, name)
+            if hit is None:
+                hit = (MEMORY, "memcpy_memset") if key[1] else (COMPUTE, "compute")
+            self._cache[key] = hit
+        return hit
+
+    def cpu(self, name: str) -> tuple[str, str]:
+        """(class, family) of a CPU op on a trace without GPU events."""
+        key = (name, None)  # type: ignore[assignment]
+        hit = self._cache.get(key)  # type: ignore[arg-type]
+        if hit is None:
+            hit = self._match(self._cpu, name) or (COMPUTE, "cpu_op")
+            self._cache[key] = hit  # type: ignore[index]
+        return hit
+
+    @staticmethod
+    def _match(table: list[tuple[re.Pattern[str], Rule]], name: str) -> tuple[str, str] | None:
+        for rx, rule in table:
+            if rx.search(name):
+                return rule.cls, rule.family
+        return None
+
+    def table(self) -> list[dict[str, Any]]:
+        """The rules in the order they are tried (for attribution.json and the report)."""
+        return [r.as_dict() for r in self.rules]
