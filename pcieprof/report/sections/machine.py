@@ -1,0 +1,144 @@
+"""The machine: GPUs, the PCIe tree (root complexes, switches, NUMA), IOMMU/ACS/VM state."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from pcieprof.report.context import ReportContext
+from pcieprof.report.model import BundleView, Facts, Note, Section, Table, Tree
+
+_ACS_P2P_BITS = ("ReqRedir", "CmpltRedir")  # these force P2P up to the root complex
+
+
+def _link(link: dict[str, Any] | None) -> str:
+    if not link:
+        return ""
+    gen = link.get("gen")
+    width = link.get("width")
+    cap = ""
+    if link.get("cap_width") and link.get("cap_width") != width:
+        cap = f" (capable x{link.get('cap_width')})"
+    g = f"Gen{gen} " if gen else (f"{link.get('speed_gts')} GT/s " if link.get("speed_gts") else "")
+    return f"{g}x{width}{cap}" if width else g.strip()
+
+
+def acs_redirect(node: dict[str, Any]) -> list[str]:
+    """ACS control bits set on a bridge that redirect P2P to the root complex."""
+    ctl = (node.get("acs") or {}).get("ctl") or {}
+    return [b for b in _ACS_P2P_BITS if ctl.get(b)]
+
+
+def tree_lines(topo: dict[str, Any]) -> list[tuple[int, str, str, str]]:
+    """The PCIe tree as indented lines, grouped by NUMA node (depth, label, detail, css class)."""
+    nodes = (topo.get("pcie_tree") or {}).get("nodes") or []
+    if not nodes:
+        return []
+    by_bdf = {n["bdf"]: n for n in nodes}
+    children: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
+    for n in nodes:
+        parent = n.get("parent") if n.get("parent") in by_bdf else None
+        children[parent].append(n)
+    gpu_by_bdf = {str(g.get("bus_id", "")).lower(): g for g in topo.get("gpus", [])}
+    lines: list[tuple[int, str, str, str]] = []
+
+    def walk(n: dict[str, Any], depth: int) -> None:
+        kind = n.get("kind", "")
+        label = f"{kind.replace('_', ' ')} {n['bdf']}"
+        gpu = gpu_by_bdf.get(str(n["bdf"]).lower())
+        if gpu is not None:
+            label = f"GPU{gpu.get('index')} {gpu.get('name', '')} {n['bdf']}"
+        detail = " ".join(x for x in [_link(n.get("link")), n.get("description") or ""] if x)
+        redirect = acs_redirect(n)
+        css = kind
+        if redirect:
+            detail += f"  ACS {'+'.join(redirect)} on: P2P goes up to the root complex"
+            css += " acs-on"
+        if n.get("iommu_group") is not None:
+            detail += f"  IOMMU group {n['iommu_group']}"
+        lines.append((depth, label, detail, css))
+        for c in sorted(children.get(n["bdf"], []), key=lambda x: x["bdf"]):
+            walk(c, depth + 1)
+
+    roots = sorted(children[None], key=lambda x: (x.get("numa_node") if x.get("numa_node") is not None else 99, x["bdf"]))
+    numa_seen: set[Any] = set()
+    for r in roots:
+        numa = r.get("numa_node")
+        if numa not in numa_seen:
+            numa_seen.add(numa)
+            lines.append((0, f"NUMA node {numa if numa is not None else '?'}", "", "numa"))
+        walk(r, 1)
+    return lines
+
+
+def level_table(topo: dict[str, Any]) -> Table | None:
+    """Pairwise levels as `nvidia-smi topo -m` prints them, with P2P read/write status."""
+    pairs = topo.get("pairs") or []
+    gpus = sorted(int(g["index"]) for g in topo.get("gpus", []) if g.get("index") is not None)
+    if not pairs or not gpus:
+        return None
+    lv = {}
+    for p in pairs:
+        p2p = p.get("p2p") or {}
+        cell = str(p.get("level", "?"))
+        if p2p.get("read") and p2p.get("read") != "OK":
+            cell += f" (P2P read {p2p.get('read')})"
+        lv[(p["a"], p["b"])] = lv[(p["b"], p["a"])] = cell
+    rows = [[f"GPU{a}"] + [("X" if a == b else lv.get((a, b), "")) for b in gpus] for a in gpus]
+    return Table("pairwise levels (nvidia-smi topo -m vocabulary: PIX < PXB < PHB < NODE < SYS)",
+                 ["", *[f"GPU{b}" for b in gpus]], rows)
+
+
+def build(view: BundleView, ctx: ReportContext) -> Section | None:
+    """The machine section from topology.json, or None without one."""
+    topo = view.json("topology.json")
+    if not topo:
+        return None
+    prov = view.provenance("discovery")
+    sec = Section("machine", "The machine")
+    m = view.bundle.manifest
+    drv = topo.get("driver") or {}
+    iommu = topo.get("iommu") or {}
+    virt = topo.get("virtualization") or {}
+    facts: list[tuple[str, Any]] = [
+        ("host", m.get("host")),
+        ("GPUs", f"{len(topo.get('gpus', []))} x {', '.join(sorted({str(g.get('name')) for g in topo.get('gpus', [])}))}"),
+        ("driver / CUDA driver", f"{drv.get('driver_version') or 'unknown'} / {drv.get('cuda_driver_version') or 'unknown'}"),
+        ("IOMMU", f"{'on' if iommu.get('enabled') else ('off' if iommu.get('enabled') is False else 'unknown')}, mode {iommu.get('mode', 'unknown')}"),
+        ("kernel command line", iommu.get("cmdline") or "unknown"),
+        ("virtualization", ("VM" if virt.get("is_vm") else ("bare metal" if virt.get("is_vm") is False else "unknown"))
+         + (f" ({virt.get('hypervisor')})" if virt.get("hypervisor") else "")),
+        ("flat virtual PCIe tree", {True: "yes: the guest cannot see the real switches", False: "no",
+                                     None: "unknown"}.get(virt.get("flat_pcie_tree"))),
+    ]
+    nodes = (topo.get("pcie_tree") or {}).get("nodes") or []
+    acs_on = [n["bdf"] for n in nodes if acs_redirect(n)]
+    facts.append(("ACS P2P redirect", f"on at {len(acs_on)} bridge(s): {', '.join(acs_on[:8])}"
+                  if acs_on else ("off on every bridge" if nodes else "unknown")))
+    sec.blocks.append(Facts("state", facts, provenance=prov))
+    for ev in (iommu.get("evidence") or [])[:5] + (virt.get("evidence") or [])[:5]:
+        sec.blocks.append(Note(f"evidence: {ev}"))
+    gpus = topo.get("gpus", [])
+    if gpus:
+        rows = []
+        for g in gpus:
+            pcie = g.get("pcie") or {}
+            rows.append([g.get("index"), g.get("name"), g.get("bus_id"),
+                         f"Gen{pcie.get('gen_current')} x{pcie.get('width_current')}",
+                         f"Gen{pcie.get('gen_max')} x{pcie.get('width_max')}",
+                         g.get("numa_node"), g.get("cpu_affinity"),
+                         round(g["memory_bytes"] / 2**30, 1) if g.get("memory_bytes") else None,
+                         g.get("virtualization_mode")])
+        sec.blocks.append(Table("GPUs", ["index", "name", "bus id", "link now", "link max", "NUMA",
+                                         "CPU affinity", "memory GiB", "virtualization"], rows,
+                                provenance=prov))
+    lines = tree_lines(topo)
+    if lines:
+        sec.blocks.append(Tree("PCIe tree (root ports, switches, GPUs; by NUMA node)", lines, prov))
+    else:
+        sec.blocks.append(Note("PCIe tree: not discovered", "missing"))
+    t = level_table(topo)
+    if t:
+        t.provenance = prov
+        sec.blocks.append(t)
+    return sec
