@@ -1,0 +1,449 @@
+"""Copy probes (p2p.csv and concurrent.csv), run inside torchrun workers.
+
+    python -m torch.distributed.run --standalone --nproc-per-node N -m probes.p2p_worker \
+        --plan plan.json --rows DIR [--part p2p|concurrent]
+
+`cuda` backend: ONE worker (nproc 1) drives every GPU of the plan, as nvbandwidth and
+p2pBandwidthLatencyTest do: `path=p2p` is a peer copy with peer access enabled
+(cudaMemcpyPeerAsync; a direct DMA, which in a VM goes through the IOMMU/ACS path),
+`host_staged` two copies through one pinned host buffer, `h2d`/`d2h` pinned host <-> GPU. Timed
+with CUDA events. Writes are issued on the source GPU's stream (its copy engine pushes), reads on
+the destination's (its copy engine pulls) - the nvbandwidth convention, an assumption about which
+engine the driver picks.
+
+`cpu` backend: N workers, one per rank, each with its own private memory and a window of shared
+host memory (/dev/shm) that the others can write: `p2p` is a copy from a rank's private buffer
+into another rank's window, `host_staged` the same through an extra host bounce buffer, `h2d`/`d2h`
+copies between a rank's shared host buffer and its private memory. Timed with perf_counter_ns.
+This measures this machine's memory system and the harness, not a GPU fabric; rows say
+backend=cpu.
+
+Every copy moves the pattern of probes.pattern and the receiver checks it: wrong bytes give
+status=error with no bandwidth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+from probes.pattern import matches, pattern
+from probes.plan import ConcurrentCase, P2PCase, Plan
+from probes.rows import RowWriter, dist_env, test_hook
+
+CPU_DETAIL = "cpu backend: host memcpy between processes; measures this machine, not a GPU fabric"
+
+
+def _stats(values: list[float]) -> tuple[float, float, float]:
+    return statistics.median(values), min(values), max(values)
+
+
+def p2p_row(case: P2PCase, backend: str, times_s: list[float] | None, *, status: str = "ok",
+            detail: str = "") -> dict[str, Any]:
+    """The p2p.csv row of one case from its per-trial times (seconds for `iters` copies)."""
+    src, dst = case.row_ends()
+    row: dict[str, Any] = {"backend": backend, "src": src, "dst": dst, "path": case.path,
+                           "direction": case.direction, "size_bytes": case.size_bytes,
+                           "iters": case.iters, "trials": case.trials, "status": status,
+                           "detail": detail}
+    if status != "ok" or not times_s:
+        return row
+    if case.kind == "bandwidth":
+        moved = case.size_bytes * case.iters * (2 if case.direction == "bi" else 1)
+        # median of bandwidths = bandwidth of the median time; min bandwidth from the max time
+        med, lo, hi = _stats([moved / t / 1e9 for t in times_s])
+        row.update(bandwidth_gbps=med, bandwidth_gbps_min=lo, bandwidth_gbps_max=hi)
+    else:
+        med, lo, hi = _stats([t / case.iters * 1e6 for t in times_s])
+        row.update(latency_us=med, latency_us_min=lo, latency_us_max=hi)
+    return row
+
+
+def concurrent_rows(case: ConcurrentCase, backend: str, spans_s: list[tuple[float, float]],
+                    ok: list[bool], detail: str = "") -> list[dict[str, Any]]:
+    """Per-flow rows and the aggregate (flow=-1) from each flow's (start, end) in seconds."""
+    base = {"backend": backend, "pattern": case.pattern, "op": case.op,
+            "size_bytes": case.size_bytes, "iters": case.iters}
+    rows = []
+    moved = case.size_bytes * case.iters
+    for i, ((src, dst), (t0, t1), good) in enumerate(zip(case.flows, spans_s, ok)):
+        r = {**base, "flow": i, "src": src, "dst": dst, "detail": detail,
+             "status": "ok" if good else "error"}
+        if good:
+            r["bandwidth_gbps"] = moved / (t1 - t0) / 1e9
+        else:
+            r["detail"] = "copied bytes do not match the pattern"
+        rows.append(r)
+    agg = {**base, "flow": -1, "src": -1, "dst": -1, "detail": detail}
+    if all(ok):
+        span = max(t1 for _, t1 in spans_s) - min(t0 for t0, _ in spans_s)
+        agg.update(status="ok", bandwidth_gbps=moved * len(case.flows) / span / 1e9)
+    else:
+        agg.update(status="error", detail=f"{ok.count(False)} flow(s) moved wrong bytes")
+    rows.append(agg)
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------
+# cpu backend: processes and shared host memory
+
+
+class CpuCopier:
+    """Rank-to-rank copies through /dev/shm windows; every rank of the plan is one process."""
+
+    def __init__(self, plan: Plan, rank: int, shm_dir: Path, tag: str) -> None:
+        self.plan, self.rank, self.n = plan, rank, plan.nranks
+        big = max([c.size_bytes for c in plan.p2p] + [8])
+        slots = max([c.size_bytes * self.n for c in plan.concurrent] + [8])
+        self.win_bytes = max(big, slots)
+        self.stage_bytes = big
+
+        def shared(name: str, size: int) -> torch.Tensor:
+            return torch.from_file(str(shm_dir / f"{tag}-{name}"), shared=True, size=size,
+                                   dtype=torch.uint8)
+
+        self.win = {rank: shared(f"win{rank}", self.win_bytes)}
+        self.stage = {rank: shared(f"stage{rank}", self.stage_bytes)}
+        dist.barrier()  # every rank's files exist before anyone maps them
+        for r in range(self.n):
+            self.win.setdefault(r, shared(f"win{r}", self.win_bytes))
+            self.stage.setdefault(r, shared(f"stage{r}", self.stage_bytes))
+        self.local_src = torch.empty(self.win_bytes, dtype=torch.uint8)
+        self.local_dst = torch.empty(self.win_bytes, dtype=torch.uint8)
+        self.files = [shm_dir / f"{tag}-{k}{rank}" for k in ("win", "stage")]
+
+    def close(self) -> None:
+        dist.barrier()
+        for f in self.files:
+            f.unlink(missing_ok=True)
+
+    # one direction of a case, issued by the rank that owns it
+    def _op(self, case: P2PCase, src: int, dst: int) -> Callable[[], None]:
+        s = case.size_bytes
+        if case.path == "p2p":
+            a, b = self.local_src[:s], self.win[dst][:s]
+            return lambda: b.copy_(a)
+        if case.path == "host_staged":
+            a, m, b = self.local_src[:s], self.stage[src][:s], self.win[dst][:s]
+            return lambda: (m.copy_(a), b.copy_(m))
+        if case.path == "h2d":
+            a, b = self.stage[dst][:s], self.local_dst[:s]
+            return lambda: b.copy_(a)
+        a, b = self.local_src[:s], self.stage[src][:s]  # d2h
+        return lambda: b.copy_(a)
+
+    def run_p2p(self, idx: int, case: P2PCase) -> tuple[list[float] | None, bool]:
+        s, seed = case.size_bytes, idx + 1
+        me = self.rank
+        if case.path == "h2d":
+            owners = [(case.dst, case.dst)]
+        elif case.path == "d2h":
+            owners = [(case.src, case.src)]
+        else:
+            owners = [(case.src, case.dst)] + ([(case.dst, case.src)] if case.direction == "bi" else [])
+        mine = [(a, b) for a, b in owners if a == me]
+        if mine:
+            self.local_src[:s].copy_(pattern(s, seed + me))
+        if case.path == "h2d" and case.dst == me:
+            self.stage[me][:s].copy_(pattern(s, seed + me))
+        ops = [self._op(case, a, b) for a, b in mine]
+        for op in ops:  # untimed warm-up: first touch of shared pages is not bandwidth
+            op()
+        times = torch.zeros(case.trials, dtype=torch.float64)
+        for t in range(case.trials):
+            dist.barrier()
+            if ops:
+                t0 = time.perf_counter_ns()
+                for _ in range(case.iters):
+                    for op in ops:
+                        op()
+                times[t] = (time.perf_counter_ns() - t0) / 1e9
+        dist.barrier()
+        ok = torch.ones(1, dtype=torch.int32)
+        for a, b in owners:
+            if case.path == "h2d" and b == me:
+                ok[0] &= int(matches(self.local_dst, s, seed + a))
+            elif case.path == "d2h" and a == me:
+                ok[0] &= int(matches(self.stage[me], s, seed + a))
+            elif case.path in ("p2p", "host_staged") and b == me:
+                ok[0] &= int(matches(self.win[me], s, seed + a))
+        dist.all_reduce(times, op=dist.ReduceOp.MAX)
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        return [float(x) for x in times], bool(ok[0])
+
+    def run_concurrent(self, idx: int, case: ConcurrentCase
+                       ) -> tuple[list[tuple[float, float]], list[bool]]:
+        s, seed, me = case.size_bytes, 1000 + idx, self.rank
+        devs = self.plan.devices
+        # flow i moves src's pattern into slot(src) of dst (write: src pushes into dst's window;
+        # read: dst pulls from slot(dst) of src's window into its private memory)
+        jobs: list[tuple[int, Callable[[], None]]] = []
+        for i, (a, b) in enumerate(case.flows):
+            if case.op == "write" and a == me:
+                self.local_src[devs.index(b) * s:(devs.index(b) + 1) * s].copy_(pattern(s, seed + i))
+                src_t = self.local_src[devs.index(b) * s:(devs.index(b) + 1) * s]
+                dst_t = self.win[b][devs.index(a) * s:(devs.index(a) + 1) * s]
+                jobs.append((i, lambda d=dst_t, x=src_t: d.copy_(x)))
+            if case.op == "read":
+                if a == me:
+                    self.win[me][devs.index(b) * s:(devs.index(b) + 1) * s].copy_(pattern(s, seed + i))
+                if b == me:
+                    src_t = self.win[a][devs.index(b) * s:(devs.index(b) + 1) * s]
+                    dst_t = self.local_dst[devs.index(a) * s:(devs.index(a) + 1) * s]
+                    jobs.append((i, lambda d=dst_t, x=src_t: d.copy_(x)))
+        spans = torch.zeros(len(case.flows), 2, dtype=torch.float64)
+
+        def flow(i: int, op: Callable[[], None]) -> None:
+            t0 = time.perf_counter_ns()  # CLOCK_MONOTONIC: comparable across processes
+            for _ in range(case.iters):
+                op()
+            spans[i, 0], spans[i, 1] = t0 / 1e9, time.perf_counter_ns() / 1e9
+
+        dist.barrier()
+        threads = [threading.Thread(target=flow, args=j) for j in jobs]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        dist.barrier()
+        ok = torch.zeros(len(case.flows), dtype=torch.int32)
+        for i, (a, b) in enumerate(case.flows):
+            if b == me:
+                got = (self.win[me] if case.op == "write" else self.local_dst)
+                lo = devs.index(a) * s
+                ok[i] = int(matches(got[lo:lo + s], s, seed + i))
+        dist.all_reduce(spans, op=dist.ReduceOp.SUM)
+        dist.all_reduce(ok, op=dist.ReduceOp.SUM)
+        return [(float(x), float(y)) for x, y in spans], [bool(v == 1) for v in ok]
+
+
+# ------------------------------------------------------------------------------------------------
+# cuda backend: one process, every GPU
+
+
+class _Cudart:
+    """The few CUDA runtime calls torch does not expose, from the libcudart torch has loaded."""
+
+    def __init__(self) -> None:
+        path = None
+        with open("/proc/self/maps", encoding="utf-8") as f:
+            for line in f:
+                if "libcudart" in line:
+                    path = line.split()[-1]
+                    break
+        if path is None:
+            import ctypes.util
+            path = ctypes.util.find_library("cudart")
+        if path is None:
+            raise OSError("libcudart not found in this process")
+        self.lib = ctypes.CDLL(path)
+        self.lib.cudaMemcpyPeerAsync.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                                 ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p]
+
+    def memcpy_peer(self, dst: torch.Tensor, src: torch.Tensor, nbytes: int,
+                    stream: torch.cuda.Stream) -> None:
+        err = self.lib.cudaMemcpyPeerAsync(dst.data_ptr(), dst.device.index, src.data_ptr(),
+                                           src.device.index, nbytes, stream.cuda_stream)
+        if err != 0:
+            raise RuntimeError(f"cudaMemcpyPeerAsync failed with cudaError {err}")
+
+    def enable_peer(self, device: int, peer: int) -> None:
+        torch.cuda.set_device(device)
+        err = self.lib.cudaDeviceEnablePeerAccess(peer, 0)
+        if err not in (0, 704):  # 704 = cudaErrorPeerAccessAlreadyEnabled
+            raise RuntimeError(f"cudaDeviceEnablePeerAccess({device}->{peer}) failed: {err}")
+        self.lib.cudaGetLastError()
+
+
+class CudaCopier:
+    """Copies between the GPUs of the plan from one process, timed with CUDA events."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.rt = _Cudart()
+        self.streams = {d: torch.cuda.Stream(device=d) for d in plan.devices}
+        big = max([c.size_bytes for c in plan.p2p] + [8])
+        self.src = {d: torch.empty(big, dtype=torch.uint8, device=d) for d in plan.devices}
+        self.dst = {d: torch.empty(big, dtype=torch.uint8, device=d) for d in plan.devices}
+        self.host = {d: torch.empty(big, dtype=torch.uint8, pin_memory=True) for d in plan.devices}
+        self.peer_ok: dict[tuple[int, int], bool] = {}
+        for a in plan.devices:
+            for b in plan.devices:
+                if a != b:
+                    ok = torch.cuda.can_device_access_peer(a, b)
+                    if ok:
+                        self.rt.enable_peer(a, b)
+                    self.peer_ok[(a, b)] = ok
+
+    def _timed(self, legs: list[list[tuple[torch.cuda.Stream, Callable[[], None]]]],
+               iters: int) -> float:
+        """Run legs one after the other; within a leg the (stream, op) pairs run at once.
+        Returns seconds: the sum over legs of the slowest stream's event time."""
+        total = 0.0
+        for leg in legs:
+            marks = []
+            for stream, _ in leg:
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record(stream)
+                marks.append((stream, e0, e1))
+            for _ in range(iters):
+                for stream, op in leg:
+                    with torch.cuda.stream(stream):
+                        op()
+            for stream, _, e1 in marks:
+                e1.record(stream)
+            for _, _, e1 in marks:
+                e1.synchronize()
+            total += max(e0.elapsed_time(e1) for _, e0, e1 in marks) / 1e3
+        return total
+
+    def run_p2p(self, idx: int, case: P2PCase) -> tuple[list[float] | None, bool, str]:
+        s, seed = case.size_bytes, idx + 1
+        dirs = [(case.src, case.dst)] + ([(case.dst, case.src)] if case.direction == "bi" else [])
+        if case.path == "p2p":
+            missing = [f"{a}->{b}" for a, b in dirs if not self.peer_ok[(a, b)]]
+            if missing:
+                return None, True, f"no peer access {','.join(missing)} (can_device_access_peer)"
+        if case.path == "h2d":
+            self.host[case.dst][:s].copy_(pattern(s, seed))
+            h, d = self.host[case.dst][:s], self.dst[case.dst][:s]
+            legs = [[(self.streams[case.dst], lambda: d.copy_(h, non_blocking=True))]]
+        elif case.path == "d2h":
+            self.src[case.src][:s].copy_(pattern(s, seed, case.src))
+            d, h = self.src[case.src][:s], self.host[case.src][:s]
+            legs = [[(self.streams[case.src], lambda: h.copy_(d, non_blocking=True))]]
+        elif case.path == "p2p":
+            leg = []
+            for a, b in dirs:
+                self.src[a][:s].copy_(pattern(s, seed + a, a))
+                sa, db = self.src[a], self.dst[b]
+                leg.append((self.streams[a],
+                            lambda sa=sa, db=db, st=self.streams[a]: self.rt.memcpy_peer(db, sa, s, st)))
+            legs = [leg]
+        else:  # host_staged: GPU -> pinned host (source's stream), then host -> GPU (destination's)
+            down, up = [], []
+            for a, b in dirs:
+                self.src[a][:s].copy_(pattern(s, seed + a, a))
+                sa, h, db = self.src[a][:s], self.host[a][:s], self.dst[b][:s]
+                down.append((self.streams[a], lambda h=h, sa=sa: h.copy_(sa, non_blocking=True)))
+                up.append((self.streams[b], lambda db=db, h=h: db.copy_(h, non_blocking=True)))
+            legs = [down, up]
+        torch.cuda.synchronize()
+        self._timed(legs, 1)  # untimed warm-up
+        times = [self._timed(legs, case.iters) for _ in range(case.trials)]
+        torch.cuda.synchronize()
+        if case.path == "h2d":
+            ok = matches(self.dst[case.dst], s, seed)
+        elif case.path == "d2h":
+            ok = matches(self.host[case.src], s, seed)
+        else:
+            ok = all(matches(self.dst[b], s, seed + a) for a, b in dirs)
+        return times, ok, ""
+
+    def run_concurrent(self, idx: int, case: ConcurrentCase
+                       ) -> tuple[list[tuple[float, float]], list[bool], str]:
+        s, seed = case.size_bytes, 1000 + idx
+        bufs, leg = [], []
+        for i, (a, b) in enumerate(case.flows):
+            if case.op == "read" and not self.peer_ok[(a, b)]:
+                return [(0.0, 1.0)] * len(case.flows), [False] * len(case.flows), \
+                    f"no peer access {a}->{b}"
+            src = pattern(s, seed + i, a).clone()
+            dst = torch.empty(s, dtype=torch.uint8, device=b)
+            # each flow its own stream: on the source for a write, on the destination for a read
+            st = torch.cuda.Stream(device=a if case.op == "write" else b)
+            bufs.append((src, dst, st))
+            leg.append((st, lambda src=src, dst=dst, st=st: self.rt.memcpy_peer(dst, src, s, st)))
+        torch.cuda.synchronize()
+        marks = []
+        for _, _, st in bufs:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record(st)
+            marks.append((e0, e1))
+        for _ in range(case.iters):
+            for st, op in leg:
+                op()
+        for (_, _, st), (_, e1) in zip(bufs, marks):
+            e1.record(st)
+        torch.cuda.synchronize()
+        # flows were enqueued together: each starts at 0 and ends after its own event time
+        spans = [(0.0, e0.elapsed_time(e1) / 1e3) for e0, e1 in marks]
+        ok = [matches(dst, s, seed + i) for i, (_, dst, _) in enumerate(bufs)]
+        return spans, ok, ""
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--plan", required=True, type=Path)
+    ap.add_argument("--rows", required=True, type=Path, help="directory for rank<r>.jsonl")
+    ap.add_argument("--part", choices=["p2p", "concurrent", "both"], default="both")
+    ap.add_argument("--skip", type=int, default=0, help="resume: skip the first N cases of the part")
+    args = ap.parse_args(argv)
+    plan = Plan.from_json(args.plan.read_text(encoding="utf-8"))
+    rank, world, _ = dist_env()
+    out = RowWriter(args.rows, rank)
+    backend = plan.backend
+    timeout = __import__("datetime").timedelta(seconds=max(plan.timeout_s, 30.0))
+    parts = ["p2p", "concurrent"] if args.part == "both" else [args.part]
+    if backend == "cpu":
+        dist.init_process_group("gloo", timeout=timeout)
+        shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else args.rows
+        copier: Any = CpuCopier(plan, rank, shm, f"pcieprof-{os.getppid()}-{args.rows.name}")
+        detail = CPU_DETAIL
+    else:
+        if world != 1:
+            raise SystemExit("the cuda copy probe runs as one process (--nproc-per-node 1)")
+        copier = CudaCopier(plan)
+        detail = ""
+    try:
+        for part in parts:
+            cases = plan.p2p if part == "p2p" else plan.concurrent
+            for idx, case in enumerate(cases):
+                if idx < args.skip:
+                    continue
+                out.event("start", part=part, case=idx)
+                test_hook(rank, idx if part == "p2p" else 10_000 + idx)
+                if part == "p2p":
+                    res = copier.run_p2p(idx, case)
+                    times, ok = res[0], res[1]
+                    why = res[2] if len(res) > 2 else ""
+                    if rank == 0:
+                        if times is None:
+                            row = p2p_row(case, backend, None, status="not_supported", detail=why)
+                        elif not ok:
+                            row = p2p_row(case, backend, None, status="error",
+                                          detail="copied bytes do not match the pattern")
+                        else:
+                            row = p2p_row(case, backend, times, detail=detail)
+                        out.row("p2p", row)
+                else:
+                    res = copier.run_concurrent(idx, case)
+                    spans, ok = res[0], res[1]
+                    why = res[2] if len(res) > 2 else ""
+                    if rank == 0:
+                        d = "; ".join(x for x in (detail, case.detail, why) if x)
+                        for row in concurrent_rows(case, backend, spans, ok, d):
+                            out.row("concurrent", row)
+                out.event("done", part=part, case=idx)
+    finally:
+        if backend == "cpu":
+            copier.close()
+            dist.destroy_process_group()
+        out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

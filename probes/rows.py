@@ -1,0 +1,85 @@
+"""How a torchrun worker hands rows and progress to the runner: one JSONL file per rank.
+
+Each line is either `{"table": "p2p", "row": {...}}` (a row for the bundle) or
+`{"event": "start", ...}` (a case is starting: the runner's watchdog uses it as the heartbeat and
+to name what hung). Every line is flushed and fsynced, so rows are on disk as they are measured;
+the runner appends them to the bundle as they arrive.
+
+Test-only hook: with `PCIEPROF_TEST_HOOKS=i-know-this-is-for-tests` set, `PCIEPROF_TEST_HANG=
+"<rank>:<size_bytes>"` makes that rank sleep forever when it reaches that size (or that P2P case
+index for the p2p worker), and `PCIEPROF_TEST_DIE="<rank>:<size_bytes>"` makes it exit with status
+17 there. Both need the guard variable too, so a stray setting cannot trigger them. They exist only
+to test the watchdog (tests/probes/).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+_GUARD = "i-know-this-is-for-tests"
+
+
+class RowWriter:
+    """Appends rows and events of one rank to `<dir>/rank<r>.jsonl`."""
+
+    def __init__(self, directory: Path | str, rank: int) -> None:
+        self.path = Path(directory) / f"rank{rank}.jsonl"
+        self.rank = rank
+        self._f: TextIO = self.path.open("a", encoding="utf-8")
+
+    def _write(self, obj: dict[str, Any]) -> None:
+        self._f.write(json.dumps(obj, allow_nan=False, default=_nan_free) + "\n")
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def row(self, table: str, row: dict[str, Any]) -> None:
+        """One row for `<table>.csv` (NaN is written as null)."""
+        self._write({"table": table, "row": {k: _finite(v) for k, v in row.items()}})
+
+    def event(self, name: str, **fields: Any) -> None:
+        """A progress event (e.g. `start` of a case), stamped with the rank and the time."""
+        self._write({"event": name, "rank": self.rank, "t": time.time(), **fields})
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def _finite(v: Any) -> Any:
+    if isinstance(v, float) and v != v:
+        return None
+    return v
+
+
+def _nan_free(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    raise TypeError(type(obj).__name__)
+
+
+def test_hook(rank: int, where: int) -> None:
+    """Test-only: hang or die at (rank, size or case index) when the guarded env asks for it."""
+    if os.environ.get("PCIEPROF_TEST_HOOKS") != _GUARD:
+        return
+    for var, act in (("PCIEPROF_TEST_HANG", "hang"), ("PCIEPROF_TEST_DIE", "die")):
+        spec = os.environ.get(var, "")
+        if not spec:
+            continue
+        r, _, w = spec.partition(":")
+        if r.strip() == str(rank) and w.strip() == str(where):
+            if act == "hang":
+                print(f"pcieprof test hook: rank {rank} hangs at {where}", file=sys.stderr, flush=True)
+                while True:
+                    time.sleep(3600)
+            print(f"pcieprof test hook: rank {rank} dies at {where}", file=sys.stderr, flush=True)
+            os._exit(17)
+
+
+def dist_env() -> tuple[int, int, int]:
+    """(rank, world_size, local_rank) as torchrun sets them."""
+    return (int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
+            int(os.environ.get("LOCAL_RANK", "0")))
