@@ -1,0 +1,621 @@
+"""A declarative description of a PCIe fabric, loaded from TOML, and the topology it implies.
+
+A fabric file names the sockets and their inter-socket link, the CPU root ports (each in a root
+complex), the PCIe switches (several virtual switches may share one physical chip), the GPUs and
+the link generation and width of every hop, whether ACS redirects peer traffic up to the root
+complex, whether the IOMMU translates DMA, and what a VM guest sees. `profiles/*.toml` are the
+shipped examples; each is commented so that a user can copy one and edit it for their own box.
+
+The model (`pcieprof.sim.model`, `pcieprof.sim.collectives`) reads only the `Fabric` object built
+here; `topology()` turns it into the bundle's topology.json (docs/bundle.md), source "simulated".
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pcieprof.errors import BadInput
+
+PROFILE_DIR = "profiles"
+
+#: PCIe signalling per generation: (GT/s per lane, line-code efficiency).
+PCIE_GEN: dict[int, tuple[float, float]] = {
+    1: (2.5, 8 / 10), 2: (5.0, 8 / 10), 3: (8.0, 128 / 130), 4: (16.0, 128 / 130),
+    5: (32.0, 128 / 130), 6: (64.0, 242 / 256),  # Gen6 FLIT mode: 242 data bytes per 256
+}
+
+IOMMU_MODES = ("off", "passthrough", "translated")
+GUEST_VIEWS = ("real", "flat")
+
+
+def raw_link_gbps(gen: int, width: int) -> float:
+    """Raw data rate of a PCIe link per direction after line coding, GB/s (1e9 B/s).
+
+    Gen5 x16: 32 GT/s x 16 lanes x 128/130 / 8 = 63.0 GB/s, before TLP/DLLP overhead.
+    """
+    rate, code = PCIE_GEN[gen]
+    return rate * width * code / 8.0
+
+
+@dataclass(frozen=True)
+class Socket:
+    id: int
+    numa_node: int
+    cpus: str
+
+
+@dataclass(frozen=True)
+class InterSocket:
+    """The CPU-to-CPU link (AMD xGMI / Intel UPI) as GPU peer traffic sees it."""
+
+    kind: str
+    p2p_gbps: float  # ceiling of one GPU-to-GPU stream across sockets, per direction
+    latency_us: float | None  # extra latency of the crossing; None: the calibrated default
+
+
+@dataclass(frozen=True)
+class RootPort:
+    id: str
+    bdf: str
+    socket: int
+    root_complex: str
+    gen: int
+    width: int
+    acs_redirect: bool
+
+
+@dataclass(frozen=True)
+class Chip:
+    """A physical switch chip that may hold several virtual switches (partitions)."""
+
+    id: str
+    name: str
+    internal_p2p: bool  # peer traffic between its partitions stays on the chip (ACS off)
+    fabric_gbps: float  # capacity of the chip's internal fabric, per direction
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One (virtual) switch: an upstream port on a root port, downstream ports to GPUs."""
+
+    id: str
+    chip: str | None
+    upstream: str  # root port id
+    bdf: str  # upstream port
+    gen: int
+    width: int
+    acs_redirect: bool
+    vendor: str
+    device: str
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    bdf: str
+    parent: str  # switch id or root port id
+    port_bdf: str | None  # the switch downstream port above it (None when on a root port)
+    gen: int
+    width: int
+    name: str
+    memory_bytes: int
+    bar1_bytes: int
+
+
+@dataclass(frozen=True)
+class PostedWriteCollapse:
+    """AMD I/O-die posted-write arbitration collapse (see profiles/rtxpro6000-8x-switch.toml).
+
+    Two or more GPUs behind one switch uplink writing at once to peers behind two or more
+    different root complexes: each such write stream drops to `flow_gbps`; reads stay healthy.
+    """
+
+    enabled: bool
+    flow_gbps: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Virtualization:
+    is_vm: bool
+    hypervisor: str | None
+    guest_view: str  # "real": the guest sees the real tree; "flat": every GPU on one root bus
+
+
+@dataclass
+class Fabric:
+    """A whole box: what the model and topology() read. Build it with `load_profile`."""
+
+    name: str
+    description: str
+    path: str
+    sources: list[str]
+    cpu: str
+    cpu_vendor: str
+    sockets: list[Socket]
+    inter_socket: InterSocket | None
+    root_ports: dict[str, RootPort]
+    chips: dict[str, Chip]
+    switches: dict[str, Switch]
+    gpus: list[Gpu]
+    iommu_mode: str
+    virtualization: Virtualization
+    collapse: PostedWriteCollapse | None
+    nccl_version: str
+    driver_version: str | None
+    cuda_driver_version: str | None
+    notes: list[str] = field(default_factory=list)
+
+    def gpu(self, index: int) -> Gpu:
+        for g in self.gpus:
+            if g.index == index:
+                return g
+        raise BadInput(f"{self.name}: no GPU {index} (this fabric has "
+                       f"{', '.join(str(g.index) for g in self.gpus)})")
+
+    def switch_of(self, index: int) -> Switch | None:
+        return self.switches.get(self.gpu(index).parent)
+
+    def root_port_of(self, index: int) -> RootPort:
+        g = self.gpu(index)
+        sw = self.switches.get(g.parent)
+        return self.root_ports[sw.upstream if sw else g.parent]
+
+    def socket_of(self, index: int) -> int:
+        return self.root_port_of(index).socket
+
+    def numa_of(self, index: int) -> int:
+        sock = self.socket_of(index)
+        return next(s.numa_node for s in self.sockets if s.id == sock)
+
+    @property
+    def translated(self) -> bool:
+        return self.iommu_mode == "translated"
+
+
+# -- loading ---------------------------------------------------------------------------------------
+
+def list_profiles() -> list[str]:
+    """Names of the profiles shipped with pcieprof (pcieprof/sim/profiles/*.toml)."""
+    folder = resources.files("pcieprof.sim") / PROFILE_DIR
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def profile_path(name_or_path: str | Path) -> Path:
+    """The file behind a profile name or a path to a user's TOML file."""
+    text = str(name_or_path)
+    if text.endswith(".toml") or "/" in text or Path(text).is_file():
+        p = Path(text)
+        if not p.is_file():
+            raise BadInput(f"fabric file {p} not found")
+        return p
+    p = Path(str(resources.files("pcieprof.sim") / PROFILE_DIR / f"{text}.toml"))
+    if not p.is_file():
+        raise BadInput(f"unknown sim profile {text!r}",
+                       hint=f"one of: {', '.join(list_profiles())}, or a path to a .toml file")
+    return p
+
+
+def load_profile(name_or_path: str | Path) -> Fabric:
+    """Load and validate a fabric description.
+
+    Args:
+        name_or_path: a shipped profile name (see `list_profiles()`) or a path to a TOML file.
+
+    Returns:
+        The validated `Fabric`.
+
+    Raises:
+        BadInput: the file is missing, is not TOML, or a key is wrong (one line naming file and key).
+    """
+    path = profile_path(name_or_path)
+    return _Reader(path).fabric(_read_doc(path, seen=()))
+
+
+def _read_doc(path: Path, seen: tuple[str, ...]) -> dict[str, Any]:
+    """The TOML document, with `extends = "other-profile"` merged under it (tables key by key,
+    arrays of tables replaced whole)."""
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"{path}: not valid TOML ({exc})") from None
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read ({exc})") from None
+    base_name = doc.pop("extends", None)
+    if base_name is None:
+        return doc
+    if not isinstance(base_name, str):
+        raise BadInput(f"{path}: extends: must be a profile name or path")
+    if base_name in seen:
+        raise BadInput(f"{path}: extends: circular ({' -> '.join(seen + (base_name,))})")
+    base_path = profile_path(base_name if base_name.endswith(".toml") is False
+                             else str((path.parent / base_name)))
+    base = _read_doc(base_path, seen + (base_name,))
+    for key, value in doc.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return base
+
+
+class _Reader:
+    """Turns the TOML document into a Fabric, naming file and key in every error."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, key: str, why: str) -> BadInput:
+        return BadInput(f"{self.path}: {key}: {why}")
+
+    def table(self, doc: dict[str, Any], key: str, allowed: set[str],
+              required: set[str] = frozenset()) -> dict[str, Any]:
+        value = doc if key == "" else doc.get(key, {})
+        if not isinstance(value, dict):
+            raise self.fail(key, "must be a table")
+        self.check_keys(value, key, allowed, required)
+        return value
+
+    def check_keys(self, value: dict[str, Any], key: str, allowed: set[str],
+                   required: set[str] = frozenset()) -> None:
+        unknown = sorted(set(value) - allowed)
+        if unknown:
+            raise self.fail(f"{key}.{unknown[0]}" if key else unknown[0],
+                            f"unknown key (allowed: {', '.join(sorted(allowed))})")
+        missing = sorted(required - set(value))
+        if missing:
+            raise self.fail(f"{key}.{missing[0]}" if key else missing[0], "missing")
+
+    def get(self, t: dict[str, Any], key: str, where: str, kind: type | tuple[type, ...],
+            default: Any = ...) -> Any:
+        if key not in t:
+            if default is ...:
+                raise self.fail(f"{where}.{key}", "missing")
+            return default
+        v = t[key]
+        ok = isinstance(v, kind) and not (kind in (int, float, (int, float)) and isinstance(v, bool))
+        if not ok:
+            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise self.fail(f"{where}.{key}", f"must be {names}, got {v!r}")
+        return v
+
+    def gen_width(self, t: dict[str, Any], where: str, gen: int, width: int) -> tuple[int, int]:
+        g = self.get(t, "gen", where, int, gen)
+        w = self.get(t, "width", where, int, width)
+        if g not in PCIE_GEN:
+            raise self.fail(f"{where}.gen", f"PCIe generation must be 1-6, got {g}")
+        if w not in (1, 2, 4, 8, 16):
+            raise self.fail(f"{where}.width", f"link width must be 1, 2, 4, 8 or 16, got {w}")
+        return g, w
+
+    def fabric(self, doc: dict[str, Any]) -> Fabric:
+        top = {"name", "description", "sources", "notes", "host", "inter_socket", "iommu",
+               "acs", "virtualization", "posted_write_collapse", "gpu_defaults", "software",
+               "socket", "root_port", "chip", "switch", "gpu"}
+        self.check_keys(doc, "", top, {"name", "socket", "root_port", "gpu"})
+        name = self.get(doc, "name", "", str)
+        host = self.table(doc, "host", {"cpu", "cpu_vendor"})
+        acs = self.table(doc, "acs", {"redirect"})
+        acs_default = self.get(acs, "redirect", "acs", bool, False)
+        defaults = self.table(doc, "gpu_defaults", {"name", "memory_gib", "bar1_gib", "gen", "width"})
+        d_gen, d_width = self.gen_width(defaults, "gpu_defaults", 5, 16)
+
+        sockets = []
+        for i, s in enumerate(self.array(doc, "socket")):
+            where = f"socket[{i}]"
+            self.check_keys(s, where, {"id", "numa_node", "cpus"}, {"id"})
+            sid = self.get(s, "id", where, int)
+            sockets.append(Socket(sid, self.get(s, "numa_node", where, int, sid),
+                                  self.get(s, "cpus", where, str, "")))
+        socket_ids = {s.id for s in sockets}
+        if len(socket_ids) != len(sockets):
+            raise self.fail("socket", "duplicate socket id")
+
+        inter = None
+        if "inter_socket" in doc:
+            t = self.table(doc, "inter_socket", {"kind", "p2p_gbps", "latency_us"}, {"p2p_gbps"})
+            inter = InterSocket(self.get(t, "kind", "inter_socket", str, "xgmi"),
+                                float(self.positive(t, "p2p_gbps", "inter_socket")),
+                                self.opt_float(t, "latency_us", "inter_socket"))
+        elif len(sockets) > 1:
+            raise self.fail("inter_socket", "missing (the fabric has more than one socket)")
+
+        root_ports: dict[str, RootPort] = {}
+        for i, r in enumerate(self.array(doc, "root_port")):
+            where = f"root_port[{i}]"
+            self.check_keys(r, where, {"id", "bdf", "socket", "root_complex", "gen", "width",
+                                       "acs_redirect"}, {"id", "socket"})
+            rid = self.get(r, "id", where, str)
+            if rid in root_ports:
+                raise self.fail(f"{where}.id", f"duplicate root port id {rid!r}")
+            sock = self.get(r, "socket", where, int)
+            if sock not in socket_ids:
+                raise self.fail(f"{where}.socket", f"no socket with id {sock}")
+            g, w = self.gen_width(r, where, 5, 16)
+            root_ports[rid] = RootPort(rid, self.get(r, "bdf", where, str, f"0000:{0x10 * i:02x}:01.1"),
+                                       sock, self.get(r, "root_complex", where, str, rid), g, w,
+                                       self.get(r, "acs_redirect", where, bool, acs_default))
+
+        chips: dict[str, Chip] = {}
+        for i, c in enumerate(self.array(doc, "chip")):
+            where = f"chip[{i}]"
+            self.check_keys(c, where, {"id", "name", "internal_p2p", "fabric_gbps"}, {"id"})
+            cid = self.get(c, "id", where, str)
+            chips[cid] = Chip(cid, self.get(c, "name", where, str, cid),
+                              self.get(c, "internal_p2p", where, bool, False),
+                              float(self.get(c, "fabric_gbps", where, (int, float), 1000.0)))
+
+        switches: dict[str, Switch] = {}
+        for i, s in enumerate(self.array(doc, "switch")):
+            where = f"switch[{i}]"
+            self.check_keys(s, where, {"id", "chip", "upstream", "bdf", "gen", "width",
+                                       "acs_redirect", "vendor", "device"}, {"id", "upstream"})
+            sid = self.get(s, "id", where, str)
+            if sid in switches or sid in root_ports:
+                raise self.fail(f"{where}.id", f"duplicate id {sid!r}")
+            up = self.get(s, "upstream", where, str)
+            if up not in root_ports:
+                raise self.fail(f"{where}.upstream", f"no root port with id {up!r}")
+            chip = self.get(s, "chip", where, str, None)
+            if chip is not None and chip not in chips:
+                raise self.fail(f"{where}.chip", f"no chip with id {chip!r}")
+            g, w = self.gen_width(s, where, 5, 16)
+            switches[sid] = Switch(sid, chip, up, self.get(s, "bdf", where, str, ""), g, w,
+                                   self.get(s, "acs_redirect", where, bool, acs_default),
+                                   self.get(s, "vendor", where, str, ""),
+                                   self.get(s, "device", where, str, ""))
+
+        gpus: list[Gpu] = []
+        gib = 1024 ** 3
+        for i, g in enumerate(self.array(doc, "gpu")):
+            where = f"gpu[{i}]"
+            self.check_keys(g, where, {"index", "bdf", "parent", "port_bdf", "gen", "width",
+                                       "name", "memory_gib", "bar1_gib"}, {"index", "parent", "bdf"})
+            parent = self.get(g, "parent", where, str)
+            if parent not in switches and parent not in root_ports:
+                raise self.fail(f"{where}.parent", f"no switch or root port with id {parent!r}")
+            gen, width = self.gen_width(g, where, d_gen, d_width)
+            gpus.append(Gpu(
+                index=self.get(g, "index", where, int), bdf=self.get(g, "bdf", where, str),
+                parent=parent, port_bdf=self.get(g, "port_bdf", where, str, None), gen=gen,
+                width=width,
+                name=self.get(g, "name", where, str, self.get(defaults, "name", "gpu_defaults",
+                                                                 str, "NVIDIA GPU")),
+                memory_bytes=int(gib * self.get(g, "memory_gib", where, (int, float),
+                                                self.get(defaults, "memory_gib", "gpu_defaults",
+                                                         (int, float), 96))),
+                bar1_bytes=int(gib * self.get(g, "bar1_gib", where, (int, float),
+                                              self.get(defaults, "bar1_gib", "gpu_defaults",
+                                                       (int, float), 128)))))
+        indices = [g.index for g in gpus]
+        if sorted(indices) != list(range(len(gpus))):
+            raise self.fail("gpu", f"GPU indices must be 0..{len(gpus) - 1} once each, got {indices}")
+        gpus.sort(key=lambda g: g.index)
+
+        iommu = self.table(doc, "iommu", {"mode"})
+        mode = self.get(iommu, "mode", "iommu", str, "off")
+        if mode not in IOMMU_MODES:
+            raise self.fail("iommu.mode", f"must be one of {', '.join(IOMMU_MODES)}, got {mode!r}")
+
+        virt = self.table(doc, "virtualization", {"is_vm", "hypervisor", "guest_view"})
+        view = self.get(virt, "guest_view", "virtualization", str, "real")
+        if view not in GUEST_VIEWS:
+            raise self.fail("virtualization.guest_view",
+                            f"must be one of {', '.join(GUEST_VIEWS)}, got {view!r}")
+        is_vm = self.get(virt, "is_vm", "virtualization", bool, False)
+        if view == "flat" and not is_vm:
+            raise self.fail("virtualization.guest_view", "a flat guest view needs is_vm = true")
+
+        collapse = None
+        if "posted_write_collapse" in doc:
+            t = self.table(doc, "posted_write_collapse", {"enabled", "flow_gbps", "source"},
+                           {"flow_gbps"})
+            collapse = PostedWriteCollapse(self.get(t, "enabled", "posted_write_collapse", bool, True),
+                                           float(self.positive(t, "flow_gbps", "posted_write_collapse")),
+                                           self.get(t, "source", "posted_write_collapse", str, ""))
+
+        sw = self.table(doc, "software", {"nccl_version", "driver_version", "cuda_driver_version"})
+        return Fabric(
+            name=name, description=self.get(doc, "description", "", str, ""), path=str(self.path),
+            sources=list(self.get(doc, "sources", "", list, [])),
+            cpu=self.get(host, "cpu", "host", str, "unknown CPU"),
+            cpu_vendor=self.get(host, "cpu_vendor", "host", str, "amd").lower(),
+            sockets=sockets, inter_socket=inter, root_ports=root_ports, chips=chips,
+            switches=switches, gpus=gpus, iommu_mode=mode,
+            virtualization=Virtualization(is_vm, self.get(virt, "hypervisor", "virtualization",
+                                                          str, None), view),
+            collapse=collapse,
+            nccl_version=self.get(sw, "nccl_version", "software", str, "2.27.5"),
+            driver_version=self.get(sw, "driver_version", "software", str, None),
+            cuda_driver_version=self.get(sw, "cuda_driver_version", "software", str, None),
+            notes=list(self.get(doc, "notes", "", list, [])))
+
+    def array(self, doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
+        v = doc.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
+            raise self.fail(key, f"must be an array of tables ([[{key}]])")
+        return v
+
+    def positive(self, t: dict[str, Any], key: str, where: str) -> float:
+        v = self.get(t, key, where, (int, float))
+        if v <= 0:
+            raise self.fail(f"{where}.{key}", f"must be > 0, got {v}")
+        return float(v)
+
+    def opt_float(self, t: dict[str, Any], key: str, where: str) -> float | None:
+        v = self.get(t, key, where, (int, float), None)
+        return None if v is None else float(v)
+
+
+# -- topology.json ---------------------------------------------------------------------------------
+
+LEVEL_ORDER = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+def pair_level(fabric: Fabric, a: int, b: int, *, guest: bool = False) -> str:
+    """The `nvidia-smi topo -m` level between two GPUs, on the real tree or as the guest sees it.
+
+    A flat guest tree puts every GPU behind its own virtual root port of one host bridge: PHB.
+    """
+    if a == b:
+        return "X"
+    if guest and fabric.virtualization.guest_view == "flat":
+        return "PHB"
+    sa, sb = fabric.switch_of(a), fabric.switch_of(b)
+    if sa is not None and sa is sb:
+        return "PIX"
+    ra, rb = fabric.root_port_of(a), fabric.root_port_of(b)
+    if ra is rb:
+        return "PXB" if (sa or sb) else "PIX"
+    if ra.socket != rb.socket:
+        return "SYS"
+    return "PHB" if ra.root_complex == rb.root_complex else "NODE"
+
+
+def _link(gen: int, width: int) -> dict[str, Any]:
+    speed = PCIE_GEN[gen][0]
+    return {"speed_gts": speed, "width": width, "cap_speed_gts": speed, "cap_width": width, "gen": gen}
+
+
+def _acs(redirect: bool) -> dict[str, Any]:
+    cap = {"SrcValid": True, "TransBlk": True, "ReqRedir": True, "CmpltRedir": True,
+           "UpstreamFwd": True, "EgressCtrl": False, "DirectTrans": True}
+    ctl = {"SrcValid": True, "TransBlk": False, "ReqRedir": redirect, "CmpltRedir": redirect,
+           "UpstreamFwd": True, "EgressCtrl": False, "DirectTrans": False}
+    return {"cap": cap, "ctl": ctl}
+
+
+def _real_tree(fabric: Fabric) -> dict[str, Any]:
+    nodes: list[dict[str, Any]] = []
+    paths: dict[str, list[str]] = {}
+    numa = {s.id: s.numa_node for s in fabric.sockets}
+    for rp in fabric.root_ports.values():
+        nodes.append({"bdf": rp.bdf, "parent": None, "kind": "root_port", "vendor": fabric.cpu_vendor.upper(),
+                      "device": "root port", "description": f"{fabric.cpu} root port ({rp.root_complex})",
+                      "numa_node": numa[rp.socket], "iommu_group": None, "link": _link(rp.gen, rp.width),
+                      "acs": _acs(rp.acs_redirect)})
+    for sw in fabric.switches.values():
+        rp = fabric.root_ports[sw.upstream]
+        chip = f" chip {sw.chip}" if sw.chip else ""
+        nodes.append({"bdf": sw.bdf or f"{sw.id}-up", "parent": rp.bdf, "kind": "switch_upstream",
+                      "vendor": sw.vendor, "device": sw.device,
+                      "description": f"{sw.vendor} {sw.device} virtual switch {sw.id}{chip}".strip(),
+                      "numa_node": numa[rp.socket], "iommu_group": None,
+                      "link": _link(sw.gen, sw.width), "acs": None})
+    for g in fabric.gpus:
+        sw = fabric.switches.get(g.parent)
+        rp = fabric.root_port_of(g.index)
+        chain = [g.bdf]
+        parent = rp.bdf
+        if sw is not None:
+            port = g.port_bdf or f"{sw.id}-dsp{g.index}"
+            nodes.append({"bdf": port, "parent": sw.bdf or f"{sw.id}-up", "kind": "switch_downstream",
+                          "vendor": sw.vendor, "device": sw.device,
+                          "description": f"{sw.vendor} {sw.device} downstream port".strip(),
+                          "numa_node": numa[rp.socket], "iommu_group": None,
+                          "link": _link(g.gen, g.width), "acs": _acs(sw.acs_redirect)})
+            parent = port
+            chain += [port, sw.bdf or f"{sw.id}-up"]
+        chain.append(rp.bdf)
+        nodes.append({"bdf": g.bdf, "parent": parent, "kind": "gpu", "vendor": "NVIDIA",
+                      "device": g.name, "description": g.name, "numa_node": numa[rp.socket],
+                      "iommu_group": None, "link": _link(g.gen, g.width), "acs": None})
+        paths[str(g.index)] = chain
+    return {"nodes": nodes, "gpu_paths": paths}
+
+
+def guest_bdf(index: int) -> str:
+    """Bus id of GPU `index` in a flat guest tree (one virtual root port per GPU on bus 00)."""
+    return f"0000:{index + 1:02x}:00.0"
+
+
+def _flat_tree(fabric: Fabric) -> dict[str, Any]:
+    nodes: list[dict[str, Any]] = []
+    paths: dict[str, list[str]] = {}
+    for g in fabric.gpus:
+        port = f"0000:00:{(g.index // 8) + 2:02x}.{g.index % 8}"
+        nodes.append({"bdf": port, "parent": None, "kind": "root_port", "vendor": "QEMU/KVM",
+                      "device": "pcie-root-port", "description": "virtual PCIe root port",
+                      "numa_node": 0, "iommu_group": g.index, "link": _link(g.gen, g.width),
+                      "acs": None})
+        nodes.append({"bdf": guest_bdf(g.index), "parent": port, "kind": "gpu", "vendor": "NVIDIA",
+                      "device": g.name, "description": g.name, "numa_node": 0,
+                      "iommu_group": g.index, "link": _link(g.gen, g.width), "acs": None})
+        paths[str(g.index)] = [guest_bdf(g.index), port]
+    return {"nodes": nodes, "gpu_paths": paths}
+
+
+def _p2p_status(fabric: Fabric) -> dict[str, str]:
+    # The driver reports P2P as supported on these boxes (topo -p2p shows OK on the real server);
+    # a VM guest sees "OK" too even though the traffic goes through the IOMMU.
+    return {"read": "OK", "write": "OK", "atomics": "NS"}
+
+
+def topology(fabric: Fabric) -> dict[str, Any]:
+    """topology.json (docs/bundle.md) for the fabric, with `source: "simulated"`.
+
+    For a VM profile with a flat guest view the top-level tree, bus ids and pair levels are what
+    the guest would discover; the real tree is kept under `sim.real_pcie_tree` and
+    `sim.real_pairs`, so that tuning can be checked against the truth.
+    """
+    flat = fabric.virtualization.guest_view == "flat"
+    real_tree = _real_tree(fabric)
+    cpus = {s.id: s.cpus for s in fabric.sockets}
+    gpus = []
+    for g in fabric.gpus:
+        sock = fabric.socket_of(g.index)
+        gpus.append({
+            "index": g.index, "name": g.name, "uuid": f"GPU-sim-{fabric.name}-{g.index:02d}",
+            "bus_id": guest_bdf(g.index) if flat else g.bdf,
+            "pcie": {"gen_current": g.gen, "gen_max": g.gen, "gen_max_device": g.gen,
+                     "gen_max_system": g.gen, "width_current": g.width, "width_max": g.width},
+            "bar1_bytes": g.bar1_bytes, "memory_bytes": g.memory_bytes,
+            "numa_node": 0 if flat else fabric.numa_of(g.index),
+            "cpu_affinity": None if flat else cpus.get(sock) or None,
+            "virtualization_mode": "passthrough" if fabric.virtualization.is_vm else "bare_metal",
+            "status": {"cpu_affinity": "unknown"} if flat or not cpus.get(sock) else {},
+        })
+    n = len(fabric.gpus)
+
+    def pairs(guest: bool) -> list[dict[str, Any]]:
+        return [{"a": a, "b": b, "level": pair_level(fabric, a, b, guest=guest),
+                 "p2p": _p2p_status(fabric)} for a in range(n) for b in range(n) if a != b]
+
+    cmdline = {"off": "amd_iommu=off iommu=off", "passthrough": "iommu=pt",
+               "translated": "amd_iommu=on iommu=on"}[fabric.iommu_mode]
+    if fabric.virtualization.is_vm:
+        cmdline = "(guest) " + ("intel_iommu=on" if fabric.translated else "")
+    doc: dict[str, Any] = {
+        "source": "simulated",
+        "driver": {"driver_version": fabric.driver_version,
+                   "cuda_driver_version": fabric.cuda_driver_version, "nvml_version": None,
+                   "status": {"nvml_version": "unknown"}},
+        "gpus": gpus,
+        "pairs": pairs(guest=True),
+        "pcie_tree": _flat_tree(fabric) if flat else real_tree,
+        "iommu": {"enabled": fabric.iommu_mode != "off", "mode": fabric.iommu_mode,
+                  "cmdline": cmdline.strip(), "groups": {},
+                  "evidence": [f"fabric model {fabric.name}: iommu.mode = {fabric.iommu_mode}"]},
+        "virtualization": {"is_vm": fabric.virtualization.is_vm,
+                           "hypervisor": fabric.virtualization.hypervisor,
+                           "flat_pcie_tree": flat,
+                           "evidence": [f"fabric model {fabric.name}: virtualization.guest_view = "
+                                        f"{fabric.virtualization.guest_view}"]},
+        "numa": {"nodes": [{"id": 0, "cpus": ",".join(s.cpus for s in fabric.sockets)}] if flat
+                 else [{"id": s.numa_node, "cpus": s.cpus} for s in fabric.sockets]},
+        "status": {"nvml": "simulated", "sysfs": "simulated", "lspci": "simulated"},
+        "sim": {"profile": fabric.name, "file": fabric.path, "description": fabric.description,
+                "sources": fabric.sources, "cpu": fabric.cpu, "iommu_mode": fabric.iommu_mode,
+                "acs_redirect": {sw.id: sw.acs_redirect for sw in fabric.switches.values()}
+                | {rp.id: rp.acs_redirect for rp in fabric.root_ports.values()},
+                "real_pcie_tree": real_tree, "real_pairs": pairs(guest=False),
+                "real_bus_ids": {str(g.index): g.bdf for g in fabric.gpus},
+                "posted_write_collapse": None if fabric.collapse is None else
+                {"enabled": fabric.collapse.enabled, "flow_gbps": fabric.collapse.flow_gbps,
+                 "source": fabric.collapse.source}},
+    }
+    return doc
