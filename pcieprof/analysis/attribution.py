@@ -181,9 +181,6 @@ def analyze_rank(path: str, classes: str | None = None, drop_last_step: bool = F
     per_family = []
     fam_sum = np.bincount(f_keep, weights=d_keep, minlength=len(rt.families))
     fam_n = np.bincount(f_keep, minlength=len(rt.families))
-    fam_bits: dict[int, int] = {}
-    for f, b in zip(f_keep.tolist()[:0], []):  # placeholder for typing
-        fam_bits[f] = b
     for i, fam in enumerate(rt.families):
         if fam_n[i] == 0:
             continue
