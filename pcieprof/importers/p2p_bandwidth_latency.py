@@ -1,0 +1,193 @@
+"""cuda-samples `p2pBandwidthLatencyTest`: device list, P2P connectivity, bandwidth and latency.
+
+What the sample prints (NVIDIA/cuda-samples, Samples/5_Domain_Specific/p2pBandwidthLatencyTest/
+p2pBandwidthLatencyTest.cu @ca37378c):
+- `Device: 0, <name>, pciBusID: 4, pciDeviceID: 0, pciDomainID:0` per GPU (hex numbers);
+- `Device=0 CAN|CANNOT Access Peer Device=1` and a `P2P Connectivity Matrix` (1 = peer access);
+- bandwidth matrices `Unidirectional|Bidirectional P2P=Disabled|Enabled Bandwidth [(P2P Writes|
+  P2P Reads)] Matrix (GB/s)`: row i copies to column j (`P2P Reads`: row i reads from column j),
+  `%6.02f ` per cell, so wide values overflow their column but stay space separated;
+- latency matrices `P2P=Disabled|Enabled Latency [(P2P Writes|Reads)] Matrix (us)`: a `GPU`
+  block (CUDA-event time per 16-byte copy, 100 repeats) and, in current versions, a `CPU` block
+  (host-side time per copy). Older versions head every matrix with `D\\D` and have no CPU block.
+Where peer access is impossible the sample silently falls back to a staged copy; those cells of
+the `P2P=Enabled` matrices are kept with `status=not_supported`.
+
+Sizes: the bandwidth copies are numElems ints (not printed; 40,000,000 by default in current
+cuda-samples), so bandwidth rows carry size_bytes=0 (unknown); latency copies are 4 ints = 16 B.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pcieprof.importers._text import fail, parse_float, parse_int, split_lines
+from pcieprof.importers.records import GpuRecord, P2PRecord, Parsed
+
+TITLE = "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]"
+LATENCY_COPY_BYTES = 16  # outputLatencyMatrix: numElems = 4 ints
+
+_DEVICE = re.compile(r"^Device: (\d+), (.*), pciBusID: ([0-9a-fA-F]+), pciDeviceID: ([0-9a-fA-F]+),"
+                     r" pciDomainID:\s*([0-9a-fA-F]+)\s*$")
+_ACCESS = re.compile(r"^Device=(\d+) (CAN|CANNOT) Access Peer Device=(\d+)\s*$")
+_BW = re.compile(r"^(Unidirectional|Bidirectional) P2P=(Enabled|Disabled) Bandwidth"
+                 r"(?: \(P2P (Writes|Reads)\))? Matrix \(GB/s\)\s*$")
+_LAT = re.compile(r"^P2P=(Enabled|Disabled) Latency(?: \(P2P (Writes|Reads)\))? Matrix \(us\)\s*$")
+_CONN = re.compile(r"^P2P Connectivity Matrix\s*$")
+
+
+def looks_like(text: str) -> bool:
+    """True for a full run or any one of its sections on its own."""
+    for line in split_lines(text)[:400]:
+        s = line.strip()
+        if s == TITLE or _BW.match(s) or _LAT.match(s) or _CONN.match(s):
+            return True
+    return False
+
+
+@dataclass
+class _Matrix:
+    values: list[list[float]]
+    first_line: int
+
+
+def _read_block(lines: list[str], i: int, name: str, title: str, heads: tuple[str, ...]
+                ) -> tuple[_Matrix, int]:
+    """Read a header line (`D\\D 0 1 ...`, `GPU 0 1 ...`) at/after i and its rows. Returns the
+    matrix and the index of the first line after it."""
+    while i < len(lines) and not lines[i].strip():
+        i += 1
+    if i >= len(lines):
+        fail(name, i + 1, f"the column header of '{title}' (the file ends here)")
+    head = lines[i].split()
+    if not head or head[0] not in heads or not all(t.isdigit() for t in head[1:]) or len(head) < 2:
+        fail(name, i + 1, f"the column header of '{title}' ({' or '.join(heads)} 0 1 ...)",
+             got=lines[i])
+    cols = [int(t) for t in head[1:]]
+    if cols != list(range(len(cols))):
+        fail(name, i + 1, f"columns 0..{len(cols) - 1} in the header of '{title}'", got=lines[i])
+    n = len(cols)
+    values: list[list[float]] = []
+    first = i + 1
+    for r in range(n):
+        k = i + 1 + r
+        if k >= len(lines) or not lines[k].strip():
+            fail(name, k + 1, f"row {r} of '{title}' ({n} values; the matrix is cut short)",
+                 got=lines[k] if k < len(lines) else "")
+        cells = lines[k].split()
+        row = parse_int(cells[0], name, k + 1, f"row number {r} of '{title}'")
+        if row != r:
+            fail(name, k + 1, f"row {r} of '{title}'", got=lines[k])
+        if len(cells) - 1 != n:
+            fail(name, k + 1, f"{n} values in row {r} of '{title}'", got=lines[k])
+        values.append([parse_float(c, name, k + 1, f"a number in row {r} of '{title}'")
+                       for c in cells[1:]])
+    return _Matrix(values, first), i + 1 + n
+
+
+def parse_p2p_bandwidth_latency(text: str, name: str = "<p2pBandwidthLatencyTest>") -> Parsed:
+    """Parse p2pBandwidthLatencyTest output (a whole run or a single section).
+
+    Args:
+        text: the output.
+        name: file name for messages.
+
+    Returns:
+        Parsed with one P2PRecord per matrix cell (path `host_staged` for P2P=Disabled, `p2p`
+        for P2P=Enabled; direction `uni`/`bi`; detail names the matrix), the GPUs, and the
+        connectivity matrix in `facts["connectivity"]`.
+
+    Raises:
+        BadInput: no matrix at all, or a matrix whose header or rows are malformed or cut short.
+    """
+    lines = split_lines(text)
+    result = Parsed(format="p2pBandwidthLatencyTest", name=name)
+    access: dict[tuple[int, int], bool] = {}
+    matrices: list[str] = []
+    i = 0
+    while i < len(lines):
+        s = lines[i].strip()
+        if m := _DEVICE.match(s):
+            idx, dev_name, bus, dev, dom = m.groups()
+            bus_id = f"{int(dom, 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}.0"
+            result.gpus.append(GpuRecord(int(idx), dev_name.strip(), bus_id))
+        elif m := _ACCESS.match(s):
+            access[(int(m.group(1)), int(m.group(3)))] = m.group(2) == "CAN"
+        elif _CONN.match(s):
+            mat, i = _read_block(lines, i + 1, name, s, ("D\\D",))
+            for a, row in enumerate(mat.values):
+                for b, v in enumerate(row):
+                    if a != b:
+                        access.setdefault((a, b), v >= 1)
+            matrices.append(s)
+            continue
+        elif m := _BW.match(s):
+            kind, state, rw = m.groups()
+            mat, i = _read_block(lines, i + 1, name, s, ("D\\D",))
+            _add_bandwidth(result, mat, s, kind == "Bidirectional", state == "Enabled",
+                           rw == "Reads", access)
+            matrices.append(s)
+            continue
+        elif m := _LAT.match(s):
+            state, rw = m.groups()
+            mat, i = _read_block(lines, i + 1, name, s, ("GPU", "D\\D"))
+            _add_latency(result, mat, s, "GPU", state == "Enabled", rw == "Reads", access)
+            j = i
+            while j < len(lines) and not lines[j].strip():
+                j += 1
+            if j < len(lines) and lines[j].split()[:1] == ["CPU"]:
+                mat, i = _read_block(lines, j, name, s + " [CPU]", ("CPU",))
+                _add_latency(result, mat, s, "CPU", state == "Enabled", rw == "Reads", access)
+            matrices.append(s)
+            continue
+        i += 1
+    if not matrices:
+        fail(name, None, "a p2pBandwidthLatencyTest matrix (e.g. 'Unidirectional P2P=Disabled "
+             "Bandwidth Matrix (GB/s)')")
+    result.facts = {"matrices": matrices, "gpus": len(result.gpus),
+                    "connectivity": {f"{a}->{b}": ok for (a, b), ok in sorted(access.items())}}
+    result.summary = (f"p2pBandwidthLatencyTest: {len(matrices)} matrices, "
+                      f"{len(result.p2p)} p2p rows, {len(result.gpus)} GPUs listed")
+    return result
+
+
+def _direction(a: int, b: int, reads: bool) -> tuple[int, int]:
+    # For P2P Reads the row GPU pulls from the column GPU: data moves column -> row.
+    return (b, a) if reads else (a, b)
+
+
+def _add_bandwidth(result: Parsed, mat: _Matrix, title: str, bidir: bool, enabled: bool,
+                   reads: bool, access: dict[tuple[int, int], bool]) -> None:
+    path = "p2p" if enabled else "host_staged"
+    for a, row in enumerate(mat.values):
+        for b, v in enumerate(row):
+            src, dst = _direction(a, b, reads)
+            status, note = _cell_status(a, b, enabled, access)
+            result.p2p.append(P2PRecord(
+                src=src, dst=dst, path=path, direction="bi" if bidir else "uni",
+                bandwidth_gbps=v, status=status,
+                detail=f"p2pBandwidthLatencyTest: {title}; row {a} col {b}{note}"))
+
+
+def _add_latency(result: Parsed, mat: _Matrix, title: str, clock: str, enabled: bool,
+                 reads: bool, access: dict[tuple[int, int], bool]) -> None:
+    path = "p2p" if enabled else "host_staged"
+    what = "GPU latency" if clock == "GPU" else "CPU latency (host time per copy)"
+    for a, row in enumerate(mat.values):
+        for b, v in enumerate(row):
+            src, dst = _direction(a, b, reads)
+            status, note = _cell_status(a, b, enabled, access)
+            result.p2p.append(P2PRecord(
+                src=src, dst=dst, path=path, direction="uni", size_bytes=LATENCY_COPY_BYTES,
+                latency_us=v, status=status,
+                detail=f"p2pBandwidthLatencyTest: {title} {what}; row {a} col {b}{note}"))
+
+
+def _cell_status(a: int, b: int, enabled: bool, access: dict[tuple[int, int], bool]
+                 ) -> tuple[str, str]:
+    if a == b:
+        return "ok", "; device-local copy (src == dst)"
+    if enabled and access.get((a, b)) is False:
+        return "not_supported", "; no peer access: the sample fell back to a staged copy"
+    return "ok", ""
