@@ -420,5 +420,7 @@ def write_bundle(bundle: Any, doc: dict[str, Any]) -> None:
     bundle.write_text("attribution/per_class.csv", _table(per_class))
     bundle.write_text("attribution/top_kernels.csv", _table(doc["top_kernels"]))
     bundle.write_text("attribution/classes.csv", _table(doc["classes"]))
+    # Provenance: numbers read from traces of real GPUs (cuda) or of CPU processes (cpu).
     bundle.set_part("attribution", "ok", ranks=len(doc["ranks"]), steps=len(doc["steps"]),
-                    timeline=doc["timeline"])
+                    timeline=doc["timeline"], source="measured",
+                    backend="cuda" if doc["timeline"] == "gpu" else "cpu")

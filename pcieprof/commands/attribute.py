@@ -60,6 +60,7 @@ def command(traces: tuple[Path, ...], classes: Path | None, drop_last_step: bool
     except BaseException as exc:
         bundle.interrupted(f"{type(exc).__name__}: {exc}")
         raise
+    bundle.manifest["backend"] = bundle.part("attribution").get("backend", "imported")
     bundle.finish()
     _summary(doc, bundle)
 
