@@ -1,0 +1,368 @@
+"""The analytic communication model of one decode step: which collectives a parallel layout must
+do, priced with the all-reduce (and P2P) curves of a topology bundle.
+
+Counting, per forward pass over T tokens (T = batch for plain decode; batch x draft tokens for
+the verify pass of speculative decoding), activations in bf16 (2 bytes) unless the card's weights
+are all fp32 (the reference server):
+- TP: one all-reduce of T x hidden after attention and one after the MLP/MoE, every layer
+  (SGLang RowParallelLinear / the MoE's final reduce), over the TP group;
+- embedding: one all-reduce of T x hidden (VocabParallelEmbedding) when TP > 1;
+- LM head: one all-gather of the logits, T x vocab x 2 bytes in total (LogitsProcessor gathers
+  the vocab shards);
+- EP with an all-to-all backend (DeepEP): per MoE layer a dispatch and a combine all-to-all of
+  T x top-k x hidden x 2 bytes in total, instead of the all-reduce after the MoE;
+- DP attention (SGLang --enable-dp-attention): attention is data parallel over dp groups of
+  attn_tp = TP/dp GPUs; per layer the tokens are gathered for the MoE with an all-reduce of
+  T x hidden over all TP ranks (SGLang dp_attention.py `_dp_gather_via_all_reduce`), the MoE
+  reduces with another, and attention all-reduces over attn_tp only when attn_tp > 1;
+- PP: one point-to-point send of the hidden state and the residual (2 x T x hidden x 2 bytes)
+  between consecutive stages; in decode the stages run one after the other, so every stage's
+  collectives add up on the critical path;
+- MTP speculative decoding (EAGLE with the model's NextN layer): `spec_steps` draft passes, each
+  one MTP layer (2 all-reduces of batch x hidden) plus the LM-head all-gather, then the verify
+  pass of the whole model over batch x draft_tokens tokens.
+
+Pricing: the allreduce.csv rows of the right group size and variant, interpolated log-log in
+size (below the smallest size: the smallest size's time, the latency floor; above the largest:
+time grows linearly with size). Assumed, and said so in the output: an all-gather of S bytes
+costs half an all-reduce of S (a ring all-gather runs n-1 of the all-reduce's 2(n-1) steps); an
+all-to-all of S bytes in total costs an all-reduce of S/2 (it moves (n-1)/n of S per rank, the
+all-reduce 2(n-1)/n); a P2P send is priced from p2p.csv (latency + size / bandwidth) when the
+bundle has it, else as a 2-rank all-reduce.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pcieprof.bundle import Bundle
+from pcieprof.errors import BadInput
+
+ALL_REDUCE, ALL_GATHER, ALL_TO_ALL, P2P = "all_reduce", "all_gather", "all_to_all", "p2p"
+ASSUMPTIONS = [
+    "all-gather of S bytes costs 0.5 x all-reduce(S) (ring: n-1 of the 2(n-1) steps)",
+    "all-to-all of S bytes in total costs all-reduce(S/2) (bytes moved per rank)",
+    "P2P send: p2p.csv latency + size/bandwidth, else a 2-rank all-reduce of the same size",
+    "DP attention gathers with an all-reduce of the global tokens (SGLang SUM_LEN mode, no padding)",
+    "no custom all-reduce: every all-reduce priced with the NCCL curve of the bundle",
+]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A parallel layout of one model replica.
+
+    Attributes:
+        tp: tensor-parallel size (GPUs per pipeline stage).
+        ep: expert-parallel size (1 = experts sharded by TP).
+        pp: pipeline stages.
+        dp_attention: SGLang --enable-dp-attention with `dp` attention groups.
+        dp: data-parallel attention groups (defaults to tp when dp_attention).
+        moe_a2a: "none" (MoE reduced with an all-reduce) or "deepep" (dispatch/combine all-to-all).
+        speculative: MTP speculative decoding on.
+        spec_steps: draft passes per step (SGLang --speculative-num-steps).
+        draft_tokens: tokens verified per request (SGLang --speculative-num-draft-tokens).
+        variant: the allreduce.csv variant to price with ("default").
+    """
+
+    tp: int = 8
+    ep: int = 1
+    pp: int = 1
+    dp_attention: bool = False
+    dp: int | None = None
+    moe_a2a: str = "none"
+    speculative: bool = False
+    spec_steps: int = 3
+    draft_tokens: int = 4
+    variant: str = "default"
+
+    def __post_init__(self) -> None:
+        if self.tp < 1 or self.ep < 1 or self.pp < 1:
+            raise BadInput(f"layout sizes must be >= 1 (tp={self.tp}, ep={self.ep}, pp={self.pp})")
+        if self.moe_a2a not in ("none", "deepep"):
+            raise BadInput(f"moe_a2a must be 'none' or 'deepep', not {self.moe_a2a!r}")
+        if self.ep > self.tp:
+            raise BadInput(f"ep={self.ep} larger than tp={self.tp}: EP groups live inside the TP group")
+        if self.dp_attention and self.tp % self.dp_groups:
+            raise BadInput(f"tp={self.tp} not divisible by dp={self.dp_groups}")
+
+    @property
+    def dp_groups(self) -> int:
+        return (self.dp or self.tp) if self.dp_attention else 1
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    def label(self) -> str:
+        s = f"TP{self.tp}"
+        if self.ep > 1:
+            s += f" EP{self.ep}" + ("(deepep)" if self.moe_a2a == "deepep" else "")
+        if self.pp > 1:
+            s = f"PP{self.pp} x " + s
+        if self.dp_attention:
+            s += f" DP-attn{self.dp_groups}"
+        if self.speculative:
+            s += f" MTP{self.spec_steps}/{self.draft_tokens}"
+        return s
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One kind of collective in a decode step.
+
+    Attributes:
+        op: all_reduce | all_gather | all_to_all | p2p.
+        where: what it serves ("attention out", "moe out", "lm_head", "pp send", ...).
+        group_size: ranks taking part.
+        size_bytes: message size (all-reduce: the tensor; all-gather/all-to-all: the total).
+        count: how many per decode step.
+        phase: "decode", "verify" or "draft".
+    """
+
+    op: str
+    where: str
+    group_size: int
+    size_bytes: int
+    count: int
+    phase: str = "decode"
+
+
+def _act_bytes(card: Any) -> int:
+    weights = getattr(card, "weights", {}) or {}
+    if weights and all(g.dtype == "fp32" for g in weights.values()):
+        return 4
+    return 2
+
+
+def _forward(card: Any, layout: Layout, tokens: int, phase: str, a: int) -> list[Collective]:
+    """Collectives of one forward pass of the whole model over `tokens` tokens."""
+    h, tp = card.hidden_size, layout.tp
+    out: list[Collective] = []
+    msg = tokens * h * a
+    dense, moe = card.num_dense_layers, card.num_moe_layers
+    layers = dense + moe
+    if layers != card.num_layers:  # a card whose split does not add up: trust num_layers
+        dense, moe = card.num_layers - moe, moe
+        layers = card.num_layers
+    if tp > 1:
+        out.append(Collective(ALL_REDUCE, "embedding", tp, msg, 1, phase))
+        if layout.dp_attention:
+            attn_tp = tp // layout.dp_groups
+            if attn_tp > 1:
+                local = max(1, math.ceil(tokens / layout.dp_groups))
+                out.append(Collective(ALL_REDUCE, "attention out (attn TP)", attn_tp,
+                                      local * h * a, layers, phase))
+            out.append(Collective(ALL_REDUCE, "dp gather", tp, msg, layers, phase))
+        else:
+            out.append(Collective(ALL_REDUCE, "attention out", tp, msg, layers, phase))
+        if dense:
+            out.append(Collective(ALL_REDUCE, "mlp out", tp, msg, dense, phase))
+        if moe:
+            if layout.ep > 1 and layout.moe_a2a == "deepep":
+                a2a = tokens * card.experts_per_token * h * a
+                out.append(Collective(ALL_TO_ALL, "moe dispatch", layout.ep, a2a, moe, phase))
+                out.append(Collective(ALL_TO_ALL, "moe combine", layout.ep, a2a, moe, phase))
+            else:
+                out.append(Collective(ALL_REDUCE, "moe out", tp, msg, moe, phase))
+        out.append(Collective(ALL_GATHER, "lm_head logits", tp, tokens * card.vocab_size * a, 1, phase))
+    if layout.pp > 1:
+        out.append(Collective(P2P, "pp send (hidden + residual)", 2, 2 * msg, layout.pp - 1, phase))
+    return out
+
+
+def count_collectives(card: Any, layout: Layout, batch: int) -> list[Collective]:
+    """The collectives of one decode step at batch size `batch` (requests decoding together).
+
+    Args:
+        card: a pcieprof.serve.cards.ModelCard (num_layers, num_dense_layers, num_moe_layers,
+            hidden_size, vocab_size, experts_per_token, mtp_layers).
+        layout: the parallel layout.
+        batch: requests in the step (each decodes one token, or draft_tokens when speculative).
+    """
+    if batch < 1:
+        raise BadInput(f"batch must be >= 1 (got {batch})")
+    a = _act_bytes(card)
+    if not layout.speculative:
+        return _forward(card, layout, batch, "decode", a)
+    if card.mtp_layers < 1:
+        raise BadInput(f"{card.name} has no MTP layer: speculative decoding with MTP needs one")
+    out = _forward(card, layout, batch * layout.draft_tokens, "verify", a)
+    h, tp = card.hidden_size, layout.tp
+    if tp > 1:
+        steps = layout.spec_steps
+        msg = batch * h * a
+        out.append(Collective(ALL_REDUCE, "mtp attention + moe out", tp, msg, 2 * steps, "draft"))
+        out.append(Collective(ALL_REDUCE, "mtp embedding", tp, msg, steps, "draft"))
+        out.append(Collective(ALL_GATHER, "mtp lm_head logits", tp, batch * card.vocab_size * a,
+                              steps, "draft"))
+    return out
+
+
+class Pricer:
+    """Times of collectives from a topology bundle's allreduce.csv (and p2p.csv)."""
+
+    def __init__(self, bundle: Bundle, variant: str = "default") -> None:
+        ar = bundle.read_table("allreduce")
+        ar = ar[(ar["status"] == "ok") & ar["time_us"].notna() & (ar["size_bytes"] > 0)]
+        if ar.empty:
+            raise BadInput(f"{bundle.path}: no usable all-reduce rows in allreduce.csv",
+                           hint="run pcieprof topology (or --backend sim) first")
+        self.bundle = bundle
+        self.variant = variant if (ar["variant"] == variant).any() else str(ar["variant"].iloc[0])
+        self.ar = ar[ar["variant"] == self.variant]
+        self.p2p = bundle.read_table("p2p")
+        self.notes: list[str] = []
+        if self.variant != variant:
+            self.notes.append(f"variant {variant!r} not in the bundle; priced with {self.variant!r}")
+
+    def _curve(self, nranks: int) -> tuple[np.ndarray, np.ndarray, int]:
+        have = sorted(int(n) for n in self.ar["nranks"].unique())
+        n = nranks if nranks in have else min(have, key=lambda k: (abs(k - nranks), -k))
+        if n != nranks:
+            note = f"no {nranks}-rank all-reduce in the bundle; priced with the {n}-rank curve"
+            if note not in self.notes:
+                self.notes.append(note)
+        rows = self.ar[self.ar["nranks"] == n]
+        if (rows["dtype"] == "bf16").any():
+            rows = rows[rows["dtype"] == "bf16"]
+        g = rows.groupby("size_bytes")["time_us"].median().sort_index()
+        return g.index.to_numpy(dtype=float), g.to_numpy(dtype=float), n
+
+    def allreduce_us(self, nranks: int, size_bytes: float) -> tuple[float, int]:
+        """All-reduce time (us) for `size_bytes` over `nranks` and the group size priced with."""
+        sizes, times, n = self._curve(nranks)
+        if size_bytes <= sizes[0]:
+            return float(times[0]), n
+        if size_bytes >= sizes[-1]:
+            return float(times[-1] * size_bytes / sizes[-1]), n
+        return float(np.exp(np.interp(np.log(size_bytes), np.log(sizes), np.log(times)))), n
+
+    def p2p_us(self, size_bytes: float) -> tuple[float, str]:
+        p = self.p2p
+        if not p.empty:
+            ok = p[(p["status"] == "ok") & (p["path"] == "p2p") & (p["direction"] == "uni")]
+            lat = ok["latency_us"].dropna()
+            bw = ok["bandwidth_gbps"].dropna()
+            if len(lat) and len(bw):
+                return float(lat.median() + size_bytes / (bw.median() * 1e3)), "p2p.csv"
+        t, _ = self.allreduce_us(2, size_bytes)
+        return t, "allreduce.csv 2-rank"
+
+    def price(self, c: Collective) -> dict[str, Any]:
+        if c.op == ALL_REDUCE:
+            t, n = self.allreduce_us(c.group_size, c.size_bytes)
+            how = f"all-reduce {n} ranks"
+        elif c.op == ALL_GATHER:
+            t, n = self.allreduce_us(c.group_size, c.size_bytes)
+            t, how = 0.5 * t, f"0.5 x all-reduce {n} ranks (assumed)"
+        elif c.op == ALL_TO_ALL:
+            t, n = self.allreduce_us(c.group_size, c.size_bytes / 2)
+            how = f"all-reduce of S/2, {n} ranks (assumed)"
+        else:
+            t, how = self.p2p_us(c.size_bytes)
+        return {**asdict(c), "time_us_each": t, "time_us": t * c.count, "priced_with": how}
+
+
+def predict_step_comm(card: Any, layout: Layout, batch: int, topology_bundle: Bundle) -> dict[str, Any]:
+    """Predicted communication time of one decode step (us), collective by collective.
+
+    Args:
+        card: a ModelCard.
+        layout: the parallel layout.
+        batch: requests decoding together.
+        topology_bundle: a bundle with allreduce.csv (measured, simulated or imported).
+
+    Returns:
+        {"total_us", "n_collectives", "collectives": [...], "by_op": {op: us}, "source",
+         "backend", "variant", "notes", "assumptions", ...}.
+    """
+    pricer = Pricer(topology_bundle, layout.variant)
+    rows = [pricer.price(c) for c in count_collectives(card, layout, batch)]
+    by_op: dict[str, float] = {}
+    for r in rows:
+        by_op[r["op"]] = by_op.get(r["op"], 0.0) + r["time_us"]
+    return {
+        "model": card.name, "layout": asdict(layout), "layout_label": layout.label(),
+        "batch": batch, "total_us": float(sum(r["time_us"] for r in rows)),
+        "n_collectives": int(sum(r["count"] for r in rows)), "by_op": by_op, "collectives": rows,
+        "source": topology_bundle.part("allreduce").get("source") or topology_bundle.source,
+        "backend": topology_bundle.part("allreduce").get("backend") or topology_bundle.backend,
+        "topology_bundle": str(topology_bundle.path), "variant": pricer.variant,
+        "notes": pricer.notes, "assumptions": ASSUMPTIONS,
+    }
+
+
+# -- comparing the model with measurements -------------------------------------------------------
+
+def measured_decode_steps(serve_bundle: Bundle | None) -> dict[int, float]:
+    """Batch size -> measured decode step time (ms) from serve/decode_curve.csv, if present."""
+    if serve_bundle is None or not serve_bundle.has("serve/decode_curve.csv"):
+        return {}
+    df = pd.read_csv(serve_bundle.path / "serve" / "decode_curve.csv")
+    bcol = next((c for c in ("batch_size", "batch", "bs", "concurrency") if c in df.columns), None)
+    tcol = next((c for c in ("step_ms", "decode_step_ms", "step_time_ms", "tpot_ms", "median_step_ms")
+                 if c in df.columns), None)
+    if bcol is None or tcol is None:
+        return {}
+    if "status" in df.columns:
+        df = df[df["status"].astype(str) == "ok"]
+    return {int(b): float(t) for b, t in df.groupby(bcol)[tcol].median().items()}
+
+
+def trace_decode_comm(attribution: dict[str, Any] | None) -> dict[int, dict[str, float]]:
+    """Batch size -> mean per-step comm/exposed/span (ms) of DECODE steps in attribution.json
+    (mean over ranks of the per-rank means)."""
+    if not attribution:
+        return {}
+    acc: dict[int, dict[int, list[dict[str, float]]]] = {}
+    for s in attribution.get("steps", []):
+        if s.get("kind") != "DECODE" or s.get("bs") is None:
+            continue
+        acc.setdefault(int(s["bs"]), {}).setdefault(int(s["rank"]), []).append(s)
+    out = {}
+    for bs, by_rank in acc.items():
+        per = [{k: float(np.mean([x[k] for x in steps])) for k in ("comm_us", "exposed_comm_us", "span_us")}
+               for steps in by_rank.values()]
+        out[bs] = {k.replace("_us", "_ms"): float(np.mean([p[k] for p in per])) / 1e3
+                   for k in ("comm_us", "exposed_comm_us", "span_us")}
+    return out
+
+
+def comparison_table(card: Any, layout: Layout, batches: list[int], topology_bundle: Bundle,
+                     serve_bundle: Bundle | None = None,
+                     attribution: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Per batch size: measured step, predicted comm, trace comm, exposed comm, disagreement.
+
+    measured_step_ms comes from serve/decode_curve.csv, else from the trace's DECODE step spans;
+    compute_share = 1 - predicted comm / measured step; disagreement_pct = (trace comm -
+    predicted) / predicted x 100, empty where either is missing.
+    """
+    measured = measured_decode_steps(serve_bundle)
+    traced = trace_decode_comm(attribution)
+    rows = []
+    for b in batches:
+        p = predict_step_comm(card, layout, b, topology_bundle)
+        pred_ms = p["total_us"] / 1e3
+        t = traced.get(b, {})
+        step = measured.get(b, t.get("span_ms"))
+        step_from = "decode_curve.csv" if b in measured else ("trace" if t else None)
+        trace_ms = t.get("comm_ms")
+        rows.append({
+            "model": card.name, "layout": layout.label(), "batch": b,
+            "n_collectives": p["n_collectives"], "measured_step_ms": step,
+            "measured_step_from": step_from, "predicted_comm_ms": pred_ms,
+            "predicted_comm_share_pct": 100 * pred_ms / step if step else None,
+            "compute_share_pct": 100 * (1 - pred_ms / step) if step else None,
+            "trace_comm_ms": trace_ms, "exposed_comm_ms": t.get("exposed_comm_ms"),
+            "disagreement_pct": 100 * (trace_ms - pred_ms) / pred_ms if trace_ms is not None and pred_ms else None,
+            "priced_source": p["source"], "priced_backend": p["backend"], "variant": p["variant"],
+            "notes": "; ".join(p["notes"]),
+        })
+    return rows
