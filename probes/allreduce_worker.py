@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from pcieprof.schema import busbw_factor_allreduce
 from probes.plan import AllReduceCase, Plan, iters_for
-from probes.rows import RowWriter, dist_env, test_hook
+from probes.rows import RowWriter, die_with_parent, dist_env, test_hook
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 #: Bytes one size may move in timed iterations (fewer iterations at large sizes).
@@ -63,12 +63,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     plan = Plan.from_json(args.plan.read_text(encoding="utf-8"))
     case = plan.allreduce[args.case]
+    die_with_parent()
     rank, world, local_rank = dist_env()
     if world != len(case.ranks):
         raise SystemExit(f"case {case.label} needs {len(case.ranks)} ranks, got {world}")
     out = RowWriter(args.rows, rank)
     timeout = datetime.timedelta(seconds=max(plan.timeout_s, 30.0))
     cuda = plan.backend == "cuda"
+    out.event("init")
     if cuda:
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
@@ -79,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         device = torch.device("cpu")
         dist.init_process_group("gloo", timeout=timeout)
+    out.event("ready")
     budget = BUDGET_BYTES["cuda" if cuda else "cpu"]
     try:
         for dtype in case.dtypes:

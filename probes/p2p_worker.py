@@ -38,7 +38,7 @@ import torch.distributed as dist
 
 from probes.pattern import matches, pattern
 from probes.plan import ConcurrentCase, P2PCase, Plan
-from probes.rows import RowWriter, dist_env, test_hook
+from probes.rows import RowWriter, die_with_parent, dist_env, test_hook
 
 CPU_DETAIL = "cpu backend: host memcpy between processes; measures this machine, not a GPU fabric"
 
@@ -389,14 +389,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan", required=True, type=Path)
     ap.add_argument("--rows", required=True, type=Path, help="directory for rank<r>.jsonl")
     ap.add_argument("--part", choices=["p2p", "concurrent", "both"], default="both")
-    ap.add_argument("--skip", type=int, default=0, help="resume: skip the first N cases of the part")
+    ap.add_argument("--resume", default="", help="PART:INDEX, the first case to run (after a hang)")
     args = ap.parse_args(argv)
     plan = Plan.from_json(args.plan.read_text(encoding="utf-8"))
+    die_with_parent()
     rank, world, _ = dist_env()
     out = RowWriter(args.rows, rank)
     backend = plan.backend
     timeout = __import__("datetime").timedelta(seconds=max(plan.timeout_s, 30.0))
     parts = ["p2p", "concurrent"] if args.part == "both" else [args.part]
+    order = [(p, i) for p in parts for i in range(len(plan.p2p if p == "p2p" else plan.concurrent))]
+    if args.resume:
+        rp, _, ri = args.resume.partition(":")
+        order = order[order.index((rp, int(ri))):] if (rp, int(ri)) in order else []
+    out.event("init")
     if backend == "cpu":
         dist.init_process_group("gloo", timeout=timeout)
         shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else args.rows
@@ -407,36 +413,34 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("the cuda copy probe runs as one process (--nproc-per-node 1)")
         copier = CudaCopier(plan)
         detail = ""
+    out.event("ready")
     try:
-        for part in parts:
-            cases = plan.p2p if part == "p2p" else plan.concurrent
-            for idx, case in enumerate(cases):
-                if idx < args.skip:
-                    continue
-                out.event("start", part=part, case=idx)
-                test_hook(rank, idx if part == "p2p" else 10_000 + idx)
-                if part == "p2p":
-                    res = copier.run_p2p(idx, case)
-                    times, ok = res[0], res[1]
-                    why = res[2] if len(res) > 2 else ""
-                    if rank == 0:
-                        if times is None:
-                            row = p2p_row(case, backend, None, status="not_supported", detail=why)
-                        elif not ok:
-                            row = p2p_row(case, backend, None, status="error",
-                                          detail="copied bytes do not match the pattern")
-                        else:
-                            row = p2p_row(case, backend, times, detail=detail)
-                        out.row("p2p", row)
-                else:
-                    res = copier.run_concurrent(idx, case)
-                    spans, ok = res[0], res[1]
-                    why = res[2] if len(res) > 2 else ""
-                    if rank == 0:
-                        d = "; ".join(x for x in (detail, case.detail, why) if x)
-                        for row in concurrent_rows(case, backend, spans, ok, d):
-                            out.row("concurrent", row)
-                out.event("done", part=part, case=idx)
+        for part, idx in order:
+            case: Any = (plan.p2p if part == "p2p" else plan.concurrent)[idx]
+            out.event("start", part=part, case=idx)
+            test_hook(rank, idx if part == "p2p" else 10_000 + idx)
+            if part == "p2p":
+                res = copier.run_p2p(idx, case)
+                times, ok = res[0], res[1]
+                why = res[2] if len(res) > 2 else ""
+                if rank == 0:
+                    if times is None:
+                        row = p2p_row(case, backend, None, status="not_supported", detail=why)
+                    elif not ok:
+                        row = p2p_row(case, backend, None, status="error",
+                                      detail="copied bytes do not match the pattern")
+                    else:
+                        row = p2p_row(case, backend, times, detail=detail)
+                    out.row("p2p", row)
+            else:
+                res = copier.run_concurrent(idx, case)
+                spans, ok = res[0], res[1]
+                why = res[2] if len(res) > 2 else ""
+                if rank == 0:
+                    d = "; ".join(x for x in (detail, case.detail, why) if x)
+                    for row in concurrent_rows(case, backend, spans, ok, d):
+                        out.row("concurrent", row)
+            out.event("done", part=part, case=idx)
     finally:
         if backend == "cpu":
             copier.close()

@@ -79,6 +79,18 @@ def test_hook(rank: int, where: int) -> None:
             os._exit(17)
 
 
+def die_with_parent() -> None:
+    """Ask Linux to kill this worker when its parent (the torchrun agent) dies, so a killed run
+    never leaves workers behind (PR_SET_PDEATHSIG; a no-op elsewhere)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def dist_env() -> tuple[int, int, int]:
     """(rank, world_size, local_rank) as torchrun sets them."""
     return (int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")),
