@@ -153,3 +153,41 @@ def is_flat(tree: dict[str, Any]) -> bool | None:
     if any(len(p) > 1 for p in paths):
         return False
     return len({p[0].rsplit(":", 1)[0] for p in paths}) == 1
+
+
+def _switch_of(bdf: str, nodes: dict[str, dict[str, Any]]) -> str:
+    """The switch a port belongs to (its upstream port's bdf); any other bridge is its own."""
+    n = nodes[bdf]
+    if n["kind"] == "switch_downstream" and n["parent"] in nodes:
+        return n["parent"]
+    return bdf
+
+
+def derive_level(tree: dict[str, Any], a: int, b: int, numa: dict[int, int | None]) -> str | None:
+    """The `nvidia-smi topo -m` level of GPUs a and b, worked out from the PCIe tree.
+
+    Rules (NVML's level names): below one switch, or one bridge -> PIX; below a common bridge
+    through several switches/bridges -> PXB; no common bridge but the same root bus (host bridge)
+    -> PHB; different host bridges in one NUMA node -> NODE; different NUMA nodes -> SYS. The
+    ports of one switch count as one bridge, which is how NVML reports two GPUs on one
+    Broadcom switch (PIX). None when NUMA nodes are needed and unknown.
+    """
+    nodes = {n["bdf"]: n for n in tree["nodes"]}
+    pa, pb = tree["gpu_paths"].get(str(a)), tree["gpu_paths"].get(str(b))
+    if not pa or not pb:
+        return None
+    if a == b:
+        return "X"
+    up_b = pb[1:]
+    common = next((x for x in pa[1:] if x in up_b), None)
+    if common is not None:
+        hops = pa[1:pa.index(common)] + up_b[:up_b.index(common)] + [common]
+        switches = {_switch_of(h, nodes) for h in hops if h in nodes}
+        return "PIX" if len(switches) <= 1 else "PXB"
+    root_bus_a, root_bus_b = pa[-1].rsplit(":", 1)[0], pb[-1].rsplit(":", 1)[0]
+    if root_bus_a == root_bus_b:
+        return "PHB"
+    na, nb = numa.get(a), numa.get(b)
+    if na is None or nb is None:
+        return None
+    return "NODE" if na == nb else "SYS"
