@@ -1,0 +1,96 @@
+"""Which tool wrote a file: decided from its content, never from its name.
+
+`detect(text)` tries the formats in FORMATS order; the order matters where one output can hold
+another's lines (nccl-tests output often carries NCCL INFO lines, so it is tried before the NCCL
+log; `topo -p2p` before `topo -m`, whose header looks alike).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from pcieprof.importers import nccl_log, nccl_tests, nccl_xml, nvbandwidth
+from pcieprof.importers import p2p_bandwidth_latency, topo_p2p
+from pcieprof.importers._text import split_lines, strip_ansi
+
+_LEVEL_CELL = re.compile(r"^(X|SYS|NODE|PHB|PXB|PIX|SOC|NV\d+)$")
+
+
+def _is_topo_m(text: str) -> bool:
+    lines = [strip_ansi(l) for l in split_lines(text) if l.strip()]
+    for k, line in enumerate(lines[:5]):
+        if re.search(r"\bGPU0\b", line) and k + 1 < len(lines):
+            cells = [c.strip() for c in lines[k + 1].split("\t")]
+            if cells and re.fullmatch(r"(GPU|NIC)\d+", cells[0]) and any(
+                    _LEVEL_CELL.match(c) for c in cells[1:]):
+                return True
+    return "PIX  = Connection traversing" in text
+
+
+def _is_smi_q(text: str) -> bool:
+    head = text[:5000]
+    return "NVSMI LOG" in head or bool(re.search(r"^Attached GPUs\s*:", head, re.M))
+
+
+_LSPCI_DEV = re.compile(r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] \S")
+
+
+def _is_lspci(text: str) -> bool:
+    lines = split_lines(text)
+    devs = sum(1 for l in lines[:5000] if _LSPCI_DEV.match(l))
+    return devs >= 1 and any(l.startswith("\t") for l in lines[:200])
+
+
+def _is_cmdline(text: str) -> bool:
+    lines = [l for l in split_lines(text) if l.strip()]
+    return (len(lines) == 1 and ("BOOT_IMAGE=" in lines[0] or re.search(r"(^|\s)root=", lines[0])
+                                 is not None) and not lines[0].startswith("["))
+
+
+def _is_numactl(text: str) -> bool:
+    return bool(re.search(r"^available: \d+ nodes", text[:2000], re.M))
+
+
+def _is_lscpu(text: str) -> bool:
+    head = text[:4000]
+    return bool(re.search(r"^Architecture:\s+\S", head, re.M) and re.search(r"^CPU\(s\):", head, re.M))
+
+
+def _is_dmesg(text: str) -> bool:
+    lines = [l for l in split_lines(text)[:200] if l.strip()]
+    stamped = sum(1 for l in lines if re.match(r"^\[\s*\d+\.\d+\] ", l))
+    return bool(lines) and stamped >= max(1, len(lines) // 2)
+
+
+#: format name -> (content test, what it is). Tried in this order.
+FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
+    "nccl-graph-xml": (nccl_xml.looks_like_graph, "NCCL graph XML (NCCL_GRAPH_FILE)"),
+    "nccl-topo-xml": (nccl_xml.looks_like_topo, "NCCL topology XML (NCCL_TOPO_FILE)"),
+    "nvbandwidth-json": (nvbandwidth.looks_like_json, "nvbandwidth -j"),
+    "p2pBandwidthLatencyTest": (p2p_bandwidth_latency.looks_like,
+                                "cuda-samples p2pBandwidthLatencyTest"),
+    "nccl-tests": (nccl_tests.looks_like, "nccl-tests *_perf"),
+    "nvbandwidth": (nvbandwidth.looks_like_text, "nvbandwidth"),
+    "nvidia-smi-topo-p2p": (topo_p2p.looks_like, "nvidia-smi topo -p2p"),
+    "nvidia-smi-topo-m": (_is_topo_m, "nvidia-smi topo -m"),
+    "nvidia-smi-q": (_is_smi_q, "nvidia-smi -q"),
+    "lspci": (_is_lspci, "lspci -vvv"),
+    "nccl-log": (nccl_log.looks_like, "NCCL_DEBUG=INFO log"),
+    "numactl": (_is_numactl, "numactl -H"),
+    "lscpu": (_is_lscpu, "lscpu"),
+    "cmdline": (_is_cmdline, "/proc/cmdline"),
+    "dmesg": (_is_dmesg, "dmesg"),
+}
+
+#: Formats that describe the machine and go through the discovery parsers together.
+MACHINE_LOGS = ("nvidia-smi-q", "lspci", "nvidia-smi-topo-m", "numactl", "lscpu", "cmdline",
+                "dmesg")
+
+
+def detect(text: str) -> str | None:
+    """The format name of `text` (a key of FORMATS), or None when no importer knows it."""
+    for fmt, (test, _what) in FORMATS.items():
+        if test(text):
+            return fmt
+    return None

@@ -1,0 +1,310 @@
+"""NCCL topology XML (`NCCL_TOPO_FILE`, `NCCL_TOPO_DUMP_FILE`) and graph XML (`NCCL_GRAPH_FILE`).
+
+Topology (NVIDIA/nccl src/graph/xml.cc, topo.cc): `<system version="1">` holding `<cpu numaid=
+affinity= arch= vendor= familyid= modelid=>`, and under each CPU `<pci busid= class= vendor=
+device= link_speed= link_width=>` elements (nested through switches) with `<gpu dev= sm= rank=
+gdr=>` (and `<nvlink target= count= tclass=>`) or `<nic>` / `<net name= dev= speed= ...>`.
+
+Graphs (src/graph/search.cc, ncclTopoGetGraphFromXmlSub / ncclTopoGetChannelFromXml): root
+`<graphs version="1">`, each `<graph>` with the integer attributes id, pattern, crossnic,
+nchannels, samechannels, the floats speedintra, speedinter (latencyinter optional, 0 when
+missing), the link types typeintra / typeinter (LOC, NVL, NVB, C2C, PIX, PXB, PXN, P2C, PHB, SYS,
+NET, DIS), and `<channel>` children listing `<net dev=>` and `<gpu dev=>` in order. NCCL refuses a
+file whose root is not `graphs`, a graph missing one of those attributes or with an unknown link
+type, and a `<gpu>`/`<net>` without `dev`; this parser refuses the same, and also what would leave
+NCCL with garbage: a graph without channels, a channel without GPUs, channels of different GPU
+counts, a GPU twice in one channel, and `nchannels` not matching the channels given.
+Pattern numbers (src/include/graph.h): 1 balanced tree, 2 split tree, 3 tree, 4 ring, 5 NVLS,
+6 CollNet direct.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.parsers.expat
+from dataclasses import dataclass, field
+from typing import Any
+
+from pcieprof.importers._text import fail
+
+TOPO_FORMAT = "pcieprof.nccl_topo/1"
+GRAPH_FORMAT = "pcieprof.nccl_graph/1"
+
+PATTERNS = {1: "balanced_tree", 2: "split_tree", 3: "tree", 4: "ring", 5: "nvls",
+            6: "collnet_direct"}
+LINK_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "PXN", "P2C", "PHB", "SYS", "NET", "DIS")
+_GRAPH_INT = ("id", "pattern", "crossnic", "nchannels", "samechannels")
+_GRAPH_FLOAT = ("speedintra", "speedinter")
+
+
+@dataclass
+class Node:
+    """An XML element with the line it starts on."""
+
+    tag: str
+    attrs: dict[str, str]
+    line: int
+    children: list["Node"] = field(default_factory=list)
+
+
+def parse_xml(text: str, name: str) -> Node:
+    """Parse XML keeping line numbers; malformed or truncated XML -> one-line BadInput."""
+    stack: list[Node] = []
+    root: list[Node] = []
+    parser = xml.parsers.expat.ParserCreate()
+
+    def start(tag: str, attrs: dict[str, str]) -> None:
+        node = Node(tag, dict(attrs), parser.CurrentLineNumber)
+        if stack:
+            stack[-1].children.append(node)
+        else:
+            root.append(node)
+        stack.append(node)
+
+    def end(_tag: str) -> None:
+        stack.pop()
+
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    try:
+        parser.Parse(text, True)
+    except xml.parsers.expat.ExpatError as exc:
+        what = xml.parsers.expat.ErrorString(exc.code)
+        fail(name, exc.lineno, f"well-formed XML ({what}"
+             + ("; the file looks truncated)" if "no element" in what or "unclosed" in what
+                or "incomplete" in what else ")"))
+    if not root:
+        fail(name, 1, "an XML document")
+    return root[0]
+
+
+def looks_like_topo(text: str) -> bool:
+    """True for an NCCL topology XML (`<system ...>` root)."""
+    return bool(re.match(r"\s*(<\?xml[^>]*>\s*)?<system[\s>]", text))
+
+
+def looks_like_graph(text: str) -> bool:
+    """True for an NCCL graph XML (`<graphs ...>` root)."""
+    return bool(re.match(r"\s*(<\?xml[^>]*>\s*)?<graphs[\s>]", text))
+
+
+def _int(node: Node, attr: str, name: str, *, required: bool = True, base: int = 10
+         ) -> int | None:
+    v = node.attrs.get(attr)
+    if v is None:
+        if required:
+            fail(name, node.line, f"attribute {attr}=\"<integer>\" on <{node.tag}>")
+        return None
+    try:
+        return int(v, base)
+    except ValueError:
+        fail(name, node.line, f"an integer for {attr} on <{node.tag}>", got=v)
+
+
+def _float(node: Node, attr: str, name: str, *, required: bool = True) -> float | None:
+    v = node.attrs.get(attr)
+    if v is None:
+        if required:
+            fail(name, node.line, f"attribute {attr}=\"<number>\" on <{node.tag}>")
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        fail(name, node.line, f"a number for {attr} on <{node.tag}>", got=v)
+
+
+def parse_graph_xml(text: str, name: str = "<graph.xml>") -> dict[str, Any]:
+    """Parse an NCCL graph file (`NCCL_GRAPH_FILE` / `NCCL_GRAPH_DUMP_FILE`).
+
+    Args:
+        text: the XML.
+        name: file name for messages.
+
+    Returns:
+        {"format": "pcieprof.nccl_graph/1", "version": 1, "graphs": [{"id", "pattern",
+        "pattern_name", "crossnic", "nchannels", "speedintra", "speedinter" (GB/s as NCCL
+        means them), "latencyinter" (us, 0.0 when absent), "typeintra", "typeinter",
+        "samechannels", "channels": [{"gpus": [dev, ...], "nets": [dev, ...]}]}]}.
+
+    Raises:
+        BadInput: what NCCL would refuse or misread (see the module docstring), with the line.
+    """
+    root = parse_xml(text, name)
+    if root.tag != "graphs":
+        fail(name, root.line, "the root element <graphs version=\"1\">", got=f"<{root.tag}>")
+    version = _int(root, "version", name)
+    if version != 1:
+        fail(name, root.line, "graphs version=\"1\" (the only version NCCL writes)",
+             got=str(version))
+    graphs = []
+    ids: set[int] = set()
+    for g in root.children:
+        if g.tag != "graph":
+            fail(name, g.line, "<graph> elements inside <graphs>", got=f"<{g.tag}>")
+        rec: dict[str, Any] = {k: _int(g, k, name) for k in _GRAPH_INT}
+        rec.update({k: _float(g, k, name) for k in _GRAPH_FLOAT})
+        lat = _float(g, "latencyinter", name, required=False)
+        rec["latencyinter"] = 0.0 if lat is None else lat
+        for k in ("typeintra", "typeinter"):
+            v = g.attrs.get(k)
+            if v is None:
+                fail(name, g.line, f"attribute {k}=\"<link type>\" on <graph>")
+            if v not in LINK_TYPES:
+                fail(name, g.line, f"{k} in {', '.join(LINK_TYPES)}", got=v)
+            rec[k] = v
+        if rec["id"] in ids:
+            fail(name, g.line, f"a graph id not used before (id {rec['id']} repeats)")
+        ids.add(rec["id"])
+        rec["pattern_name"] = PATTERNS.get(rec["pattern"], "unknown")
+        channels = []
+        width: int | None = None
+        for ch in g.children:
+            if ch.tag != "channel":
+                fail(name, ch.line, "<channel> elements inside <graph>", got=f"<{ch.tag}>")
+            gpus: list[int] = []
+            nets: list[int] = []
+            for dev in ch.children:
+                if dev.tag not in ("gpu", "net"):
+                    fail(name, dev.line, "<gpu dev=...> or <net dev=...> inside <channel>",
+                         got=f"<{dev.tag}>")
+                d = _int(dev, "dev", name)
+                (gpus if dev.tag == "gpu" else nets).append(d)
+                if dev.tag == "gpu" and gpus.count(d) > 1:
+                    fail(name, dev.line, f"each GPU once per channel (gpu dev={d} repeats)")
+            if not gpus:
+                fail(name, ch.line, "at least one <gpu dev=...> in the channel")
+            if width is not None and len(gpus) != width:
+                fail(name, ch.line, f"{width} GPUs in every channel of the graph", got=str(len(gpus)))
+            width = len(gpus)
+            channels.append({"gpus": gpus, "nets": nets})
+        if not channels:
+            fail(name, g.line, "at least one <channel> in the graph")
+        if rec["nchannels"] != len(channels):
+            fail(name, g.line, f"nchannels=\"{len(channels)}\" (the number of <channel> elements)",
+                 got=str(rec["nchannels"]))
+        rec["channels"] = channels
+        graphs.append(rec)
+    if not graphs:
+        fail(name, root.line, "at least one <graph> inside <graphs>")
+    return {"format": GRAPH_FORMAT, "version": version, "graphs": graphs}
+
+
+def parse_topo_xml(text: str, name: str = "<topo.xml>") -> dict[str, Any]:
+    """Parse an NCCL topology file (`NCCL_TOPO_FILE` / `NCCL_TOPO_DUMP_FILE`).
+
+    Args:
+        text: the XML.
+        name: file name for messages.
+
+    Returns:
+        {"format": "pcieprof.nccl_topo/1", "version": 1,
+         "cpus": [{"numaid", "affinity", "cpus" (list form of the mask), "arch", "vendor",
+                   "familyid", "modelid"}],
+         "pci": [{"busid", "parent" (busid or None under a CPU), "numaid", "class", "vendor",
+                  "device", "link_speed", "link_width"}],
+         "gpus": [{"dev", "rank", "sm", "gdr", "busid", "numaid", "pci_path" (busids from the
+                   GPU up to its CPU), "nvlinks": [{"target", "count", "tclass"}]}],
+         "nics": [{"name", "dev", "speed", "port", "latency", "guid", "maxconn", "gdr",
+                   "busid", "numaid"}]}.
+
+    Raises:
+        BadInput: malformed XML, a root other than <system>, a CPU without numaid, a PCI device
+            without busid, a GPU without dev, with the line.
+    """
+    root = parse_xml(text, name)
+    if root.tag != "system":
+        fail(name, root.line, "the root element <system version=\"1\">", got=f"<{root.tag}>")
+    version = _int(root, "version", name)
+    out: dict[str, Any] = {"format": TOPO_FORMAT, "version": version, "cpus": [], "pci": [],
+                           "gpus": [], "nics": []}
+
+    def walk(node: Node, numaid: int | None, path: list[str]) -> None:
+        for child in node.children:
+            if child.tag == "cpu":
+                nid = _int(child, "numaid", name)
+                aff = child.attrs.get("affinity")
+                out["cpus"].append({"numaid": nid, "affinity": aff,
+                                    "cpus": _mask_to_list(aff, name, child.line),
+                                    "arch": child.attrs.get("arch"),
+                                    "vendor": child.attrs.get("vendor"),
+                                    "familyid": _int(child, "familyid", name, required=False),
+                                    "modelid": _int(child, "modelid", name, required=False)})
+                walk(child, nid, [])
+            elif child.tag == "pci":
+                bus = child.attrs.get("busid")
+                if not bus:
+                    fail(name, child.line, "attribute busid=\"dddd:bb:dd.f\" on <pci>")
+                bus = bus.lower()
+                width = child.attrs.get("link_width")
+                out["pci"].append({"busid": bus, "parent": path[-1] if path else None,
+                                   "numaid": numaid, "class": child.attrs.get("class"),
+                                   "vendor": child.attrs.get("vendor"),
+                                   "device": child.attrs.get("device"),
+                                   "link_speed": child.attrs.get("link_speed") or None,
+                                   "link_width": int(width) if width and width.isdigit() else None})
+                walk(child, numaid, path + [bus])
+            elif child.tag == "gpu":
+                out["gpus"].append({
+                    "dev": _int(child, "dev", name), "rank": _int(child, "rank", name,
+                                                                  required=False),
+                    "sm": _int(child, "sm", name, required=False),
+                    "gdr": _int(child, "gdr", name, required=False),
+                    "busid": path[-1] if path else None, "numaid": numaid,
+                    "pci_path": list(reversed(path)),
+                    "nvlinks": [{"target": n.attrs.get("target"),
+                                 "count": _int(n, "count", name, required=False),
+                                 "tclass": n.attrs.get("tclass")}
+                                for n in child.children if n.tag == "nvlink"]})
+            elif child.tag == "nic":
+                walk(child, numaid, path)
+            elif child.tag == "net":
+                rec = {k: child.attrs.get(k) for k in ("name", "guid")}
+                for k in ("dev", "speed", "port", "maxconn", "gdr"):
+                    rec[k] = _int(child, k, name, required=k == "dev")
+                rec["latency"] = _float(child, "latency", name, required=False)
+                rec["busid"] = path[-1] if path else None
+                rec["numaid"] = numaid
+                out["nics"].append(rec)
+            else:
+                walk(child, numaid, path)
+
+    walk(root, None, [])
+    if not out["cpus"]:
+        fail(name, root.line, "at least one <cpu numaid=...> inside <system>")
+    return out
+
+
+def _mask_to_list(mask: str | None, name: str, line: int) -> str | None:
+    """NCCL's affinity mask ("00000000,00ffffff", 32-bit words, most significant first) as a
+    CPU list like "0-23"."""
+    if not mask:
+        return None
+    try:
+        value = int(mask.replace(",", ""), 16)
+    except ValueError:
+        fail(name, line, "a hex CPU mask for affinity", got=mask)
+    cpus = [i for i in range(value.bit_length()) if value >> i & 1]
+    ranges: list[str] = []
+    for c in cpus:
+        if ranges and "-" in ranges[-1] and int(ranges[-1].split("-")[1]) == c - 1:
+            ranges[-1] = f"{ranges[-1].split('-')[0]}-{c}"
+        elif ranges and "-" not in ranges[-1] and int(ranges[-1]) == c - 1:
+            ranges[-1] = f"{ranges[-1]}-{c}"
+        else:
+            ranges.append(str(c))
+    return ",".join(ranges)
+
+
+def summarize_graph(doc: dict[str, Any]) -> str:
+    """One line per graph file: pattern, channels and the first channel's GPU order."""
+    parts = []
+    for g in doc["graphs"]:
+        parts.append(f"graph {g['id']} {g['pattern_name']} x{g['nchannels']} "
+                     f"({' '.join(map(str, g['channels'][0]['gpus']))}) {g['typeintra']}")
+    return "NCCL graph XML: " + "; ".join(parts)
+
+
+def summarize_topo(doc: dict[str, Any]) -> str:
+    """One line: CPUs, GPUs, NICs."""
+    return (f"NCCL topology XML: {len(doc['cpus'])} CPUs/NUMA nodes, {len(doc['gpus'])} GPUs, "
+            f"{len(doc['nics'])} NICs, {len(doc['pci'])} PCI devices")

@@ -1,0 +1,99 @@
+"""Run the right parser on one file's text, the format found by content."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pcieprof.importers import nccl_log, nccl_tests, nccl_xml, nvbandwidth
+from pcieprof.importers import p2p_bandwidth_latency, topo_p2p
+from pcieprof.importers._text import fail
+from pcieprof.importers.detect import FORMATS, MACHINE_LOGS, detect
+from pcieprof.importers.records import GpuRecord, Parsed
+
+
+def parse_text(text: str, name: str, fmt: str | None = None) -> Parsed:
+    """Detect the format of `text` (unless `fmt` is given) and parse it.
+
+    Args:
+        text: the file's content.
+        name: the file name, for messages (and, for topo -p2p, the capability letter).
+        fmt: force a format (a key of detect.FORMATS).
+
+    Returns:
+        Parsed; NCCL logs and XML files carry their dict in `documents`.
+
+    Raises:
+        BadInput: an unknown format, or the parser's one-line error.
+    """
+    fmt = fmt or detect(text)
+    if fmt is None:
+        fail(name, None, "the output of one of: " + ", ".join(w for _t, w in FORMATS.values()))
+    if fmt == "nvidia-smi-topo-p2p":
+        return topo_p2p.parse_topo_p2p(text, name)
+    if fmt == "p2pBandwidthLatencyTest":
+        return p2p_bandwidth_latency.parse_p2p_bandwidth_latency(text, name)
+    if fmt == "nvbandwidth":
+        return nvbandwidth.parse_nvbandwidth_text(text, name)
+    if fmt == "nvbandwidth-json":
+        return nvbandwidth.parse_nvbandwidth_json(text, name)
+    if fmt == "nccl-tests":
+        parsed = nccl_tests.parse_nccl_tests(text, name)
+        if nccl_log.looks_like(text):  # NCCL_DEBUG=INFO mixed into the nccl-tests output
+            choices = nccl_log.parse_nccl_log(text, name)
+            parsed.documents["nccl_choices"] = choices
+            parsed.summary += "; " + nccl_log.summarize(choices)
+        return parsed
+    if fmt == "nccl-log":
+        choices = nccl_log.parse_nccl_log(text, name)
+        return Parsed(format=fmt, name=name, documents={"nccl_choices": choices},
+                      facts={"nccl_version": choices["nccl_version"]},
+                      summary=nccl_log.summarize(choices))
+    if fmt == "nccl-graph-xml":
+        doc = nccl_xml.parse_graph_xml(text, name)
+        return Parsed(format=fmt, name=name, documents={"nccl_graph": doc},
+                      summary=nccl_xml.summarize_graph(doc))
+    if fmt == "nccl-topo-xml":
+        doc = nccl_xml.parse_topo_xml(text, name)
+        return Parsed(format=fmt, name=name, documents={"nccl_topo": doc},
+                      summary=nccl_xml.summarize_topo(doc))
+    if fmt in MACHINE_LOGS:
+        return _machine_log(text, name, fmt)
+    fail(name, None, f"a format with an importer (got {fmt!r})")
+
+
+def _machine_log(text: str, name: str, fmt: str) -> Parsed:
+    """Check one machine log with A's discovery parser (errors name file and line)."""
+    facts: dict[str, Any] = {}
+    parsed = Parsed(format=fmt, name=name)
+    if fmt == "lspci":
+        from pcieprof.discover.lspci import parse_lspci
+
+        devices = parse_lspci(text, source=name)
+        facts["pci_devices"] = len(devices)
+        parsed.summary = f"lspci -vvv: {len(devices)} PCI devices"
+    elif fmt == "nvidia-smi-q":
+        from pcieprof.discover.smi_query import parse_smi_query
+
+        q = parse_smi_query(text, source=name)
+        facts.update(driver_version=q["driver_version"], cuda_version=q["cuda_version"],
+                     gpus=len(q["gpus"]))
+        parsed.gpus = [GpuRecord(g["index"], g.get("name"), g.get("bus_id")) for g in q["gpus"]]
+        parsed.summary = (f"nvidia-smi -q: {len(q['gpus'])} GPUs, driver {q['driver_version']}, "
+                          f"CUDA {q['cuda_version']}")
+    elif fmt == "nvidia-smi-topo-m":
+        from pcieprof.discover.topo_matrix import parse_topo_matrix
+
+        t = parse_topo_matrix(text, source=name)
+        parsed.pair_levels = {(p["a"], p["b"]): p["level"] for p in t["pairs"]}
+        counts: dict[str, int] = {}
+        for lvl in parsed.pair_levels.values():
+            counts[lvl] = counts.get(lvl, 0) + 1
+        facts.update(gpus=t["gpus"], levels=counts)
+        parsed.documents["topo_m"] = t
+        parsed.summary = (f"nvidia-smi topo -m: {t['gpus']} GPUs, "
+                          + ", ".join(f"{v} pairs {k}" for k, v in sorted(counts.items())))
+    else:
+        what = FORMATS[fmt][1]
+        parsed.summary = f"{what}: {len(text.splitlines())} lines (machine log)"
+    parsed.facts = facts
+    return parsed
