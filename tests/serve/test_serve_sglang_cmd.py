@@ -1,0 +1,92 @@
+"""Command building without SGLang installed: argv shape, layout checks, old-release translation."""
+
+from __future__ import annotations
+
+import pytest
+
+from pcieprof.errors import BadInput
+from pcieprof.serve.cards import load_card
+from pcieprof.serve.sglang_cmd import LaunchConfig, ParserSpec, build_command, recorded_env
+
+GLM5 = load_card("glm5-nvfp4")
+
+
+def _opt(action: str = "_StoreAction", choices=None, nargs=None) -> dict:
+    return {"dest": "", "nargs": nargs, "choices": choices, "action": action, "new_flag": None,
+            "help": ""}
+
+
+def _old_release() -> ParserSpec:
+    """The option names of an SGLang release before the DSA rename (as their docs spell them)."""
+    flags = ["--model-path", "--tp-size", "--ep-size", "--dp-size", "--quantization",
+             "--kv-cache-dtype", "--attention-backend", "--nsa-prefill-backend",
+             "--nsa-decode-backend", "--cuda-graph-max-bs", "--host", "--port",
+             "--trust-remote-code", "--disable-custom-all-reduce", "--mem-fraction-static",
+             "--max-running-requests", "--chunked-prefill-size", "--fp4-gemm-backend",
+             "--moe-runner-backend"]
+    opts = {f: _opt() for f in flags}
+    opts["--disable-cuda-graph"] = _opt(nargs=0)
+    opts["--enable-dp-attention"] = _opt(nargs=0)
+    opts["--attention-backend"] = _opt(choices=["flashinfer", "nsa", "triton"])
+    return ParserSpec(version="0.5.9-like", options=opts, source="test table")
+
+
+def test_argv_is_a_list_with_card_facts_and_env() -> None:
+    cmd = build_command(GLM5, LaunchConfig(), python="python3")
+    assert isinstance(cmd.argv, list) and cmd.argv[:3] == ["python3", "-m", "sglang.launch_server"]
+    a = cmd.argv
+    assert a[a.index("--tp-size") + 1] == "8"
+    assert a[a.index("--quantization") + 1] == "modelopt_fp4"
+    assert a[a.index("--kv-cache-dtype") + 1] == "bf16"
+    assert a[a.index("--host") + 1] == "127.0.0.1"
+    assert cmd.env["SGLANG_ENABLE_JIT_DEEPGEMM"] == "0"
+    assert "not checked" in cmd.notes[0]
+    assert "NCCL_P2P_LEVEL=SYS" in cmd.shell()
+
+
+def test_user_extras_override_card_flags() -> None:
+    cmd = build_command(GLM5, LaunchConfig(extra_args=("--mem-fraction-static", "0.92")))
+    a = cmd.argv
+    assert a.count("--mem-fraction-static") == 1
+    assert a[a.index("--mem-fraction-static") + 1] == "0.92"
+
+
+def test_multinode_and_layout_checks() -> None:
+    cmd = build_command(GLM5, LaunchConfig(nnodes=2, node_rank=1, dist_init_addr="10.0.0.1:5000"))
+    a = cmd.argv
+    assert a[a.index("--nnodes") + 1] == "2" and a[a.index("--node-rank") + 1] == "1"
+    assert a[a.index("--dist-init-addr") + 1] == "10.0.0.1:5000"
+    with pytest.raises(BadInput, match="dist-init-addr"):
+        build_command(GLM5, LaunchConfig(nnodes=2))
+    with pytest.raises(BadInput, match="must divide"):
+        build_command(GLM5, LaunchConfig(tp=8, ep=3))
+    with pytest.raises(BadInput, match="needs --dp"):
+        build_command(GLM5, LaunchConfig(dp_attention=True))
+
+
+def test_new_spellings_translated_back_for_an_older_release() -> None:
+    cfg = LaunchConfig(dsa_prefill_backend="flashinfer", attention_backend="dsa", cuda_graph=False,
+                       dp=2, dp_attention=True)
+    cmd = build_command(GLM5, cfg, parser=_old_release())
+    a = cmd.argv
+    assert "--nsa-prefill-backend" in a and "--dsa-prefill-backend" not in a
+    assert a[a.index("--attention-backend") + 1] == "nsa"
+    assert "--disable-cuda-graph" in a and "--cuda-graph-backend-decode" not in a
+    assert "--cuda-graph-max-bs" in a
+    assert a[a.index("--dp-size") + 1] == "2" and "--enable-dp-attention" in a
+    assert len(cmd.notes) >= 4
+
+
+def test_reference_server_command() -> None:
+    tiny = load_card("tiny-cpu")
+    cmd = build_command(tiny, LaunchConfig(tp=2, port=31000, inject="nan-after 20"))
+    assert cmd.reference
+    assert cmd.argv[1:3] == ["-m", "pcieprof.refserver"]
+    assert cmd.argv[3:] == ["--tp-size", "2", "--host", "127.0.0.1", "--port", "31000",
+                            "--inject", "nan-after", "20"]
+
+
+def test_recorded_env_keeps_nccl_and_sglang_only() -> None:
+    cmd = build_command(GLM5, LaunchConfig(env={"NCCL_PROTO": "LL"}))
+    env = recorded_env(cmd, base={"NCCL_DEBUG": "INFO", "HOME": "/root", "SGLANG_X": "1"})
+    assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_PROTO"] == "LL" and "HOME" not in env
