@@ -1,0 +1,244 @@
+"""Command-line flags of the reference server, spelled as SGLang spells them.
+
+`python -m sglang.launch_server` takes `--model-path`, `--tp-size`, `--host`, `--port`,
+`--max-running-requests`, `--random-seed`, ... (sgl-project/sglang
+python/sglang/srt/server_args.py). The reference server accepts the same names for what it does,
+a few GPU-only SGLang flags that have no meaning here (accepted, logged as ignored, so that a
+serve-bench launch configuration can be pointed at it unchanged), and its own `--inject` for fault
+injection. Anything else is refused with one clear line, as SGLang's argparse refuses unknown
+flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+MODEL_NAME = "tiny-cpu"
+
+# SGLang flags that only steer GPU kernels. They are accepted and recorded so that the same launch
+# line works here, and the log says they were ignored.
+IGNORED_GPU_FLAGS: tuple[str, ...] = (
+    "--attention-backend",
+    "--prefill-attention-backend",
+    "--decode-attention-backend",
+    "--sampling-backend",
+    "--kv-cache-dtype",
+    "--mem-fraction-static",
+    "--cuda-graph-max-bs",
+    "--chunked-prefill-size",
+    "--quantization",
+    "--moe-runner-backend",
+    "--fp8-gemm-backend",
+    "--fp4-gemm-backend",
+    "--dsa-prefill-backend",
+    "--dsa-decode-backend",
+    "--nsa-prefill-backend",
+    "--nsa-decode-backend",
+    "--dtype",
+)
+IGNORED_GPU_SWITCHES: tuple[str, ...] = (
+    "--disable-cuda-graph",
+    "--trust-remote-code",
+    "--enable-metrics",
+    "--disable-custom-all-reduce",
+    "--enable-torch-compile",
+    "--disable-radix-cache",
+    "--log-requests",
+)
+# Accepted by SGLang, but meaning something the reference server cannot do: refused by name.
+UNSUPPORTED: dict[str, str] = {
+    "--nnodes": "multi-node serving",
+    "--node-rank": "multi-node serving",
+    "--dist-init-addr": "multi-node serving",
+    "--ep-size": "expert parallelism",
+    "--pp-size": "pipeline parallelism",
+    "--dp-size": "data parallelism",
+    "--enable-dp-attention": "DP attention",
+    "--speculative-algorithm": "speculative decoding",
+}
+
+
+class ArgsError(Exception):
+    """A flag the reference server cannot take; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Injection:
+    """A fault to inject, for tests of crash classification and teardown.
+
+    Attributes:
+        kind: "none", "nan-after", "hang" or "crash-on-start".
+        after_steps: decode steps served after readiness before the fault (nan-after, hang).
+    """
+
+    kind: str = "none"
+    after_steps: int = 0
+
+    def describe(self) -> str:
+        if self.kind in ("nan-after", "hang") and self.after_steps:
+            return f"{self.kind} {self.after_steps}"
+        return self.kind
+
+
+@dataclass
+class ServerArgs:
+    """What the reference server was started with (also reported by /get_server_info).
+
+    Attributes:
+        model_path: only "tiny-cpu", the built-in model.
+        tp_size: tensor-parallel ranks (local processes, gloo).
+        host: address to bind the HTTP server to (127.0.0.1 by default, unlike SGLang's).
+        port: HTTP port.
+        max_running_requests: most requests in one decode batch; more wait in the queue.
+        random_seed: seeds the weights and the default per-request sampling seeds.
+        served_model_name: the model name in OpenAI responses and metric labels.
+        context_length: most tokens (prompt + output) per request.
+        skip_server_warmup: do not send the warm-up request before saying ready.
+        log_level: Python logging level name.
+        decode_log_interval: decode steps between "Decode batch." log lines.
+        inject: the fault to inject.
+        ignored_flags: SGLang GPU flags that were given and ignored.
+    """
+
+    model_path: str = MODEL_NAME
+    tp_size: int = 1
+    host: str = "127.0.0.1"
+    port: int = 30000
+    max_running_requests: int = 64
+    random_seed: int = 0
+    served_model_name: str = MODEL_NAME
+    context_length: int = 1024
+    skip_server_warmup: bool = False
+    log_level: str = "info"
+    decode_log_interval: int = 40
+    inject: Injection = field(default_factory=Injection)
+    ignored_flags: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["inject"] = self.inject.describe()
+        return data
+
+
+def parse_injection(text: str | None) -> Injection:
+    """Parse `--inject` ("nan-after N", "hang", "hang-after N", "crash-on-start").
+
+    Raises:
+        ArgsError: on anything else.
+    """
+    if text is None or text.strip() in ("", "none"):
+        return Injection()
+    words = text.replace("=", " ").split()
+    kind = words[0]
+    rest = words[1:]
+    if kind == "crash-on-start" and not rest:
+        return Injection("crash-on-start")
+    if kind == "hang" and not rest:
+        return Injection("hang", 0)
+    if kind in ("nan-after", "hang-after") and len(rest) == 1 and re.fullmatch(r"\d+", rest[0]):
+        return Injection("nan-after" if kind == "nan-after" else "hang", int(rest[0]))
+    raise ArgsError(f"--inject {text!r} is not understood; use one of: 'nan-after N', 'hang', "
+                    f"'hang-after N', 'crash-on-start'")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse would print usage and exit(2)
+        raise ArgsError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser (exposed so `--help` and the CLI wrapper share it)."""
+    p = _Parser(
+        prog="python -m pcieprof.refserver",
+        description="pcieprof reference server: SGLang's HTTP surface over a tiny MoE model with "
+                    "real tensor parallelism (gloo) across local processes. A test and demo "
+                    "target, not a serving engine.",
+        allow_abbrev=False,
+    )
+    p.add_argument("--model-path", "--model", dest="model_path", default=MODEL_NAME,
+                   help="Only 'tiny-cpu' (the built-in model; no download).")
+    p.add_argument("--tp-size", "--tp", "--tensor-parallel-size", dest="tp_size", type=int,
+                   default=1, help="Tensor-parallel ranks (local processes over gloo).")
+    p.add_argument("--host", default="127.0.0.1", help="Bind address (default 127.0.0.1).")
+    p.add_argument("--port", type=int, default=30000, help="HTTP port (default 30000).")
+    p.add_argument("--max-running-requests", type=int, default=64,
+                   help="Most requests decoded together in one step.")
+    p.add_argument("--random-seed", "--seed", dest="random_seed", type=int, default=0,
+                   help="Seed of the weights and of default sampling seeds.")
+    p.add_argument("--served-model-name", default=None, help="Model name reported to clients.")
+    p.add_argument("--context-length", type=int, default=1024,
+                   help="Most tokens per request, prompt plus output.")
+    p.add_argument("--skip-server-warmup", action="store_true")
+    p.add_argument("--log-level", default="info",
+                   choices=["debug", "info", "warning", "error", "critical"])
+    p.add_argument("--decode-log-interval", type=int, default=40)
+    p.add_argument("--inject", default=None,
+                   help="Fault injection for tests: 'nan-after N', 'hang', 'hang-after N', "
+                        "'crash-on-start'.")
+    for flag in IGNORED_GPU_FLAGS:
+        p.add_argument(flag, dest="ignored" + flag.replace("-", "_"), default=None,
+                       help=argparse.SUPPRESS)
+    for flag in IGNORED_GPU_SWITCHES:
+        p.add_argument(flag, dest="ignored" + flag.replace("-", "_"), action="store_true",
+                       default=None, help=argparse.SUPPRESS)
+    return p
+
+
+def parse_args(argv: Sequence[str]) -> ServerArgs:
+    """Parse SGLang-style flags into ServerArgs.
+
+    Raises:
+        ArgsError: an unknown, unsupported or invalid flag, with a one-line message.
+    """
+    argv = list(argv)
+    for flag, what in UNSUPPORTED.items():
+        if any(a == flag or a.startswith(flag + "=") for a in argv):
+            raise ArgsError(f"{flag} ({what}) is not supported by the pcieprof reference server")
+    parser = build_parser()
+    ns, unknown = parser.parse_known_args(argv)
+    if unknown:
+        raise ArgsError(f"unrecognized arguments: {' '.join(unknown)} (the pcieprof reference "
+                        f"server accepts: {', '.join(_accepted(parser))})")
+    if ns.model_path != MODEL_NAME:
+        raise ArgsError(f"--model-path {ns.model_path!r}: the reference server serves only its "
+                        f"built-in model {MODEL_NAME!r}")
+    if not 1 <= ns.tp_size <= 8:
+        raise ArgsError(f"--tp-size {ns.tp_size}: use 1 to 8 local ranks")
+    if not 0 <= ns.port <= 65535:
+        raise ArgsError(f"--port {ns.port} is not a TCP port")
+    if ns.max_running_requests < 1:
+        raise ArgsError("--max-running-requests must be at least 1")
+    if not 16 <= ns.context_length <= 8192:
+        raise ArgsError("--context-length must be between 16 and 8192")
+    ignored = {k[len("ignored_"):].replace("_", "-"): v for k, v in vars(ns).items()
+               if k.startswith("ignored_") and v is not None}
+    return ServerArgs(
+        model_path=ns.model_path, tp_size=ns.tp_size, host=ns.host, port=ns.port,
+        max_running_requests=ns.max_running_requests, random_seed=ns.random_seed,
+        served_model_name=ns.served_model_name or MODEL_NAME, context_length=ns.context_length,
+        skip_server_warmup=ns.skip_server_warmup, log_level=ns.log_level,
+        decode_log_interval=max(1, ns.decode_log_interval), inject=parse_injection(ns.inject),
+        ignored_flags=ignored,
+    )
+
+
+def _accepted(parser: argparse.ArgumentParser) -> list[str]:
+    flags = []
+    for action in parser._actions:
+        if action.help is argparse.SUPPRESS or not action.option_strings:
+            continue
+        flags.append(action.option_strings[0])
+    return [f for f in flags if f not in ("-h",)]
+
+
+def health_check_timeout_s() -> float:
+    """SGLang's /health_generate deadline: env SGLANG_HEALTH_CHECK_TIMEOUT, default 20 s
+    (sgl-project/sglang python/sglang/srt/entrypoints/http_server.py, HEALTH_CHECK_TIMEOUT)."""
+    try:
+        return float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+    except ValueError:
+        return 20.0

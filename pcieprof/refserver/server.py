@@ -1,0 +1,191 @@
+"""Rank 0: the server process. Binds the port, starts the other ranks, serves HTTP.
+
+Startup, in order: parse flags (one line and exit 2 on a bad one); bind the HTTP socket (exit 1
+with uvicorn's "error while attempting to bind" text if the port is taken); create the gloo
+rendezvous store on 127.0.0.1 with a kernel-chosen port; start ranks 1..N-1; join the group; load
+the shard; start the scheduler thread and the HTTP site; send SGLang's warm-up request; print
+"The server is fired up and ready to roll!" (SGLang's exact readiness line, http_server.py).
+
+Death, in every form, takes the whole server down: a rank that exits makes rank 0 print SGLang's
+"Received sigquit from a child process. It usually means the child failed." and exit 1; a
+scheduler exception prints "Scheduler hit an exception: <traceback>" first; SIGTERM/SIGINT stop
+the ranks and exit; and the ranks die with rank 0 (procs.die_with_parent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Sequence
+
+import torch.distributed as dist
+from aiohttp import web
+
+from pcieprof.refserver import logs
+from pcieprof.refserver.args import ArgsError, ServerArgs, parse_args
+from pcieprof.refserver.engine import RankEngine
+from pcieprof.refserver.http_api import IDENTITY, STATE_KEY, build_app, warm_up
+from pcieprof.refserver.logs import server_log
+from pcieprof.refserver.metrics import ServerMetrics
+from pcieprof.refserver.model import TinyMoEConfig
+from pcieprof.refserver.procs import die_with_parent
+from pcieprof.refserver.ranks import RENDEZVOUS_TIMEOUT, join_group, load_model
+from pcieprof.refserver.scheduler import Scheduler
+
+SIGQUIT_LINE = "Received sigquit from a child process. It usually means the child failed."
+READY_LINE = "The server is fired up and ready to roll!"
+
+
+class _Ranks:
+    """The worker rank processes and the thread that notices when one dies."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.exiting = False
+        self._lock = threading.Lock()
+
+    def spawn(self, argv: Sequence[str], world: int, store_port: int) -> None:
+        for rank in range(1, world):
+            spec = {"rank": rank, "world_size": world, "store_port": store_port,
+                    "parent_pid": os.getpid(), "argv": list(argv)}
+            self.procs.append(subprocess.Popen(
+                [sys.executable, "-m", "pcieprof.refserver.worker", json.dumps(spec)],
+                preexec_fn=die_with_parent, close_fds=True))
+        threading.Thread(target=self._watch, name="rank-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        while True:
+            for rank, p in enumerate(self.procs, start=1):
+                rc = p.poll()
+                if rc is not None and not self.exiting:
+                    server_log.error(f"{SIGQUIT_LINE} (TP{rank}, pid {p.pid}, exited with "
+                                     f"status {rc})")
+                    die(1)
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        with self._lock:
+            self.exiting = True
+            for p in self.procs:
+                if p.poll() is None:
+                    p.kill()
+            for p in self.procs:
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+
+
+_RANKS = _Ranks()
+
+
+def die(code: int) -> None:
+    """Take the whole server down now: every rank, then this process."""
+    _RANKS.kill()
+    logs.flush()
+    os._exit(code)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the reference server until it is killed; returns an exit status on early failure."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logs.configure(0)
+    try:
+        args = parse_args(argv)
+    except ArgsError as exc:
+        sys.stderr.write(f"pcieprof reference server: error: {exc}\n")
+        return 2
+    logs.configure(0, args.log_level)
+    server_log.info(IDENTITY)
+    server_log.info(f"server_args={args}")
+    for flag, value in args.ignored_flags.items():
+        server_log.info(f"--{flag}={value}: a GPU setting of SGLang, ignored by this CPU server")
+    if args.inject.kind != "none":
+        server_log.warning(f"[pcieprof inject] fault injection enabled: {args.inject.describe()}"
+                           f" (every injected fault is labelled [pcieprof inject] in this log)")
+    try:
+        sock = _bind(args.host, args.port)
+    except OSError as exc:
+        server_log.error(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on "
+                         f"address ('{args.host}', {args.port}): {str(exc.strerror).lower()}")
+        return 1
+    port = sock.getsockname()[1]
+
+    def on_signal(signum: int, _frame: object) -> None:
+        server_log.info(f"Received {signal.Signals(signum).name}; stopping all ranks.")
+        die(0 if signum == signal.SIGTERM else 130)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    world = args.tp_size
+    try:
+        store = None
+        if world > 1:
+            store = dist.TCPStore("127.0.0.1", 0, world, is_master=True,
+                                  wait_for_workers=False, timeout=RENDEZVOUS_TIMEOUT)
+            _RANKS.spawn(argv, world, store.port)
+        cpu_group = join_group(store, 0, world) if world > 1 else None
+        model = load_model(args, 0, world)
+        if world > 1:
+            dist.barrier(group=cpu_group)
+    except Exception:
+        import traceback
+
+        server_log.error(f"Scheduler hit an exception: {traceback.format_exc()}")
+        server_log.error(SIGQUIT_LINE)
+        die(1)
+        return 1  # not reached
+    engine = RankEngine(model, 0, world, cpu_group)
+    cfg = TinyMoEConfig()
+    max_tokens = args.max_running_requests * args.context_length
+    logs.rank_log.info(f"KV Cache is allocated. #tokens: {max_tokens}, per-request capacity: "
+                       f"prompt + max_new_tokens, dtype: float32")
+    metrics = ServerMetrics(args.served_model_name, max_tokens)
+
+    def on_fatal(_tb: str) -> None:
+        server_log.error(SIGQUIT_LINE)
+        die(1)
+
+    scheduler = Scheduler(args, engine, cpu_group, metrics, on_fatal)
+    app = build_app(args, scheduler, metrics, cfg)
+    asyncio.run(_serve(app, args, sock, port, scheduler))
+    return 0
+
+
+async def _serve(app: web.Application, args: ServerArgs, sock: socket.socket, port: int,
+                 scheduler: Scheduler) -> None:
+    runner = web.AppRunner(app, handle_signals=False, access_log=server_log,
+                           access_log_format='%a - "%r" %s')
+    await runner.setup()
+    await web.SockSite(runner, sock).start()
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    url = f"http://{host}:{port}"
+    server_log.info(f"Serving HTTP on {url} (pcieprof reference server, TP={args.tp_size})")
+    scheduler.start(asyncio.get_running_loop())
+    if not args.skip_server_warmup:
+        try:
+            await warm_up(app, url.replace("0.0.0.0", "127.0.0.1"))
+        except Exception as exc:
+            server_log.error(f"Initialization failed. warmup error: {exc!r}")
+            die(1)
+    app[STATE_KEY]["status"] = "Up"
+    scheduler.mark_ready()
+    server_log.info(READY_LINE)
+    await asyncio.Event().wait()

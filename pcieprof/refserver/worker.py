@@ -1,0 +1,56 @@
+"""TP ranks 1..N-1: `python -m pcieprof.refserver.worker '<json>'`, started by rank 0 only.
+
+Each follows rank 0's step plans until told to stop; it dies with its parent (PDEATHSIG and a
+pid watchdog) and exits with status 1, after SGLang's "Scheduler hit an exception:" line, when
+anything goes wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+import torch.distributed as dist
+
+from pcieprof.refserver import logs
+from pcieprof.refserver.args import parse_args
+from pcieprof.refserver.engine import RankEngine, broadcast_plan
+from pcieprof.refserver.procs import die_with_parent, watch_parent
+from pcieprof.refserver.ranks import RENDEZVOUS_TIMEOUT, join_group, load_model
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(argv[0])
+    rank, world, parent = int(spec["rank"]), int(spec["world_size"]), int(spec["parent_pid"])
+    die_with_parent()
+    if os.getppid() != parent:
+        return 1
+    watch_parent(parent)
+    args = parse_args(spec["argv"])
+    logs.configure(rank, args.log_level)
+    try:
+        store = dist.TCPStore("127.0.0.1", int(spec["store_port"]), world, is_master=False,
+                              timeout=RENDEZVOUS_TIMEOUT)
+        cpu_group = join_group(store, rank, world)
+        model = load_model(args, rank, world)
+        dist.barrier(group=cpu_group)
+        engine = RankEngine(model, rank, world, cpu_group)
+        while True:
+            plan = broadcast_plan(None, cpu_group, world)
+            if plan.shutdown:
+                break
+            engine.execute(plan)
+        engine.shutdown()
+        return 0
+    except Exception:
+        logs.rank_log.error(f"Scheduler hit an exception: {traceback.format_exc()}")
+        logs.flush()
+        return 1
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    logs.flush()
+    os._exit(code)  # do not wait on gloo's threads
