@@ -54,6 +54,7 @@ class InterSocket:
 
     kind: str
     p2p_gbps: float  # ceiling of one GPU-to-GPU stream across sockets, per direction
+    aggregate_gbps: float  # all GPU peer streams across the link together, per direction
     latency_us: float | None  # extra latency of the crossing; None: the calibrated default
 
 
@@ -317,9 +318,14 @@ class _Reader:
 
         inter = None
         if "inter_socket" in doc:
-            t = self.table(doc, "inter_socket", {"kind", "p2p_gbps", "latency_us"}, {"p2p_gbps"})
-            inter = InterSocket(self.get(t, "kind", "inter_socket", str, "xgmi"),
-                                float(self.positive(t, "p2p_gbps", "inter_socket")),
+            t = self.table(doc, "inter_socket", {"kind", "p2p_gbps", "aggregate_gbps", "latency_us"},
+                           {"p2p_gbps"})
+            per_stream = self.positive(t, "p2p_gbps", "inter_socket")
+            total = self.positive(t, "aggregate_gbps", "inter_socket") if "aggregate_gbps" in t \
+                else 2 * per_stream
+            if total < per_stream:
+                raise self.fail("inter_socket.aggregate_gbps", "must be >= p2p_gbps")
+            inter = InterSocket(self.get(t, "kind", "inter_socket", str, "xgmi"), per_stream, total,
                                 self.opt_float(t, "latency_us", "inter_socket"))
         elif len(sockets) > 1:
             raise self.fail("inter_socket", "missing (the fabric has more than one socket)")

@@ -1,0 +1,24 @@
+"""`python -m pcieprof.sim.calibration [--fit]`: print the calibration error table (markdown).
+
+--fit first refits the fitted parameters on the `fit` points and rewrites params.toml.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pcieprof.sim import calibration
+
+
+def main(argv: list[str]) -> int:
+    if "--fit" in argv:
+        params = calibration.fit()
+        calibration.write_fitted(params)
+        for _name, keys, _q in calibration.STAGES:
+            print("  ".join(f"{s}.{k}={params[s][k]:.4g}" for s, k in keys), file=sys.stderr)
+    print(calibration.markdown(), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,331 @@
+"""P2P and concurrent-traffic predictions from a `Fabric`: routes, bottleneck links, sharing.
+
+How a prediction is made (README "Fabric model" states the assumptions):
+- A copy follows a route through the tree: the GPU's link, the switch it sits behind, the switch
+  uplink, the root port and root complex, the inter-socket link, and down again. With ACS redirect
+  on, peer traffic cannot turn round inside a switch and goes up to the root complex; with it off,
+  two GPUs of one switch (or of one chip whose partitions share a fabric) stay on the switch.
+- Each PCIe link carries `raw x TLP efficiency x DLLP efficiency` per direction: raw is line rate
+  after 128b/130b coding (63.0 GB/s for Gen5 x16), TLP efficiency is MPS / (MPS + 26 B header,
+  framing, sequence and LCRC), the DLLP share is fitted. The inter-socket ceiling and the chip
+  fabric come from the profile.
+- A translating IOMMU costs a fixed share of bandwidth and some latency on every DMA.
+- Concurrent flows share links max-min fairly; then the posted-write collapse of the profile caps
+  the write streams that trigger it.
+- Latency is the sum of per-hop costs: a GPU base, switch traversals, root-complex and socket
+  crossings, the IOMMU.
+Parameters live in calibration/params.toml, each fitted on named reference points, fixed from a
+source, or assumed.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Iterable, Sequence
+
+from pcieprof.errors import BadInput
+from pcieprof.sim.fabric import Fabric, raw_link_gbps
+
+PATHS = ("p2p", "host_staged", "h2d", "d2h")
+DIRECTIONS = ("uni", "bi")
+OPS = ("write", "read")
+
+
+@lru_cache(maxsize=1)
+def _default_params() -> dict[str, dict[str, float]]:
+    text = (resources.files("pcieprof.sim") / "calibration" / "params.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)
+
+
+_override: dict[str, dict[str, float]] | None = None
+
+
+def params() -> dict[str, dict[str, float]]:
+    """The model parameters in use (calibration/params.toml, or those set by `use_params`)."""
+    return _override if _override is not None else _default_params()
+
+
+def use_params(p: dict[str, dict[str, float]] | None) -> None:
+    """Replace the parameters for this process (the calibration fit does this); None restores."""
+    global _override
+    _override = p
+
+
+# -- links and routes -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Hop:
+    """One resource a copy uses: `key` identifies the link and direction, `gbps` its capacity."""
+
+    key: tuple[str, ...]
+    gbps: float
+    latency_us: float
+
+
+def pcie_efficiency() -> float:
+    """Share of a PCIe link's raw rate that carries payload: TLP framing and DLLPs."""
+    p = params()["pcie"]
+    mps = p["mps_bytes"]
+    return mps / (mps + p["tlp_overhead_bytes"]) * p["dllp_efficiency"]
+
+
+def link_gbps(gen: int, width: int) -> float:
+    """Payload bandwidth of a PCIe link per direction, GB/s."""
+    return raw_link_gbps(gen, width) * pcie_efficiency()
+
+
+def _inter_socket_latency(fabric: Fabric) -> float:
+    inter = fabric.inter_socket
+    if inter is not None and inter.latency_us is not None:
+        return inter.latency_us
+    return params()["latency"]["inter_socket_us"]
+
+
+def _redirects(fabric: Fabric, index: int) -> bool:
+    """Does ACS send this GPU's peer requests up to the root complex?"""
+    sw = fabric.switch_of(index)
+    if sw is not None:
+        return sw.acs_redirect
+    return fabric.root_port_of(index).acs_redirect
+
+
+def route(fabric: Fabric, src: int, dst: int) -> list[Hop]:
+    """The resources a P2P write from GPU `src` to GPU `dst` crosses, in order.
+
+    Raises:
+        BadInput: unknown GPU index or src == dst.
+    """
+    if src == dst:
+        raise BadInput(f"{fabric.name}: a P2P copy needs two different GPUs (got {src} -> {dst})")
+    lat = params()["latency"]
+    ga, gb = fabric.gpu(src), fabric.gpu(dst)
+    sa, sb = fabric.switch_of(src), fabric.switch_of(dst)
+    redirect = _redirects(fabric, src) or _redirects(fabric, dst)
+    hops = [Hop(("gpu", str(src), "up"), link_gbps(ga.gen, ga.width), 0.0)]
+    down = [Hop(("gpu", str(dst), "down"), link_gbps(gb.gen, gb.width), 0.0)]
+    if not redirect and sa is not None and sa is sb:
+        return hops + [Hop(("switch", sa.id), float("inf"), lat["switch_hop_us"])] + down
+    if (not redirect and sa is not None and sb is not None and sa.chip and sa.chip == sb.chip
+            and fabric.chips[sa.chip].internal_p2p):
+        chip = fabric.chips[sa.chip]
+        return hops + [Hop(("switch", sa.id), float("inf"), lat["switch_hop_us"]),
+                       Hop(("chip", chip.id), chip.fabric_gbps, 0.0),
+                       Hop(("switch", sb.id), float("inf"), 0.0)] + down
+    ra, rb = fabric.root_port_of(src), fabric.root_port_of(dst)
+    if sa is not None:
+        hops += [Hop(("switch", sa.id), float("inf"), lat["switch_hop_us"]),
+                 Hop(("uplink", sa.id, "up"), link_gbps(sa.gen, sa.width), 0.0)]
+    hops.append(Hop(("rc", ra.root_complex), float("inf"), 0.0))
+    if ra.socket != rb.socket:
+        inter = fabric.inter_socket
+        assert inter is not None  # validated: more than one socket needs an inter_socket link
+        a, b = sorted((ra.socket, rb.socket))
+        way = "fwd" if ra.socket == a else "rev"
+        hops.append(Hop(("xgmi", f"{a}-{b}", way), inter.aggregate_gbps,
+                        _inter_socket_latency(fabric) + lat["root_complex_us"]))
+    if rb.root_complex != ra.root_complex:
+        hops.append(Hop(("rc", rb.root_complex), float("inf"), lat["root_complex_us"]))
+    if sb is not None:
+        hops += [Hop(("uplink", sb.id, "down"), link_gbps(sb.gen, sb.width), 0.0),
+                 Hop(("switch", sb.id), float("inf"), lat["switch_hop_us"])]
+    if fabric.translated:
+        hops.append(Hop(("iommu",), float("inf"), lat["iommu_us"]))
+    return hops + down
+
+
+def host_route(fabric: Fabric, gpu: int, to_host: bool) -> list[Hop]:
+    """Resources of a copy between GPU `gpu` and pinned memory on its own socket."""
+    g = fabric.gpu(gpu)
+    sw = fabric.switch_of(gpu)
+    way = "up" if to_host else "down"
+    hops = [Hop(("gpu", str(gpu), way), link_gbps(g.gen, g.width), 0.0)]
+    if sw is not None:
+        hops.append(Hop(("uplink", sw.id, way), link_gbps(sw.gen, sw.width), 0.0))
+    rp = fabric.root_port_of(gpu)
+    hops.append(Hop(("rootport", rp.id, way), link_gbps(rp.gen, rp.width), 0.0))
+    return hops
+
+
+def _bottleneck(hops: Iterable[Hop]) -> float:
+    return min(h.gbps for h in hops)
+
+
+def _iommu_factor(fabric: Fabric) -> float:
+    return params()["iommu"]["translated_bw_factor"] if fabric.translated else 1.0
+
+
+def _size_factor(size_bytes: int, gbps: float) -> float:
+    """Share of the peak a copy of `size_bytes` reaches once its fixed setup cost is counted."""
+    if size_bytes <= 0:
+        return 1.0
+    transfer_us = size_bytes / (gbps * 1e3)
+    return transfer_us / (transfer_us + params()["pcie"]["copy_setup_us"])
+
+
+# -- the public API ---------------------------------------------------------------------------------
+
+def p2p_latency_us(fabric: Fabric, src: int, dst: int) -> float:
+    """Latency of a small P2P write from `src` to `dst`, microseconds."""
+    return params()["latency"]["gpu_base_us"] + sum(h.latency_us for h in route(fabric, src, dst))
+
+
+def predict_p2p(fabric: Fabric, src: int, dst: int, path: str, direction: str,
+                size_bytes: int) -> tuple[float, float]:
+    """Predicted bandwidth and latency of one copy, as p2p.csv rows report them.
+
+    Args:
+        fabric: the box.
+        src: source GPU index (for `h2d` the GPU receiving; pass -1 for the host end).
+        dst: destination GPU index (for `d2h` the GPU sending is `src`; -1 for the host end).
+        path: `p2p` (peer access on: direct DMA, through the IOMMU/ACS path when there is one),
+            `host_staged` (peer access off: through pinned host memory), `h2d` or `d2h`.
+        direction: `uni`, or `bi` (both directions at once; the bandwidth is the sum of both, as
+            p2pBandwidthLatencyTest and nvbandwidth report it).
+        size_bytes: bytes per copy; small copies lose bandwidth to the fixed setup cost.
+
+    Returns:
+        (bandwidth_gbps, latency_us): GB/s (1e9 B/s) at that size, and the latency of a small
+        copy on that path in microseconds.
+
+    Raises:
+        BadInput: unknown path, direction or GPU.
+    """
+    if path not in PATHS:
+        raise BadInput(f"unknown P2P path {path!r} (one of {', '.join(PATHS)})")
+    if direction not in DIRECTIONS:
+        raise BadInput(f"unknown direction {direction!r} (uni or bi)")
+    lat = params()["latency"]
+    if path in ("h2d", "d2h"):
+        gpu = src if src >= 0 else dst
+        if path == "h2d" and dst >= 0:
+            gpu = dst
+        hops = host_route(fabric, gpu, to_host=(path == "d2h"))
+        peak = _bottleneck(hops) * _iommu_factor(fabric)
+        if direction == "bi":
+            peak *= 2  # the two directions of a link are independent
+        latency = lat["host_copy_us"] + (lat["iommu_us"] if fabric.translated else 0.0)
+        return peak * _size_factor(size_bytes, peak), latency
+    if path == "host_staged":
+        def staged(a: int, b: int) -> float:
+            legs = [_bottleneck(host_route(fabric, a, True)), _bottleneck(host_route(fabric, b, False))]
+            if fabric.socket_of(a) != fabric.socket_of(b) and fabric.inter_socket is not None:
+                legs.append(fabric.inter_socket.p2p_gbps)
+            return min(legs) * params()["host_staged"]["efficiency"] * _iommu_factor(fabric)
+        peak = staged(src, dst) + (staged(dst, src) if direction == "bi" else 0.0)
+        latency = lat["host_staged_us"] + (2 * lat["iommu_us"] if fabric.translated else 0.0)
+        return peak * _size_factor(size_bytes, peak), latency
+    flows = [(src, dst)] + ([(dst, src)] if direction == "bi" else [])
+    rates = _share(fabric, flows, op="write")
+    peak = sum(rates)
+    return peak * _size_factor(size_bytes, peak), p2p_latency_us(fabric, src, dst)
+
+
+def predict_concurrent(fabric: Fabric, flows: Sequence[tuple[int, int]], op: str,
+                       size_bytes: int) -> list[float]:
+    """Per-flow bandwidth of several P2P copies running at once, GB/s.
+
+    Links are shared max-min fairly; then, for `op="write"`, the profile's posted-write collapse
+    caps every write stream that triggers it (two or more GPUs behind one switch uplink writing
+    to peers behind two or more different root complexes), unless the IOMMU translates, which
+    masks it. Reads (`op="read"`: dst pulls from src; the data still flows src -> dst) never
+    collapse.
+
+    Args:
+        fabric: the box.
+        flows: (src, dst) GPU pairs, one per concurrent copy.
+        op: `write` or `read`.
+        size_bytes: bytes per copy (small copies lose bandwidth to the fixed setup cost).
+
+    Returns:
+        One bandwidth per flow, in the order given; the aggregate is their sum.
+    """
+    if op not in OPS:
+        raise BadInput(f"unknown op {op!r} (write or read)")
+    rates = _share(fabric, list(flows), op=op)
+    return [r * _size_factor(size_bytes, r) if r > 0 else 0.0 for r in rates]
+
+
+def collapsed_flows(fabric: Fabric, flows: Sequence[tuple[int, int]]) -> set[int]:
+    """Indices of the write flows the posted-write collapse would hit."""
+    c = fabric.collapse
+    if c is None or not c.enabled or fabric.translated:
+        return set()
+    by_uplink: dict[str, list[int]] = {}
+    for i, (s, d) in enumerate(flows):
+        for h in route(fabric, s, d):
+            if h.key[0] == "uplink" and h.key[2] == "up":
+                by_uplink.setdefault(h.key[1], []).append(i)
+    hit: set[int] = set()
+    for members in by_uplink.values():
+        sources = {flows[i][0] for i in members}
+        roots = {fabric.root_port_of(flows[i][1]).root_complex for i in members}
+        if len(sources) >= 2 and len(roots) >= 2:
+            hit.update(members)
+    return hit
+
+
+def _share(fabric: Fabric, flows: list[tuple[int, int]], op: str) -> list[float]:
+    """Max-min fair rates of concurrent flows over their routes (progressive filling)."""
+    routes = [route(fabric, s, d) for s, d in flows]
+    factor = _iommu_factor(fabric) * (params()["pcie"]["read_efficiency"] if op == "read" else 1.0)
+    caps: dict[tuple[str, ...], float] = {}
+    for r in routes:
+        for h in r:
+            if h.gbps != float("inf"):
+                caps[h.key] = h.gbps * factor
+    # One stream across the sockets never exceeds the inter-socket per-stream ceiling.
+    limit = [fabric.inter_socket.p2p_gbps * factor
+             if fabric.inter_socket is not None and fabric.socket_of(s) != fabric.socket_of(d)
+             else float("inf") for s, d in flows]
+    if op == "write":
+        for i in collapsed_flows(fabric, flows):
+            limit[i] = min(limit[i], fabric.collapse.flow_gbps)  # type: ignore[union-attr]
+    rate = [0.0] * len(flows)
+    active = set(range(len(flows)))
+    remaining = dict(caps)
+    while active:
+        # The tightest constraint: a shared link's fair share, or a flow's own cap.
+        best = float("inf")
+        for key, cap in remaining.items():
+            users = [i for i in active if any(h.key == key for h in routes[i])]
+            if users:
+                best = min(best, cap / len(users))
+        best = min([best] + [limit[i] - rate[i] for i in active])
+        if best == float("inf"):
+            break
+        for i in active:
+            rate[i] += best
+        for key in remaining:
+            users = sum(1 for i in active if any(h.key == key for h in routes[i]))
+            remaining[key] -= best * users
+        frozen = {i for i in active if limit[i] - rate[i] <= 1e-9}
+        for key, cap in remaining.items():
+            if cap <= 1e-9:
+                frozen |= {i for i in active if any(h.key == key for h in routes[i])}
+        if not frozen:
+            break
+        active -= frozen
+    return rate
+
+
+def describe_route(fabric: Fabric, src: int, dst: int) -> list[str]:
+    """Human-readable hops of a P2P route (for `pcieprof sim describe` and tests)."""
+    out = []
+    for h in route(fabric, src, dst):
+        cap = "" if h.gbps == float("inf") else f" {h.gbps:.1f} GB/s"
+        out.append(":".join(h.key) + cap)
+    return out
+
+
+def summary(fabric: Fabric) -> dict[str, Any]:
+    """A few headline predictions of a fabric (used by `sim describe`)."""
+    n = len(fabric.gpus)
+    pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
+    uni = {p: predict_p2p(fabric, p[0], p[1], "p2p", "uni", 1 << 30) for p in pairs}
+    return {"p2p_uni_gbps_min": min(v[0] for v in uni.values()) if uni else None,
+            "p2p_uni_gbps_max": max(v[0] for v in uni.values()) if uni else None,
+            "p2p_latency_us_min": min(v[1] for v in uni.values()) if uni else None,
+            "p2p_latency_us_max": max(v[1] for v in uni.values()) if uni else None}
