@@ -91,7 +91,16 @@ class _Recorder:
         self._keep: list[Any] = []  # keep handles alive so their id() stays unique
 
     def __getattr__(self, name: str) -> Any:
-        target = getattr(self._lib, name)
+        target = getattr(self._lib, name, None)
+        if target is None and name.startswith("nvml"):
+            def absent(*args: Any) -> Any:
+                # this pynvml lacks the function: replay it as NVML_ERROR_FUNCTION_NOT_FOUND
+                self.calls[_key(name, args, self._handle_index)] = {"error": 13}
+                raise AttributeError(name)
+
+            return absent
+        if target is None:
+            raise AttributeError(name)
         if not (callable(target) and name.startswith("nvml")):
             return target
 

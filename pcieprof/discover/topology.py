@@ -190,6 +190,8 @@ def discover(*, nvml: Any = None, root: str | Path = "/", use_lspci: bool = True
         w = nvml if isinstance(nvml, Nvml) else Nvml(nvml)
         nvml_part = collect(w)
         status["nvml"] = nvml_part["status"]["nvml"]
+        if w is not nvml:  # ours: leave NVML as we found it
+            w.shutdown()
 
     devices, status["sysfs"] = read_sysfs_pci(root)
     status["lspci"] = "not_supported: not run" if not (use_lspci and live) else ""

@@ -130,3 +130,63 @@ def test_cpulist_roundtrip():
     assert cpulist(cpu_words("0-63,128-191", 4)) == "0-63,128-191"
     assert cpulist(cpu_words("64-127,192-238", 4)) == "64-127,192-238"
     assert cpulist([0b1011]) == "0-1,3"
+
+
+class _RealTypes:
+    """Answers from the snapshot, but in the types real pynvml returns: its ctypes structures
+    (nvmlPciInfo_t with busId as c_char bytes), c_ulonglong arrays and pynvml.NVMLError."""
+
+    def __init__(self, snap: dict) -> None:
+        self._replay = NvmlReplay(snap)
+
+    def __getattr__(self, name):
+        pynvml = pytest.importorskip("pynvml")
+        fn = getattr(self._replay, name)
+        structs = {"nvmlPciInfo_t": pynvml.nvmlPciInfo_t,
+                   "c_nvmlBAR1Memory_t": pynvml.c_nvmlBAR1Memory_t,
+                   "c_nvmlMemory_t": pynvml.c_nvmlMemory_t}
+
+        def call(*args):
+            v = fn(*args)
+            if hasattr(v, "_struct"):
+                s = structs[v._struct]()
+                for field, *_ in s._fields_:
+                    x = getattr(v, field, None)
+                    if x is not None:
+                        setattr(s, field, x.encode() if isinstance(x, str) else x)
+                return s
+            if name == "nvmlDeviceGetCpuAffinity":
+                import ctypes
+
+                return (ctypes.c_ulonglong * len(v))(*v)
+            return v
+
+        return call
+
+
+def test_recorder_on_real_pynvml_types(snap):
+    lib = _RealTypes(snap)
+    direct = collect(Nvml(lib))
+    assert direct == collect(Nvml(NvmlReplay(snap)))
+    rec = record_snapshot(lib)
+    assert collect(Nvml(NvmlReplay(rec))) == direct
+    pci = rec["calls"]["nvmlDeviceGetPciInfo_v3(gpu2)"]["value"]
+    assert pci["_struct"] == "nvmlPciInfo_t" and pci["busId"] == "00000000:75:00.0"
+    assert rec["calls"]["nvmlDeviceGetNumaNodeId(gpu0)"] == {"error": 3}
+
+
+def test_function_missing_from_pynvml_is_not_supported(snap):
+    class OldPynvml:  # an old nvidia-ml-py without nvmlDeviceGetNumaNodeId
+        def __init__(self):
+            self._r = NvmlReplay(snap)
+
+        def __getattr__(self, name):
+            if name == "nvmlDeviceGetNumaNodeId":
+                raise AttributeError(name)
+            return getattr(self._r, name)
+
+    out = collect(Nvml(OldPynvml()))
+    assert out["gpus"][0]["status"]["gpu_numa_id"] == "not_supported"
+    rec = record_snapshot(OldPynvml())
+    assert rec["calls"]["nvmlDeviceGetNumaNodeId(gpu0)"] == {"error": 13}
+    assert collect(Nvml(NvmlReplay(rec)))["gpus"][0]["status"]["gpu_numa_id"] == "not_supported"
