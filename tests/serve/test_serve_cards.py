@@ -70,3 +70,22 @@ def test_cards_listed_and_bad_names_refused(tmp_path: Path) -> None:
     bad.write_text("name = 'x'\n")
     with pytest.raises(BadInput, match="bad model card"):
         load_card(bad)
+
+
+def test_tiny_cpu_card_matches_the_reference_model() -> None:
+    model = pytest.importorskip("pcieprof.refserver.model")
+    cfg = model.TinyMoEConfig()
+    c = load_card("tiny-cpu")
+    assert (c.hidden_size, c.num_layers, c.num_dense_layers) == (cfg.hidden_size, cfg.num_layers,
+                                                                 cfg.first_k_dense)
+    assert c.num_moe_layers == cfg.num_layers - cfg.first_k_dense
+    assert (c.num_routed_experts, c.experts_per_token) == (cfg.num_experts, cfg.experts_per_token)
+    assert (c.moe_intermediate_size, c.num_shared_experts) == (cfg.moe_intermediate,
+                                                               cfg.num_shared_experts)
+    assert c.dense_intermediate_size == cfg.dense_intermediate
+    assert (c.attention.num_heads, c.attention.head_dim) == (cfg.num_heads, cfg.head_dim)
+    assert c.vocab_size == cfg.vocab_size
+    assert c.weights["embedding"].params == cfg.padded_vocab_size * cfg.hidden_size
+    moe = c.num_moe_layers * c.num_routed_experts * 3 * c.hidden_size * c.moe_intermediate_size
+    assert c.weights["routed_experts"].params == moe
+    assert c.kv_cache.bytes_per_token_per_layer == 2 * cfg.num_heads * cfg.head_dim * 4
