@@ -1,0 +1,64 @@
+"""Formats are recognised by content: the same text under a misleading name gives the same answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pcieprof.importers.detect import detect
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "importers"
+
+EXPECTED_SAMPLES = {
+    "tool-outputs/all_reduce_perf_6x4090_tinybox_p2p_patched_driver.txt": "nccl-tests",
+    "tool-outputs/nccl_debug_info_4x5060ti_p2p_cumem.log": "nccl-log",
+    "tool-outputs/nccl_graph_azure_ncv4_4xA100pcie_vm.xml": "nccl-graph-xml",
+    "tool-outputs/nccl_topo_azure_ncv4_4xA100pcie_vm.xml": "nccl-topo-xml",
+    "tool-outputs/p2pbwlat_5gpu_5060ti_5070_gen3x4_p2p_patched.txt": "p2pBandwidthLatencyTest",
+    "tool-outputs/topo_m_5gpu_5060ti_5070_proxmox_host.txt": "nvidia-smi-topo-m",
+    "tool-outputs/topo_m_8x_rtxpro6000_server_baremetal_broadcom.txt": "nvidia-smi-topo-m",
+    "tool-outputs/topo_p2p_rw_5gpu_5060ti_5070_proxmox_host.txt": "nvidia-smi-topo-p2p",
+    "rtxpro6000-8x-asus-baremetal/lspci_full.log": "lspci",
+    "rtxpro6000-8x-asus-baremetal/nvidia_smi_full.log": "nvidia-smi-q",
+    "rtxpro6000-8x-asus-baremetal/nvidia_topo.log": "nvidia-smi-topo-m",
+    "rtxpro6000-8x-asus-baremetal/cmdline.log": "cmdline",
+    "rtxpro6000-8x-asus-baremetal/numa.log": "numactl",
+    "rtxpro6000-8x-asus-baremetal/lscpu.log": "lscpu",
+    "rtxpro6000-8x-asus-baremetal/dmesg.log": "dmesg",
+}
+
+EXPECTED_DATA = {
+    "all_reduce_perf_16x_2node_nccl_tests_2.18.3.txt": "nccl-tests",
+    "all_reduce_perf_4xV100_old_error_column.txt": "nccl-tests",
+    "nvbandwidth_1gpu_v0.5_dcgm_tests.json": "nvbandwidth-json",
+    "nvbandwidth_2x2080ti_waived.txt": "nvbandwidth",
+    "nvbandwidth_6xA6000_read_ce.txt": "nvbandwidth",
+    "p2pbwlat_2x4090_overflowing_columns.txt": "p2pBandwidthLatencyTest",
+    "p2pbwlat_6gpu_sections_with_p2p_reads.txt": "p2pBandwidthLatencyTest",
+}
+
+
+@pytest.mark.parametrize("rel,fmt", sorted(EXPECTED_SAMPLES.items()))
+def test_shared_samples_detected(samples: Path, rel: str, fmt: str) -> None:
+    assert detect((samples / rel).read_text(errors="replace")) == fmt
+
+
+@pytest.mark.parametrize("name,fmt", sorted(EXPECTED_DATA.items()))
+def test_fixtures_detected(name: str, fmt: str) -> None:
+    assert detect((DATA / name).read_text()) == fmt
+
+
+def test_detection_ignores_the_file_name(samples: Path, tmp_path: Path) -> None:
+    from pcieprof.importers.parse import parse_text
+
+    text = (samples / "tool-outputs/topo_p2p_rw_5gpu_5060ti_5070_proxmox_host.txt").read_text()
+    misleading = tmp_path / "all_reduce_perf.log"
+    misleading.write_text(text)
+    parsed = parse_text(misleading.read_text(), str(misleading))
+    assert parsed.format == "nvidia-smi-topo-p2p"
+
+
+def test_unknown_text_is_not_claimed() -> None:
+    assert detect("hello world\nnothing a GPU tool prints\n") is None
+    assert detect("") is None
