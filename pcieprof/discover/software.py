@@ -12,7 +12,8 @@ def versions(nvml: Any = None) -> dict[str, Any]:
         nvml: an `Nvml` wrapper or pynvml-like library to ask; default: the installed pynvml.
 
     Returns:
-        {"driver", "cuda_driver", "nvml", "torch", "torch_cuda", "nccl", "status": {field: why}};
+        {"driver", "cuda" (CUDA version of the driver, as nvidia-smi prints it), "nvml", "torch",
+        "torch_cuda", "nccl", "status": {field: why}} (keys as in the manifest's `versions`);
         a value that cannot be had is None with its status (never an exception).
     """
     from pcieprof.discover.nvml import Missing, Nvml, _cuda_version, _text
@@ -24,13 +25,15 @@ def versions(nvml: Any = None) -> dict[str, Any]:
     if isinstance(cuda, Missing):
         cuda = w.call("nvmlSystemGetCudaDriverVersion")
     for key, value, conv in (("driver", w.call("nvmlSystemGetDriverVersion"), _text),
-                             ("cuda_driver", cuda, _cuda_version),
+                             ("cuda", cuda, _cuda_version),
                              ("nvml", w.call("nvmlSystemGetNVMLVersion"), _text)):
         if isinstance(value, Missing):
             out[key] = None
             out["status"][key] = value.status
         else:
             out[key] = conv(value)
+    if w is not nvml:
+        w.shutdown()
     try:
         import torch
 

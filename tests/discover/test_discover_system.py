@@ -69,5 +69,5 @@ def test_versions_without_driver_and_with_snapshot():
     if v["driver"] is None:
         assert "driver" in v["status"]
     r = versions(Nvml(NvmlReplay(DATA / "nvml_snapshot_rtxpro6000_8x" / "snapshot.json")))
-    assert (r["driver"], r["cuda_driver"], r["nvml"]) == ("595.58.03", "13.2", None)
+    assert (r["driver"], r["cuda"], r["nvml"]) == ("595.58.03", "13.2", None)
     assert r["status"]["nvml"] == "unknown"
