@@ -1,0 +1,168 @@
+"""The `sim` backend: run a measurement plan against the fabric model and write the bundle.
+
+`pcieprof topology --backend sim --sim-profile NAME|FILE.toml` builds the same `probes.plan.Plan`
+as the real backends and hands it here. Every row a real run would write is written, from the
+model, with `backend=sim`; every part says `source=simulated`; topology.json is the fabric's
+(for a VM profile: the flat tree the guest sees, the real one under `sim`); nccl_choices.json
+holds what the model assumed NCCL chose, in the shape of the NCCL log parser's output, and says
+that it is an assumption and not a log.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pcieprof import progress
+from pcieprof.bundle import Bundle
+from pcieprof.sim import collectives, model
+from pcieprof.sim.fabric import Fabric, load_profile, topology
+
+BACKEND = "sim"
+SOURCE = "simulated"
+NAN = float("nan")
+
+
+def _detail(fabric: Fabric, extra: str = "") -> str:
+    base = f"simulated by fabric model {fabric.name}; a prediction, not a measurement"
+    return f"{base}; {extra}" if extra else base
+
+
+def p2p_rows(fabric: Fabric, plan: Any) -> list[dict[str, Any]]:
+    """p2p.csv rows for every P2PCase of the plan."""
+    rows = []
+    for case in plan.p2p:
+        src, dst = case.row_ends()
+        bw, lat = model.predict_p2p(fabric, src, dst, case.path, case.direction, case.size_bytes)
+        row: dict[str, Any] = {
+            "backend": BACKEND, "src": src, "dst": dst, "path": case.path,
+            "direction": case.direction, "size_bytes": case.size_bytes, "iters": case.iters,
+            "trials": case.trials, "status": "ok",
+            "detail": _detail(fabric, "no spread: min/max left empty")}
+        if case.kind == "bandwidth":
+            row["bandwidth_gbps"] = bw
+        else:
+            # A small copy: the path latency plus the bytes at the path's peak rate.
+            peak, _ = model.predict_p2p(fabric, src, dst, case.path, case.direction, 0)
+            row["latency_us"] = lat + case.size_bytes / (peak * 1e3)
+        rows.append(row)
+    return rows
+
+
+def concurrent_rows(fabric: Fabric, case: Any) -> list[dict[str, Any]]:
+    """concurrent.csv rows of one ConcurrentCase: one per flow and the aggregate (flow=-1)."""
+    flows = [tuple(f) for f in case.flows]
+    rates = model.predict_concurrent(fabric, flows, case.op, case.size_bytes)
+    hit = model.collapsed_flows(fabric, flows) if case.op == "write" else set()
+    note = (f"posted-write collapse ({fabric.collapse.flow_gbps:g} GB/s per stream, see profile)"
+            if hit and fabric.collapse else "")
+    base = {"backend": BACKEND, "pattern": case.pattern, "op": case.op,
+            "size_bytes": case.size_bytes, "iters": case.iters, "status": "ok"}
+    extra = "; ".join(x for x in (case.detail, note) if x)
+    rows = [{**base, "flow": i, "src": s, "dst": d, "bandwidth_gbps": r,
+             "detail": _detail(fabric, "; ".join(x for x in (case.detail, note if i in hit else "")
+                                                 if x))}
+            for i, ((s, d), r) in enumerate(zip(flows, rates))]
+    rows.append({**base, "flow": -1, "src": -1, "dst": -1, "bandwidth_gbps": sum(rates),
+                 "detail": _detail(fabric, extra)})
+    return rows
+
+
+def allreduce_rows(fabric: Fabric, case: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """allreduce.csv rows of one AllReduceCase, and the per-size choices the model made."""
+    n = len(case.ranks)
+    rows, tuner = [], []
+    for size in case.sizes:
+        t, choice = collectives.predict_allreduce(fabric, case.ranks, size, "bf16", case.env)
+        for dtype in case.dtypes:
+            algbw = size / (t * 1e3) if t > 0 else NAN
+            rows.append({
+                "backend": BACKEND, "variant": case.variant,
+                "env": json.dumps(case.env, sort_keys=True), "nranks": n,
+                "ranks": ",".join(map(str, case.ranks)), "size_bytes": size, "dtype": dtype,
+                "time_us": t, "algbw_gbps": algbw,
+                "busbw_gbps": collectives.busbw_gbps(size, t, n) if n > 1 else NAN,
+                "iters": case.iters, "status": "ok",
+                "detail": _detail(fabric, f"assumed NCCL choice {choice['algo']}/{choice['proto']}, "
+                                          f"{choice['channels']} channels")})
+        tuner.append({"coll": "AllReduce", "bytes": size, "algo": choice["algo"],
+                      "proto": choice["proto"], "channels": choice["channels"], "time_us": t})
+    return rows, tuner
+
+
+def choices_entry(fabric: Fabric, case: Any, tuner: list[dict[str, Any]]) -> dict[str, Any]:
+    """One nccl_choices.json entry, in the shape of the NCCL log parser's `parsed` output."""
+    ranks = list(case.ranks)
+    n = len(ranks)
+    if n > 1:
+        c = collectives.choices(fabric, ranks, case.env)
+        # The parser keys peers by rank; the model by GPU: rank i is ranks[i].
+        by_rank = {f"{i}->{(i + 1) % n}": c["transport"][f"{ranks[i]}->{ranks[(i + 1) % n]}"]
+                   for i in range(n)}
+        nch, level, why = c["channels"], c["p2p_level"], [c["p2p_level_why"], c["channels_why"]]
+    else:
+        by_rank, nch, level, why = {}, 0, None, ["one rank: no communication"]
+    vias = sorted(set(by_rank.values()))
+    parsed = {
+        "format": "pcieprof.nccl_choices/1", "source": f"fabric model {fabric.name}",
+        "nccl_version": fabric.nccl_version, "nccl_versions": [fabric.nccl_version],
+        "cuda_driver_version": fabric.cuda_driver_version, "env": dict(case.env),
+        "nranks": n, "nchannels": nch,
+        "rings": {str(ch): list(range(n)) for ch in range(nch)},
+        "peer_transport": by_rank, "transports": vias,
+        "transport_families": sorted({v.split("/")[0] for v in vias}),
+        "comms": [], "tuner": tuner, "warnings": [], "lines": {},
+    }
+    return {"variant": case.variant, "ranks": ranks, "env": dict(case.env), "log": None,
+            "parsed": parsed, "source": SOURCE, "backend": BACKEND,
+            "model": {"p2p_level": level, "why": why,
+                      "gpu_transport": c["transport"] if n > 1 else {}},
+            "note": "simulated: the fabric model's assumption of what NCCL would choose, "
+                    "not read from an NCCL log"}
+
+
+def run_plan(plan: Any, profile: str, bundle: Bundle) -> None:
+    """Write every row the real backends would, from the fabric model.
+
+    Args:
+        plan: a `probes.plan.Plan` (devices are GPU indices of the fabric).
+        profile: a profile name (`pcieprof.sim.fabric.list_profiles()`) or a path to a TOML file.
+        bundle: the bundle to write into (created by the caller with source=simulated).
+
+    Writes topology.json, p2p.csv, concurrent.csv, allreduce.csv and nccl_choices.json, appending
+    rows as each case is computed, and sets the parts discovery, p2p, concurrent and allreduce
+    to `ok` with source=simulated, backend=sim.
+
+    Raises:
+        BadInput: unknown profile, bad fabric file, or plan devices the fabric does not have.
+    """
+    fabric = load_profile(profile)
+    for d in plan.devices:
+        fabric.gpu(d)
+    part = {"source": SOURCE, "backend": BACKEND}
+    bundle.set_versions(nccl=fabric.nccl_version, driver=fabric.driver_version,
+                        cuda=fabric.cuda_driver_version, sim_profile=fabric.name)
+    bundle.write_json("topology.json", topology(fabric))
+    bundle.set_part("discovery", "ok", profile=fabric.name, file=fabric.path,
+                    gpus=len(fabric.gpus), **part)
+    progress.info(f"sim: fabric model {fabric.name} ({len(fabric.gpus)} GPUs): predicting "
+                  f"{len(plan.p2p)} copies, {len(plan.concurrent)} concurrent patterns, "
+                  f"{len(plan.allreduce)} all-reduce cases")
+    bundle.set_part("p2p", "running", **part)
+    bundle.append_rows("p2p", p2p_rows(fabric, plan))
+    bundle.set_part("p2p", "ok", cases=len(plan.p2p), **part)
+    bundle.set_part("concurrent", "running", **part)
+    for case in plan.concurrent:
+        bundle.append_rows("concurrent", concurrent_rows(fabric, case))
+    bundle.set_part("concurrent", "ok", cases=len(plan.concurrent), **part)
+    bundle.set_part("allreduce", "running", **part)
+    choices: dict[str, Any] = {}
+    with progress.task("sim all-reduce", total=len(plan.allreduce)) as bar:
+        for case in plan.allreduce:
+            rows, tuner = allreduce_rows(fabric, case)
+            bundle.append_rows("allreduce", rows)
+            name = case.variant if list(case.ranks) == list(plan.devices) else case.label
+            choices[name] = choices_entry(fabric, case, tuner)
+            bar.advance()
+    bundle.write_json("nccl_choices.json", choices)
+    bundle.set_part("allreduce", "ok", cases=len(plan.allreduce), **part)
