@@ -1,0 +1,91 @@
+"""NCCL_DEBUG=INFO logs: interleaved ranks and spliced lines, as real multi-process logs are."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pcieprof.errors import BadInput
+from pcieprof.importers.nccl_log import FORMAT, parse_nccl_log
+
+LOG = "tool-outputs/nccl_debug_info_4x5060ti_p2p_cumem.log"
+
+
+@pytest.fixture(scope="module")
+def choices(samples: Path) -> dict:
+    return parse_nccl_log((samples / LOG).read_text(), "vllm_tp4.log")
+
+
+def test_version_env_and_json(choices: dict) -> None:
+    assert choices["format"] == FORMAT and choices["source"] == "vllm_tp4.log"
+    assert choices["nccl_version"] == "2.28.9+cuda13.0"
+    assert choices["cuda_driver_version"] == "13030"
+    assert choices["env"] == {"NCCL_CUMEM_ENABLE": "1", "NCCL_P2P_LEVEL": "PHB",
+                              "NCCL_IGNORE_CPU_AFFINITY": "1", "NCCL_MAX_NCHANNELS": "4",
+                              "NCCL_PROTO": "Simple"}
+    json.loads(json.dumps(choices))  # JSON-serialisable as it is
+
+
+def test_ranks_of_interleaved_processes(choices: dict) -> None:
+    assert len(choices["comms"]) == 2  # vLLM inits two communicators over the same 4 ranks
+    main = choices["comms"][0]
+    assert main["comm_id"] == "0xecf1aa0ad32ab8b2" and main["nranks"] == 4 and main["nnodes"] == 1
+    assert {r: (v["pid"], v["cuda_dev"], v["nvml_dev"], v["bus_id"]) for r, v in main["ranks"].items()} == {
+        "0": (113060, 0, 1, "9000"), "1": (113124, 1, 2, "a000"),
+        "2": (113134, 2, 3, "b000"), "3": (113224, 3, 4, "c000")}
+    assert all(v["init"] == "COMPLETE" for v in main["ranks"].values())
+    assert main["trees"]["2"] == {"0": "3/-1/-1->2->1", "1": "3/-1/-1->2->1"}
+
+
+def test_channels_rings_transports(choices: dict) -> None:
+    assert choices["nranks"] == 4 and choices["nchannels"] == 2
+    assert choices["rings"] == {"0": [0, 1, 2, 3], "1": [0, 1, 2, 3]}
+    assert choices["transports"] == ["P2P/CUMEM"] and choices["transport_families"] == ["P2P"]
+    assert choices["peer_transport"]["3->0"] == "P2P/CUMEM"
+    main = choices["comms"][0]
+    assert {(t["channel"], t["src"], t["dst"], t["src_dev"], t["dst_dev"]) for t in main["transports"]} >= {
+        (0, 0, 1, "1", "2"), (1, 3, 2, "4", "3")}
+    assert main["coll_channels"] == 2 and main["p2p_channels"] == 2
+    assert main["thread_thresholds"] == "8/8/64 | 32/8/64 | 512 | 512"
+    assert main["connected_rings"] and main["connected_trees"]
+    second = choices["comms"][1]
+    assert second["comm_id"] == "0x1d743bc535ed823" and second["rings"]["1"] == [0, 1, 2, 3]
+
+
+def test_spliced_lines_are_split(samples: Path, choices: dict) -> None:
+    # Three physical lines hold two log lines each (ncclCommInitRankCon|proxmox:113134:...).
+    lines = [l for l in (samples / LOG).read_text().splitlines() if l.strip()]
+    assert sum(1 for l in lines if " NCCL INFO " in l) == len(lines)
+    assert choices["lines"]["spliced"] == 3
+    assert choices["lines"]["nccl"] == len(lines) + 3
+    rank2 = choices["comms"][0]["ranks"]["2"]
+    assert rank2["host"] == "proxmox"  # host recovered from the glued 'ncclCommInitRankConproxmox'
+
+
+def test_tuner_choices_and_other_transports() -> None:
+    text = "\n".join([
+        "h1:10:10 [0] NCCL INFO NCCL version 2.21.5+cuda12.4",
+        "h1:10:10 [0] NCCL INFO ncclCommInitRank comm 0x1 rank 0 nranks 2 cudaDev 0 nvmlDev 0 "
+        "busId 1000 commId 0xabc - Init START",
+        "h1:11:11 [1] NCCL INFO ncclCommInitRank comm 0x2 rank 1 nranks 2 cudaDev 1 nvmlDev 1 "
+        "busId 2000 commId 0xabc - Init START",
+        "h1:10:20 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct",
+        "h1:11:21 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/direct pointer",
+        "h1:10:10 [0] NCCL INFO AllReduce: 4096 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..1}",
+        "h1:11:11 [1] NCCL WARN Cuda failure 'peer access is not supported'",
+    ])
+    # the Channel lines come from other threads (tid 20, 21) of the same processes
+    c = parse_nccl_log(text, "mini.log")
+    assert c["peer_transport"] == {"0->1": "SHM/direct/direct", "1->0": "P2P/direct pointer"}
+    assert c["transport_families"] == ["P2P", "SHM"]
+    assert c["tuner"] == [{"coll": "AllReduce", "bytes": 4096, "algo": "RING", "proto": "LL",
+                           "channels": [0, 1], "time_us": None}]
+    assert c["warnings"][0]["rank"] == 1 and "peer access" in c["warnings"][0]["text"]
+
+
+def test_no_nccl_lines() -> None:
+    with pytest.raises(BadInput) as e:
+        parse_nccl_log("just some text\n", "empty.log")
+    assert e.value.one_line().startswith("empty.log: expected NCCL_DEBUG=INFO lines")
