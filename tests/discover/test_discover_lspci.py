@@ -98,3 +98,22 @@ def test_normalize_bdf():
     assert normalize_bdf("F4:00.0") == "0000:f4:00.0"
     with pytest.raises(ValueError):
         normalize_bdf("GPU0")
+
+
+def test_non_root_lspci_without_capabilities():
+    # lspci -vvv run as a normal user prints "<access denied>" instead of the capability list
+    text = ("06:00.0 3D controller: NVIDIA Corporation Device 2bb5 (rev a1)\n"
+            "\tSubsystem: NVIDIA Corporation Device 204e\n\tNUMA node: 0\n"
+            "\tCapabilities: <access denied>\n\tKernel driver in use: nvidia\n")
+    (d,) = parse_lspci(text)
+    assert d.is_nvidia_gpu and d.speed_gts is None and d.acs_ctl is None and d.driver == "nvidia"
+
+
+def test_this_machines_lspci_parses():
+    from pcieprof.discover.lspci import run_lspci
+
+    text, status = run_lspci()
+    if text is None:
+        pytest.skip(f"lspci: {status}")
+    devices = parse_lspci(text, source="lspci -vvv -D")
+    assert devices and all(d.bdf.count(":") == 2 for d in devices)

@@ -23,9 +23,9 @@ def asus(samples: Path):
     return parse_lspci((samples / "rtxpro6000-8x-asus-baremetal" / "lspci_full.log").read_text())
 
 
-@pytest.fixture()
-def asus_root(tmp_path, asus):
-    return write_fake_root(tmp_path / "asus", asus, cmdline="ro amd_iommu=off iommu=off",
+@pytest.fixture(scope="module")
+def asus_root(tmp_path_factory, asus):
+    return write_fake_root(tmp_path_factory.mktemp("asus"), asus, cmdline="ro amd_iommu=off iommu=off",
                            cpu_flags="fpu sse2 svm",
                            dmi=("ASUSTeK COMPUTER INC.", "ESC8000A-E13P"),
                            numa={0: "0-63,128-191", 1: "64-127,192-238,240-255"})
