@@ -137,10 +137,15 @@ def build_tree(devices: list[PciDevice], gpu_index: dict[int, str] | None = None
     def on_paths(kind: str) -> list[str]:
         return sorted({b for p in gpu_paths.values() for b in p if kinds[b][0] == kind})
 
+    # ACS request/completion redirect on a GPU path sends P2P up to the root complex (and
+    # through the IOMMU when it translates) instead of across the switch.
+    redirect = sorted({b for p in gpu_paths.values() for b in p
+                       if (by_bdf[b].acs_ctl or {}).get("ReqRedir")
+                       or (by_bdf[b].acs_ctl or {}).get("CmpltRedir")})
     summary = {"gpus": len(gpu_paths), "root_ports": on_paths("root_port"),
                "switch_upstream": on_paths("switch_upstream"),
                "switch_downstream": on_paths("switch_downstream"),
-               "bridges": on_paths("bridge")}
+               "bridges": on_paths("bridge"), "acs_redirect_on_gpu_paths": redirect}
     return {"nodes": nodes, "gpu_paths": gpu_paths, "summary": summary}
 
 

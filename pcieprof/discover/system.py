@@ -118,9 +118,10 @@ def iommu_state(root: str | Path | None = "/", *, cmdline: str | None = None,
 
     if enabled is False:
         mode = "off"
-        if dm_default == "Translated" and off_by:
+        if dm_default == "Translated":
+            why = f" ({', '.join(off_by)})" if off_by else ""
             evidence.append("the dmesg default domain type is the policy only: no IOMMU unit "
-                            f"is active ({', '.join(off_by)})")
+                            f"is active{why}")
     elif enabled is True:
         if pt or dm_default == "Passthrough":
             mode = "passthrough"

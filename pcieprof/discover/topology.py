@@ -153,12 +153,15 @@ def assemble(*, source: str, nvml_part: dict[str, Any] | None, devices: list[Pci
             "status": status}
 
 
-def _lscpu() -> str | None:
-    exe = shutil.which("lscpu")
+def _run_text(cmd: str) -> str | None:
+    """Output of a read-only system command (lscpu, dmesg), None when it cannot run here
+    (dmesg needs privileges on many systems)."""
+    exe = shutil.which(cmd)
     if not exe:
         return None
     try:
-        p = subprocess.run([exe], capture_output=True, text=True, timeout=10, check=False)
+        p = subprocess.run([exe], capture_output=True, text=True, timeout=10, check=False,
+                           errors="replace")
     except (OSError, subprocess.TimeoutExpired):
         return None
     return p.stdout if p.returncode == 0 else None
@@ -208,7 +211,9 @@ def discover(*, nvml: Any = None, root: str | Path = "/", use_lspci: bool = True
                     merge_lspci(devices, lspci_devices)
                 else:
                     devices = lspci_devices
-    lscpu = _lscpu() if live else None
+    lscpu = _run_text("lscpu") if live else None
+    dmesg = _run_text("dmesg") if live else None
     return assemble(source="measured", nvml_part=nvml_part, devices=devices,
-                    iommu=system.iommu_state(root), virt=system.hypervisor_state(root, lscpu=lscpu),
+                    iommu=system.iommu_state(root, dmesg=dmesg),
+                    virt=system.hypervisor_state(root, lscpu=lscpu, dmesg=dmesg),
                     numa=system.numa_nodes(root), status=status)

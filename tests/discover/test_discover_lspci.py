@@ -40,6 +40,7 @@ def test_tree_finds_gpus_switches_root_ports(asus_devices):
     assert s["switch_upstream"] == ["0000:01:00.0", "0000:71:00.0", "0000:81:00.0", "0000:f1:00.0"]
     assert s["root_ports"] == ["0000:00:01.1", "0000:70:01.1", "0000:80:01.1", "0000:f0:01.1"]
     assert len(s["switch_downstream"]) == 8
+    assert s["acs_redirect_on_gpu_paths"] == []  # bare metal, ACS redirect off
     assert tree["gpu_paths"]["0"] == ["0000:06:00.0", "0000:02:03.0", "0000:01:00.0", "0000:00:01.1"]
     assert tree["gpu_paths"]["7"] == ["0000:f5:00.0", "0000:f2:02.0", "0000:f1:00.0", "0000:f0:01.1"]
     nodes = {n["bdf"]: n for n in tree["nodes"]}

@@ -117,3 +117,17 @@ def test_missing_sysfs_is_a_status(tmp_path):
     topo = discover(root=tmp_path)
     assert topo["gpus"] == [] and topo["status"]["sysfs"] == "not_supported"
     assert topo["iommu"]["mode"] == "unknown" and topo["virtualization"]["is_vm"] is None
+
+
+def test_acs_redirect_enabled_host(tmp_path, asus):
+    # The ASUS devices with ReqRedir+/CmpltRedir+ on the switch downstream ports, as a host that
+    # forces P2P up to the root complex shows them; the bits travel through config space.
+    devices = copy.deepcopy(asus)
+    for d in devices:
+        if d.port_type == "downstream" and d.acs_ctl:
+            d.acs_ctl = dict(d.acs_ctl, ReqRedir=True, CmpltRedir=True)
+    root = write_fake_root(tmp_path / "acs", devices)
+    got, _ = read_sysfs_pci(root)
+    s = build_tree(got)["summary"]
+    assert s["acs_redirect_on_gpu_paths"] == s["switch_downstream"]
+    assert len(s["acs_redirect_on_gpu_paths"]) == 8
