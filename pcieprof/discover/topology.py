@@ -14,7 +14,7 @@ from typing import Any
 from pcieprof.discover import pcie_tree, system
 from pcieprof.discover.lspci import parse_lspci, run_lspci
 from pcieprof.discover.nvml import Nvml, collect
-from pcieprof.discover.pci import PciDevice, gen_of_speed
+from pcieprof.discover.pci import PciDevice
 from pcieprof.discover.sysfs import merge_lspci, read_sysfs_pci
 
 

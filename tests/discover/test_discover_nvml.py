@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import copy
 import json
 
 import pytest
 
-from conftest import DATA
 from pcieprof.discover import nvml as nv
 from pcieprof.discover.nvml import Missing, Nvml, collect, cpulist, cpu_words
 from pcieprof.discover.nvml_snapshot import NvmlReplay, main, record_snapshot, snapshot_from_logs
+
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 SNAP = DATA / "nvml_snapshot_rtxpro6000_8x" / "snapshot.json"
 

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA
 from discover_fake_sysfs import write_fake_root
 from pcieprof.discover.lspci import parse_lspci
 from pcieprof.discover.pcie_tree import build_tree
 from pcieprof.discover.sysfs import read_sysfs_pci
 from pcieprof.discover.topology import discover
+
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 SNAP = DATA / "nvml_snapshot_rtxpro6000_8x" / "snapshot.json"
 

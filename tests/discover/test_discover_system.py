@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from discover_fake_sysfs import write_fake_root
 from pcieprof.discover import versions
 from pcieprof.discover.nvml import Nvml
 from pcieprof.discover.nvml_snapshot import NvmlReplay
-from conftest import DATA
 from pcieprof.discover.system import cmdline_params, hypervisor_state, iommu_state, numa_nodes
+
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 @pytest.mark.parametrize("cmdline, dmesg, enabled, mode", [
