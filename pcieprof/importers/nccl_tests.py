@@ -163,9 +163,6 @@ def _rows_of(run: _Run, n: int, nruns: int, name: str, result: Parsed, require_c
     if not run.rows:
         fail(name, run.column_line + 2, "result rows under the column header (the file is cut "
              "short)")
-    if require_complete and run.avg_busbw is None:
-        fail(name, run.rows[-1][0] + 1, "the '# Avg bus bandwidth' line after the last row "
-             "(the file looks truncated)")
     has_redop = "redop" in cols
     has_root = "root" in cols
     lead = 3 + has_redop + has_root  # size count type [redop] [root]
@@ -173,7 +170,7 @@ def _rows_of(run: _Run, n: int, nruns: int, name: str, result: Parsed, require_c
     half = 4  # time algbw busbw #wrong|error
     nranks = len(run.ranks)
     for lineno, tok in run.rows:
-        if len(tok) not in (lead + half, lead + 2 * half):
+        if len(tok) != lead + 2 * half:
             fail(name, lineno, f"{lead + 2 * half} fields (size count type"
                  f"{' redop' if has_redop else ''}{' root' if has_root else ''} then time algbw "
                  f"busbw {wrong_name}, out-of-place and in-place)", got=" ".join(tok))
@@ -186,8 +183,6 @@ def _rows_of(run: _Run, n: int, nruns: int, name: str, result: Parsed, require_c
         run.collective = collective
         for k, place in enumerate(("out_of_place", "in_place")):
             base = lead + k * half
-            if base + half > len(tok):
-                break
             t, alg, bus, wrong_tok = tok[base:base + half]
             wrong: int | None = None
             status = "ok"
@@ -209,6 +204,9 @@ def _rows_of(run: _Run, n: int, nruns: int, name: str, result: Parsed, require_c
                 wrong=wrong, iters=run.iters, status=status,
                 detail=f"nccl-tests {collective}_perf, {place.replace('_', '-')}, line {lineno}"
                        + (f", redop {redop}" if redop else "") + extra))
+    if require_complete and run.avg_busbw is None:
+        fail(name, run.rows[-1][0] + 1, "the '# Avg bus bandwidth' line after the last row "
+             "(the file looks truncated)")
 
 
 def _opt_float(tok: str, name: str, lineno: int, what: str) -> float | None:

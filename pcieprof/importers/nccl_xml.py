@@ -70,7 +70,9 @@ def parse_xml(text: str, name: str) -> Node:
         parser.Parse(text, True)
     except xml.parsers.expat.ExpatError as exc:
         what = xml.parsers.expat.ErrorString(exc.code)
-        fail(name, exc.lineno, f"well-formed XML ({what}"
+        # At the end of a cut file expat points past the last line: name the last line instead.
+        lineno = min(exc.lineno, max(1, len(text.splitlines())))
+        fail(name, lineno, f"well-formed XML ({what}"
              + ("; the file looks truncated)" if "no element" in what or "unclosed" in what
                 or "incomplete" in what else ")"))
     if not root:
