@@ -278,8 +278,8 @@ def build_app(args: ServerArgs, scheduler: Scheduler, metrics: ServerMetrics,
                 state["status"] = "Up"
                 return web.Response(status=200)
         scheduler.abort(req)
-        server_log.error(f"Health check failed. Server couldn't get a response from the "
-                         f"scheduler for last {health_check_timeout_s():g} seconds.")
+        server_log.error(f"Health check failed. Server couldn't get a response from "
+                         f"detokenizer for last {health_check_timeout_s():g} seconds.")
         state["status"] = "UnHealthy"
         return web.Response(status=503)
 
