@@ -17,8 +17,9 @@ _GPU_HEADER = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2
 _MIB = re.compile(r"^(\d+)\s*MiB$")
 
 #: `GPU Virtualization Mode / Virtualization Mode` strings -> topology.json names. nvidia-smi
-#: prints the NVML mode (nvmlGpuVirtualizationMode_t) as None, Pass-Through, VGPU, Host VGPU,
-#: Host VSGA (assumption from nvidia-smi output seen in the wild; "None" is in the ASUS log).
+#: prints the NVML mode (nvmlGpuVirtualizationMode_t) as text: "None" is in the ASUS log,
+#: "Pass-Through" in a public `nvidia-smi -q -x` of a passthrough VM; the vGPU spellings
+#: (VGPU, Host VGPU, Host VSGA) are an assumption, and anything else maps to "unknown".
 SMI_VIRT_MODES: dict[str, str] = {
     "none": "bare_metal", "pass-through": "passthrough", "passthrough": "passthrough",
     "vgpu": "vgpu", "host vgpu": "host_vgpu", "host vsga": "host_vsga",
