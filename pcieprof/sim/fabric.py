@@ -233,8 +233,8 @@ def _read_doc(path: Path, seen: tuple[str, ...]) -> dict[str, Any]:
         raise BadInput(f"{path}: extends: must be a profile name or path")
     if base_name in seen:
         raise BadInput(f"{path}: extends: circular ({' -> '.join(seen + (base_name,))})")
-    base_path = profile_path(base_name if base_name.endswith(".toml") is False
-                             else str((path.parent / base_name)))
+    # A file name is relative to the file that extends it; anything else is a profile name.
+    base_path = profile_path(path.parent / base_name if base_name.endswith(".toml") else base_name)
     base = _read_doc(base_path, seen + (base_name,))
     for key, value in doc.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):

@@ -137,3 +137,18 @@ def test_unknown_profile_and_bad_toml(tmp_path: Path) -> None:
         load_profile("no-such-box")
     with pytest.raises(BadInput, match="not valid TOML"):
         load_profile(_write(tmp_path, "name = \n"))
+
+
+def test_extends_a_profile_or_a_sibling_file(tmp_path: Path) -> None:
+    mine = tmp_path / "mine.toml"
+    mine.write_text('extends = "rtxpro6000-8x-switch"\nname = "mine"\n[iommu]\nmode = "passthrough"\n')
+    f = load_profile(mine)
+    assert f.name == "mine" and f.iommu_mode == "passthrough" and len(f.switches) == 4
+    child = tmp_path / "child.toml"
+    child.write_text('extends = "mine.toml"\nname = "child"\n[acs]\nredirect = true\n')
+    c = load_profile(child)
+    assert c.iommu_mode == "passthrough" and all(sw.acs_redirect for sw in c.switches.values())
+    loop = tmp_path / "loop.toml"
+    loop.write_text('extends = "loop.toml"\nname = "loop"\n')
+    with pytest.raises(BadInput, match="circular"):
+        load_profile(loop)
