@@ -91,10 +91,7 @@ def build_topology(files: list[ImportedFile]) -> tuple[dict[str, Any], list[str]
     problems: list[str] = []
     for f in files:
         p = f.parsed
-        if p.format == "nvidia-smi-topo-m" and "nvidia-smi-topo-m" in logs and len(logs) > 1:
-            pass  # already inside the machine-log topology
-        elif "topo_m" in p.documents:
-            topo_mod.merge_topo_m(topo, p.documents["topo_m"])
+        # topo -m is a machine log: its levels and affinity are already in `topo`.
         if p.pair_p2p:
             topo_mod.merge_p2p_status(topo, p.pair_p2p)
         if p.gpus and p.format not in MACHINE_LOGS:

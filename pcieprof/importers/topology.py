@@ -114,6 +114,8 @@ def merge_p2p_status(topo: dict[str, Any], pair_p2p: dict[tuple[int, int], dict[
         pair = ensure_pair(topo, a, b)
         for cap, code in caps.items():
             pair["p2p"][cap] = code
+            if isinstance(pair["p2p"].get("status"), dict):
+                pair["p2p"]["status"].pop(cap, None)
         if all(pair["p2p"].get(k) is not None for k in ("read", "write", "atomics")):
             pair.get("status", {}).pop("p2p", None)
 
@@ -153,13 +155,10 @@ def from_machine_logs(logs: dict[str, tuple[str, str]]) -> dict[str, Any]:
     """
     kwargs_of = {"lspci": "lspci", "nvidia-smi-q": "smi_q", "nvidia-smi-topo-m": "topo_m",
                  "cmdline": "cmdline", "numactl": "numa", "lscpu": "lscpu", "dmesg": "dmesg"}
-    only_topo = set(logs) <= {"nvidia-smi-topo-m"}
     try:
         from pcieprof.discover.from_logs import topology_from_logs
-    except ImportError:
-        topology_from_logs = None  # type: ignore[assignment]
-    if topology_from_logs is None or only_topo:
-        if not only_topo:
+    except ImportError:  # a build without discovery-from-logs: topo -m alone still works
+        if set(logs) != {"nvidia-smi-topo-m"}:
             names = ", ".join(n for n, _t in logs.values())
             raise BadInput(f"{names}: reading machine logs needs pcieprof.discover.from_logs, "
                            "which this build lacks", hint="import the tool outputs alone")
@@ -171,8 +170,7 @@ def from_machine_logs(logs: dict[str, tuple[str, str]]) -> dict[str, Any]:
         return topo
     kwargs = {kwargs_of[f]: text for f, (_n, text) in logs.items()}
     names = {kwargs_of[f]: n for f, (n, _t) in logs.items()}
-    topo = _call_from_logs(topology_from_logs, kwargs, names)
-    topo = copy.deepcopy(topo)
+    topo = copy.deepcopy(_call_from_logs(topology_from_logs, kwargs, names))
     topo["source"] = "imported"
     return topo
 
