@@ -132,3 +132,17 @@ def test_acs_redirect_enabled_host(tmp_path, asus):
     s = build_tree(got)["summary"]
     assert s["acs_redirect_on_gpu_paths"] == s["switch_downstream"]
     assert len(s["acs_redirect_on_gpu_paths"]) == 8
+
+
+def test_nvml_index_maps_to_pci_by_bus_id(asus_root):
+    # NVML indices need not follow bus order: the tree follows each index's bus id.
+    import json
+
+    snap = json.loads(SNAP.read_text())
+    c = snap["calls"]
+    c["nvmlDeviceGetPciInfo_v3(gpu0)"], c["nvmlDeviceGetPciInfo_v3(gpu7)"] = (
+        c["nvmlDeviceGetPciInfo_v3(gpu7)"], c["nvmlDeviceGetPciInfo_v3(gpu0)"])
+    topo = discover(nvml=snap, root=asus_root)
+    paths = topo["pcie_tree"]["gpu_paths"]
+    assert paths["0"][0] == "0000:f5:00.0" and paths["7"][0] == "0000:06:00.0"
+    assert topo["gpus"][0]["numa_node"] == 1 and topo["gpus"][7]["numa_node"] == 0
