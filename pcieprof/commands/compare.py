@@ -1,0 +1,95 @@
+"""`pcieprof compare A B [--fail-if "METRIC>+X%"]`: metrics side by side, exit 1 on a regression."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from pcieprof.bundle import Bundle
+from pcieprof.commands.options import verbosity
+from pcieprof.errors import BadInput, ExitCode
+
+_EXPR = re.compile(r"^\s*(?P<metric>[A-Za-z0-9_.@*?\-\[\]]+)\s*(?P<op>[<>])\s*"
+                   r"(?P<num>[+-]?\d+(?:\.\d+)?)\s*(?P<pct>%?)\s*$")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """`METRIC > +X%`: fail when B is more than X% above A (`<` with -X%: more than X% below).
+    Without `%` the threshold is absolute, in the metric's unit."""
+
+    metric: str
+    op: str
+    threshold: float
+    percent: bool
+    text: str
+
+    def failed(self, a: float, b: float) -> bool:
+        delta = (b - a) / abs(a) * 100 if self.percent else b - a
+        if self.percent and a == 0:
+            delta = float("inf") if b > 0 else (float("-inf") if b < 0 else 0.0)
+        return delta > self.threshold if self.op == ">" else delta < self.threshold
+
+
+def parse_condition(text: str) -> Condition:
+    """Parse one --fail-if expression; BadInput (one line) when it is not METRIC>+X% / METRIC<-X%."""
+    m = _EXPR.match(text)
+    if not m:
+        raise BadInput(f"--fail-if {text!r}: expected METRIC>+X% or METRIC<-X% "
+                       f"(e.g. \"allreduce.default.n8.time_us@12KiB>+10%\")")
+    return Condition(m["metric"], m["op"], float(m["num"]), bool(m["pct"]), text.strip())
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+@click.command("compare")
+@click.argument("a", type=click.Path(path_type=Path))
+@click.argument("b", type=click.Path(path_type=Path))
+@click.option("--fail-if", "fail_if", multiple=True, metavar="EXPR",
+              help='Regression condition, repeatable: "METRIC>+X%" fails when B is more than X% '
+                   'above A; "METRIC<-X%" when more than X% below; no % = absolute units. '
+                   'METRIC may use * wildcards.')
+@click.option("--all", "show_all", is_flag=True, help="Show metrics present in only one bundle.")
+@verbosity
+def command(a: Path, b: Path, fail_if: tuple[str, ...], show_all: bool) -> None:
+    """Show the metrics of bundles A and B side by side (B relative to A).
+
+    Exit status 1 when a --fail-if condition holds (a regression), 2 on bad input.
+    """
+    from pcieprof.report.metrics import bundle_metrics, higher_is_better
+
+    conds = [parse_condition(t) for t in fail_if]
+    ma, mb = bundle_metrics(Bundle.open(a)), bundle_metrics(Bundle.open(b))
+    names = sorted(set(ma) | set(mb)) if show_all else sorted(set(ma) & set(mb))
+    width = max([len(n) for n in names] + [6])
+    click.echo(f"{'metric':<{width}}  {'A':>10}  {'B':>10}  {'B vs A':>8}")
+    for n in names:
+        va, vb = ma.get(n), mb.get(n)
+        rel = ""
+        if va is not None and vb is not None and va != 0:
+            d = (vb - va) / abs(va) * 100
+            better = (d > 0) == higher_is_better(n)
+            rel = f"{d:+.1f}%" + ("" if abs(d) < 0.05 else (" better" if better else " worse"))
+        click.echo(f"{n:<{width}}  {_fmt(va):>10}  {_fmt(vb):>10}  {rel}")
+    failures = []
+    for c in conds:
+        matched = [n for n in set(ma) & set(mb) if fnmatch.fnmatchcase(n, c.metric)]
+        if not matched:
+            raise BadInput(f"--fail-if {c.text!r}: no metric {c.metric!r} in both bundles",
+                           hint="run without --fail-if to list the metric names")
+        for n in sorted(matched):
+            if c.failed(ma[n], mb[n]):
+                failures.append(f"{n}: {_fmt(ma[n])} -> {_fmt(mb[n])} ({c.text})")
+    if failures:
+        click.echo("")
+        for f in failures:
+            click.echo(f"REGRESSION {f}")
+        raise SystemExit(int(ExitCode.FAILURE))
+    if conds:
+        click.echo(f"\nno regression ({len(conds)} condition(s))")

@@ -1,0 +1,78 @@
+"""`pcieprof recommend BUNDLE`: ring order, NCCL settings and parallel layout, each with its gain.
+
+Writes into the bundle: recommendations.json, tune/recommended.env, tune/sglang_command.sh and the
+NCCL graph/topology files (tune/nccl_graph.xml, tune/nccl_topo.xml). Prints the recommendations.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pcieprof import progress
+from pcieprof.bundle import Bundle
+from pcieprof.commands.options import verbosity
+
+
+def summary_lines(result) -> list[str]:  # noqa: ANN001 - tune.recommend.Result
+    """The fixed-width text printed on stdout."""
+    lines = [f"principal bottleneck: {result.bottleneck}", ""]
+    if not result.recommendations:
+        lines.append("no change supported by the measurements")
+    for i, r in enumerate(result.recommendations, 1):
+        lines.append(f"{i}. [{r.confidence}] {r.title}")
+        if r.gain_text:
+            lines.append(f"   gain: {r.gain_text}")
+        for a in (r.action or "").splitlines():
+            lines.append(f"   {a}")
+        for e in r.evidence[:2]:
+            lines.append(f"   evidence: {e}")
+    if result.layouts:
+        lines += ["", "parallel layouts (best first):"]
+        for lay in result.layouts:
+            rows = {x["concurrency"]: x for x in lay["per_concurrency"]}
+            c1, c64 = rows.get(1), rows.get(max(rows))
+            fit = "fits" if lay["fits"] else "does not fit"
+            lines.append(f"  {lay['label']:<24} {fit:<13} weights {lay['weights_gb']:.1f} GB/GPU, "
+                         f"max concurrency {lay['max_concurrency']}, "
+                         f"c=1 {c1['step_ms']:.1f} ms/step, c={c64['concurrency']} "
+                         f"{c64['tok_s']:.0f} tok/s{'' if c64['fits'] else ' (KV over)'}")
+        if result.layouts[0].get("why"):
+            lines.append(f"  why: {result.layouts[0]['why']}")
+    if result.needs_measuring:
+        lines += ["", "would need measuring:"] + [f"  - {m}" for m in result.needs_measuring]
+    return lines
+
+
+@click.command("recommend")
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("--model", default="glm5-nvfp4", show_default=True,
+              help="Model card for decode message sizes and the layout advice.")
+@click.option("--batch-max", default=64, show_default=True, type=click.IntRange(1, 4096),
+              help="Largest decode batch (decode all-reduce = batch x hidden x 2 bytes).")
+@click.option("--context", default=8192, show_default=True, type=click.IntRange(1),
+              help="Tokens per request for the KV-cache fit of the layouts.")
+@click.option("--no-layouts", is_flag=True, help="Skip the parallel layout advice.")
+@verbosity
+def command(bundle: Path, model: str, batch_max: int, context: int, no_layouts: bool) -> None:
+    """Recommend NCCL settings, the ring order and a parallel layout for BUNDLE.
+
+    Every recommendation carries its evidence from the bundle and its gain at decode-sized
+    messages; a setting the measurements do not support is never recommended (the output says
+    what would need measuring instead).
+    """
+    from pcieprof.serve.cards import load_card
+    from pcieprof.tune.recommend import recommend, write_outputs
+
+    b = Bundle.open(bundle)
+    load_card(model)  # a wrong name is one line, before any work
+    progress.info(f"tuning {b.path} ({b.source}, backend {b.backend})")
+    result = recommend(b, model=model, batch_max=batch_max, layouts=not no_layouts,
+                       context=context)
+    paths = write_outputs(b, result)
+    click.echo("\n".join(summary_lines(result)))
+    click.echo("")
+    for what, p in paths.items():
+        click.echo(f"{what}: {p}")
+    click.echo(f"report: pcieprof report {b.path}")

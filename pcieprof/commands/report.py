@@ -1,0 +1,43 @@
+"""`pcieprof report BUNDLE... [-o FILE]`: one self-contained offline HTML page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pcieprof import progress
+from pcieprof.commands.options import verbosity
+
+
+@click.command("report")
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", "-o", "out", type=click.Path(path_type=Path), default=None,
+              help="HTML file to write (default: BUNDLE/report.html for one bundle, "
+                   "reports/compare-<time>.html for several).")
+@click.option("--model", default="glm5-nvfp4", show_default=True,
+              help="Model card for the decode-message band (batch x hidden x 2 bytes).")
+@click.option("--batch-max", default=64, show_default=True, type=click.IntRange(1, 4096),
+              help="Largest decode batch of the band.")
+@click.option("--no-tune", is_flag=True,
+              help="Do not run the tuner for bundles without recommendations.json.")
+@verbosity
+def command(bundles: tuple[Path, ...], out: Path | None, model: str, batch_max: int,
+            no_tune: bool) -> None:
+    """Write the HTML report of one or more BUNDLES (several are shown side by side).
+
+    Plotly is inlined once, so the file opens from disk without a network. Every figure says
+    whether its numbers were measured, simulated or imported, and by which backend.
+    """
+    from pcieprof.bundle import Bundle, default_out_dir
+    from pcieprof.report import ReportContext, write_report
+    from pcieprof.report.decode_band import band_for
+
+    opened = [Bundle.open(b) for b in bundles]
+    if out is None:
+        out = (opened[0].path / "report.html" if len(opened) == 1
+               else default_out_dir("compare").with_suffix(".html"))
+    ctx = ReportContext(band=band_for(model, 1, batch_max), tune=not no_tune)
+    progress.info(f"report of {len(opened)} bundle(s) -> {out}")
+    path = write_report(opened, out, ctx=ctx)
+    click.echo(f"report: {path}")

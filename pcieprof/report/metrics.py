@@ -1,0 +1,81 @@
+"""Scalar metrics of a bundle, with names stable enough for `pcieprof compare --fail-if`.
+
+Names (units in the name, as in the tables):
+  p2p.<path>.bandwidth_gbps.median|min      P2P / host-staged uni bandwidth over all pairs
+  p2p.<path>.latency_us.median|max          small-copy latency over all pairs
+  allreduce.<variant>.n<N>.time_us@<size>   time at a decode size (12KiB, 96KiB, 384KiB, 768KiB)
+  allreduce.<variant>.n<N>.busbw_gbps@max   busbw at the largest measured size
+  serve.<key path>                          every number in serve/summary.json (flattened)
+  attribution.<key path>                    every number in attribution.json "summary" (flattened)
+`higher_is_better` tells compare which way is a regression.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pcieprof.bundle import Bundle
+from pcieprof.report.decode_band import DecodeBand, band_for
+from pcieprof.report.figures import size_label
+from pcieprof.tune import curves as C
+
+_BATCHES = (1, 8, 32, 64)
+
+
+def _flatten(prefix: str, obj: Any, out: dict[str, float], depth: int = 0) -> None:
+    if depth > 4:
+        return
+    if isinstance(obj, bool):
+        return
+    if isinstance(obj, (int, float)):
+        if math.isfinite(float(obj)):
+            out[prefix] = float(obj)
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(f"{prefix}.{k}", v, out, depth + 1)
+
+
+def bundle_metrics(bundle: Bundle, band: DecodeBand | None = None) -> dict[str, float]:
+    """All scalar metrics of one bundle (absent parts give no names)."""
+    band = band or band_for()
+    out: dict[str, float] = {}
+    p2p = bundle.read_table("p2p")
+    for path in ("p2p", "host_staged", "h2d", "d2h"):
+        rows = p2p[(p2p["path"] == path) & (p2p["status"] == "ok")]
+        bw = rows[(rows["direction"] == "uni")]["bandwidth_gbps"].dropna()
+        lat = rows["latency_us"].dropna()
+        if len(bw):
+            out[f"p2p.{path}.bandwidth_gbps.median"] = float(bw.median())
+            out[f"p2p.{path}.bandwidth_gbps.min"] = float(bw.min())
+        if len(lat):
+            out[f"p2p.{path}.latency_us.median"] = float(lat.median())
+            out[f"p2p.{path}.latency_us.max"] = float(lat.max())
+    bad = p2p[p2p["status"].isin(["error", "hang"])]
+    if not p2p.empty:
+        out["p2p.bad_rows"] = float(len(bad))
+    for c in C.curves(bundle.read_table("allreduce")):
+        if c.ranks != ",".join(str(i) for i in range(c.nranks)) and c.nranks > 2:
+            key = f"allreduce.{c.variant}.order_{c.ranks.replace(',', '-')}"
+        else:
+            key = f"allreduce.{c.variant}.n{c.nranks}" + ("" if c.nranks > 2 else f".r{c.ranks.replace(',', '-')}")
+        for b in _BATCHES:
+            size = band.message_bytes(b)
+            if size <= c.max_size:
+                out[f"{key}.time_us@{size_label(size).replace(' ', '')}"] = c.at(size)
+        out[f"{key}.busbw_gbps@max"] = float(c.busbw_gbps.iloc[-1])
+    summary = bundle.read_json("serve/summary.json", None)
+    if isinstance(summary, dict):
+        _flatten("serve", summary, out)
+    attribution = bundle.read_json("attribution.json", None)
+    if isinstance(attribution, dict):
+        _flatten("attribution", attribution.get("summary", {}), out)
+    return out
+
+
+def higher_is_better(name: str) -> bool:
+    """Direction of a metric: bandwidths and throughputs up, times and latencies down."""
+    n = name.lower()
+    if any(k in n for k in ("gbps", "throughput", "tok_s", "tokens_per_s")):
+        return True
+    return False

@@ -1,0 +1,80 @@
+"""Recommendations with their evidence, the searched ring, and the parallel layouts."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from pcieprof.report.context import ReportContext
+from pcieprof.report.figures import figure, plot_text
+from pcieprof.report.model import BundleView, Facts, Note, Section, Table
+from pcieprof.report.recs import RecsBlock
+
+
+def _layout_figure(layouts: list[dict], prov: str):
+    fig = go.Figure()
+    for lay in layouts:
+        rows = lay["per_concurrency"]
+        fig.add_trace(go.Scatter(
+            x=[r["concurrency"] for r in rows], y=[r["tok_s"] for r in rows],
+            mode="lines+markers", name=plot_text(lay["label"] + ("" if lay["fits"] else " (does not fit)")),
+            marker={"symbol": ["circle" if r["fits"] else "x" for r in rows]},
+            line={"dash": "solid" if lay["fits"] else "dot"}))
+    fig.update_xaxes(type="log", title="concurrency (requests decoding together)",
+                     tickvals=[1, 2, 4, 8, 16, 32, 64])
+    fig.update_yaxes(title="output tok/s (predicted)")
+    return figure(fig, "predicted decode throughput per parallel layout (x: KV cache does not fit)",
+                  prov)
+
+
+def build(view: BundleView, ctx: ReportContext) -> Section | None:
+    doc = ctx.recommendations_for(view)
+    if not doc or doc.get("error"):
+        return None
+    sec = Section("recommendations", "Recommendations")
+    prov = doc.get("provenance", "")
+    sec.blocks.append(RecsBlock(items=doc.get("recommendations", []),
+                                needs_measuring=doc.get("needs_measuring", [])))
+    ring = doc.get("ring")
+    inferred = doc.get("inferred")
+    if ring:
+        sec.blocks.append(Facts("ring search", [
+            ("ring", " -> ".join(map(str, ring["order"]))),
+            ("CUDA_VISIBLE_DEVICES", ring["cuda_visible_devices"]),
+            ("slowest link", f"{ring['bottleneck_gbps']:.1f} GB/s"),
+            ("summed link latency", "not measured" if ring.get("latency_sum_us") is None
+             else f"{ring['latency_sum_us']:.2f} us"),
+            ("search", "exhaustive" if ring.get("exact") else f"heuristic, gap <= {ring['gap'] * 100:.1f}%")],
+            provenance=prov))
+    if inferred:
+        sec.blocks.append(Table("inferred fabric (from the measured P2P matrices)",
+                                ["level", "nvidia-smi level", "GPU groups", "typical pair"],
+                                [[lv["name"], lv["smi_level"],
+                                  " | ".join(",".join(map(str, g)) for g in lv["groups"]),
+                                  f"{lv['value']:.3g}"] for lv in inferred["levels"]],
+                                provenance=f"{prov}; metric {inferred['metric']}"))
+        if inferred.get("hidden_structure"):
+            sec.blocks.append(Note("the measured structure is finer than the PCIe tree this "
+                                   "machine shows: the switches are hidden (flat virtual tree)", "warn"))
+    layouts = doc.get("layouts") or []
+    if layouts:
+        lprov = f"predicted: compute {layouts[0].get('compute_source')}; comm {layouts[0].get('comm_source')}"
+        sec.blocks.append(_layout_figure(layouts, lprov))
+        rows = []
+        for lay in layouts:
+            pc = {r["concurrency"]: r for r in lay["per_concurrency"]}
+            c1, cmax = pc.get(1), pc[max(pc)]
+            rows.append([lay["label"], "yes" if lay["fits"] else "no", f"{lay['weights_gb']:.1f}",
+                         f"{lay['kv_gb_per_request']:.2f}", lay["max_concurrency"],
+                         f"{c1['step_ms']:.1f}" if c1 else "", f"{c1['comm_ms']:.1f}" if c1 else "",
+                         f"{cmax['tok_s']:.0f}", lay["command"]])
+        sec.blocks.append(Table(
+            f"parallel layouts, best first (context {layouts[0]['context_tokens']} tokens, "
+            f"{layouts[0]['gpu_memory_gb']:.0f} GB x {layouts[0]['mem_fraction']} per GPU)",
+            ["layout", "fits", "weights GB/GPU", "KV GB/request", "max concurrency",
+             "step ms c=1", "comm ms c=1", f"tok/s c={max(r['concurrency'] for r in layouts[0]['per_concurrency'])}",
+             "SGLang command"], rows, provenance=lprov,
+            caption=layouts[0].get("why", "")))
+        notes = sorted({n for lay in layouts for n in lay.get("notes", [])})
+        for n in notes:
+            sec.blocks.append(Note(n, "missing"))
+    return sec

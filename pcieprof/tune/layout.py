@@ -1,0 +1,326 @@
+"""Parallel layout advice: which TP/EP/PP/DP layout serves the model best on this box.
+
+For each candidate (TP8, TP8+EP8, PP2xTP4, PP4xTP2, DP-attention, two TP4 replicas where the
+model fits half the GPUs):
+- memory per GPU: weights (card groups split over the GPUs that hold them) + KV cache of the
+  running requests at the chosen context, against the GPU memory x SGLang's --mem-fraction-static;
+- decode step time at concurrency 1..64 = compute + communication:
+  * communication: pcieprof.analysis.comm_model.predict_step_comm (engineer F's analytic model)
+    priced with this bundle's all-reduce curves for the right group size;
+  * compute: a roofline on bytes read per GPU per step (weights touched + KV read), with an
+    effective memory bandwidth and a fixed per-step cost fitted to a decode curve: this bundle's
+    serve/decode_curve.csv when it served the same model, else the published points of
+    data/decode_anchors.toml (their comm priced with this bundle's curves: an assumption);
+- the SGLang command (pcieprof.serve.sglang_cmd.build_command) and the recommended environment.
+Ranked by output tok/s at the highest concurrency that every fitting layout reaches.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pcieprof.bundle import Bundle
+from pcieprof.errors import BadInput
+
+CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
+ANCHORS = Path(__file__).with_name("data") / "decode_anchors.toml"
+#: SGLang's --mem-fraction-static when the card does not say: weights + KV must fit in it.
+DEFAULT_MEM_FRACTION = 0.85
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A layout to evaluate: F's Layout plus how many replicas share the box."""
+
+    label: str
+    tp: int
+    pp: int = 1
+    ep: int = 1
+    dp_attention: bool = False
+    dp: int | None = None
+    replicas: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.replicas
+
+
+def candidates(ngpus: int) -> list[Candidate]:
+    """The layouts of issue 6 that use all `ngpus` GPUs."""
+    out = [Candidate(f"TP{ngpus}", tp=ngpus),
+           Candidate(f"TP{ngpus}+EP{ngpus}", tp=ngpus, ep=ngpus)]
+    for pp in (2, 4):
+        if ngpus % pp == 0 and ngpus // pp >= 1:
+            out.append(Candidate(f"PP{pp}xTP{ngpus // pp}", tp=ngpus // pp, pp=pp))
+    out.append(Candidate(f"TP{ngpus} DP-attention{ngpus}", tp=ngpus, dp_attention=True, dp=ngpus))
+    if ngpus % 2 == 0:
+        out.append(Candidate(f"2 replicas x TP{ngpus // 2}", tp=ngpus // 2, replicas=2))
+    return out
+
+
+def _group_bytes(card: Any, name: str) -> float:
+    g = card.weights.get(name)
+    return float(g.bytes) if g is not None else 0.0
+
+
+def weights_per_gpu(card: Any, c: Candidate) -> float:
+    """Weight bytes on each GPU of one replica (attention replicated within DP-attention groups)."""
+    total = float(card.weight_bytes)
+    shards = c.tp * c.pp
+    if c.dp_attention and c.dp:
+        attn = _group_bytes(card, "attention")
+        attn_tp = max(1, c.tp // c.dp)
+        return (total - attn) / shards + attn / (attn_tp * c.pp)
+    return total / shards
+
+
+def kv_per_request_per_gpu(card: Any, c: Candidate, context: int) -> float:
+    """KV bytes one request of `context` tokens costs on a GPU holding its cache."""
+    return card.kv_bytes_per_token_per_gpu(c.tp, c.pp) * context
+
+
+def requests_per_gpu(c: Candidate, concurrency: int) -> float:
+    """Running requests whose KV one GPU holds."""
+    per_replica = concurrency / c.replicas
+    if c.dp_attention and c.dp:
+        return per_replica / c.dp
+    return per_replica
+
+
+def bytes_read_per_step(card: Any, c: Candidate, batch: float, context: int) -> float:
+    """Bytes one GPU reads in one decode step of `batch` requests (per replica): the weights it
+    touches plus the KV of its requests. Routed experts: the expected number of distinct experts
+    the batch selects, E x (1 - (1 - k/E)^(batch)); DSA attention reads at most index_topk
+    tokens of KV per request (an approximation: the indexer keys of all tokens are not added)."""
+    routed = _group_bytes(card, "routed_experts")
+    attn = _group_bytes(card, "attention")
+    other = float(card.weight_bytes) - routed - attn
+    shards = c.tp * c.pp
+    e, k = max(1, int(card.num_routed_experts or 1)), max(1, int(card.experts_per_token or 1))
+    touched = e * (1 - (1 - k / e) ** max(batch, 1)) if card.num_routed_experts else e
+    w = other / shards + routed * (touched / e) / shards
+    if c.dp_attention and c.dp:
+        w += attn / (max(1, c.tp // c.dp) * c.pp)
+        reqs = batch / c.dp
+    else:
+        w += attn / shards
+        reqs = batch
+    topk = getattr(card.attention, "index_topk", None) or context
+    kv = reqs * card.kv_bytes_per_token_per_gpu(c.tp, c.pp) * min(context, topk)
+    return w + kv
+
+
+@dataclass
+class ComputeModel:
+    """step_compute_ms = bytes / (eff_gbps * 1e6) + fixed_ms, fitted to a decode curve."""
+
+    eff_gbps: float
+    fixed_ms: float
+    source: str
+    points: list[tuple[int, float, float]]  # (batch, measured step ms, comm ms subtracted)
+
+    def compute_ms(self, nbytes: float) -> float:
+        return nbytes / (self.eff_gbps * 1e6) + self.fixed_ms
+
+
+def anchor_curve(bundle: Bundle, model: str) -> tuple[dict[int, float], str, int, int]:
+    """(batch -> step ms, source, tp, context) of a decode curve for `model`."""
+    summary = bundle.read_json("serve/summary.json", {}) or {}
+    served = str(summary.get("model") or summary.get("card") or "")
+    if bundle.has("serve/decode_curve.csv") and served == model:
+        try:
+            from pcieprof.analysis.comm_model import measured_decode_steps
+
+            steps = measured_decode_steps(bundle)
+        except Exception:
+            steps = {}
+        if steps:
+            tp = int(summary.get("tp") or summary.get("tp_size") or 8)
+            return steps, f"serve/decode_curve.csv of this bundle [{bundle.source}]", tp, int(summary.get("context_tokens") or 0)
+    data = tomllib.loads(ANCHORS.read_text(encoding="utf-8"))
+    if model in data:
+        a = data[model]
+        steps = {int(c): c / tps * 1000.0 for c, tps in a["points"]}
+        return steps, f"published: {a['source']} (imported)", int(a["tp"]), int(a["context_tokens"])
+    return {}, "", 0, 0
+
+
+def fit_compute(card: Any, bundle: Bundle, model: str, ngpus: int) -> ComputeModel | None:
+    """Fit the roofline's bandwidth and fixed cost to the anchor decode curve (least squares)."""
+    from pcieprof.analysis.comm_model import Layout, predict_step_comm
+
+    steps, source, tp, ctx_tokens = anchor_curve(bundle, model)
+    if not steps or tp < 1:
+        return None
+    c = Candidate(f"TP{tp}", tp=tp)
+    xs, ys, pts = [], [], []
+    for b, ms in sorted(steps.items()):
+        comm = predict_step_comm(card, Layout(tp=tp), b, bundle)["total_us"] / 1e3 if tp > 1 else 0.0
+        xs.append(bytes_read_per_step(card, c, b, max(ctx_tokens, 1)))
+        ys.append(max(ms - comm, 0.05 * ms))
+        pts.append((b, ms, comm))
+    X = np.vstack([np.array(xs), np.ones(len(xs))]).T
+    if len(xs) >= 2:
+        (a, t0), *_ = np.linalg.lstsq(X, np.array(ys), rcond=None)
+    else:
+        a, t0 = ys[0] / xs[0], 0.0
+    if a <= 0:
+        a, t0 = float(np.mean(ys) / np.mean(xs)), 0.0
+    if t0 < 0:
+        a, t0 = float(np.dot(xs, ys) / np.dot(xs, xs)), 0.0
+    return ComputeModel(eff_gbps=1.0 / a / 1e6, fixed_ms=float(t0), source=source, points=pts)
+
+
+def gpu_memory_bytes(bundle: Bundle, card: Any) -> tuple[float, str]:
+    topo = bundle.read_json("topology.json", {}) or {}
+    mems = [g.get("memory_bytes") for g in topo.get("gpus", []) if g.get("memory_bytes")]
+    if mems:
+        return float(min(mems)), "topology.json"
+    return float(card.sglang.gpu_memory_gb) * 1e9, f"card {card.name} (gpu_memory_gb)"
+
+
+def _mem_fraction(card: Any) -> float:
+    flags = list(card.sglang.recommended_flags)
+    if "--mem-fraction-static" in flags:
+        try:
+            return float(flags[flags.index("--mem-fraction-static") + 1])
+        except (IndexError, ValueError):
+            pass
+    return DEFAULT_MEM_FRACTION
+
+
+def _command(card: Any, c: Candidate, env: dict[str, str]) -> tuple[str, dict[str, str], list[str]]:
+    try:
+        from pcieprof.serve.sglang_cmd import LaunchConfig, build_command
+
+        dp = c.dp if c.dp_attention else (c.replicas if c.replicas > 1 else None)
+        cmd = build_command(card, LaunchConfig(tp=c.tp, pp=c.pp if c.pp > 1 else None,
+                                               ep=c.ep if c.ep > 1 else None, dp=dp,
+                                               dp_attention=c.dp_attention, env=dict(env)))
+        card_env = {k: v for k, v in card.sglang.env.items() if k not in env}
+        notes = list(cmd.notes)
+        if card_env:
+            notes.append("environment from the model card (its public sources), not checked by "
+                         "this bundle: " + " ".join(f"{k}={v}" for k, v in card_env.items()))
+        return " ".join(shlex.quote(a) for a in cmd.argv), dict(cmd.env), notes
+    except BadInput as exc:
+        return "", {}, [f"no SGLang command: {exc.one_line()}"]
+
+
+def rank_layouts(bundle: Bundle, model: str, *, env: dict[str, str] | None = None,
+                 context: int = 8192) -> list[dict[str, Any]]:
+    """Evaluate and rank the candidate layouts for `model` on the bundle's box.
+
+    Args:
+        bundle: a bundle with allreduce.csv (and topology.json for the GPU count and memory).
+        model: model card name.
+        env: the recommended environment (added to every command).
+        context: tokens per request for the KV-cache fit and reads.
+
+    Returns:
+        One dict per layout, best first: label, fits, weights_gb, kv_gb_per_request, max_concurrency,
+        per_concurrency [{concurrency, step_ms, compute_ms, comm_ms, tok_s, fits}], command, env,
+        notes, why (the ranking reason, on the first).
+
+    Raises:
+        BadInput: no card, or no all-reduce rows to price communication with.
+    """
+    from pcieprof.analysis.comm_model import Layout, predict_step_comm
+    from pcieprof.serve.cards import load_card
+
+    card = load_card(model)
+    topo = bundle.read_json("topology.json", {}) or {}
+    ar = bundle.read_table("allreduce")
+    ngpus = len(topo.get("gpus") or []) or int(ar["nranks"].max() if not ar.empty else 0)
+    if ngpus < 2:
+        raise BadInput("layout advice needs a box of at least 2 GPUs")
+    compute = fit_compute(card, bundle, model, ngpus)
+    mem, mem_src = gpu_memory_bytes(bundle, card)
+    frac = _mem_fraction(card)
+    results = []
+    for c in candidates(ngpus):
+        w = weights_per_gpu(card, c)
+        kv_req = kv_per_request_per_gpu(card, c, context)
+        room = mem * frac - w
+        per_gpu_reqs = requests_per_gpu(c, 1)
+        max_c = int(room / (kv_req * per_gpu_reqs)) if room > 0 and kv_req > 0 else 0
+        rows = []
+        notes: list[str] = []
+        for conc in CONCURRENCY:
+            batch = conc / c.replicas
+            b_int = max(1, int(math.ceil(batch)))
+            lay = Layout(tp=c.tp, ep=c.ep, pp=c.pp, dp_attention=c.dp_attention, dp=c.dp)
+            pred = predict_step_comm(card, lay, b_int, bundle)
+            comm_ms = pred["total_us"] / 1e3
+            for n in pred.get("notes", []):
+                if n not in notes:
+                    notes.append(n)
+            if compute is not None:
+                comp_ms = compute.compute_ms(bytes_read_per_step(card, c, batch, context)) * c.pp
+            else:
+                comp_ms = float("nan")
+            step = comp_ms + comm_ms
+            tok_s = conc / step * 1000 if step == step and step > 0 else float("nan")
+            rows.append({"concurrency": conc, "batch_per_replica": batch, "step_ms": step,
+                         "compute_ms": comp_ms, "comm_ms": comm_ms, "tok_s": tok_s,
+                         "fits": conc <= max_c})
+        if c.ep > 1:
+            notes.append("EP with SGLang's default MoE backend: the MoE output is still reduced "
+                         "with an all-reduce (no DeepEP all-to-all assumed); compute as TP, expert "
+                         "load imbalance not modelled")
+        if c.pp > 1:
+            notes.append("PP decode: stages run one after the other for a batch (no micro-batch "
+                         "overlap assumed), so compute is summed over stages")
+        if c.dp_attention:
+            notes.append("DP attention: attention weights replicated in each attention group; each "
+                         "GPU holds the KV of its own requests only")
+        cmd, cmd_env, cmd_notes = _command(card, c, env or {})
+        results.append({
+            "label": c.label, "tp": c.tp, "pp": c.pp, "ep": c.ep, "dp_attention": c.dp_attention,
+            "replicas": c.replicas, "fits": max_c >= 1, "weights_gb": w / 1e9,
+            "kv_gb_per_request": kv_req / 1e9, "gpu_memory_gb": mem / 1e9,
+            "memory_source": mem_src, "mem_fraction": frac, "context_tokens": context,
+            "max_concurrency": max_c, "per_concurrency": rows, "command": cmd, "env": cmd_env,
+            "notes": notes + cmd_notes,
+            "compute_source": compute.source if compute else "no decode curve: compute not predicted",
+            "comm_source": f"pcieprof.analysis.comm_model priced with {bundle.path.name}"
+                           f" [{bundle.part('allreduce').get('source') or bundle.source}]"})
+
+    def key(r: dict[str, Any]) -> tuple:
+        fit_rows = [x for x in r["per_concurrency"] if x["fits"]]
+        best = max((x["tok_s"] for x in fit_rows if x["tok_s"] == x["tok_s"]), default=-1.0)
+        lat = r["per_concurrency"][0]["step_ms"]
+        return (r["fits"], best, -(lat if lat == lat else 1e9))
+
+    results.sort(key=key, reverse=True)
+    if results:
+        results[0]["why"] = _why(results, compute)
+    return results
+
+
+def _why(results: list[dict[str, Any]], compute: ComputeModel | None) -> str:
+    top = results[0]
+    fit_rows = [x for x in top["per_concurrency"] if x["fits"]]
+    if not top["fits"] or not fit_rows:
+        return "no layout fits the GPU memory at this context"
+    r = fit_rows[-1]
+    parts = [f"{top['label']}: {r['tok_s']:.0f} tok/s at concurrency {r['concurrency']} "
+             f"(step {r['step_ms']:.1f} ms = compute {r['compute_ms']:.1f} + comm {r['comm_ms']:.1f})"]
+    if len(results) > 1:
+        nxt = results[1]
+        rr = next((x for x in nxt["per_concurrency"] if x["concurrency"] == r["concurrency"]), None)
+        if rr:
+            parts.append(f"next {nxt['label']}: compute {rr['compute_ms']:.1f} + comm "
+                         f"{rr['comm_ms']:.1f} ms{'' if rr['fits'] else ' (KV does not fit)'}")
+    parts.append("driven by: " + ("the fitted compute roofline (" + compute.source + ")" if compute
+                                  else "communication only (no decode curve)")
+                 + ", F's collective counts priced with this box's curves, and memory fit at "
+                 f"{top['context_tokens']} tokens")
+    return "; ".join(parts)

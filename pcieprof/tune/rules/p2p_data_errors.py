@@ -1,0 +1,28 @@
+"""P2P that reports success but moves wrong bytes (seen in VMs): turn P2P off until fixed."""
+
+from __future__ import annotations
+
+from pcieprof.tune.rules.base import Recommendation, RuleContext
+
+
+def evaluate(ctx: RuleContext) -> list[Recommendation]:
+    p = ctx.p2p
+    bad = p[(p["path"] == "p2p") & (p["status"].isin(["error", "hang"]))]
+    if bad.empty:
+        return []
+    pairs = sorted({(int(r.src), int(r.dst), str(r.status)) for r in bad.itertuples()})
+    shown = ", ".join(f"{s}->{d} {st}" for s, d, st in pairs[:12])
+    detail = next((str(d) for d in bad["detail"] if str(d)), "")
+    staged_ok = not p[(p["path"] == "host_staged") & (p["status"] == "ok")].empty
+    return [Recommendation(
+        rule="p2p_data_errors", kind="env", priority=1000,
+        title="P2P copies fail or return wrong data: disable NCCL's P2P transport",
+        env={"NCCL_P2P_DISABLE": "1"}, action="export NCCL_P2P_DISABLE=1",
+        gain_text="correctness: collectives over a broken P2P path hang or corrupt results",
+        evidence=[f"p2p.csv: {len(pairs)} GPU pair(s) with status error/hang on path=p2p "
+                  f"({shown}){'; ' + detail if detail else ''}",
+                  "host-staged copies between the same GPUs are ok" if staged_ok else
+                  "host-staged copies were not measured ok either"],
+        caveats=["NCCL then moves everything through host memory (SHM): slower at large sizes; "
+                 "fix the IOMMU/ACS/driver path (see the host rules) and re-measure"],
+        confidence=ctx.confidence if ctx.ar_backend != "cpu" else "measured")]

@@ -1,0 +1,59 @@
+"""NCCL_P2P_LEVEL: NCCL refuses P2P between GPUs whose P2P copies work (and are faster).
+
+NCCL's default P2P level is PXB: pairs whose path crosses a CPU host bridge (PHB, NODE, SYS) use
+shared host memory instead (NVIDIA/nccl src/graph/paths.cc, ncclTopoCheckP2p). In a VM whose
+virtual tree is flat every pair looks like PHB, so NCCL may use SHM everywhere although the
+copies measured over P2P are fast.
+"""
+
+from __future__ import annotations
+
+from pcieprof.tune import curves as C
+from pcieprof.tune.rules.base import MIN_GAIN, Recommendation, RuleContext, fmt_gain, priority_of
+
+
+def _shm_pairs(ctx: RuleContext) -> list[str]:
+    out = []
+    for entry in (ctx.choices or {}).values():
+        if not isinstance(entry, dict) or (entry.get("env") or {}):
+            continue
+        parsed = entry.get("parsed") or {}
+        for pair, via in (parsed.get("peer_transport") or {}).items():
+            if str(via).upper().startswith("SHM"):
+                out.append(f"{pair} via {via}")
+    return sorted(set(out))
+
+
+def evaluate(ctx: RuleContext) -> list[Recommendation]:
+    if not ctx.nccl_measured:
+        return []
+    base = C.find(ctx.curves, {})
+    sys_ = C.find(ctx.curves, {"NCCL_P2P_LEVEL": "SYS"})
+    shm = _shm_pairs(ctx)
+    if base is None:
+        return []
+    if sys_ is None:
+        if shm:
+            ctx.needs_measuring.append("all-reduce with NCCL_P2P_LEVEL=SYS: NCCL chose SHM for "
+                                       f"{len(shm)} peer link(s) by default")
+        return []
+    per_ar, per_step, rel = ctx.gains(base, sys_)
+    large = (base.at(base.max_size) - sys_.at(base.max_size)) / base.at(base.max_size)
+    if rel < MIN_GAIN and large < MIN_GAIN:
+        return []
+    ev = [f"allreduce.csv: variant {sys_.variant} vs {base.variant} over {base.nranks} ranks "
+          f"[{ctx.provenance}]"]
+    if shm:
+        ev.append(f"nccl_choices.json: by default NCCL used host memory for {len(shm)} link(s), "
+                  f"e.g. {', '.join(shm[:4])}")
+    return [Recommendation(
+        rule="p2p_level", kind="env", env={"NCCL_P2P_LEVEL": "SYS"},
+        action="export NCCL_P2P_LEVEL=SYS", priority=priority_of(per_step, max(rel, 0.3 * large)),
+        title="NCCL refuses P2P that works here: allow it at every distance (NCCL_P2P_LEVEL=SYS)",
+        gain_us_per_allreduce=per_ar, gain_ms_per_step=per_step, gain_fraction=rel,
+        gain_text=(fmt_gain(per_ar, per_step, base, ctx.band) if rel >= MIN_GAIN else
+                   "no change at decode sizes")
+                  + f"; large messages {abs(large) * 100:.0f}% {'faster' if large >= 0 else 'slower'}",
+        evidence=ev, confidence=ctx.confidence,
+        caveats=["only safe when P2P copies between every pair are correct (p2p.csv has no "
+                 "error rows)"])]

@@ -1,0 +1,54 @@
+"""LL vs Simple: below some size NCCL's LL protocol is faster, and the default may pick Simple.
+
+Known case (../shared/calibration/README.md, voipmonitor/rtx6kpro optimization/nccl-tuning.md):
+dual AMD Turin, 8 GPUs: NCCL assumed a slow inter-socket link and chose Simple with 2 channels;
+NCCL_PROTO=LL (or a graph file) took 32-256 KB all-reduces from ~48-56 us to 26-37 us.
+"""
+
+from __future__ import annotations
+
+from pcieprof.report.figures import size_label
+from pcieprof.tune import curves as C
+from pcieprof.tune.rules.base import MIN_GAIN, Recommendation, RuleContext, fmt_gain, priority_of
+
+
+def crossover(base: C.Curve, ll: C.Curve) -> int | None:
+    """Largest measured size where LL is still faster than the default (bytes), or None."""
+    sizes = [s for s in ll.time_us.index if s in base.time_us.index]
+    faster = [s for s in sizes if ll.time_us[s] < base.time_us[s]]
+    return int(max(faster)) if faster else None
+
+
+def evaluate(ctx: RuleContext) -> list[Recommendation]:
+    if not ctx.nccl_measured:
+        return []
+    base = C.find(ctx.curves, {})
+    ll = C.find(ctx.curves, {"NCCL_PROTO": "LL"})
+    if base is None:
+        return []
+    if ll is None:
+        ctx.needs_measuring.append("all-reduce with NCCL_PROTO=LL (and Simple) to see whether "
+                                   "the default protocol is the fastest at decode sizes")
+        return []
+    per_ar, per_step, rel = ctx.gains(base, ll)
+    if rel < MIN_GAIN:
+        return []
+    cross = crossover(base, ll)
+    big = ll.max_size
+    big_loss = (ll.at(big) - base.at(big)) / base.at(big)
+    caveats = []
+    if big_loss > MIN_GAIN:
+        caveats.append(f"LL is {big_loss * 100:.0f}% slower at {size_label(big)} (large "
+                       f"messages, prefill): NCCL_PROTO=LL applies to every size")
+    if cross:
+        caveats.append(f"LL is faster up to {size_label(cross)} in this bundle")
+    return [Recommendation(
+        rule="proto_ll", kind="env", env={"NCCL_PROTO": "LL"}, action="export NCCL_PROTO=LL",
+        priority=priority_of(per_step, rel),
+        title="Use NCCL's LL protocol for decode-sized all-reduces",
+        gain_us_per_allreduce=per_ar, gain_ms_per_step=per_step, gain_fraction=rel,
+        gain_text=fmt_gain(per_ar, per_step, base, ctx.band),
+        evidence=[f"allreduce.csv: variant {ll.variant} (NCCL_PROTO=LL) vs {base.variant} over "
+                  f"{base.nranks} ranks, {size_label(ctx.band.lo_bytes)}..{size_label(ctx.band.hi_bytes)} "
+                  f"[{ctx.provenance}]"],
+        caveats=caveats, confidence=ctx.confidence)]

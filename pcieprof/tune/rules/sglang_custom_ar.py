@@ -1,0 +1,37 @@
+"""SGLang's custom all-reduce is off above two PCIe GPUs: every decode all-reduce is NCCL's.
+
+sgl-project/sglang python/sglang/srt/distributed/device_communicators/custom_all_reduce.py
+(@004e6561cb8ae26d62166c15782955f99f058274): `if world_size > 2 and not full_nvlink:` logs "Custom
+allreduce is disabled because it's not supported on more than two PCIe-only GPUs" and returns;
+`should_custom_ar` also only returns True when `world_size == 2 or self.full_nvlink`. So at TP4
+and TP8 on PCIe the NCCL curve of this bundle is what decode pays; at TP2 the custom kernel may
+run (if SGLang's P2P check passes).
+"""
+
+from __future__ import annotations
+
+from pcieprof.tune.rules.base import Recommendation, RuleContext
+
+WARNING = "Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs"
+SOURCE = ("sgl-project/sglang python/sglang/srt/distributed/device_communicators/"
+          "custom_all_reduce.py @004e6561")
+
+
+def evaluate(ctx: RuleContext) -> list[Recommendation]:
+    n = len((ctx.topology or {}).get("gpus") or []) or max((c.nranks for c in ctx.curves), default=0)
+    if n <= 2:
+        return []
+    nvlink = any(str(p.get("level", "")).startswith("NV") for p in (ctx.topology or {}).get("pairs") or [])
+    if nvlink:
+        return []
+    ev = [f"{SOURCE}: custom all-reduce needs world_size == 2 or full NVLink",
+          f"this box: {n} GPUs, no NVLink pair in topology.json"]
+    if WARNING in ctx.serve_log:
+        ev.append("serve/server-*.log: SGLang printed the warning itself")
+    return [Recommendation(
+        rule="sglang_custom_ar", kind="info", priority=5, confidence="advice",
+        title="At TP4/TP8 SGLang sends every all-reduce through NCCL (its custom all-reduce is off on >2 PCIe GPUs)",
+        gain_text="the NCCL settings above are what decode all-reduces pay; TP2 groups may use "
+                  "SGLang's custom kernel, which this bundle did not measure",
+        evidence=ev,
+        caveats=["nothing to set: --disable-custom-all-reduce only silences the warning"])]
