@@ -91,7 +91,9 @@ def build_topology(files: list[ImportedFile]) -> tuple[dict[str, Any], list[str]
     problems: list[str] = []
     for f in files:
         p = f.parsed
-        # topo -m is a machine log: its levels and affinity are already in `topo`.
+        if "topo_m" in p.documents:
+            # Fills only what discovery left unknown (topo -m alone gives no GPU list to it).
+            topo_mod.merge_topo_m(topo, p.documents["topo_m"])
         if p.pair_p2p:
             topo_mod.merge_p2p_status(topo, p.pair_p2p)
         if p.gpus and p.format not in MACHINE_LOGS:
