@@ -259,12 +259,17 @@ class ProbeRunner:
         result = {p: {"status": "ok", "why": None, "rows": 0, "hangs": 0, "errors": 0}
                   for p in ("p2p", "concurrent")}
         resume = ""
-        self.bundle.file("logs")
         n = 0
         while True:
             n += 1
-            r = self._run("probes.p2p_worker", ["--resume", resume] if resume else [], nproc,
-                          env, self.bundle.file(f"logs/copies-{n}.log"))
+            tag = f"{self.work.name}-copies{n}"
+            args = ["--shm-tag", tag] + (["--resume", resume] if resume else [])
+            try:
+                r = self._run("probes.p2p_worker", args, nproc, env,
+                              self.bundle.file(f"logs/copies-{n}.log"))
+            finally:  # a killed launch cannot remove its shared-memory windows itself
+                for f in Path("/dev/shm").glob(f"{tag}-*"):
+                    f.unlink(missing_ok=True)
             self.bundle._register(f"logs/copies-{n}.log")
             for ev in r.events:
                 if ev.get("event") == "done" and ev.get("rank") == 0:

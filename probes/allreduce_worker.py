@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             esize = torch.tensor([], dtype=tdt).element_size()
             for size in case.sizes:
                 out.event("start", case=args.case, variant=case.variant, size=size, dtype=dtype)
-                test_hook(rank, size)
+                test_hook(rank, size, case.variant)
                 x = torch.zeros(max(size // esize, 1), dtype=tdt, device=device)
                 iters = iters_for(size, case.iters, budget)
                 dist.barrier()

@@ -389,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan", required=True, type=Path)
     ap.add_argument("--rows", required=True, type=Path, help="directory for rank<r>.jsonl")
     ap.add_argument("--part", choices=["p2p", "concurrent", "both"], default="both")
+    ap.add_argument("--shm-tag", default="", help="prefix of the /dev/shm files (cpu backend); "
+                    "the runner removes them after a killed launch")
     ap.add_argument("--resume", default="", help="PART:INDEX, the first case to run (after a hang)")
     args = ap.parse_args(argv)
     plan = Plan.from_json(args.plan.read_text(encoding="utf-8"))
@@ -406,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     if backend == "cpu":
         dist.init_process_group("gloo", timeout=timeout)
         shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else args.rows
-        copier: Any = CpuCopier(plan, rank, shm, f"pcieprof-{os.getppid()}-{args.rows.name}")
+        copier: Any = CpuCopier(plan, rank, shm, args.shm_tag or f"pcieprof-{os.getppid()}")
         detail = CPU_DETAIL
     else:
         if world != 1:
@@ -418,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         for part, idx in order:
             case: Any = (plan.p2p if part == "p2p" else plan.concurrent)[idx]
             out.event("start", part=part, case=idx)
-            test_hook(rank, idx if part == "p2p" else 10_000 + idx)
+            test_hook(rank, idx if part == "p2p" else 10_000 + idx, "copies")
             if part == "p2p":
                 res = copier.run_p2p(idx, case)
                 times, ok = res[0], res[1]

@@ -220,7 +220,8 @@ def shared_uplink_flows(devices: list[int], topology: dict[str, Any] | None
 def build_plan(backend: str, devices: list[int], *, quick: bool = False,
                variants: list[V.Variant] | None = None, group_kinds: list[str] | None = None,
                orders: list[list[int]] | None = None, p2p_sweep: bool = False,
-               timeout_s: float = 60.0, topology: dict[str, Any] | None = None) -> Plan:
+               timeout_s: float = 60.0, topology: dict[str, Any] | None = None,
+               max_size: int | None = None) -> Plan:
     """The measurement plan of one run.
 
     Args:
@@ -235,6 +236,7 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
         p2p_sweep: add a uni-directional p2p bandwidth sweep (64 KiB..max, factor 4) per pair.
         timeout_s: deadline per copy / collective, seconds.
         topology: topology.json, used to pick shared-uplink flows.
+        max_size: cap on every message and copy size, bytes (short runs, tests).
 
     Raises:
         BadInput: no devices, duplicate devices or an unknown backend.
@@ -253,6 +255,10 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
     bw_iters = 2 if (quick or cpu) else 5
     lat_sizes = [8] if quick else [8, 4 * KiB]
     lat_iters = 50 if quick else 200
+    cap = max_size if max_size is not None else 1 << 62
+    if cap < 8:
+        raise BadInput(f"max size {cap} B: needs at least 8 B")
+    bw_size = min(bw_size, cap)
 
     p2p: list[P2PCase] = []
     pairs = [(a, b) for a in devices for b in devices if a != b]
@@ -276,7 +282,7 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
                     p2p.append(P2PCase(a, b, "p2p", "uni", "bandwidth", s, bw_iters, trials))
 
     concurrent: list[ConcurrentCase] = []
-    cc_size = 8 * MiB if cpu else (32 * MiB if quick else 64 * MiB)
+    cc_size = min(8 * MiB if cpu else (32 * MiB if quick else 64 * MiB), cap)
     cc_iters = 2 if (quick or cpu) else 5
     n = len(devices)
     if n >= 2:
@@ -291,7 +297,7 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
 
     allreduce: list[AllReduceCase] = []
     if n >= 2:
-        sizes = sizes_pow2(8, 64 * MiB if quick else 256 * MiB)
+        sizes = sizes_pow2(8, min(64 * MiB if quick else 256 * MiB, cap))
         chosen = variants if variants is not None else (
             [V.VARIANTS[v] for v in V.QUICK_VARIANTS[backend]] if quick else list(V.VARIANTS.values()))
         kinds = group_kinds if group_kinds is not None else ([] if quick else ["pairs", "tp4"])

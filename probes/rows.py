@@ -6,9 +6,10 @@ to name what hung). Every line is flushed and fsynced, so rows are on disk as th
 the runner appends them to the bundle as they arrive.
 
 Test-only hook: with `PCIEPROF_TEST_HOOKS=i-know-this-is-for-tests` set, `PCIEPROF_TEST_HANG=
-"<rank>:<size_bytes>"` makes that rank sleep forever when it reaches that size (or that P2P case
-index for the p2p worker), and `PCIEPROF_TEST_DIE="<rank>:<size_bytes>"` makes it exit with status
-17 there. Both need the guard variable too, so a stray setting cannot trigger them. They exist only
+"<rank>:<where>[:<label>]"` makes that rank sleep forever when it reaches `where` (the message
+size in bytes for the all-reduce worker, the P2P case index for the copy worker, 10000 + index for
+a concurrent case), only in the launch called `label` (an all-reduce variant name, or `copies`)
+when given; `PCIEPROF_TEST_DIE` (same syntax) makes it exit with status 17 there. Both need the guard variable too, so a stray setting cannot trigger them. They exist only
 to test the watchdog (tests/probes/).
 """
 
@@ -61,16 +62,17 @@ def _nan_free(obj: Any) -> Any:
     raise TypeError(type(obj).__name__)
 
 
-def test_hook(rank: int, where: int) -> None:
-    """Test-only: hang or die at (rank, size or case index) when the guarded env asks for it."""
+def test_hook(rank: int, where: int, label: str) -> None:
+    """Test-only: hang or die at (rank, size or case index, launch label) when the guarded env
+    asks for it."""
     if os.environ.get("PCIEPROF_TEST_HOOKS") != _GUARD:
         return
     for var, act in (("PCIEPROF_TEST_HANG", "hang"), ("PCIEPROF_TEST_DIE", "die")):
         spec = os.environ.get(var, "")
         if not spec:
             continue
-        r, _, w = spec.partition(":")
-        if r.strip() == str(rank) and w.strip() == str(where):
+        r, w, lab = (spec.split(":") + ["", ""])[:3]
+        if r.strip() == str(rank) and w.strip() == str(where) and lab.strip() in ("", label):
             if act == "hang":
                 print(f"pcieprof test hook: rank {rank} hangs at {where}", file=sys.stderr, flush=True)
                 while True:

@@ -78,6 +78,26 @@ def parse_devices(text: str | None) -> list[int] | None:
     return devs
 
 
+def parse_size(text: str | None) -> int | None:
+    """`65536`, `64KiB`, `16MiB`, `1GiB` -> bytes; None stays None."""
+    if text is None:
+        return None
+    t = text.strip()
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10), ("B", 1)):
+        if t.endswith(unit):
+            t, mult = t[: -len(unit)].strip(), k
+            break
+    else:
+        mult = 1
+    try:
+        n = int(t) * mult
+    except ValueError:
+        raise BadInput(f"size {text!r} is not a number of bytes (e.g. 65536 or 64KiB)") from None
+    if n < 8:
+        raise BadInput(f"size {text!r}: needs at least 8 B")
+    return n
+
+
 def resolve_devices(backend: str, devices: list[int] | None, nranks: int | None,
                     available: int) -> list[int]:
     """The devices of the run.
@@ -186,6 +206,8 @@ def _on_sigterm(_signo: int, _frame: FrameType | None) -> None:
 @click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True,
               help="Deadline of each copy / collective, seconds; past it the launch is killed "
               "and recorded as status=hang.")
+@click.option("--max-size", default=None, metavar="BYTES|64KiB",
+              help="Cap on every copy and all-reduce message size (a short run).")
 @click.option("--nnodes", default="1", show_default=True, help="torchrun --nnodes.")
 @click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
               help="torchrun rendezvous endpoint (several nodes).")
@@ -194,7 +216,7 @@ def _on_sigterm(_signo: int, _frame: FrameType | None) -> None:
 @verbosity
 def command(backend: str, sim_profile: str | None, devices: str | None, nranks: int | None,
             quick: bool, variants: str | None, groups: str | None, orders: tuple[str, ...],
-            p2p_sweep: bool, timeout_s: float, nnodes: str, rdzv_endpoint: str | None,
+            p2p_sweep: bool, timeout_s: float, max_size: str | None, nnodes: str, rdzv_endpoint: str | None,
             no_report: bool, out: Path | None, force: bool) -> None:
     """Discover GPUs, PCIe tree, IOMMU/ACS/VM; probe P2P copies, concurrent traffic and the
     all-reduce sweep; write a bundle and report.html.
@@ -233,6 +255,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
         if k not in V.GROUP_KINDS:
             raise BadInput(f"unknown group {k!r}", hint="pairs or tp4")
     ring_orders = [V.parse_order(o, devs) for o in orders]
+    cap = parse_size(max_size)
     out = out or default_out_dir("topology")
     bundle = Bundle.create(out, command="topology", source=source_of(backend), backend=backend,
                            force=force)
@@ -247,7 +270,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
             topo = discover_into(bundle, backend)
         plan = build_plan(backend, devs, quick=quick, variants=chosen, group_kinds=kinds,
                           orders=ring_orders, p2p_sweep=p2p_sweep, timeout_s=timeout_s,
-                          topology=topo)
+                          topology=topo, max_size=cap)
         bundle.write_json("plan.json", plan.to_dict())
         if backend == "sim":
             _run_sim(bundle, plan, sim_profile or "rtxpro6000-8x-vm")

@@ -1,0 +1,192 @@
+"""`pcieprof topology` for real on the cpu backend (torchrun + gloo, 2 ranks, tiny sizes): a
+complete bundle, a killed run's partial bundle, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pcieprof.bundle import Bundle
+from pcieprof.cli import main
+
+RUN = [sys.executable, "-m", "pcieprof", "topology", "--backend", "cpu", "--nranks", "2",
+       "--quick", "--max-size", "64KiB"]
+
+
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cpu_run_writes_a_complete_bundle(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    t0 = time.monotonic()
+    proc = subprocess.run(RUN + ["--variants", "default,proto_ll,nch2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=240)
+    wall = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    b = Bundle.open(out)
+    assert b.backend == "cpu" and b.source == "measured"
+    for part in ("p2p", "concurrent", "allreduce"):
+        assert b.part(part)["status"] == "ok", b.part(part)
+    p2p = b.read_table("p2p")
+    assert (p2p["backend"] == "cpu").all() and (p2p["status"] == "ok").all()
+    for path in ("p2p", "host_staged"):
+        bw = p2p[(p2p["path"] == path) & (p2p["direction"] == "uni") & p2p["bandwidth_gbps"].notna()]
+        assert {(int(r.src), int(r.dst)) for r in bw.itertuples()} == {(0, 1), (1, 0)}
+        assert (bw["bandwidth_gbps"] > 0).all()
+        assert (bw["bandwidth_gbps_min"] <= bw["bandwidth_gbps"]).all()
+    assert set(p2p["path"]) == {"p2p", "host_staged", "h2d", "d2h"}
+    assert p2p["detail"].str.contains("not a GPU fabric").all()
+    ar = b.read_table("allreduce")
+    assert list(dict.fromkeys(ar["variant"])) == ["default", "proto_ll", "nch2"]
+    for _, g in ar.groupby(["variant", "dtype"]):
+        assert sorted(g["size_bytes"]) == [8 << i for i in range(14)]  # 8 B .. 64 KiB
+    assert (ar["status"] == "ok").all()
+    ok = ar.dropna(subset=["time_us"])
+    assert ((ok["busbw_gbps"] / ok["algbw_gbps"] - 1.0).abs() < 1e-9).all()  # 2(n-1)/n = 1 at n=2
+    assert ar[ar["variant"] != "default"]["detail"].str.contains("gloo ignores").all()
+    cc = b.read_table("concurrent")
+    assert {"write", "read"} <= set(cc["op"]) and (cc["flow"] == -1).any()
+    choices = json.loads((out / "nccl_choices.json").read_text())
+    assert set(choices) == {"default", "proto_ll", "nch2"}
+    assert (out / "nccl" / "proto_ll.log").is_file()
+    assert (out / "report.html").is_file()
+    assert "p2p bandwidth, GB/s" in proc.stdout and "all-reduce time" in proc.stdout
+    assert f"pcieprof report {out}" in proc.stdout
+    assert "measure this machine" in proc.stdout
+    assert wall < 200
+
+
+def _descendants(pid: int) -> set[int]:
+    kids: dict[int, list[int]] = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(p.name))
+    out, todo = set(), [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.add(k)
+            todo.append(k)
+    return out
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for p in pids:
+        try:
+            state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            alive.add(p)
+    return alive
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_killed_run_leaves_a_partial_bundle_with_intact_rows(tmp_path: Path, sig: int) -> None:
+    out = tmp_path / "b"
+    proc = subprocess.Popen(RUN + ["--variants", "default,proto_ll,nch2", "--out", str(out), "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 150
+        table = out / "allreduce.csv"
+        while time.monotonic() < deadline:  # halfway: some all-reduce rows are in
+            if table.is_file() and len(table.read_text().splitlines()) > 6:
+                break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        else:
+            pytest.fail("no all-reduce rows within 150 s")
+        family = _descendants(proc.pid)
+        assert family, "the torchrun launch should be running"
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+        if sig == signal.SIGTERM:
+            assert proc.returncode == 130
+        end = time.monotonic() + 20
+        while _alive(family) and time.monotonic() < end:
+            time.sleep(0.2)
+        assert not _alive(family), "workers left behind"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "partial"
+    if sig == signal.SIGTERM:
+        assert "SIGTERM" in manifest["why"]
+        assert manifest["parts"]["allreduce"]["status"] == "partial"
+    with (out / "allreduce.csv").open(newline="") as f:
+        rows = list(csv.reader(f))
+    header, body = rows[0], rows[1:]
+    assert len(body) >= 6 and all(len(r) == len(header) for r in body)
+    df = Bundle.open(out).read_table("allreduce")
+    assert len(df) == len(body) and (df["status"] == "ok").all()
+    assert Bundle.open(out).read_table("p2p")["status"].eq("ok").all()
+
+
+def test_bad_input_gets_one_line_and_a_nonzero_exit(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    code, _, err = _cli(["topology", "--backend", "cpu", "--nranks", "0"], capsys)
+    assert code == 2 and "--nranks 0" in err and len(err.strip().splitlines()) == 1
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("keep me")
+    code, _, err = _cli(["topology", "--backend", "cpu", "--out", str(full)], capsys)
+    assert code == 2 and "not empty" in err and "--force" in err
+    assert (full / "x").read_text() == "keep me"
+    code, _, err = _cli(["topology", "--backend", "sim", "--devices", "0,99",
+                         "--out", str(tmp_path / "s")], capsys)
+    assert code == 2 and "unknown device index 99" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "s").exists()
+    code, _, err = _cli(["topology", "--backend", "cpu", "--devices", "0,1"], capsys)
+    assert code == 2 and "--nranks" in err
+    code, _, err = _cli(["topology", "--backend", "cpu", "--variants", "proto_fast"], capsys)
+    assert code == 2 and "unknown variant" in err
+    code, _, err = _cli(["topology", "--backend", "cpu", "--max-size", "lots"], capsys)
+    assert code == 2 and "number of bytes" in err
+    monkeypatch.setattr(sys, "platform", "darwin")
+    code, _, err = _cli(["topology", "--backend", "cpu"], capsys)
+    assert code == 3 and "needs Linux" in err and len(err.strip().splitlines()) == 1
+
+
+def test_cuda_backend_without_a_gpu_says_so(capsys: pytest.CaptureFixture[str],
+                                            tmp_path: Path) -> None:
+    from pcieprof.commands.topology import gpu_count
+
+    if gpu_count()[0]:
+        pytest.skip("this machine has a GPU")
+    code, _, err = _cli(["topology", "--backend", "cuda", "--out", str(tmp_path / "c")], capsys)
+    assert code == 3 and "--backend cpu" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "c").exists()
+
+
+def test_auto_falls_back_to_cpu_in_one_line(capfd: pytest.CaptureFixture[str]) -> None:
+    from pcieprof.commands.topology import gpu_count, resolve_backend
+
+    if gpu_count()[0]:
+        pytest.skip("this machine has a GPU")
+    capfd.readouterr()
+    assert resolve_backend("auto") == "cpu"
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "running the cpu backend" in err[0]
+    assert resolve_backend("cpu") == "cpu"
