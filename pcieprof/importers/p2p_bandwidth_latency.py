@@ -13,6 +13,12 @@ p2pBandwidthLatencyTest.cu @ca37378c):
 Where peer access is impossible the sample silently falls back to a staged copy; those cells of
 the `P2P=Enabled` matrices are kept with `status=not_supported`.
 
+What goes where: every off-diagonal cell of the bandwidth matrices and of the `GPU` latency
+blocks is a p2p.csv row. The diagonal (a copy inside one GPU, counted read + write) and the `CPU`
+latency blocks (host time to enqueue a copy, not a transfer latency) are not peer transfers:
+they are kept, cell for cell, in the file's facts (`device_local`, `cpu_latency_us`, keyed by the
+matrix title) so that no heatmap mixes them with P2P numbers.
+
 Sizes: the bandwidth copies are numElems ints (not printed; 40,000,000 by default in current
 cuda-samples), so bandwidth rows carry size_bytes=0 (unknown); latency copies are 4 ints = 16 B.
 """
@@ -105,6 +111,8 @@ def parse_p2p_bandwidth_latency(text: str, name: str = "<p2pBandwidthLatencyTest
     result = Parsed(format="p2pBandwidthLatencyTest", name=name)
     access: dict[tuple[int, int], bool] = {}
     matrices: list[str] = []
+    cpu_latency: dict[str, list[list[float]]] = {}
+    device_local: dict[str, list[float]] = {}
     i = 0
     while i < len(lines):
         s = lines[i].strip()
@@ -126,19 +134,19 @@ def parse_p2p_bandwidth_latency(text: str, name: str = "<p2pBandwidthLatencyTest
             kind, state, rw = m.groups()
             mat, i = _read_block(lines, i + 1, name, s, ("D\\D",))
             _add_bandwidth(result, mat, s, kind == "Bidirectional", state == "Enabled",
-                           rw == "Reads", access)
+                           rw == "Reads", access, device_local)
             matrices.append(s)
             continue
         elif m := _LAT.match(s):
             state, rw = m.groups()
             mat, i = _read_block(lines, i + 1, name, s, ("GPU", "D\\D"))
-            _add_latency(result, mat, s, "GPU", state == "Enabled", rw == "Reads", access)
+            _add_latency(result, mat, s, state == "Enabled", rw == "Reads", access, device_local)
             j = i
             while j < len(lines) and not lines[j].strip():
                 j += 1
             if j < len(lines) and lines[j].split()[:1] == ["CPU"]:
                 mat, i = _read_block(lines, j, name, s + " [CPU]", ("CPU",))
-                _add_latency(result, mat, s, "CPU", state == "Enabled", rw == "Reads", access)
+                cpu_latency[s] = mat.values
             matrices.append(s)
             continue
         i += 1
@@ -146,7 +154,8 @@ def parse_p2p_bandwidth_latency(text: str, name: str = "<p2pBandwidthLatencyTest
         fail(name, None, "a p2pBandwidthLatencyTest matrix (e.g. 'Unidirectional P2P=Disabled "
              "Bandwidth Matrix (GB/s)')")
     result.facts = {"matrices": matrices, "gpus": len(result.gpus),
-                    "connectivity": {f"{a}->{b}": ok for (a, b), ok in sorted(access.items())}}
+                    "connectivity": {f"{a}->{b}": ok for (a, b), ok in sorted(access.items())},
+                    "device_local": device_local, "cpu_latency_us": cpu_latency}
     result.summary = (f"p2pBandwidthLatencyTest: {len(matrices)} matrices, "
                       f"{len(result.p2p)} p2p rows, {len(result.gpus)} GPUs listed")
     return result
@@ -158,10 +167,14 @@ def _direction(a: int, b: int, reads: bool) -> tuple[int, int]:
 
 
 def _add_bandwidth(result: Parsed, mat: _Matrix, title: str, bidir: bool, enabled: bool,
-                   reads: bool, access: dict[tuple[int, int], bool]) -> None:
+                   reads: bool, access: dict[tuple[int, int], bool],
+                   device_local: dict[str, list[float]]) -> None:
     path = "p2p" if enabled else "host_staged"
+    device_local[title] = [row[a] for a, row in enumerate(mat.values)]
     for a, row in enumerate(mat.values):
         for b, v in enumerate(row):
+            if a == b:
+                continue
             src, dst = _direction(a, b, reads)
             status, note = _cell_status(a, b, enabled, access)
             result.p2p.append(P2PRecord(
@@ -170,12 +183,16 @@ def _add_bandwidth(result: Parsed, mat: _Matrix, title: str, bidir: bool, enable
                 detail=f"p2pBandwidthLatencyTest: {title}; row {a} col {b}{note}"))
 
 
-def _add_latency(result: Parsed, mat: _Matrix, title: str, clock: str, enabled: bool,
-                 reads: bool, access: dict[tuple[int, int], bool]) -> None:
+def _add_latency(result: Parsed, mat: _Matrix, title: str, enabled: bool,
+                 reads: bool, access: dict[tuple[int, int], bool],
+                 device_local: dict[str, list[float]]) -> None:
     path = "p2p" if enabled else "host_staged"
-    what = "GPU latency" if clock == "GPU" else "CPU latency (host time per copy)"
+    what = "GPU latency"
+    device_local[title] = [row[a] for a, row in enumerate(mat.values)]
     for a, row in enumerate(mat.values):
         for b, v in enumerate(row):
+            if a == b:
+                continue
             src, dst = _direction(a, b, reads)
             status, note = _cell_status(a, b, enabled, access)
             result.p2p.append(P2PRecord(
@@ -186,8 +203,6 @@ def _add_latency(result: Parsed, mat: _Matrix, title: str, clock: str, enabled: 
 
 def _cell_status(a: int, b: int, enabled: bool, access: dict[tuple[int, int], bool]
                  ) -> tuple[str, str]:
-    if a == b:
-        return "ok", "; device-local copy (src == dst)"
     if enabled and access.get((a, b)) is False:
         return "not_supported", "; no peer access: the sample fell back to a staged copy"
     return "ok", ""

@@ -34,8 +34,16 @@ def test_devices_and_connectivity(proxmox) -> None:
 
 def test_every_matrix_is_read(proxmox) -> None:
     assert len(proxmox.facts["matrices"]) == 7
-    # 4 bandwidth matrices + 2 latency matrices x (GPU + CPU blocks), 5x5 cells each
-    assert len(proxmox.p2p) == 8 * 25
+    # rows: the off-diagonal cells of 4 bandwidth matrices and 2 GPU latency blocks (5x5 each)
+    assert len(proxmox.p2p) == 6 * 20
+    assert all(r.src != r.dst for r in proxmox.p2p)
+    # the diagonal (copies inside one GPU) and the CPU latency blocks are kept as facts
+    local = proxmox.facts["device_local"]
+    assert local["Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)"] == [
+        582.18, 388.59, 388.20, 388.78, 389.26]
+    assert local["P2P=Enabled Latency (P2P Writes) Matrix (us)"][2] == 1.08
+    cpu = proxmox.facts["cpu_latency_us"]
+    assert cpu["P2P=Disabled Latency Matrix (us)"][4] == [8.07, 8.09, 8.06, 8.10, 2.72]
 
 
 def test_bandwidth_cells(proxmox) -> None:
@@ -45,9 +53,8 @@ def test_bandwidth_cells(proxmox) -> None:
     assert (r.path, r.bandwidth_gbps, r.status) == ("p2p", 3.44, "ok")
     r = cell(proxmox.p2p, "Bidirectional P2P=Enabled Bandwidth Matrix (GB/s)", 2, 1)
     assert (r.path, r.direction, r.bandwidth_gbps) == ("p2p", "bi", 4.57)
-    r = cell(proxmox.p2p, "Bidirectional P2P=Disabled Bandwidth Matrix (GB/s)", 0, 0)
-    assert (r.src, r.dst, r.bandwidth_gbps) == (0, 0, 581.17)
-    assert "device-local" in r.detail
+    r = cell(proxmox.p2p, "Bidirectional P2P=Disabled Bandwidth Matrix (GB/s)", 0, 4)
+    assert (r.src, r.dst, r.bandwidth_gbps) == (0, 4, 4.32)
 
 
 def test_no_peer_access_is_not_called_p2p(proxmox) -> None:
@@ -57,24 +64,21 @@ def test_no_peer_access_is_not_called_p2p(proxmox) -> None:
 
 
 def test_latency_gpu_and_cpu_blocks(proxmox) -> None:
-    gpu = [r for r in proxmox.p2p if "P2P=Enabled Latency (P2P Writes) Matrix (us) GPU latency" in r.detail
-           and "row 1 col 2" in r.detail]
-    cpu = [r for r in proxmox.p2p if "P2P=Enabled Latency (P2P Writes) Matrix (us) CPU latency" in r.detail
-           and "row 1 col 2" in r.detail]
-    assert [r.latency_us for r in gpu] == [0.42]
-    assert [r.latency_us for r in cpu] == [2.25]
-    assert gpu[0].size_bytes == 16 and gpu[0].bandwidth_gbps is None
+    gpu = cell(proxmox.p2p, "P2P=Enabled Latency (P2P Writes) Matrix (us) GPU latency", 1, 2)
+    assert (gpu.latency_us, gpu.size_bytes, gpu.bandwidth_gbps, gpu.path) == (0.42, 16, None, "p2p")
+    cpu = proxmox.facts["cpu_latency_us"]["P2P=Enabled Latency (P2P Writes) Matrix (us)"]
+    assert cpu[1][2] == 2.25
     r = cell(proxmox.p2p, "P2P=Disabled Latency Matrix (us) GPU latency", 0, 1)
     assert (r.path, r.latency_us) == ("host_staged", 18.60)
-    r = cell(proxmox.p2p, "P2P=Disabled Latency Matrix (us) CPU latency", 4, 3)
-    assert r.latency_us == 8.10
+    assert proxmox.facts["cpu_latency_us"]["P2P=Disabled Latency Matrix (us)"][4][3] == 8.10
+    assert not [r for r in proxmox.p2p if "CPU" in r.detail]
 
 
 def test_values_overflowing_their_column() -> None:
     p = DATA / "p2pbwlat_2x4090_overflowing_columns.txt"
     parsed = parse_p2p_bandwidth_latency(p.read_text(), p.name)
-    r = cell(parsed.p2p, "Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)", 0, 0)
-    assert r.bandwidth_gbps == 1008.06
+    assert parsed.facts["device_local"]["Unidirectional P2P=Disabled Bandwidth Matrix (GB/s)"] == [
+        1008.06, 926.75]
     r = cell(parsed.p2p, "Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)", 0, 1)
     assert r.bandwidth_gbps == 6.60
     r = cell(parsed.p2p, "Bidirectional P2P=Disabled Bandwidth Matrix (GB/s)", 1, 0)
@@ -85,7 +89,7 @@ def test_values_overflowing_their_column() -> None:
 def test_sections_on_their_own_and_p2p_reads() -> None:
     p = DATA / "p2pbwlat_6gpu_sections_with_p2p_reads.txt"
     parsed = parse_p2p_bandwidth_latency(p.read_text(), p.name)
-    assert parsed.gpus == [] and len(parsed.p2p) == 3 * 36
+    assert parsed.gpus == [] and len(parsed.p2p) == 3 * 30
     # In the P2P Reads matrix the row GPU reads from the column GPU: data flows column -> row.
     r = cell(parsed.p2p, "Unidirectional P2P=Enabled Bandwidth (P2P Reads) Matrix (GB/s)", 3, 2)
     assert (r.src, r.dst, r.bandwidth_gbps) == (2, 3, 10.45)
