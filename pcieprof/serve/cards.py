@@ -149,6 +149,8 @@ class ModelCard:
         sglang: launch facts.
         sources: citation key -> URL.
         assumed: what is an estimate, by topic.
+        sweep: the default `--sweep` list: launch-config fields (see sglang_cmd.LaunchConfig)
+            plus `why` and `source` per entry, tried in order.
         path: the file the card came from.
     """
 
@@ -178,6 +180,7 @@ class ModelCard:
     assumed: dict[str, str] = field(default_factory=dict)
     base_checkpoint: str = ""
     tie_word_embeddings: bool = False
+    sweep: tuple[dict[str, Any], ...] = ()
     path: Path | None = None
 
     # -- derived quantities ----------------------------------------------------------------------
@@ -276,7 +279,8 @@ def _from_dict(d: dict[str, Any], path: Path) -> ModelCard:
                              replicated_across_tp=bool(kv.get("replicated_across_tp", False))),
         sglang=launch, sources=dict(d.get("sources", {})), assumed=dict(d.get("assumed", {})),
         base_checkpoint=str(d.get("base_checkpoint", "")),
-        tie_word_embeddings=bool(d.get("tie_word_embeddings", False)), path=path)
+        tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+        sweep=tuple(dict(e) for e in d.get("sweep", [])), path=path)
 
 
 def _active_from_groups(d: dict[str, Any], weights: dict[str, WeightGroup]) -> int:

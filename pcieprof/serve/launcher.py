@@ -1,0 +1,235 @@
+"""Start a server (SGLang or the reference server) as its own process group, and always stop it.
+
+The server runs in a new session (`start_new_session=True`), so it and every process it starts
+(SGLang's scheduler and detokenizer processes, the reference server's rank processes) share one
+process group that `stop()` signals as a whole: SIGTERM, a grace period, then SIGKILL. Its
+stdout and stderr go straight into the bundle (`serve/server-<n>.log`), so nothing is lost if
+pcieprof itself dies. Readiness is SGLang's: `GET /health_generate` answers 200 once the server
+can generate a token.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO, Callable
+
+from pcieprof import progress
+from pcieprof.serve.outcomes import PROGRESS, Classified, classify
+from pcieprof.serve.sglang_cmd import ServerCommand, server_env
+
+
+def free_port(host: str = "127.0.0.1", start: int = 30000, tries: int = 200) -> int:
+    """The first port from `start` that can be bound on `host` now (0 tries = kernel's choice)."""
+    for port in range(start, start + tries):
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def http_get(url: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
+    """GET `url`; (status, body), status 0 when nothing answered."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:  # noqa: S310 (local URL)
+            return int(r.status), r.read()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), b""
+    except (urllib.error.URLError, OSError, TimeoutError):
+        return 0, b""
+
+
+class ServerProcess:
+    """One server process group with its log file.
+
+    Args:
+        cmd: the command (argv + env).
+        log_path: where its stdout/stderr go.
+        base_env: environment to start from (default: this process's).
+    """
+
+    def __init__(self, cmd: ServerCommand, log_path: Path,
+                 base_env: dict[str, str] | None = None) -> None:
+        self.cmd = cmd
+        self.log_path = log_path
+        self._env = server_env(cmd, base_env)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self.started_at = 0.0
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the server in its own session; its output is written to `log_path`."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab", buffering=0)
+        self._log.write(("# " + self.cmd.shell() + "\n").encode())
+        self.started_at = time.monotonic()
+        self.proc = subprocess.Popen(self.cmd.argv, env=self._env, stdin=subprocess.DEVNULL,
+                                     stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True, close_fds=True)
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def exit_code(self) -> int | None:
+        """The exit status once the server has exited, else None."""
+        return None if self.proc is None else self.proc.poll()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, grace_s: float = 10.0) -> int | None:
+        """Stop the whole process group: SIGTERM, wait up to `grace_s`, then SIGKILL.
+
+        Safe to call more than once and after the server died by itself; also reaps any
+        process left in the group after the leader exited.
+        """
+        if self.proc is None:
+            return None
+        pgid = self.proc.pid  # leader of its own session: pgid == pid
+        self._signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None and not _group_alive(pgid):
+                break
+            time.sleep(0.05)
+        if self.proc.poll() is None or _group_alive(pgid):
+            self._signal_group(pgid, signal.SIGKILL)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            end = time.monotonic() + 5
+            while _group_alive(pgid) and time.monotonic() < end:
+                time.sleep(0.05)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return self.proc.poll()
+
+    @staticmethod
+    def _signal_group(pgid: int, sig: int) -> None:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    # -- log --------------------------------------------------------------------------------------
+
+    def log_text(self, max_bytes: int = 4 << 20) -> str:
+        """The log so far (its last `max_bytes`)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - max_bytes))
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def classify(self, *, hung: bool = False, served: bool = False) -> Classified:
+        """Classify the server's state from its log and exit status."""
+        return classify(self.log_text(), self.exit_code(), hung=hung, served=served)
+
+    # -- readiness --------------------------------------------------------------------------------
+
+    def wait_ready(self, base_url: str, *, deadline_s: float, stall_s: float | None = None,
+                   poll_s: float = 0.5,
+                   on_wait: Callable[[float, str], None] | None = None) -> Classified | None:
+        """Wait until `GET /health_generate` answers 200.
+
+        Args:
+            base_url: `http://host:port`.
+            deadline_s: give up (outcome `hang`) after this long.
+            stall_s: give up earlier when the log has not grown for this long (None: never).
+            poll_s: time between checks.
+            on_wait: called with (seconds waited, last log line) on every check.
+
+        Returns:
+            None when ready, else the classified failure (the server is left running; call stop).
+        """
+        url = base_url.rstrip("/") + "/health_generate"
+        last_size, last_change = -1, time.monotonic()
+        while True:
+            waited = time.monotonic() - self.started_at
+            if self.exit_code() is not None:
+                return self.classify()
+            status, _ = http_get(url, timeout_s=max(2.0, poll_s * 4))
+            if status == 200:
+                return None
+            size = self.log_size()
+            if size != last_size:
+                last_size, last_change = size, time.monotonic()
+            if on_wait:
+                on_wait(waited, _last_line(self.log_text(64 << 10)))
+            if waited > deadline_s or (stall_s and time.monotonic() - last_change > stall_s):
+                return self.classify(hung=True)
+            time.sleep(poll_s)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # killpg(0) succeeds for zombies too; a group of only zombies of ours is reaped by wait.
+    return _has_live_member(pgid)
+
+
+def _has_live_member(pgid: int) -> bool:
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        # fields after the command name: state ppid pgrp ...
+        rest = stat[stat.rfind(")") + 2:].split()
+        if len(rest) > 2 and int(rest[2]) == pgid and rest[0] != "Z":
+            return True
+    return False
+
+
+def _last_line(text: str) -> str:
+    for ln in reversed(text.splitlines()):
+        if ln.strip():
+            return ln.strip()[:120]
+    return ""
+
+
+def progress_waiter(label: str) -> Callable[[float, str], None]:
+    """An `on_wait` callback that prints a progress line every few seconds on stderr."""
+    state = {"next": 0.0}
+
+    def on_wait(waited: float, last: str) -> None:
+        if waited >= state["next"]:
+            state["next"] = waited + 5.0
+            hint = f" | {last}" if last and PROGRESS.search(last) or last else ""
+            progress.info(f"{label}: waiting for /health_generate ({waited:.0f} s){hint}")
+
+    return on_wait

@@ -1,0 +1,143 @@
+"""Profile steady decode through SGLang's `/start_profile`, collect one trace per rank.
+
+`POST /start_profile` takes SGLang's ProfileReq body (python/sglang/srt/managers/io_struct.py):
+`output_dir`, `num_steps` (stop by itself after that many steps), `profile_by_stage` (separate
+traces for prefill = EXTEND and DECODE), `activities`, `profile_prefix`, ... Each rank then
+writes `[{prefix}-]{profile_id}-TP-{rank}[-{stage}].trace.json.gz` into output_dir. Load keeps
+running while the profiler records, so the window is decode at a steady batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from pcieprof import progress
+from pcieprof.serve.client import LoadSpec, run_load
+
+_RANK = re.compile(r"-TP-(\d+)(?:-([A-Z]+))?\.trace\.json(?:\.gz)?$")
+
+
+def trace_rank(path: Path) -> tuple[int, str | None] | None:
+    """(tp rank, stage) from an SGLang trace file name, or None when it is not one."""
+    m = _RANK.search(path.name)
+    return (int(m.group(1)), m.group(2)) if m else None
+
+
+def find_traces(directory: Path, nranks: int, prefix: str) -> dict[int, list[Path]]:
+    """Complete trace files in `directory` named with `prefix`, by rank (hidden temp files skipped)."""
+    out: dict[int, list[Path]] = {}
+    if not directory.is_dir():
+        return out
+    for p in sorted(directory.iterdir()):
+        if p.name.startswith(".") or not p.name.startswith(prefix):
+            continue
+        rs = trace_rank(p)
+        if rs is not None and rs[0] < nranks:
+            out.setdefault(rs[0], []).append(p)
+    return out
+
+
+async def start_profile(session: aiohttp.ClientSession, base_url: str, body: dict[str, Any]) -> str:
+    """POST /start_profile; returns the server's reply text (raises RuntimeError on non-200)."""
+    async with session.post(base_url + "/start_profile", json=body,
+                            timeout=aiohttp.ClientTimeout(total=60)) as r:
+        text = await r.text()
+        if r.status != 200:
+            raise RuntimeError(f"/start_profile answered {r.status}: {text[:200]}")
+        return text
+
+
+async def capture(base_url: str, staging: Path, dest: Path, *, nranks: int, num_steps: int = 8,
+                  profile_by_stage: bool = True, load: LoadSpec | None = None,
+                  settle_s: float = 1.0, timeout_s: float = 120.0,
+                  activities: list[str] | None = None) -> dict[str, Any]:
+    """Profile `num_steps` steps under load and move one trace per rank (or more) into `dest`.
+
+    Args:
+        base_url: the server.
+        staging: the directory the server writes traces to (passed as output_dir; must be
+            visible here, i.e. the server runs on this host or shares the file system).
+        dest: the bundle's serve/traces directory.
+        nranks: ranks expected (TP size x nodes on this host).
+        num_steps: steps to record (per stage with profile_by_stage).
+        profile_by_stage: separate EXTEND and DECODE traces, as SGLang offers.
+        load: the background load during profiling (defaults to 8 concurrent long requests).
+        settle_s: time between starting the load and starting the profiler (reach steady decode).
+        timeout_s: how long to wait for every rank's trace.
+        activities: profiler activities (None: the server's default).
+
+    Returns:
+        A record for the manifest: files (relative to dest's parent), ranks found, status, why.
+    """
+    staging.mkdir(parents=True, exist_ok=True)
+    dest.mkdir(parents=True, exist_ok=True)
+    load = load or LoadSpec(input_len=16, output_len=256, num_requests=16, concurrency=8,
+                            warmup=0, seed=12345)
+    prefix = f"pcieprof{int(time.time() * 1000)}"
+    body: dict[str, Any] = {"output_dir": str(staging.resolve()), "num_steps": num_steps,
+                            "profile_by_stage": profile_by_stage, "profile_prefix": prefix}
+    if activities:
+        body["activities"] = activities
+    load_task = asyncio.create_task(run_load(base_url, load))
+    record: dict[str, Any] = {"request": body, "files": [], "ranks": [], "status": "failed",
+                              "why": None}
+    try:
+        await asyncio.sleep(settle_s)
+        async with aiohttp.ClientSession() as session:
+            record["reply"] = (await start_profile(session, base_url, body)).strip()
+        found = await _wait_for_ranks(staging, nranks, prefix, timeout_s, load_task)
+        moved = []
+        for rank in sorted(found):
+            for p in found[rank]:
+                target = dest / p.name
+                shutil.move(str(p), target)
+                moved.append(target)
+        record["files"] = [str(p.relative_to(dest.parent.parent)) for p in moved]
+        record["ranks"] = sorted(found)
+        if len(found) == nranks:
+            record["status"] = "ok"
+        else:
+            missing = sorted(set(range(nranks)) - set(found))
+            record.update(status="partial" if found else "failed",
+                          why=f"no trace from rank(s) {missing} within {timeout_s:.0f} s")
+    except (RuntimeError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        record["why"] = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        try:
+            await asyncio.wait_for(load_task, timeout=timeout_s)
+        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 (the load's own errors are in its records)
+            load_task.cancel()
+    return record
+
+
+async def _wait_for_ranks(staging: Path, nranks: int, prefix: str, timeout_s: float,
+                          load_task: asyncio.Task[Any]) -> dict[int, list[Path]]:
+    deadline = time.monotonic() + timeout_s
+    last: dict[int, list[Path]] = {}
+    complete_since: float | None = None
+    while time.monotonic() < deadline:
+        found = find_traces(staging, nranks, prefix)
+        if len(found) == nranks:
+            # With profile_by_stage a rank may still be writing its other stage's trace:
+            # give it a moment once every rank has one.
+            complete_since = complete_since or time.monotonic()
+            if found == last and time.monotonic() - complete_since > 1.0:
+                return found
+        last = found
+        if load_task.done() and not found and time.monotonic() > deadline - timeout_s + 30:
+            progress.debug("profiling: the load finished before any trace appeared")
+        await asyncio.sleep(0.25)
+    return last
+
+
+def write_index(dest: Path, record: dict[str, Any]) -> None:
+    """Keep what was asked and found next to the traces (traces/index.json)."""
+    (dest / "index.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,321 @@
+"""The serve-bench pipeline: launch (or attach), load sweep, decode curve, traces, attribution.
+
+Everything lands in the bundle as it is measured (serve/attempts.jsonl, serve/server-<n>.log,
+serve/requests.jsonl, serve/summary.json, serve/decode_curve.csv, serve/traces/), so a crash or
+Ctrl-C leaves a partial bundle with all that was measured so far. Every server started here is
+stopped on the way out, whatever happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import platform
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pcieprof import progress
+from pcieprof.bundle import Bundle
+from pcieprof.errors import ExitCode, PcieprofError
+from pcieprof.serve import decode_curve, profiling
+from pcieprof.serve.cards import ModelCard
+from pcieprof.serve.client import LoadSpec, run_load
+from pcieprof.serve.launcher import ServerProcess, http_get
+from pcieprof.serve.metrics import FORMULAS, RequestRecord, summarize
+from pcieprof.serve.outcomes import Outcome
+from pcieprof.serve.sglang_cmd import LaunchConfig, ParserSpec, build_command, recorded_env
+from pcieprof.serve.sweep import Attempt, SweepEntry, classify_attempt_end, entries_from, launch
+
+
+@dataclass
+class BenchOptions:
+    """What serve-bench does (see the command's --help for each)."""
+
+    card: ModelCard
+    base: LaunchConfig
+    sweep: bool = False
+    sweep_file: Path | None = None
+    url: str | None = None
+    api: str = "generate"
+    concurrencies: tuple[int, ...] = (1, 4, 16, 64)
+    request_rate: float | None = None
+    num_requests: int | None = None
+    warmup: int = 2
+    input_len: int = 128
+    output_len: int = 64
+    seed: int = 0
+    decode_batches: tuple[int, ...] = decode_curve.DEFAULT_BATCHES
+    decode_output_len: int = 64
+    profile: bool = True
+    profile_steps: int = 8
+    trace_dir: Path | None = None
+    attribute: bool = True
+    startup_timeout_s: float = 1800.0
+    stall_s: float | None = None
+    probe_tokens: int = 32
+    probe_requests: int = 2
+    probe_timeout_s: float = 60.0
+    request_timeout_s: float = 600.0
+    parser: ParserSpec | None = None
+    vocab_high: int = 256
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _Stop(Exception):
+    """The server died during the benchmark; carries how."""
+
+    def __init__(self, attempt: Attempt) -> None:
+        super().__init__(attempt.one_line())
+        self.attempt = attempt
+
+
+def run(bundle: Bundle, opts: BenchOptions) -> dict[str, Any]:
+    """Run serve-bench into `bundle`; returns summary.json's content.
+
+    Raises:
+        PcieprofError: no config served (exit 1), or the server crashed during the benchmark.
+    """
+    bundle.set_part("serve", "running", model=opts.card.name)
+    bundle.write_json("serve/card.json", {"name": opts.card.name, "path": str(opts.card.path)})
+    if opts.url:
+        return _attached(bundle, opts)
+    if opts.base.node_rank > 0:
+        return _follower_node(bundle, opts)
+    entries = entries_from(opts.card, opts.base, opts.sweep_file) if opts.sweep \
+        else [SweepEntry(opts.base, why="the given configuration")]
+    attempts: list[Attempt] = []
+    for i, entry in enumerate(entries):
+        cmd = build_command(opts.card, entry.config, parser=opts.parser)
+        if i == 0:
+            bundle.write_json("serve/command.json", {**cmd.to_json(),
+                                                     "recorded_env": recorded_env(cmd)})
+        base_url = f"http://{_client_host(entry.config.host)}:{entry.config.port}"
+        progress.info(f"attempt {i} {entry.config.name}: {cmd.shell()}")
+        att, server = launch(i, entry, cmd, bundle.file(f"serve/server-{i}.log"), base_url,
+                             startup_timeout_s=opts.startup_timeout_s, stall_s=opts.stall_s,
+                             probe_tokens_n=opts.probe_tokens, probe_requests=opts.probe_requests,
+                             probe_timeout_s=opts.probe_timeout_s, api=opts.api,
+                             vocab_high=opts.vocab_high)
+        bundle._register(f"serve/server-{i}.log")  # noqa: SLF001 (a file written by the server)
+        attempts.append(att)
+        try:
+            _write_attempts(bundle, attempts)
+            progress.info(att.one_line())
+            if not att.ok:
+                continue
+            att.benchmarked = True
+            _write_attempts(bundle, attempts)
+            try:
+                summary = _benchmark(bundle, opts, base_url, server, att,
+                                     nranks=_local_ranks(entry.config, opts.card))
+            except _Stop as stop:
+                _write_attempts(bundle, attempts)
+                if opts.sweep and i + 1 < len(entries):
+                    progress.warn(stop.attempt.one_line() + "; trying the next config")
+                    continue
+                raise
+            bundle.set_part("serve", "ok", model=opts.card.name, attempts=len(attempts),
+                            served_by=att.name)
+            return summary
+        finally:
+            rc = server.stop()
+            progress.debug(f"attempt {i}: server group stopped (exit {rc})")
+    bundle.set_part("serve", "failed", why=f"no configuration served correct tokens "
+                    f"({len(attempts)} attempt(s))", model=opts.card.name, attempts=len(attempts))
+    last = attempts[-1]
+    if len(attempts) == 1:
+        raise PcieprofError(f"launch failed: {last.one_line()}",
+                            hint=f"server log: {last.log}", exit_code=ExitCode.FAILURE)
+    raise PcieprofError(f"none of {len(attempts)} launch configs served correct tokens; last: "
+                        f"{last.one_line()}", hint="see serve/attempts.jsonl",
+                        exit_code=ExitCode.FAILURE)
+
+
+def _client_host(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+
+
+def _local_ranks(cfg: LaunchConfig, card: ModelCard) -> int:
+    tp = cfg.tp or card.sglang.tp_default
+    return max(1, tp * (cfg.pp or 1) // max(1, cfg.nnodes))
+
+
+def _write_attempts(bundle: Bundle, attempts: list[Attempt]) -> None:
+    bundle.write_text("serve/attempts.jsonl",
+                      "".join(json.dumps(a.to_json(), default=str) + "\n" for a in attempts))
+
+
+# -- attaching / follower nodes -------------------------------------------------------------------
+
+
+def _attached(bundle: Bundle, opts: BenchOptions) -> dict[str, Any]:
+    url = opts.url.rstrip("/")  # type: ignore[union-attr]
+    status, _ = http_get(url + "/health_generate", timeout_s=30)
+    if status != 200:
+        bundle.set_part("serve", "failed", why=f"{url}/health_generate answered {status or 'nothing'}")
+        raise PcieprofError(f"{url} is not serving (/health_generate: {status or 'no answer'})",
+                            hint="start the server first, or drop --url to let serve-bench launch it",
+                            exit_code=ExitCode.MEASUREMENT)
+    _, info = http_get(url + "/get_server_info", timeout_s=30)
+    server_info: dict[str, Any] = {}
+    try:
+        server_info = json.loads(info) if info else {}
+    except ValueError:
+        pass
+    bundle.write_json("serve/server_info.json", server_info)
+    tp = int(server_info.get("tp_size") or opts.base.tp or opts.card.sglang.tp_default)
+    att = Attempt(index=0, name="attached", config={"url": url}, command={}, log="",
+                  outcome=Outcome.OK.value, summary="attached to a running server",
+                  benchmarked=True)
+    _write_attempts(bundle, [att])
+    summary = _benchmark(bundle, opts, url, None, att, nranks=tp)
+    bundle.set_part("serve", "ok", model=opts.card.name, attached=url)
+    return summary
+
+
+def _follower_node(bundle: Bundle, opts: BenchOptions) -> dict[str, Any]:
+    """Node rank > 0 of a multi-node launch: run this node's server until it exits."""
+    cmd = build_command(opts.card, opts.base, parser=opts.parser)
+    bundle.write_json("serve/command.json", {**cmd.to_json(), "recorded_env": recorded_env(cmd)})
+    server = ServerProcess(cmd, bundle.file("serve/server-0.log"))
+    bundle._register("serve/server-0.log")  # noqa: SLF001
+    progress.info(f"node {opts.base.node_rank}/{opts.base.nnodes}: {cmd.shell()}")
+    server.start()
+    try:
+        while server.alive():
+            time.sleep(1.0)
+    finally:
+        server.stop()
+    c = server.classify()
+    bundle.set_part("serve", "ok" if server.exit_code() == 0 else "failed",
+                    why=None if server.exit_code() == 0 else c.one_line(), node_rank=opts.base.node_rank)
+    return {"node_rank": opts.base.node_rank, "outcome": c.outcome.value}
+
+
+# -- the measurements ------------------------------------------------------------------------------
+
+
+def _benchmark(bundle: Bundle, opts: BenchOptions, base_url: str, server: ServerProcess | None,
+               att: Attempt, *, nranks: int) -> dict[str, Any]:
+    backend = bundle.backend
+    summary: dict[str, Any] = {
+        "model": opts.card.name, "api": opts.api, "base_url": base_url, "attempt": att.name,
+        "backend": backend, "source": bundle.source, "input_len": opts.input_len,
+        "output_len": opts.output_len, "ignore_eos": True, "seed": opts.seed,
+        "warmup_requests": opts.warmup, "formulas": FORMULAS, "runs": [],
+        "client": {"python": platform.python_version(), "timestamps": "time.perf_counter at "
+                   "SSE line arrival"},
+        "status": "running",
+    }
+    bundle.write_text("serve/requests.jsonl", "")
+    req_path = bundle.file("serve/requests.jsonl")
+    specs = _load_specs(opts)
+    with req_path.open("a", encoding="utf-8") as req_file, \
+            progress.task("load", total=sum(s.num_requests + s.warmup for s in specs)) as bar:
+        def on_done(r: RequestRecord) -> None:
+            req_file.write(json.dumps({"attempt": att.name, **r.to_json()}) + "\n")
+            req_file.flush()
+            bar.advance(1, description=f"load {r.run}")
+
+        for spec in specs:
+            recs, dur = asyncio.run(run_load(base_url, spec, on_done=on_done))
+            s = summarize(recs, label=spec.label, concurrency=spec.concurrency,
+                          request_rate=spec.request_rate, duration_s=dur)
+            summary["runs"].append(s)
+            bundle.write_json("serve/summary.json", summary)
+            _check_alive(server, att, f"during the load run {spec.label}")
+    if opts.decode_batches:
+        rows: list[dict[str, Any]] = []
+
+        def on_row(row: dict[str, Any]) -> None:
+            rows.append(row)
+            bundle.write_text("serve/decode_curve.csv", decode_curve.to_csv(rows))
+            progress.info(f"decode curve: batch {row['batch_size']}: "
+                          f"{row['step_time_ms'] or float('nan'):.2f} ms/step ({row['window']})")
+
+        asyncio.run(decode_curve.measure_curve(
+            base_url, batch_sizes=opts.decode_batches, api=opts.api, input_len=16,
+            output_len=opts.decode_output_len, seed=opts.seed, vocab_high=opts.vocab_high,
+            backend=backend, timeout_s=opts.request_timeout_s, on_row=on_row))
+        summary["decode_curve"] = rows
+        bundle.write_json("serve/summary.json", summary)
+        _check_alive(server, att, "during the decode curve")
+    if opts.profile:
+        summary["profile"] = _profile(bundle, opts, base_url, nranks)
+        bundle.write_json("serve/summary.json", summary)
+        _check_alive(server, att, "during profiling")
+    summary["status"] = "ok"
+    bundle.write_json("serve/summary.json", summary)
+    return summary
+
+
+def _load_specs(opts: BenchOptions) -> list[LoadSpec]:
+    common = dict(api=opts.api, input_len=opts.input_len, output_len=opts.output_len,
+                  warmup=opts.warmup, seed=opts.seed, vocab_high=opts.vocab_high,
+                  model=opts.card.name, timeout_s=opts.request_timeout_s)
+    if opts.request_rate is not None:
+        n = opts.num_requests or 64
+        return [LoadSpec(num_requests=n, concurrency=None, request_rate=opts.request_rate,
+                         **common)]  # type: ignore[arg-type]
+    return [LoadSpec(num_requests=opts.num_requests or max(2 * c, 16), concurrency=c,
+                     **common) for c in opts.concurrencies]  # type: ignore[arg-type]
+
+
+def _check_alive(server: ServerProcess | None, att: Attempt, when: str) -> None:
+    if server is None or server.alive():
+        return
+    c = classify_attempt_end(server)
+    att.fail(c, server.started_at)
+    att.summary = f"{c.summary} ({when})"
+    raise _Stop(att)
+
+
+def _profile(bundle: Bundle, opts: BenchOptions, base_url: str, nranks: int) -> dict[str, Any]:
+    dest = bundle.path / "serve" / "traces"
+    staging = opts.trace_dir or (dest / ".incoming")
+    load = LoadSpec(api=opts.api, input_len=16, output_len=max(64, opts.profile_steps * 16),
+                    num_requests=16, concurrency=8, warmup=0, seed=opts.seed + 99,
+                    vocab_high=opts.vocab_high, timeout_s=opts.request_timeout_s)
+    progress.info(f"profiling {opts.profile_steps} steps on {nranks} rank(s) via /start_profile")
+    record = asyncio.run(profiling.capture(base_url, staging, dest, nranks=nranks,
+                                           num_steps=opts.profile_steps, profile_by_stage=True,
+                                           load=load, timeout_s=min(300.0, opts.request_timeout_s)))
+    profiling.write_index(dest, record)
+    for f in record["files"]:
+        bundle._register(f)  # noqa: SLF001 (files moved in, not written through the bundle)
+    bundle._register("serve/traces/index.json")  # noqa: SLF001
+    if opts.trace_dir is None:
+        try:
+            staging.rmdir()
+        except OSError:
+            pass
+    progress.info(f"traces: {len(record['files'])} file(s) from ranks {record['ranks']} "
+                  f"({record['status']}{': ' + record['why'] if record['why'] else ''})")
+    if record["status"] != "ok":
+        bundle.set_part("serve", "partial", why=f"traces: {record['why']}")
+    if opts.attribute and record["files"]:
+        record["attribution"] = _attribute(bundle, [bundle.path / f for f in record["files"]])
+    return record
+
+
+def _attribute(bundle: Bundle, paths: list[Path]) -> dict[str, Any]:
+    """Engineer F's attribute_traces(paths, bundle) when it is there; its failure is recorded."""
+    try:
+        mod = importlib.import_module("pcieprof.analysis.attribution")
+        fn = getattr(mod, "attribute_traces")
+    except (ImportError, AttributeError) as exc:
+        return {"status": "skipped", "why": f"no pcieprof.analysis.attribution ({exc})"}
+    try:
+        result = fn(paths, bundle)
+    except PcieprofError as exc:
+        bundle.set_part("attribution", "failed", why=exc.one_line())
+        return {"status": "failed", "why": exc.one_line()}
+    except Exception as exc:  # noqa: BLE001 (attribution must not lose the measured serve data)
+        bundle.set_part("attribution", "failed", why=f"{type(exc).__name__}: {exc}")
+        return {"status": "failed", "why": f"{type(exc).__name__}: {exc}"[:300]}
+    keys = sorted(result)[:12] if isinstance(result, dict) else []
+    return {"status": "ok", "keys": keys}
+
