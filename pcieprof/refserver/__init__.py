@@ -8,9 +8,12 @@ decode steps, every layer does real gloo all-reduces across N local rank process
 Launch: `python -m pcieprof.refserver --tp-size 2 --port 30000` (or `pcieprof reference-server`).
 Modules: args (flags), server (rank 0: HTTP process), worker (ranks 1..N-1), ranks (group join,
 model load), engine (per-step plan), scheduler (batching on rank 0), model, tokenizer,
-profiling, metrics, http_api, procs (no orphans), logs.
+names (file names and log lines, no torch), profiling, metrics, http_api, procs (no orphans),
+logs.
 """
 
-from pcieprof.refserver.profiling import trace_file_name
+from pcieprof.refserver.names import (NAN_SAMPLING_ERROR, READY_LINE, SCHEDULER_EXCEPTION,
+                                      SIGQUIT_LINE, default_output_dir, trace_file_name)
 
-__all__ = ["trace_file_name"]
+__all__ = ["NAN_SAMPLING_ERROR", "READY_LINE", "SCHEDULER_EXCEPTION", "SIGQUIT_LINE",
+           "default_output_dir", "trace_file_name"]

@@ -17,7 +17,8 @@ import torch.distributed as dist
 
 from pcieprof.refserver.logs import rank_log
 from pcieprof.refserver.model import KVCache, TinyMoEModel
-from pcieprof.refserver.profiling import ProfileStart, RankProfiler, step_span_name
+from pcieprof.refserver.names import step_span_name
+from pcieprof.refserver.profiling import ProfileStart, RankProfiler
 
 
 @dataclass

@@ -34,11 +34,10 @@ from pcieprof.refserver.args import ServerArgs, health_check_timeout_s
 from pcieprof.refserver.logs import server_log
 from pcieprof.refserver.metrics import ServerMetrics
 from pcieprof.refserver.model import TinyMoEConfig
+from pcieprof.refserver.names import IDENTITY
 from pcieprof.refserver.scheduler import Request, Scheduler
 from pcieprof.refserver.tokenizer import Tokenizer
 
-IDENTITY = ("pcieprof reference server: a test and demo target (tiny MoE model on CPU, tensor "
-            "parallel over gloo), not a serving engine")
 SCHEDULER_KEY: web.AppKey[Scheduler] = web.AppKey("scheduler", Scheduler)
 STATE_KEY: web.AppKey[dict[str, Any]] = web.AppKey("state", dict)
 

@@ -26,27 +26,8 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
-from pcieprof.refserver.logs import rank_log as logger  # noqa: E402
-
-
-def default_output_dir() -> str:
-    """Where traces go without an explicit output_dir (SGLang's rule)."""
-    return os.environ.get("SGLANG_TORCH_PROFILER_DIR", "/tmp")
-
-
-def trace_file_name(profile_id: str, tp_rank: int, stage: str | None = None,
-                    prefix: str | None = None) -> str:
-    """The file name SGLang gives a rank's trace (see the module docstring)."""
-    head = f"{prefix}-" if prefix else ""
-    tail = f"-{stage}" if stage else ""
-    return f"{head}{profile_id}-TP-{tp_rank}{tail}.trace.json.gz"
-
-
-def step_span_name(mode: str, batch_size: int, new_tokens: int) -> str:
-    """SGLang's per-step span name: `step[DECODE bs=N]` or `step[EXTEND bs=N toks=T]`."""
-    if mode == "EXTEND":
-        return f"step[EXTEND bs={batch_size} toks={new_tokens}]"
-    return f"step[{mode} bs={batch_size}]"
+from pcieprof.refserver.logs import rank_log as logger
+from pcieprof.refserver.names import default_output_dir, trace_file_name
 
 
 @dataclass

@@ -28,8 +28,8 @@ from pcieprof.refserver.args import ServerArgs
 from pcieprof.refserver.engine import RankEngine, ReqSlice, StepPlan, broadcast_plan
 from pcieprof.refserver.logs import rank_log
 from pcieprof.refserver.metrics import ServerMetrics
-from pcieprof.refserver.profiling import (default_output_dir, profile_start_from_request,
-                                          trace_file_name)
+from pcieprof.refserver.names import default_output_dir, trace_file_name
+from pcieprof.refserver.profiling import profile_start_from_request
 from pcieprof.refserver.tokenizer import EOS_ID
 
 # Longest prefill step, in new tokens; more waiting requests wait for the next step.

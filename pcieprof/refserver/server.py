@@ -1,9 +1,9 @@
 """Rank 0: the server process. Binds the port, starts the other ranks, serves HTTP.
 
 Startup, in order: parse flags (one line and exit 2 on a bad one); bind the HTTP socket (exit 1
-with uvicorn's "error while attempting to bind" text if the port is taken); create the gloo
-rendezvous store on 127.0.0.1 with a kernel-chosen port; start ranks 1..N-1; join the group; load
-the shard; start the scheduler thread and the HTTP site; send SGLang's warm-up request; print
+with uvicorn's "error while attempting to bind" text if the port is taken); start ranks 1..N-1
+(before importing torch here, so the imports overlap); create the gloo rendezvous store on
+127.0.0.1 at a free port; join the group; load the shard; start the scheduler thread and the HTTP site; send SGLang's warm-up request; print
 "The server is fired up and ready to roll!" (SGLang's exact readiness line, http_server.py).
 
 Death, in every form, takes the whole server down: a rank that exits makes rank 0 print SGLang's
@@ -14,7 +14,6 @@ the ranks and exit; and the ranks die with rank 0 (procs.die_with_parent).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -23,24 +22,19 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Sequence
-
-import torch.distributed as dist
-from aiohttp import web
+from typing import TYPE_CHECKING, Sequence
 
 from pcieprof.refserver import logs
 from pcieprof.refserver.args import ArgsError, ServerArgs, parse_args
-from pcieprof.refserver.engine import RankEngine
-from pcieprof.refserver.http_api import IDENTITY, STATE_KEY, build_app, warm_up
 from pcieprof.refserver.logs import server_log
-from pcieprof.refserver.metrics import ServerMetrics
-from pcieprof.refserver.model import TinyMoEConfig
+from pcieprof.refserver.names import IDENTITY, READY_LINE, SIGQUIT_LINE
 from pcieprof.refserver.procs import die_with_parent
-from pcieprof.refserver.ranks import RENDEZVOUS_TIMEOUT, join_group, load_model
-from pcieprof.refserver.scheduler import Scheduler
 
-SIGQUIT_LINE = "Received sigquit from a child process. It usually means the child failed."
-READY_LINE = "The server is fired up and ready to roll!"
+if TYPE_CHECKING:  # torch and aiohttp are imported after the ranks start, to overlap imports
+    from aiohttp import web
+
+    from pcieprof.refserver.scheduler import Scheduler
+
 
 
 class _Ranks:
@@ -93,6 +87,12 @@ def die(code: int) -> None:
     os._exit(code)
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -136,11 +136,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     world = args.tp_size
     try:
+        # Start the other ranks first, so that their imports of torch overlap with ours.
+        store_port = _free_port()
+        if world > 1:
+            _RANKS.spawn(argv, world, store_port)
+        import torch.distributed as dist
+
+        from pcieprof.refserver.ranks import RENDEZVOUS_TIMEOUT, join_group, load_model
+
         store = None
         if world > 1:
-            store = dist.TCPStore("127.0.0.1", 0, world, is_master=True,
+            store = dist.TCPStore("127.0.0.1", store_port, world, is_master=True,
                                   wait_for_workers=False, timeout=RENDEZVOUS_TIMEOUT)
-            _RANKS.spawn(argv, world, store.port)
         cpu_group = join_group(store, 0, world) if world > 1 else None
         model = load_model(args, 0, world)
         if world > 1:
@@ -152,6 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         server_log.error(SIGQUIT_LINE)
         die(1)
         return 1  # not reached
+    from pcieprof.refserver.engine import RankEngine
+    from pcieprof.refserver.http_api import build_app
+    from pcieprof.refserver.metrics import ServerMetrics
+    from pcieprof.refserver.model import TinyMoEConfig
+    from pcieprof.refserver.scheduler import Scheduler
+
     engine = RankEngine(model, 0, world, cpu_group)
     cfg = TinyMoEConfig()
     max_tokens = args.max_running_requests * args.context_length
@@ -165,12 +178,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     scheduler = Scheduler(args, engine, cpu_group, metrics, on_fatal)
     app = build_app(args, scheduler, metrics, cfg)
+    import asyncio
+
     asyncio.run(_serve(app, args, sock, port, scheduler))
     return 0
 
 
 async def _serve(app: web.Application, args: ServerArgs, sock: socket.socket, port: int,
                  scheduler: Scheduler) -> None:
+    import asyncio
+
+    from aiohttp import web
+
+    from pcieprof.refserver.http_api import STATE_KEY, warm_up
+
     runner = web.AppRunner(app, handle_signals=False, access_log=server_log,
                            access_log_format='%a - "%r" %s')
     await runner.setup()
