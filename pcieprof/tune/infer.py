@@ -18,8 +18,10 @@ import pandas as pd
 
 from pcieprof.tune.matrices import gpu_indices, pair_matrix
 
-#: Relative jump between sorted pair values that starts a new level (measurement spread is ~5%).
-LEVEL_JUMP = 0.12
+#: Relative jump between *adjacent* sorted pair values that starts a new level. Within one level
+#: real measurements spread by a few percent overall, but neighbouring sorted values differ by far
+#: less; between levels (switch vs root complex, ~9% in a VM with ACS redirect) they jump.
+LEVEL_JUMP = 0.06
 
 #: What the levels are called, finest first, by how many distinct levels there are.
 _LEVEL_NAMES = {1: ["one level: every pair alike"],

@@ -106,7 +106,7 @@ def make_bundle(path: Path, *, host: str = "calib-box", gpu_name: str = "NVIDIA 
             alg = size / (t * 1e-6) / 1e9
             ar.append({"backend": "imported", "variant": variant, "env": json.dumps(env),
                        "nranks": 8, "ranks": "0,1,2,3,4,5,6,7", "size_bytes": size,
-                       "dtype": "bfloat16", "time_us": t, "algbw_gbps": alg,
+                       "dtype": "bf16", "time_us": t, "algbw_gbps": alg,
                        "busbw_gbps": alg * f, "iters": 20})
     b.append_rows("allreduce", ar)
     b.set_part("allreduce", "ok")

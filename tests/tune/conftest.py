@@ -85,7 +85,7 @@ def add_allreduce(b: Bundle, variant: str, env: dict[str, str], curve: dict[int,
     f = 2 * (nranks - 1) / nranks
     b.append_rows("allreduce", [
         {"backend": "imported", "variant": variant, "env": json.dumps(env), "nranks": nranks,
-         "ranks": ranks, "size_bytes": s, "dtype": "bfloat16", "time_us": t,
+         "ranks": ranks, "size_bytes": s, "dtype": "bf16", "time_us": t,
          "algbw_gbps": s / t / 1e3, "busbw_gbps": s / t / 1e3 * f, "iters": 20}
         for s, t in curve.items()])
     b.set_part("allreduce", "ok")
@@ -95,3 +95,22 @@ def add_allreduce(b: Bundle, variant: str, env: dict[str, str], curve: dict[int,
 def vm_bundle(tmp_path: Path) -> Bundle:
     bw, lat = two_switch()
     return write_matrix_bundle(tmp_path / "vm", bw, lat, flat_vm=True)
+
+
+def run_cli(*args: str, cwd: Path | None = None):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "pcieprof", *args], capture_output=True,
+                          text=True, timeout=300, cwd=cwd)
+
+
+@pytest.fixture(scope="session")
+def sim_vm_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Engineer D's simulated rtxpro6000-8x-vm box (quick plan), made once per session."""
+    out = tmp_path_factory.mktemp("sim") / "vm"
+    r = run_cli("topology", "--backend", "sim", "--sim-profile", "rtxpro6000-8x-vm", "--quick",
+                "--no-report", "-q", "-o", str(out))
+    if r.returncode != 0:
+        pytest.skip(f"sim backend unavailable: {r.stderr.strip()[-300:]}")
+    return out

@@ -1,7 +1,7 @@
 """IOMMU translation and ACS redirect put every P2P transfer through the root complex.
 
-When P2P is measured slow (below the host-staged path, or far below the same box's fastest pairs)
-or broken, and the topology shows the IOMMU translating or ACS ReqRedir/CmpltRedir set, the fix is
+When P2P is measured slow (below the host-staged path, or below SLOW_VS_H2D of the same GPUs'
+host-to-device rate, which is what their links carry without the peer path) or broken, and the topology shows the IOMMU translating or ACS ReqRedir/CmpltRedir set, the fix is
 on the host: `iommu=pt` (with `amd_iommu=on` / `intel_iommu=on`) keeps the IOMMU for VFIO but
 passes host DMA through; ACS redirect is cleared per bridge with setpci or in the BIOS. In a VM
 the guest cannot change either: VFIO needs ACS isolation on the host, so it is a hypervisor
@@ -14,6 +14,10 @@ import numpy as np
 
 from pcieprof.tune.matrices import gpu_indices, pair_matrix
 from pcieprof.tune.rules.base import Recommendation, RuleContext
+
+#: P2P slower than this share of host-to-device bandwidth means the peer path costs (translation,
+#: redirect to the root complex); bare-metal boxes measure P2P at 93-100% of H2D (calibration).
+SLOW_VS_H2D = 0.85
 
 
 def _acs_bridges(topo: dict) -> list[str]:
@@ -46,7 +50,10 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
     med_p2p = float(np.nanmedian(bw)) if not np.isnan(bw).all() else float("nan")
     med_hs = float(np.nanmedian(hs)) if not np.isnan(hs).all() else float("nan")
     best = float(np.nanmax(bw)) if not np.isnan(bw).all() else float("nan")
-    slow = broken or (np.isfinite(med_p2p) and np.isfinite(med_hs) and med_p2p < med_hs)
+    h2d = p[(p["path"] == "h2d") & (p["status"] == "ok")]["bandwidth_gbps"].dropna()
+    med_h2d = float(h2d.median()) if len(h2d) else float("nan")
+    slow = broken or (np.isfinite(med_p2p) and np.isfinite(med_hs) and med_p2p < med_hs) or (
+        np.isfinite(med_p2p) and np.isfinite(med_h2d) and med_p2p < SLOW_VS_H2D * med_h2d)
     evidence = []
     if translated:
         evidence.append(f"topology.json: IOMMU {iommu.get('mode')} (kernel command line: "
@@ -58,7 +65,8 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         evidence.append(f"topology.json: running in a VM ({virt.get('hypervisor') or 'hypervisor unknown'})")
     if np.isfinite(med_p2p):
         evidence.append(f"p2p.csv: median P2P {med_p2p:.1f} GB/s (best pair {best:.1f}), "
-                        f"host-staged {med_hs:.1f} GB/s [{ctx.provenance}]")
+                        f"host-staged {med_hs:.1f} GB/s, host-to-device {med_h2d:.1f} GB/s "
+                        f"[{ctx.provenance}]")
     if not slow:
         return [Recommendation(
             rule="iommu_acs", kind="info", priority=1,
@@ -83,7 +91,9 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         rule="iommu_acs", kind="host", priority=500 if broken else 200, action=action,
         title=title,
         gain_text=("P2P is broken on this path; " if broken else
-                   f"P2P measured {med_p2p:.1f} GB/s vs {med_hs:.1f} GB/s through host memory; ")
+                   f"P2P measured {med_p2p:.1f} GB/s vs {med_h2d:.1f} GB/s host-to-device on the "
+                   f"same links (at most {max(med_h2d / med_p2p - 1, 0) * 100:.0f}% more P2P "
+                   f"bandwidth); ")
                   + "the gain after the change has to be measured (rerun pcieprof topology)",
         evidence=evidence, confidence="advice",
         caveats=["iommu=pt keeps VFIO working; turning the IOMMU off breaks device passthrough",

@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from conftest import add_allreduce, run_cli, two_switch, write_matrix_bundle
+
+
+def test_recommend_on_simulated_vm(sim_vm_bundle: Path, tmp_path: Path) -> None:
+    b = tmp_path / "vm"
+    shutil.copytree(sim_vm_bundle, b)
+    r = run_cli("recommend", str(b))
+    assert r.returncode == 0, r.stderr
+    assert "principal bottleneck:" in r.stdout and "simulated" in r.stdout
+    doc = json.loads((b / "recommendations.json").read_text())
+    assert doc["format"] == "pcieprof.recommendations/1"
+    assert all(rec["confidence"] in ("simulated", "predicted", "advice") for rec in doc["recommendations"])
+    env = (b / "tune" / "recommended.env").read_text()
+    for k, v in doc["env"].items():
+        assert f"export {k}=" in env
+    cmd = (b / "tune" / "sglang_command.sh").read_text()
+    assert "sglang.launch_server" in cmd and "--tp-size" in cmd
+    assert (b / "tune" / "nccl_graph.xml").is_file()
+    assert doc["layouts"] and {lay["label"] for lay in doc["layouts"]} >= {"TP8", "PP2xTP4", "PP4xTP2"}
+    manifest = json.loads((b / "manifest.json").read_text())
+    assert manifest["parts"]["recommendations"]["status"] == "ok"
+
+
+def test_recommend_bad_input_is_one_line(tmp_path: Path) -> None:
+    r = run_cli("recommend", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def _pair(tmp_path: Path, slower: float) -> tuple[Path, Path]:
+    bw, lat = two_switch(seed=1)
+    a = write_matrix_bundle(tmp_path / "a", bw, lat)
+    b = write_matrix_bundle(tmp_path / "b", bw, lat)
+    curve = {12 << 10: 40.0, 96 << 10: 45.0, 1 << 20: 100.0}
+    add_allreduce(a, "default", {}, curve)
+    add_allreduce(b, "default", {}, {s: t * slower for s, t in curve.items()})
+    return a.path, b.path
+
+
+def test_compare_flags_a_regression(tmp_path: Path) -> None:
+    a, b = _pair(tmp_path, 1.2)
+    r = run_cli("compare", str(a), str(b), "--fail-if", "allreduce.default.n8.time_us@12KiB>+10%")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "REGRESSION allreduce.default.n8.time_us@12KiB" in r.stdout
+    assert "+20.0% worse" in r.stdout
+    ok = run_cli("compare", str(a), str(b), "--fail-if", "allreduce.*.time_us@*>+25%",
+                 "--fail-if", "p2p.p2p.bandwidth_gbps.median<-5%")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "no regression (2 condition(s))" in ok.stdout
+
+
+def test_compare_bad_expressions_are_one_line(tmp_path: Path) -> None:
+    a, b = _pair(tmp_path, 1.0)
+    for expr in ("allreduce time went up", "x>>1%", "p2p.nonexistent>+1%"):
+        r = run_cli("compare", str(a), str(b), "--fail-if", expr)
+        assert r.returncode == 2, (expr, r.stdout, r.stderr)
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

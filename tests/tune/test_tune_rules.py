@@ -1,0 +1,120 @@
+"""Rules on bundles whose numbers are known: each recommends only what its data supports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import add_allreduce, two_switch, write_matrix_bundle
+
+from pcieprof.tune.recommend import recommend
+
+# dual-Turin published small-message times (calibration README): default vs NCCL_PROTO=LL / graph
+TURIN_DEFAULT = {8: 45.0, 4096: 46.0, 32 << 10: 48.16, 64 << 10: 48.69, 128 << 10: 51.56,
+                 256 << 10: 56.48, 1 << 20: 120.0}
+TURIN_LL = {8: 20.0, 4096: 22.0, 32 << 10: 26.20, 64 << 10: 25.59, 128 << 10: 32.09,
+            256 << 10: 37.26, 1 << 20: 140.0}
+
+
+def _bundle(tmp_path: Path, name: str = "b", **kw):
+    bw, lat = two_switch(seed=5)
+    return write_matrix_bundle(tmp_path / name, bw, lat, **kw)
+
+
+def _rules(result) -> dict[str, object]:
+    return {r.rule: r for r in result.recommendations}
+
+
+def test_ll_recommended_with_measured_gain_and_large_message_caveat(tmp_path: Path) -> None:
+    b = _bundle(tmp_path)
+    add_allreduce(b, "default", {}, TURIN_DEFAULT)
+    add_allreduce(b, "proto_ll", {"NCCL_PROTO": "LL"}, TURIN_LL)
+    res = recommend(b, layouts=False)
+    ll = _rules(res)["proto_ll"]
+    assert ll.env == {"NCCL_PROTO": "LL"}
+    # batch 1 = 12 KiB: between 4 KiB (46 vs 22) and 32 KiB (48.16 vs 26.2), log-log interpolated
+    assert 20 < ll.gain_us_per_allreduce[1] < 25
+    assert ll.gain_ms_per_step[1] > 0  # per-step gain counted with F's collective count
+    assert any("slower at 1 MiB" in c for c in ll.caveats)
+    assert ll.confidence == "measured"
+
+
+def test_nothing_recommended_without_measured_variant(tmp_path: Path) -> None:
+    b = _bundle(tmp_path)
+    add_allreduce(b, "default", {}, TURIN_DEFAULT)
+    res = recommend(b, layouts=False)
+    assert not any(r.env.get("NCCL_PROTO") for r in res.recommendations)
+    assert any("NCCL_PROTO=LL" in m for m in res.needs_measuring)
+
+
+def test_worse_variant_is_not_recommended(tmp_path: Path) -> None:
+    b = _bundle(tmp_path)
+    add_allreduce(b, "default", {}, TURIN_LL)
+    add_allreduce(b, "proto_ll", {"NCCL_PROTO": "LL"}, TURIN_DEFAULT)
+    assert "proto_ll" not in _rules(recommend(b, layouts=False))
+
+
+def test_gloo_rows_never_give_nccl_advice(tmp_path: Path) -> None:
+    b = _bundle(tmp_path)
+    add_allreduce(b, "default", {}, TURIN_DEFAULT)
+    add_allreduce(b, "proto_ll", {"NCCL_PROTO": "LL"}, TURIN_LL)
+    import pandas as pd
+
+    df = pd.read_csv(b.path / "allreduce.csv")
+    df["backend"] = "cpu"
+    df.to_csv(b.path / "allreduce.csv", index=False)
+    res = recommend(b, layouts=False)
+    assert not any(r.kind == "env" for r in res.recommendations)
+
+
+def test_min_nchannels_from_busbw(tmp_path: Path) -> None:
+    b = _bundle(tmp_path)
+    big = 256 << 20
+    # calibration: busbw 22.2 -> 37.6 GB/s at large sizes with NCCL_MIN_NCHANNELS=8
+    t = lambda busbw: big / (busbw * 8 / (2 * 7)) / 1e3  # noqa: E731
+    add_allreduce(b, "default", {}, {32 << 10: 48.0, big: t(22.2)})
+    add_allreduce(b, "nch8", {"NCCL_MIN_NCHANNELS": "8"}, {32 << 10: 47.0, big: t(37.6)})
+    rec = _rules(recommend(b, layouts=False))["min_nchannels"]
+    assert rec.env == {"NCCL_MIN_NCHANNELS": "8"}
+    assert rec.gain_fraction == pytest.approx(37.6 / 22.2 - 1, rel=0.01)
+
+
+def test_p2p_errors_disable_p2p_first(tmp_path: Path) -> None:
+    b = _bundle(tmp_path)
+    b.append_rows("p2p", [{"backend": "imported", "src": 0, "dst": 5, "path": "p2p",
+                           "direction": "uni", "size_bytes": 1 << 20, "status": "error",
+                           "detail": "copied bytes differ"}])
+    res = recommend(b, layouts=False)
+    assert res.recommendations[0].rule == "p2p_data_errors"
+    assert res.recommendations[0].env == {"NCCL_P2P_DISABLE": "1"}
+    assert "broken" in res.bottleneck
+
+
+def test_iommu_rule_in_vm_points_to_the_host(tmp_path: Path) -> None:
+    # P2P well below host-to-device on the same links, IOMMU translating, in a VM
+    bw, lat = two_switch(seed=5)
+    b = write_matrix_bundle(tmp_path / "vm", bw * 0.5, lat, flat_vm=True)
+    b.append_rows("p2p", [{"backend": "imported", "src": -1, "dst": g, "path": "h2d",
+                           "direction": "uni", "size_bytes": 1 << 28, "bandwidth_gbps": 55.0}
+                          for g in range(8)])
+    rec = _rules(recommend(b, layouts=False))["iommu_acs"]
+    assert rec.kind == "host"
+    assert "iommu=pt" in rec.action and "guest cannot clear ACS" in rec.action
+    assert any("in a VM, ACS cannot be turned off" in c for c in rec.caveats)
+
+
+def test_hidden_switches_give_topo_file_and_ring(tmp_path: Path) -> None:
+    groups = ([0, 2, 4, 6], [1, 3, 5, 7])
+    bw, lat = two_switch(groups, seed=9)
+    b = write_matrix_bundle(tmp_path / "vm", bw, lat, flat_vm=True)
+    add_allreduce(b, "default", {}, TURIN_DEFAULT)
+    res = recommend(b, layouts=False)
+    rules = _rules(res)
+    assert "topo_file" in rules and b.has("tune/nccl_topo.xml")
+    ring = rules["ring_order"]
+    assert ring.confidence == "predicted"
+    assert "NCCL_GRAPH_FILE" in ring.env and b.has("tune/nccl_graph.xml")
+    assert "assumed: device order" in ring.evidence[1]
+    # identity order crosses 8 times: 4 flows per uplink direction; the ring crosses twice: 1
+    assert ring.gain_fraction == pytest.approx(4 * 0.995 - 1, abs=0.15)
+    assert "effective bottleneck" in ring.gain_text
