@@ -15,7 +15,7 @@ before anything is written. The bundle then holds (docs/bundle.md):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +97,8 @@ def build_topology(files: list[ImportedFile]) -> tuple[dict[str, Any], list[str]
         if p.pair_p2p:
             topo_mod.merge_p2p_status(topo, p.pair_p2p)
         if p.gpus and p.format not in MACHINE_LOGS:
+            if logs:
+                problems += _cuda_to_nvml(topo, p, str(f.path))
             problems += topo_mod.add_gpus(topo, p.gpus, str(f.path))
         if "nccl_topo" in p.documents:
             topo_mod.merge_nccl_topo(topo, p.documents["nccl_topo"], str(f.path))
@@ -106,6 +108,37 @@ def build_topology(files: list[ImportedFile]) -> tuple[dict[str, Any], list[str]
                         + ", ".join(f"{k}: {v}" for k, v in counts.items())
                         + "): are they from one machine?")
     return topo, problems
+
+
+def _cuda_to_nvml(topo: dict[str, Any], p: Parsed, source: str) -> list[str]:
+    """Renumber a CUDA tool's GPUs to nvidia-smi (NVML, PCI bus order) indices by bus id.
+
+    CUDA numbers devices fastest-first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, so device 0 of
+    p2pBandwidthLatencyTest may be nvidia-smi's GPU 3; the bundle uses NVML indices throughout.
+    Done only when the machine logs give the bus ids, and only when every GPU matches.
+    """
+    by_bus = {str(g.get("bus_id") or "").lower(): g["index"] for g in topo["gpus"] if g.get("bus_id")}
+    if not by_bus or not all(g.bus_id for g in p.gpus):
+        return []
+    missing = [g.bus_id for g in p.gpus if g.bus_id.lower() not in by_bus]
+    if missing:
+        return [f"{source}: GPUs {', '.join(missing)} are not in the machine logs; "
+                "kept with the tool's own numbering"]
+    mapping = {g.index: by_bus[g.bus_id.lower()] for g in p.gpus}
+    if all(k == v for k, v in mapping.items()):
+        return []
+    note = "; CUDA device -> nvidia-smi index by bus id: " + ", ".join(
+        f"{k}->{v}" for k, v in sorted(mapping.items()))
+
+    def m(i: int) -> int:
+        return mapping.get(i, i) if i >= 0 else i
+
+    p.p2p = [replace(r, src=m(r.src), dst=m(r.dst), detail=r.detail + note) for r in p.p2p]
+    p.concurrent = [replace(r, src=m(r.src), dst=m(r.dst), detail=r.detail + note)
+                    for r in p.concurrent]
+    p.gpus = [replace(g, index=mapping[g.index]) for g in p.gpus]
+    p.facts["cuda_to_nvml"] = {str(k): v for k, v in sorted(mapping.items())}
+    return []
 
 
 def import_files(paths: list[Path], out: Path, *, force: bool = False,

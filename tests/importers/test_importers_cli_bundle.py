@@ -159,3 +159,22 @@ def test_out_directory_not_empty(samples: Path, tmp_path: Path, capsys) -> None:
     assert "not empty" in capsys.readouterr().err
     main(["import", str(f), "--out", str(tmp_path / "b"), "--force", "-q"])
     assert Bundle.open(tmp_path / "b").manifest["status"] == "ok"
+
+
+def test_cuda_numbering_mapped_to_nvidia_smi_by_bus_id(samples: Path, tmp_path: Path, capsys) -> None:
+    # A p2pBandwidthLatencyTest run on the ASUS box whose CUDA order differs from the PCI order:
+    # its device lines are rewritten from nvidia-smi -q's bus ids, the matrix is the real sample's.
+    box = samples / "rtxpro6000-8x-asus-baremetal"
+    pytest.importorskip("pcieprof.discover.from_logs")
+    data = Path(__file__).resolve().parents[1] / "data" / "importers"
+    text = (data / "p2pbwlat_2x4090_overflowing_columns.txt").read_text()
+    text = text.replace("pciBusID: 2,", "pciBusID: 85,").replace("pciBusID: 17,", "pciBusID: 6,")
+    f = tmp_path / "p2p_on_asus.txt"
+    f.write_text(text)
+    b, _out = run_import([box / "nvidia_smi_full.log", box / "lspci_full.log", f], tmp_path / "b", capsys)
+    df = b.read_table("p2p")
+    row = df[(df["path"] == "host_staged") & (df["direction"] == "uni")
+             & df["detail"].str.contains("row 0 col 1", regex=False)].iloc[0]
+    # CUDA device 0 (bus 85) is nvidia-smi GPU 5, device 1 (bus 06) is GPU 0
+    assert (row["src"], row["dst"], row["bandwidth_gbps"]) == (5, 0, 6.34)
+    assert "CUDA device -> nvidia-smi index by bus id: 0->5, 1->0" in row["detail"]

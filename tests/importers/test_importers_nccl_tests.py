@@ -77,3 +77,19 @@ def test_two_runs_in_one_file(samples: Path) -> None:
         "imported:in_place:run1", "imported:in_place:run2",
         "imported:out_of_place:run1", "imported:out_of_place:run2"]
     assert pytest.approx([r["avg_busbw_gbps"] for r in parsed.facts["runs"]]) == [24.5413] * 2
+
+
+def test_mpirun_prefixes_and_nccl_info_lines(samples: Path) -> None:
+    """mpirun --tag-output prefixes and NCCL_DEBUG=INFO lines mixed into the output."""
+    from pcieprof.importers.parse import parse_text
+
+    table = (samples / "tool-outputs/all_reduce_perf_6x4090_tinybox_p2p_patched_driver.txt").read_text()
+    log = (samples / "tool-outputs/nccl_debug_info_4x5060ti_p2p_cumem.log").read_text()
+    lines = table.splitlines()
+    mixed = lines[:10] + log.splitlines()[:60] + lines[10:]
+    tagged = "\n".join(f"[1,0]<stdout>:{l}" for l in mixed) + "\n"
+    parsed = parse_text(tagged, "tagged.txt")
+    assert parsed.format == "nccl-tests"
+    assert [(c.variant, c.busbw_gbps) for c in parsed.collectives] == [
+        ("imported:out_of_place", 24.58), ("imported:in_place", 24.50)]
+    assert parsed.documents["nccl_choices"]["nccl_version"] == "2.28.9+cuda13.0"
