@@ -95,3 +95,21 @@ def test_sections_on_their_own_and_p2p_reads() -> None:
     assert (r.src, r.dst, r.bandwidth_gbps) == (2, 3, 10.45)
     r = cell(parsed.p2p, "Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)", 3, 2)
     assert (r.src, r.dst, r.bandwidth_gbps) == (3, 2, 10.23)
+
+
+def test_old_layout_titles_and_latency_header(samples: Path) -> None:
+    """Older cuda-samples titled the matrices without '(P2P Writes)' (e.g. 'Unidirectional
+    P2P=Enabled Bandwidth Matrix (GB/s)', as quoted in Dell's C4130 V100 paper) and headed the
+    latency matrix with 'D\\D' and no CPU block. The real 5-GPU matrices under those headings:"""
+    text = (samples / "tool-outputs/p2pbwlat_5gpu_5060ti_5070_gen3x4_p2p_patched.txt").read_text()
+    lines = text.splitlines()
+    i = lines.index("Unidirectional P2P=Enabled Bandwidth (P2P Writes) Matrix (GB/s)")
+    k = lines.index("P2P=Disabled Latency Matrix (us)")
+    old = ["Unidirectional P2P=Enabled Bandwidth Matrix (GB/s)"] + lines[i + 1:i + 7] + \
+          ["P2P=Disabled Latency Matrix (us)", lines[k + 1].replace("   GPU", "   D\\D")] + lines[k + 2:k + 7]
+    parsed = parse_p2p_bandwidth_latency("\n".join(old) + "\n", "old.txt")
+    r = cell(parsed.p2p, "Unidirectional P2P=Enabled Bandwidth Matrix (GB/s)", 3, 4)
+    assert (r.path, r.bandwidth_gbps) == ("p2p", 3.44)
+    r = cell(parsed.p2p, "P2P=Disabled Latency Matrix (us) GPU latency", 2, 0)
+    assert r.latency_us == 20.52
+    assert parsed.facts["cpu_latency_us"] == {}
