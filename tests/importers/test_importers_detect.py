@@ -36,6 +36,7 @@ EXPECTED_DATA = {
     "nvbandwidth_6xA6000_read_ce.txt": "nvbandwidth",
     "p2pbwlat_2x4090_overflowing_columns.txt": "p2pBandwidthLatencyTest",
     "p2pbwlat_6gpu_sections_with_p2p_reads.txt": "p2pBandwidthLatencyTest",
+    "nvbandwidth_8x4090_h2d_d2h.txt": "nvbandwidth",
 }
 
 

@@ -74,3 +74,17 @@ def test_truncated_json_names_file_and_line() -> None:
         parse_nvbandwidth_json(cut, "cut.json")
     msg = e.value.one_line()
     assert msg.startswith("cut.json:") and "valid JSON" in msg and "\n" not in msg
+
+
+def test_text_full_run_host_rows() -> None:
+    p = DATA / "nvbandwidth_8x4090_h2d_d2h.txt"
+    parsed = parse_nvbandwidth_text(p.read_text(), p.name)
+    assert parsed.facts["testcases"] == {"host_to_device_memcpy_ce": "Passed",
+                                         "device_to_host_memcpy_ce": "Passed"}
+    assert len(parsed.gpus) == 8 and parsed.gpus[7].bus_id is None
+    h2d = {r.dst: r.bandwidth_gbps for r in parsed.p2p if r.path == "h2d"}
+    d2h = {r.src: r.bandwidth_gbps for r in parsed.p2p if r.path == "d2h"}
+    assert h2d[2] == 23.90 and d2h[4] == 27.10 and len(h2d) == len(d2h) == 8
+    assert all(r.dst == -1 for r in parsed.p2p if r.path == "d2h")
+    assert sum(h2d.values()) == pytest.approx(parsed.facts["sums"]["host_to_device_memcpy_ce"], abs=0.04)
+    assert sum(d2h.values()) == pytest.approx(parsed.facts["sums"]["device_to_host_memcpy_ce"], abs=0.04)
