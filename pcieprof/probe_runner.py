@@ -174,6 +174,7 @@ class ProbeRunner:
         rows_dir.mkdir()
         cmd = [sys.executable, "-m", "torch.distributed.run", *self.launch.args(),
                "--nproc-per-node", str(nproc), "--max-restarts", "0",
+               "--monitor-interval", "0.5",
                "-m", module, "--plan", str(self.plan_file), "--rows", str(rows_dir), *args]
         full_env = {k: v for k, v in os.environ.items() if k not in TEST_HOOK_VARS or v}
         full_env.update(env)

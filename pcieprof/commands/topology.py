@@ -211,13 +211,16 @@ def _on_sigterm(_signo: int, _frame: FrameType | None) -> None:
 @click.option("--nnodes", default="1", show_default=True, help="torchrun --nnodes.")
 @click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
               help="torchrun rendezvous endpoint (several nodes).")
+@click.option("--probes", "probe_set", default="copies,allreduce", show_default=True,
+              metavar="copies,allreduce", help="Which probes to run: the copy probes (P2P matrix, "
+              "h2d/d2h, concurrent traffic) and/or the all-reduce sweep.")
 @click.option("--no-report", is_flag=True, help="Do not write report.html.")
 @out_dir
 @verbosity
 def command(backend: str, sim_profile: str | None, devices: str | None, nranks: int | None,
             quick: bool, variants: str | None, groups: str | None, orders: tuple[str, ...],
             p2p_sweep: bool, timeout_s: float, max_size: str | None, nnodes: str, rdzv_endpoint: str | None,
-            no_report: bool, out: Path | None, force: bool) -> None:
+            probe_set: str, no_report: bool, out: Path | None, force: bool) -> None:
     """Discover GPUs, PCIe tree, IOMMU/ACS/VM; probe P2P copies, concurrent traffic and the
     all-reduce sweep; write a bundle and report.html.
 
@@ -256,6 +259,9 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
             raise BadInput(f"unknown group {k!r}", hint="pairs or tp4")
     ring_orders = [V.parse_order(o, devs) for o in orders]
     cap = parse_size(max_size)
+    wanted = {t.strip() for t in probe_set.split(",") if t.strip()}
+    if not wanted or wanted - {"copies", "allreduce"}:
+        raise BadInput(f"--probes {probe_set!r}", hint="copies, allreduce or both")
     out = out or default_out_dir("topology")
     bundle = Bundle.create(out, command="topology", source=source_of(backend), backend=backend,
                            force=force)
@@ -271,6 +277,10 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
         plan = build_plan(backend, devs, quick=quick, variants=chosen, group_kinds=kinds,
                           orders=ring_orders, p2p_sweep=p2p_sweep, timeout_s=timeout_s,
                           topology=topo, max_size=cap)
+        if "copies" not in wanted:
+            plan.p2p, plan.concurrent = [], []
+        if "allreduce" not in wanted:
+            plan.allreduce = []
         bundle.write_json("plan.json", plan.to_dict())
         if backend == "sim":
             _run_sim(bundle, plan, sim_profile or "rtxpro6000-8x-vm")
@@ -278,17 +288,21 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
             from pcieprof.probe_runner import Launch, ProbeRunner
 
             runner = ProbeRunner(bundle, plan, Launch(nnodes=nnodes, rdzv_endpoint=rdzv_endpoint))
-            for part in ("p2p", "concurrent", "allreduce"):
+            parts = (["p2p", "concurrent"] if plan.p2p else []) + (["allreduce"] if plan.allreduce else [])
+            for part in parts:
                 bundle.set_part(part, "running")
-            progress.info(f"copies: {len(plan.p2p)} P2P cases, {len(plan.concurrent)} concurrent "
-                          f"patterns over {plan.nranks} {'ranks' if backend == 'cpu' else 'GPUs'}")
-            copies = runner.run_copies()
-            for part, res in copies.items():
-                bundle.set_part(part, res["status"], why=res["why"], cases=res["rows"],
-                                hangs=res["hangs"], errors=res["errors"])
-            ar = runner.run_allreduce()
-            bundle.set_part("allreduce", ar["status"], why=ar["why"], cases=ar["cases"],
-                            hangs=ar["hangs"], errors=ar["errors"])
+            if plan.p2p:
+                progress.info(f"copies: {len(plan.p2p)} P2P cases, {len(plan.concurrent)} "
+                              f"concurrent patterns over {plan.nranks} "
+                              f"{'ranks' if backend == 'cpu' else 'GPUs'}")
+                copies = runner.run_copies()
+                for part, res in copies.items():
+                    bundle.set_part(part, res["status"], why=res["why"], cases=res["rows"],
+                                    hangs=res["hangs"], errors=res["errors"])
+            if plan.allreduce:
+                ar = runner.run_allreduce()
+                bundle.set_part("allreduce", ar["status"], why=ar["why"], cases=ar["cases"],
+                                hangs=ar["hangs"], errors=ar["errors"])
         wall = time.monotonic() - t0
         if not no_report:
             _report(bundle)
