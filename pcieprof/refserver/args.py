@@ -206,8 +206,9 @@ def parse_args(argv: Sequence[str]) -> ServerArgs:
     if ns.model_path != MODEL_NAME:
         raise ArgsError(f"--model-path {ns.model_path!r}: the reference server serves only its "
                         f"built-in model {MODEL_NAME!r}")
-    if not 1 <= ns.tp_size <= 8:
-        raise ArgsError(f"--tp-size {ns.tp_size}: use 1 to 8 local ranks")
+    if ns.tp_size not in (1, 2, 4, 8):
+        raise ArgsError(f"--tp-size {ns.tp_size}: the tiny-cpu model's 8 heads split over 1, 2, "
+                        f"4 or 8 local ranks")
     if not 0 <= ns.port <= 65535:
         raise ArgsError(f"--port {ns.port} is not a TCP port")
     if ns.max_running_requests < 1:

@@ -215,15 +215,6 @@ def test_profile_then_stop_early(server, tmp_path: Path) -> None:
     assert _trace_summary(out / names[1])["reduces"] >= 9 * 4
 
 
-def test_killing_rank0_leaves_no_rank_behind(server) -> None:
-    """Last in this module: SIGKILL only rank 0; its ranks must die with it (PDEATHSIG)."""
-    ranks = server.ranks
-    assert len(ranks) >= 1  # TP1
-    os.kill(server.proc.pid, signal.SIGKILL)
-    server.proc.wait(timeout=10)
-    assert server.all_gone(ranks, timeout=10), ranks
-
-
 @pytest.mark.parametrize("flag", ["--nnodes", "--bogus-flag"])
 def test_unknown_and_unsupported_flags_are_refused(flag: str) -> None:
     from pcieprof.refserver.args import ArgsError, parse_args
@@ -231,3 +222,48 @@ def test_unknown_and_unsupported_flags_are_refused(flag: str) -> None:
     with pytest.raises(ArgsError) as err:
         parse_args([flag, "2"])
     assert flag in str(err.value)
+
+
+def test_tp1_computes_what_tp2_computes(server, start_server) -> None:
+    """The sharded model (column/row-parallel + all-reduce) equals the unsharded one."""
+    body = {"text": "the quick brown fox", "sampling_params": {"max_new_tokens": 8,
+                                                              "temperature": 0,
+                                                              "ignore_eos": True}}
+
+    async def ask(url: str) -> str:
+        async with aiohttp.ClientSession() as s:
+            async with s.post(url + "/generate", json=body) as r:
+                return (await r.json())["text"]
+
+    one = start_server(tp=1)
+    one.wait_ready()
+    assert run(ask(one.url)) == run(ask(server.url))
+
+
+def test_queueing_beyond_max_running_and_client_disconnect(start_server) -> None:
+    s = start_server(["--max-running-requests", "2"], tp=1)
+    s.wait_ready()
+
+    async def go() -> tuple[list[list[bytes]], dict[str, Any]]:
+        async with aiohttp.ClientSession() as sess:
+            # a client that goes away mid-stream must not disturb the others
+            async with sess.post(s.url + "/generate", json=_gen("gone", 200)) as r:
+                await r.content.readline()
+            outs = await asyncio.gather(*[_stream(sess, s.url + "/generate", _gen(f"q{i}", 6))
+                                          for i in range(5)])
+            async with sess.get(s.url + "/get_server_info") as r:
+                return outs, (await r.json())["internal_states"][0]
+
+    outs, state = run(go())
+    assert all(len(o) == 7 for o in outs)
+    assert state["max_decode_batch_size"] == 2
+    assert state["#running-req"] == 0
+
+
+def test_killing_rank0_leaves_no_rank_behind(server) -> None:
+    """Last in this module: SIGKILL only rank 0; its ranks must die with it (PDEATHSIG)."""
+    ranks = server.ranks
+    assert len(ranks) >= 1  # TP1
+    os.kill(server.proc.pid, signal.SIGKILL)
+    server.proc.wait(timeout=10)
+    assert server.all_gone(ranks, timeout=10), ranks
