@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from pcieprof.importers._text import fail, parse_float, parse_int, split_lines
 from pcieprof.importers.records import CollectiveRecord, GpuRecord, Parsed
@@ -81,7 +82,7 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>", *, require_complete:
     lines = [_MPI_PREFIX.sub("", l) for l in split_lines(text)]
     runs: list[_Run] = []
     run: _Run | None = None
-    facts: dict = {}
+    facts: dict[str, Any] = {}
     for i, line in enumerate(lines, start=1):
         s = line.rstrip()
         if m := _VERSION.match(s):
@@ -130,7 +131,7 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>", *, require_complete:
     result = Parsed(format="nccl-tests", name=name)
     run_facts = []
     for n, r in enumerate(runs, start=1):
-        _rows_of(r, n, len(runs), name, result, require_complete, len(lines))
+        _rows_of(r, n, len(runs), name, result, require_complete)
         run_facts.append({"collective": r.collective or "unknown", "nranks": len(r.ranks),
                           "rows": len(r.rows), "avg_busbw_gbps": r.avg_busbw, "iters": r.iters})
     first = runs[0]
@@ -157,8 +158,8 @@ def _strip_perf(s: str) -> str:
     return s
 
 
-def _rows_of(run: _Run, n: int, nruns: int, name: str, result: Parsed, require_complete: bool,
-             nlines: int) -> None:
+def _rows_of(run: _Run, n: int, nruns: int, name: str, result: Parsed, require_complete: bool
+             ) -> None:
     cols = run.columns
     if not run.rows:
         fail(name, run.column_line + 2, "result rows under the column header (the file is cut "

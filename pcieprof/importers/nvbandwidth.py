@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
-
 from pcieprof.importers._text import fail, parse_float, split_lines
 from pcieprof.importers.records import ConcurrentRecord, GpuRecord, P2PRecord, Parsed
 
