@@ -63,8 +63,10 @@ def write_rank(path: Path, rank: int, world: int, target_bytes: int, layers: int
     rng = random.Random(seed * 1000 + rank)
     opener = gzip.open if gz else open
     pid, main_tid, gpu_pid, s_comp, s_comm = 1000 + rank, 1000 + rank, rank, 7, 20 + rank
-    corr = 1
-    ext = 1
+    # Real traces carry large ids (Kineto counts from process start); small ones would also make
+    # HTA 0.5.0 downcast the column to int16 and fail on pandas 3.
+    corr = 5_000_000
+    ext = 5_000_000
     t_cpu = 1_700_000_000_000.0 + rank * 3.0
     t_gpu = t_cpu + 50.0
     nelems = batch * hidden

@@ -1,31 +1,51 @@
 """Stream a PyTorch-profiler (Kineto) Chrome trace into compact columns, without loading it whole.
 
-The JSON is parsed incrementally with ijson (its C backend, yajl2_c, when installed): one event
-dict at a time, of which only what attribution needs is kept, in typed arrays (about 40 bytes per
-GPU event, 24 per kernel launch), so memory grows with the number of GPU events and not with the
-size of the file, and stays far below it. Plain and gzipped files are accepted (detected by their
-magic bytes). `distributedInfo` may come before or after `traceEvents`; it is picked off the byte
-stream as it passes.
+Two interchangeable event sources, both incremental:
+- `chunked` (default): reads the file in blocks of a few MB and cuts each block after the last
+  complete event of the traceEvents array. The fields attribution needs are read from the run of
+  events by one regex over Kineto's fixed key order (ph, cat, name, pid, tid, ts, dur, args),
+  column-wise, without building the events; a run whose layout is unusual (the match count
+  differs from its number of `"ph": "X"` events) is parsed with orjson instead, and a cut that
+  falls inside an event or a string does not parse, so an earlier one is tried. The document's
+  head (keys before traceEvents) and tail (keys after it, e.g. distributedInfo) are parsed as
+  small JSON documents of their own.
+- `ijson`: ijson's incremental parser (C backend yajl2_c when installed), one event at a time;
+  `distributedInfo` is picked off the byte stream as it passes.
+benchmarks/attribution_vs_hta.py measures both. Of each event only what attribution needs is
+kept, in typed arrays (about 40 bytes per GPU event, 24 per kernel launch), so memory grows with
+the number of GPU events and not with the size of the file, and stays far below it. Plain and
+gzipped files are accepted (detected by their magic bytes).
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Iterator
 
 import ijson
 import numpy as np
+import orjson
 
 from pcieprof.analysis.classify import CLASS_BIT, COMM, Classifier
 from pcieprof.errors import BadInput
 
-#: ijson backend in use ("yajl2_c" is the fast one); recorded in attribution.json.
-IJSON_BACKEND = ijson.backend
+# The C backend (yajl2_c) parses about 10x faster than ijson's pure-Python one (measured by
+# benchmarks/attribution_vs_hta.py); PCIEPROF_IJSON_BACKEND picks another, for that comparison.
+_ijson = ijson.get_backend(os.environ["PCIEPROF_IJSON_BACKEND"]) if os.environ.get(
+    "PCIEPROF_IJSON_BACKEND") else ijson
+#: ijson backend in use; recorded in attribution.json.
+IJSON_BACKEND = _ijson.backend
+#: Event source: "chunked" (regex/orjson on blocks) or "ijson"; PCIEPROF_TRACE_READER overrides.
+READER = os.environ.get("PCIEPROF_TRACE_READER", "chunked")
+_BLOCK = 4 << 20  # bytes read at a time by the chunked reader
+_MAX_EVENT = 64 << 20  # a single event larger than this means the file is not a trace
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 _GPU_CATS = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}
 _LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
@@ -112,6 +132,306 @@ class _Tap:
         self.capture = None
 
 
+class _Malformed(Exception):
+    """The chunked reader met bytes that are not a complete JSON trace."""
+
+
+_X_RX = re.compile(
+    rb'\{\s*"ph"\s*:\s*"X"\s*,\s*"cat"\s*:\s*"([^"\\]*)"\s*,\s*"name"\s*:\s*"([^"\\]*(?:\\.[^"\\]*)*)"'
+    rb'\s*,\s*"pid"\s*:\s*(?:"[^"]*"|[-0-9]+)\s*,\s*"tid"\s*:\s*(?:"[^"]*"|([-0-9]+))'
+    rb'\s*,\s*"ts"\s*:\s*([-+0-9.eE]+)\s*,\s*"dur"\s*:\s*([-+0-9.eE]+)'
+    rb'(?:\s*,\s*"args"\s*:\s*\{([^{}]*)\})?')  # Kineto's args are flat (lists, no objects)
+_PH_X = re.compile(rb'"ph"\s*:\s*"X"')
+_CORR = re.compile(rb'"correlation"\s*:\s*(-?\d+)')
+_STREAM = re.compile(rb'"stream"\s*:\s*(-?\d+)')
+# category -> code: 0-2 GPU events (kernel, memcpy, memset), 3 launches, 4 CPU ops and
+# annotations, 5 GPU-timeline annotations, 6 the rest
+_CODES = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2, "cuda_runtime": 3, "cuda_driver": 3,
+          "cpu_op": 4, "user_annotation": 4, "gpu_user_annotation": 5}
+_CODES.update({k.encode(): v for k, v in list(_CODES.items())})
+
+
+def _int_or(m: re.Match[bytes] | None, default: int = -1) -> int:
+    return int(m.group(1)) if m else default
+
+
+class _Builder:
+    """Accumulates one rank's columns, a block of events at a time (vectorised per block)."""
+
+    def __init__(self, classifier: Classifier) -> None:
+        self.clf = classifier
+        self.names: list[str] = []
+        self.name_ids: dict[Any, int] = {}  # raw name (bytes or str) -> id
+        self.families: list[str] = []
+        self.family_ids: dict[str, int] = {}
+        self.gpu_cls: dict[int, tuple[int, int]] = {}  # name id * 4 + kind -> (bit, family)
+        self.cpu_cls: dict[int, tuple[int, int]] = {}  # name id * 2 + is_cpu_op -> (bit, family)
+        self.step_name: dict[int, bool] = {}
+        self.cols: dict[str, list[np.ndarray]] = {k: [] for k in (
+            "g_name", "g_ts", "g_dur", "g_stream", "g_corr", "g_bit", "g_family",
+            "l_corr", "l_ts", "l_graph", "c_name", "c_ts", "c_dur", "c_bit", "c_family")}
+        self.comm_args: dict[int, dict[str, Any]] = {}
+        self.spans: list[tuple[str, str, float, float]] = []
+        self.n_gpu = 0
+        self.n_x = 0
+
+    def _family(self, fam: str) -> int:
+        i = self.family_ids.get(fam)
+        if i is None:
+            i = self.family_ids[fam] = len(self.families)
+            self.families.append(fam)
+        return i
+
+    def _ids(self, raw_names: list[Any]) -> np.ndarray:
+        get = self.name_ids.get
+        ids = [get(n, -1) for n in raw_names]
+        for i, v in enumerate(ids):
+            if v < 0:
+                n = raw_names[i]
+                v = self.name_ids.get(n, -1)
+                if v < 0:
+                    text = n if isinstance(n, str) else (
+                        json.loads(b'"' + n + b'"') if b"\\" in n else n.decode("utf-8", "replace"))
+                    v = self.name_ids[n] = len(self.names)
+                    self.names.append(text)
+                ids[i] = v
+        return np.asarray(ids, dtype=np.int64)
+
+    def add(self, cats: list[Any], names: list[Any], tids: list[Any], ts: np.ndarray,
+            dur: np.ndarray, args: list[Any]) -> None:
+        """One block of X events, as columns. `args` holds the raw args body (bytes, fast path)
+        or the args dict (orjson/ijson path) of each event."""
+        n = len(cats)
+        if n == 0:
+            return
+        self.n_x += n
+        codes = np.fromiter((_CODES.get(c, 6) for c in cats), dtype=np.int8, count=n)
+        nid = self._ids(names)
+        raw = not isinstance(args[0], dict) if args else True
+
+        g = np.nonzero(codes <= 2)[0]
+        if g.size:
+            keys = nid[g] * 4 + codes[g]
+            uk, inv = np.unique(keys, return_inverse=True)
+            bits_u, fam_u = np.empty(uk.size, np.int8), np.empty(uk.size, np.int32)
+            cat_of = {0: "kernel", 1: "gpu_memcpy", 2: "gpu_memset"}
+            for j, k in enumerate(uk.tolist()):
+                hit = self.gpu_cls.get(k)
+                if hit is None:
+                    cls, fam = self.clf.gpu(self.names[k // 4], cat_of[k % 4])
+                    hit = self.gpu_cls[k] = (CLASS_BIT[cls], self._family(fam))
+                bits_u[j], fam_u[j] = hit
+            bits = bits_u[inv]
+            if raw:
+                a = [args[i] or b"" for i in g.tolist()]
+                corr = [_int_or(_CORR.search(x)) for x in a]
+                stream = [_int_or(_STREAM.search(x), -2) for x in a]
+            else:
+                a = [args[i] for i in g.tolist()]
+                corr = [x.get("correlation", -1) for x in a]
+                stream = [x.get("stream", -2) for x in a]
+            stream = [s if isinstance(s, int) and s != -2 else
+                      (tids[i] if isinstance(tids[i], int) else -1)
+                      for s, i in zip(stream, g.tolist())]
+            corr = [c if isinstance(c, int) else -1 for c in corr]
+            for j in np.nonzero(bits == CLASS_BIT[COMM])[0].tolist():
+                kept = self._comm_args(a[j], raw)
+                if kept:
+                    self.comm_args[self.n_gpu + j] = kept
+            self.n_gpu += g.size
+            c = self.cols
+            c["g_name"].append(nid[g].astype(np.int32))
+            c["g_ts"].append(ts[g])
+            c["g_dur"].append(dur[g])
+            c["g_stream"].append(np.asarray(stream, dtype=np.int32))
+            c["g_corr"].append(np.asarray(corr, dtype=np.int64))
+            c["g_bit"].append(bits)
+            c["g_family"].append(fam_u[inv])
+
+        la = np.nonzero(codes == 3)[0]
+        if la.size:
+            if raw:
+                corr = [_int_or(_CORR.search(args[i] or b""), -3) for i in la.tolist()]
+            else:
+                corr = [args[i].get("correlation", -3) for i in la.tolist()]
+            ok = np.asarray([isinstance(x, int) and x != -3 for x in corr], dtype=bool)
+            if ok.any():
+                sel = la[ok]
+                self.cols["l_corr"].append(np.asarray([x for x, k in zip(corr, ok) if k], dtype=np.int64))
+                self.cols["l_ts"].append(ts[sel])
+                self.cols["l_graph"].append(np.asarray(
+                    [self.names[i].startswith("cudaGraphLaunch") for i in nid[sel].tolist()], dtype=bool))
+
+        cp = np.nonzero((codes == 4) | (codes == 5))[0]
+        if cp.size:
+            keep_idx, keep_bit, keep_fam = [], [], []
+            for i in cp.tolist():
+                k = int(nid[i])
+                is_step = self.step_name.get(k)
+                if is_step is None:
+                    is_step = self.step_name[k] = bool(_STEP_RX.match(self.names[k]))
+                cat = cats[i] if isinstance(cats[i], str) else cats[i].decode()
+                if is_step:
+                    self.spans.append((self.names[k], cat, float(ts[i]), float(dur[i])))
+                    continue
+                if codes[i] == 5:
+                    continue
+                key = k * 2 + (cat == "cpu_op")
+                hit = self.cpu_cls.get(key)
+                if hit is None:
+                    cls, fam = self.clf.cpu(self.names[k])
+                    bit = CLASS_BIT[cls] if (cls != "compute" or cat == "cpu_op") else -1
+                    hit = self.cpu_cls[key] = (bit, self._family(fam))
+                if hit[0] < 0:
+                    continue  # annotations are not compute
+                keep_idx.append(i)
+                keep_bit.append(hit[0])
+                keep_fam.append(hit[1])
+            if keep_idx:
+                ki = np.asarray(keep_idx, dtype=np.int64)
+                self.cols["c_name"].append(nid[ki].astype(np.int32))
+                self.cols["c_ts"].append(ts[ki])
+                self.cols["c_dur"].append(dur[ki])
+                self.cols["c_bit"].append(np.asarray(keep_bit, dtype=np.int8))
+                self.cols["c_family"].append(np.asarray(keep_fam, dtype=np.int32))
+
+    @staticmethod
+    def _comm_args(a: Any, raw: bool) -> dict[str, Any]:
+        if raw:
+            try:
+                a = orjson.loads(b"{" + a + b"}")
+            except orjson.JSONDecodeError:
+                return {}
+        return {k: a[k] for k in _COMM_ARGS if k in a} if isinstance(a, dict) else {}
+
+    def column(self, name: str, dtype: Any) -> np.ndarray:
+        parts = self.cols[name]
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
+
+
+def _add_dicts(b: _Builder, events: list[Any]) -> int:
+    """Feed parsed event dicts to the builder; returns how many events there were."""
+    cats, names, tids, ts, dur, args = [], [], [], [], [], []
+    for ev in events:
+        if not isinstance(ev, dict) or ev.get("ph") != "X":
+            continue
+        name, t = ev.get("name"), ev.get("ts")
+        if not isinstance(name, str) or not isinstance(t, (int, float)):
+            continue
+        a = ev.get("args")
+        cats.append(ev.get("cat"))
+        names.append(name)
+        tids.append(ev.get("tid", -1))
+        ts.append(float(t))
+        d = ev.get("dur")
+        dur.append(float(d) if isinstance(d, (int, float)) else 0.0)
+        args.append(a if isinstance(a, dict) else {})
+    b.add(cats, names, tids, np.asarray(ts, dtype=np.float64), np.asarray(dur, dtype=np.float64), args)
+    return len(events)
+
+
+def _add_run(b: _Builder, run: bytes) -> bool:
+    """Feed a run of complete events; False when the run is not valid JSON (a bad cut)."""
+    rows = _X_RX.findall(run)
+    if len(rows) == len(_PH_X.findall(run)):
+        if rows:
+            cats, names, tids, ts, dur, args = zip(*rows)
+            b.add(list(cats), list(names), [int(t) if t else -1 for t in tids],
+                  np.array(ts).astype(np.float64), np.array(dur).astype(np.float64), list(args))
+        return True
+    try:
+        evs = orjson.loads(b"[" + run + b"]")
+    except orjson.JSONDecodeError:
+        return False
+    _add_dicts(b, evs)
+    return True
+
+
+def _cut(body: bytes, end: int) -> int | None:
+    """Offset just past the last event of body[:end] that another event follows
+    (`}` `,` `{"ph"`), or None. Whether the cut is right is checked by parsing the run."""
+    n = len(body)
+    ws = b" \t\r\n"
+    for _ in range(64):
+        i = body.rfind(b"}", 0, end)
+        if i < 0:
+            return None
+        j = i + 1
+        while j < n and body[j] in ws:
+            j += 1
+        if j < n and body[j] == 44:  # ','
+            k = j + 1
+            while k < n and body[k] in ws:
+                k += 1
+            if body.startswith(b"{", k):
+                q = k + 1
+                while q < n and body[q] in ws:
+                    q += 1
+                if body.startswith(b'"ph"', q):
+                    return i + 1
+        end = i
+    return None
+
+
+def _read_chunked(raw: IO[bytes], b: _Builder, meta: dict[str, Any]) -> bool:
+    """Feed every event to `b`; fill `meta` with the other top-level keys. False when the
+    document has no traceEvents array."""
+    buf = b""
+    meta["_bytes"] = 0
+    while True:
+        m = _EVENTS_KEY.search(buf)
+        if m:
+            break
+        data = raw.read(_BLOCK)
+        if not data:
+            try:
+                doc = orjson.loads(buf)
+            except orjson.JSONDecodeError as exc:
+                raise _Malformed(str(exc)) from None
+            if isinstance(doc, dict):
+                meta.update(doc)
+            return False
+        meta["_bytes"] += len(data)
+        buf += data
+    head = buf[:m.start()].rstrip()
+    if head.endswith(b","):
+        head = head[:-1]
+    try:
+        doc = orjson.loads(head + b"}")
+        if isinstance(doc, dict):
+            meta.update(doc)
+    except orjson.JSONDecodeError:
+        pass  # a damaged head shows up below as a damaged body
+    body = buf[m.end():]
+    del buf
+    while True:
+        data = raw.read(_BLOCK)
+        meta["_bytes"] += len(data)
+        if not data:
+            try:
+                doc = orjson.loads(b'{"traceEvents":[' + body)
+            except orjson.JSONDecodeError as exc:
+                raise _Malformed(str(exc)) from None
+            if not isinstance(doc, dict):
+                raise _Malformed("not a JSON object")
+            _add_dicts(b, doc.pop("traceEvents", []))
+            meta.update(doc)
+            return True
+        body += data
+        end, done = len(body), False
+        for _ in range(8):  # a cut that does not parse: try an earlier one
+            cut = _cut(body, end)
+            if cut is None:
+                break
+            if _add_run(b, body[:cut]):
+                body = body[body.find(b"{", cut):]
+                done = True
+                break
+            end = cut - 1
+        if not done and len(body) > _MAX_EVENT:
+            raise _Malformed(f"no complete event in {len(body) >> 20} MB")
+
+
 def _open(path: Path) -> IO[bytes]:
     try:
         f = open(path, "rb")
@@ -140,99 +460,28 @@ def read_trace(path: Path | str, classifier: Classifier) -> RankTrace:
         BadInput: the file is not JSON, is truncated, or is not a Kineto trace.
     """
     path = Path(path)
-    names: list[str] = []
-    name_ids: dict[str, int] = {}
-    families: list[str] = []
-    family_ids: dict[str, int] = {}
-    cls_of_name: dict[int, tuple[int, int]] = {}
-    cpu_cls_of_name: dict[int, tuple[int, int]] = {}
-    g_name, g_stream, g_fam = array("i"), array("i"), array("i")
-    g_ts, g_dur = array("d"), array("d")
-    g_corr = array("q")
-    g_bit = array("b")
-    comm_args: dict[int, dict[str, Any]] = {}
-    l_corr, l_ts, l_graph = array("q"), array("d"), array("b")
-    c_name, c_fam = array("i"), array("i")
-    c_ts, c_dur = array("d"), array("d")
-    c_bit = array("b")
-    spans: list[tuple[str, str, float, float]] = []
-    n_events = 0
-
-    def name_id(name: str) -> int:
-        i = name_ids.get(name)
-        if i is None:
-            i = name_ids[name] = len(names)
-            names.append(name)
-        return i
-
-    def family_id(fam: str) -> int:
-        i = family_ids.get(fam)
-        if i is None:
-            i = family_ids[fam] = len(families)
-            families.append(fam)
-        return i
-
+    b = _Builder(classifier)
     raw = _open(path)
     tap = _Tap(raw)
+    meta: dict[str, Any] = {}
     try:
-        for ev in ijson.items(tap, "traceEvents.item", use_float=True):
-            n_events += 1
-            if not isinstance(ev, dict) or ev.get("ph") != "X":
-                continue
-            cat = ev.get("cat")
-            name = ev.get("name")
-            ts = ev.get("ts")
-            if not isinstance(name, str) or not isinstance(ts, (int, float)):
-                continue
-            dur = ev.get("dur") or 0.0
-            kind = _GPU_CATS.get(cat)  # type: ignore[arg-type]
-            if kind is not None:
-                args = ev.get("args") or {}
-                nid = name_id(name)
-                key = nid * 4 + kind
-                hit = cls_of_name.get(key)
-                if hit is None:
-                    cls, fam = classifier.gpu(name, cat)  # type: ignore[arg-type]
-                    hit = cls_of_name[key] = (CLASS_BIT[cls], family_id(fam))
-                if hit[0] == CLASS_BIT[COMM]:
-                    kept = {k: args[k] for k in _COMM_ARGS if k in args}
-                    if kept:
-                        comm_args[len(g_ts)] = kept
-                g_name.append(nid)
-                g_ts.append(float(ts))
-                g_dur.append(float(dur))
-                stream = args.get("stream", ev.get("tid", -1))
-                g_stream.append(int(stream) if isinstance(stream, (int, float)) else -1)
-                corr = args.get("correlation", -1)
-                g_corr.append(int(corr) if isinstance(corr, (int, float)) else -1)
-                g_bit.append(hit[0])
-                g_fam.append(hit[1])
-            elif cat in _LAUNCH_CATS:
-                corr = (ev.get("args") or {}).get("correlation")
-                if isinstance(corr, (int, float)):
-                    l_corr.append(int(corr))
-                    l_ts.append(float(ts))
-                    l_graph.append(1 if name.startswith("cudaGraphLaunch") else 0)
-            elif cat in ("cpu_op", "user_annotation", "gpu_user_annotation"):
-                if _STEP_RX.match(name):
-                    spans.append((name, cat, float(ts), float(dur)))
-                    continue
-                if cat == "gpu_user_annotation":
-                    continue
-                nid = name_id(name)
-                hit = cpu_cls_of_name.get(nid)
-                if hit is None:
-                    cls, fam = classifier.cpu(name)
-                    hit = cpu_cls_of_name[nid] = (CLASS_BIT[cls], family_id(fam))
-                    if cls == "compute" and cat != "cpu_op":
-                        hit = cpu_cls_of_name[nid] = (-1, hit[1])  # annotations are not compute
-                if hit[0] < 0:
-                    continue
-                c_name.append(nid)
-                c_ts.append(float(ts))
-                c_dur.append(float(dur))
-                c_bit.append(hit[0])
-                c_fam.append(hit[1])
+        if READER == "chunked":
+            found = _read_chunked(raw, b, meta)
+            info = meta.get("distributedInfo")
+            nbytes = int(meta.get("_bytes", 0))
+        else:
+            found, batch = False, []
+            for ev in _ijson.items(tap, "traceEvents.item", use_float=True):
+                found = True
+                batch.append(ev)
+                if len(batch) >= 8192:
+                    _add_dicts(b, batch)
+                    batch = []
+            _add_dicts(b, batch)
+            info, nbytes = tap.info, tap.nbytes
+    except _Malformed as exc:
+        raise BadInput(f"{path}: truncated or malformed trace JSON ({exc})",
+                       hint="was the profiler stopped before it finished writing?") from None
     except ijson.common.IncompleteJSONError as exc:
         msg = str(exc).splitlines()[0] if str(exc) else "incomplete JSON"
         raise BadInput(f"{path}: truncated or malformed trace JSON ({msg})",
@@ -245,37 +494,27 @@ def read_trace(path: Path | str, classifier: Classifier) -> RankTrace:
         raise BadInput(f"{path}: not a text JSON trace ({exc.reason})") from None
     finally:
         raw.close()
-    if n_events == 0:
+    if not found:
         raise BadInput(f"{path}: not a Kineto trace (no traceEvents)",
                        hint="pass the files torch.profiler / SGLang /start_profile wrote")
-    if not g_ts and not c_ts:
+    if b.n_gpu == 0 and not b.cols["c_ts"]:
         raise BadInput(f"{path}: Kineto trace without GPU kernels or CPU ops to attribute")
-
-    info = tap.info
+    if not isinstance(info, dict):
+        info = None
     rank: int | None = None
     source = "order"
     if info and isinstance(info.get("rank"), int):
         rank, source = int(info["rank"]), "distributedInfo"
     elif rank_from_name(path) is not None:
         rank, source = rank_from_name(path), "file name"
-
+    col = b.column
     return RankTrace(
-        path=path, rank=rank, rank_source=source, distributed_info=info, names=names,
-        g_name=np.frombuffer(g_name, dtype=np.int32).copy(),
-        g_ts=np.frombuffer(g_ts, dtype=np.float64).copy(),
-        g_dur=np.frombuffer(g_dur, dtype=np.float64).copy(),
-        g_stream=np.frombuffer(g_stream, dtype=np.int32).copy(),
-        g_corr=np.frombuffer(g_corr, dtype=np.int64).copy(),
-        g_bit=np.frombuffer(g_bit, dtype=np.int8).copy(),
-        g_family=np.frombuffer(g_fam, dtype=np.int32).copy(),
-        comm_args=comm_args,
-        l_corr=np.frombuffer(l_corr, dtype=np.int64).copy(),
-        l_ts=np.frombuffer(l_ts, dtype=np.float64).copy(),
-        l_graph=np.frombuffer(l_graph, dtype=np.int8).astype(bool),
-        c_name=np.frombuffer(c_name, dtype=np.int32).copy(),
-        c_ts=np.frombuffer(c_ts, dtype=np.float64).copy(),
-        c_dur=np.frombuffer(c_dur, dtype=np.float64).copy(),
-        c_bit=np.frombuffer(c_bit, dtype=np.int8).copy(),
-        c_family=np.frombuffer(c_fam, dtype=np.int32).copy(),
-        spans=spans, families=families, n_events=n_events, bytes_read=tap.nbytes,
+        path=path, rank=rank, rank_source=source, distributed_info=info, names=b.names,
+        g_name=col("g_name", np.int32), g_ts=col("g_ts", np.float64), g_dur=col("g_dur", np.float64),
+        g_stream=col("g_stream", np.int32), g_corr=col("g_corr", np.int64),
+        g_bit=col("g_bit", np.int8), g_family=col("g_family", np.int32), comm_args=b.comm_args,
+        l_corr=col("l_corr", np.int64), l_ts=col("l_ts", np.float64), l_graph=col("l_graph", bool),
+        c_name=col("c_name", np.int32), c_ts=col("c_ts", np.float64), c_dur=col("c_dur", np.float64),
+        c_bit=col("c_bit", np.int8), c_family=col("c_family", np.int32),
+        spans=b.spans, families=b.families, n_events=b.n_x, bytes_read=nbytes,
     )

@@ -1,0 +1,198 @@
+#!/usr/bin/env python
+"""pcieprof attribute vs Holistic Trace Analysis (HTA 0.5.0) on the same traces, in one run.
+
+For each trace folder, each tool runs in a fresh subprocess and its peak memory is measured from
+outside: the resident set of the whole process tree (pcieprof parses one rank per process),
+sampled from /proc every 10 ms, and the kernel's max-RSS of the largest process (wait4). Both
+compute the same quantities: the temporal breakdown (idle / compute / non-compute / kernel time)
+and the comm-compute overlap; pcieprof runs with --drop-last-step, HTA's window, and the printed
+figures let the two be checked against each other. Also measured: pcieprof's reader with ijson's
+C backend (yajl2_c) vs its pure-Python backend.
+
+HTA is installed into its own virtual environment (system site packages visible, so the same
+pandas/numpy), with `pip install holistictraceanalysis==0.5.0 psutil` (0.5.0 imports psutil
+without declaring it); the project's `bench` extra names the same package.
+
+    python benchmarks/attribution_vs_hta.py                       # shared samples + 2 x 100 MB synthetic
+    python benchmarks/attribution_vs_hta.py --synthetic-mb 300 --ranks 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT.parent / "shared" / "samples" / "traces"
+
+HTA_SCRIPT = r"""
+import json, sys, time, logging
+logging.disable(logging.WARNING)
+t = time.perf_counter()
+from hta.trace_analysis import TraceAnalysis
+ta = TraceAnalysis(trace_dir=sys.argv[1])
+tb = ta.get_temporal_breakdown(visualize=False)
+ov = ta.get_comm_comp_overlap(visualize=False)
+out = {int(r["rank"]): {"idle_us": float(r["idle_time(us)"]), "compute_us": float(r["compute_time(us)"]),
+       "non_compute_us": float(r["non_compute_time(us)"]), "kernel_time_us": float(r["kernel_time(us)"])}
+       for _, r in tb.iterrows()}
+for _, r in ov.iterrows():
+    out[int(r["rank"])]["overlap_pct"] = float(r["comp_comm_overlap_pctg"])
+print("RESULT " + json.dumps({"wall_s": time.perf_counter() - t, "ranks": out}))
+"""
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of a process and all its descendants (Linux /proc)."""
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict:
+    """Run cmd in a fresh process; wall time, peak tree RSS (sampled), max RSS (wait4), stdout."""
+    out = tempfile.TemporaryFile()
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _tree_rss(p.pid))
+            time.sleep(0.01)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    done.set()
+    th.join()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    out.seek(0)
+    text = out.read().decode("utf-8", "replace")
+    if p.returncode != 0:
+        raise SystemExit(f"command failed ({p.returncode}): {' '.join(cmd)}\n{text[-3000:]}")
+    return {"wall_s": wall, "peak_tree_rss": peak[0], "maxrss_largest": ru.ru_maxrss * 1024,
+            "stdout": text}
+
+
+def ensure_hta(venv: Path, install: bool) -> Path:
+    py = venv / "bin" / "python"
+    probe = [str(py), "-c", "import hta.trace_analysis"]
+    if py.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        return py
+    if not install:
+        raise SystemExit(f"HTA not installed in {venv} (drop --no-install)")
+    print(f"installing holistictraceanalysis==0.5.0 into {venv} ...", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "holistictraceanalysis==0.5.0", "psutil"],
+                   check=True)
+    subprocess.run(probe, check=True)
+    return py
+
+
+def run_pcieprof(folder: Path, out: Path, env_extra: dict[str, str] | None = None) -> dict:
+    env = {**os.environ, **(env_extra or {})}
+    m = measure([sys.executable, "-m", "pcieprof", "attribute", str(folder), "--drop-last-step",
+                 "--out", str(out), "--force", "-q"], env)
+    doc = json.loads((out / "attribution.json").read_text())
+    m["ranks"] = {r["rank"]: {"idle_us": r["totals"]["idle_us"], "compute_us": r["totals"]["compute_us"],
+                              "non_compute_us": r["totals"]["span_us"] - r["totals"]["idle_us"]
+                              - r["totals"]["compute_us"], "kernel_time_us": r["totals"]["span_us"],
+                              "overlap_pct": r["totals"]["comm_overlap_pct"]} for r in doc["ranks"]}
+    return m
+
+
+def run_hta(py: Path, folder: Path) -> dict:
+    m = measure([str(py), "-c", HTA_SCRIPT, str(folder)])
+    line = [ln for ln in m["stdout"].splitlines() if ln.startswith("RESULT ")][-1]
+    m["ranks"] = {int(k): v for k, v in json.loads(line[7:])["ranks"].items()}
+    return m
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--traces", type=Path, nargs="*", default=None,
+                    help="trace folders (default: the shared samples, plus a synthetic one)")
+    ap.add_argument("--synthetic-mb", type=float, default=100.0, help="MB per synthetic rank file (0: none)")
+    ap.add_argument("--ranks", type=int, default=2, help="synthetic rank files")
+    ap.add_argument("--hta-venv", type=Path, default=Path.home() / ".cache" / "pcieprof" / "hta-0.5.0")
+    ap.add_argument("--no-install", action="store_true")
+    ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    a = ap.parse_args(argv)
+
+    py = ensure_hta(a.hta_venv, not a.no_install)
+    work = Path(tempfile.mkdtemp(prefix="pcieprof-bench-"))
+    folders = list(a.traces) if a.traces else [p for p in (SAMPLES / "hta_nccl_single_rank",
+                                                         SAMPLES / "hta_trace_filter_2rank") if p.is_dir()]
+    if a.synthetic_mb > 0 and not a.traces:
+        syn = work / f"synthetic-{a.ranks}x{a.synthetic_mb:g}MB"
+        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "make_synthetic_trace.py"), "--out", str(syn),
+                        "--ranks", str(a.ranks), "--target-mb", str(a.synthetic_mb)], check=True,
+                       stdout=subprocess.DEVNULL)
+        folders.append(syn)
+
+    results = []
+    print(f"{'traces':<34} {'MB':>7} {'HTA s':>8} {'pcieprof s':>10} {'speed x':>8} "
+          f"{'HTA MB':>8} {'pcieprof MB':>11} {'mem ratio':>9}  check")
+    for folder in folders:
+        h = run_hta(py, folder)
+        p = run_pcieprof(folder, work / ("out-" + folder.name))
+        worst = 0.0
+        for rank, hv in h["ranks"].items():
+            pv = p["ranks"].get(rank)
+            if pv:
+                worst = max(worst, abs(pv["compute_us"] - hv["compute_us"]) / max(hv["compute_us"], 1))
+        mb = folder_bytes(folder) / 1e6
+        row = {"traces": str(folder), "bytes": folder_bytes(folder), "hta": {k: h[k] for k in ("wall_s", "peak_tree_rss", "maxrss_largest", "ranks")},
+               "pcieprof": {k: p[k] for k in ("wall_s", "peak_tree_rss", "maxrss_largest", "ranks")},
+               "speedup": h["wall_s"] / p["wall_s"], "memory_ratio": p["peak_tree_rss"] / h["peak_tree_rss"],
+               "max_compute_rel_diff": worst}
+        results.append(row)
+        print(f"{folder.name[:34]:<34} {mb:7.1f} {h['wall_s']:8.2f} {p['wall_s']:10.2f} {row['speedup']:8.1f} "
+              f"{h['peak_tree_rss'] / 1e6:8.0f} {p['peak_tree_rss'] / 1e6:11.0f} {row['memory_ratio']:9.3f}  "
+              f"compute differs by {100 * worst:.2f} %")
+
+    # reader backends: ijson C (yajl2_c) vs pure Python, same file, pcieprof otherwise unchanged
+    biggest = max(folders, key=folder_bytes)
+    one = sorted(q for q in biggest.iterdir() if q.is_file())[0]
+    single = work / "single"
+    single.mkdir()
+    (single / one.name).symlink_to(one)
+    c = run_pcieprof(single, work / "out-c", {"PCIEPROF_IJSON_BACKEND": "yajl2_c"})
+    py_ = run_pcieprof(single, work / "out-py", {"PCIEPROF_IJSON_BACKEND": "python"})
+    print(f"\nreader on {one.name} ({one.stat().st_size / 1e6:.1f} MB): ijson yajl2_c {c['wall_s']:.2f} s, "
+          f"pure-Python ijson {py_['wall_s']:.2f} s ({py_['wall_s'] / c['wall_s']:.1f}x slower)")
+    print("peak memory = resident set of the whole process tree, sampled every 10 ms; "
+          "speed x = HTA wall / pcieprof wall; mem ratio = pcieprof / HTA")
+    if a.json:
+        a.json.write_text(json.dumps({"results": results, "reader": {"yajl2_c_s": c["wall_s"], "python_s": py_["wall_s"],
+                                                                      "file": str(one)}}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
