@@ -120,19 +120,22 @@ def _step_extra(fabric: Fabric, a: int, b: int, p2p: bool) -> float:
 
 
 def _ring_bandwidth(fabric: Fabric, edges: list[tuple[int, int]], p2p: list[bool]) -> float:
-    """Bottleneck GB/s of the ring with every edge sending at once."""
+    """Bottleneck GB/s of the ring with every edge sending at once, P2P and SHM edges sharing
+    the links they both use (GPU links, switch uplinks, the inter-socket link)."""
     nccl = model.params()["nccl"]
-    p2p_edges = [e for e, ok in zip(edges, p2p) if ok]
-    rates = model.predict_concurrent(fabric, p2p_edges, "write", 0) if p2p_edges else []
+    routes, limits = [], []
     for (a, b), ok in zip(edges, p2p):
         if ok:
-            continue
-        legs = [model.predict_p2p(fabric, a, -1, "d2h", "uni", 0)[0],
-                model.predict_p2p(fabric, -1, b, "h2d", "uni", 0)[0]]
-        if fabric.socket_of(a) != fabric.socket_of(b) and fabric.inter_socket is not None:
-            legs.append(fabric.inter_socket.p2p_gbps)
-        rates.append(min(legs) * nccl["shm_efficiency"])
-    return min(rates)
+            routes.append(model.route(fabric, a, b))
+            cross = fabric.inter_socket is not None and fabric.socket_of(a) != fabric.socket_of(b)
+            limits.append(fabric.inter_socket.p2p_gbps if cross else float("inf"))  # type: ignore[union-attr]
+        else:
+            r = model.shm_route(fabric, a, b)
+            routes.append(r)
+            limits.append(min(h.gbps for h in r) * nccl["shm_efficiency"])
+    factor = model.params()["iommu"]["translated_bw_factor"] if fabric.translated else 1.0
+    limits = [x * factor for x in limits]
+    return min(model.share_routes(routes, limits, factor))
 
 
 def _visible_crosses_sockets(fabric: Fabric, ranks: Sequence[int]) -> bool:
@@ -199,7 +202,7 @@ def _time(fabric: Fabric, ranks: Sequence[int], size_bytes: int, c: dict[str, An
         bw *= nccl["tree_bw_factor"]
     latency = steps * (step + lat_edge)
     transfer = moved / (bw * 1e3)
-    k = nccl["smooth_k"]
+    k = nccl["smooth_k_simple"] if proto == "Simple" else nccl["smooth_k"]
     return nccl["launch_us"] + (latency ** k + transfer ** k) ** (1.0 / k)
 
 

@@ -268,14 +268,9 @@ def collapsed_flows(fabric: Fabric, flows: Sequence[tuple[int, int]]) -> set[int
 
 
 def _share(fabric: Fabric, flows: list[tuple[int, int]], op: str) -> list[float]:
-    """Max-min fair rates of concurrent flows over their routes (progressive filling)."""
+    """Max-min fair rates of concurrent P2P flows, with the per-stream and collapse caps."""
     routes = [route(fabric, s, d) for s, d in flows]
     factor = _iommu_factor(fabric) * (params()["pcie"]["read_efficiency"] if op == "read" else 1.0)
-    caps: dict[tuple[str, ...], float] = {}
-    for r in routes:
-        for h in r:
-            if h.gbps != float("inf"):
-                caps[h.key] = h.gbps * factor
     # One stream across the sockets never exceeds the inter-socket per-stream ceiling.
     limit = [fabric.inter_socket.p2p_gbps * factor
              if fabric.inter_socket is not None and fabric.socket_of(s) != fabric.socket_of(d)
@@ -283,14 +278,43 @@ def _share(fabric: Fabric, flows: list[tuple[int, int]], op: str) -> list[float]
     if op == "write":
         for i in collapsed_flows(fabric, flows):
             limit[i] = min(limit[i], fabric.collapse.flow_gbps)  # type: ignore[union-attr]
-    rate = [0.0] * len(flows)
-    active = set(range(len(flows)))
+    return share_routes(routes, limit, factor)
+
+
+def shm_route(fabric: Fabric, src: int, dst: int) -> list[Hop]:
+    """Resources of a copy through host memory (NCCL's SHM transport): up from `src` to its
+    socket's memory, across the sockets when they differ, down to `dst`."""
+    hops = host_route(fabric, src, to_host=True)
+    a, b = fabric.socket_of(src), fabric.socket_of(dst)
+    if a != b and fabric.inter_socket is not None:
+        lo, hi = sorted((a, b))
+        hops.append(Hop(("xgmi", f"{lo}-{hi}", "fwd" if a == lo else "rev"),
+                        fabric.inter_socket.aggregate_gbps, 0.0))
+    return hops + host_route(fabric, dst, to_host=False)
+
+
+def share_routes(routes: list[list[Hop]], limit: list[float], factor: float = 1.0) -> list[float]:
+    """Max-min fair rates of flows over their routes (progressive filling), GB/s.
+
+    Args:
+        routes: the hops of each flow.
+        limit: each flow's own ceiling (inf for none).
+        factor: applied to every link capacity (IOMMU translation, read efficiency).
+    """
+    caps: dict[tuple[str, ...], float] = {}
+    for r in routes:
+        for h in r:
+            if h.gbps != float("inf"):
+                caps[h.key] = h.gbps * factor
+    users_of = {key: [i for i, r in enumerate(routes) if any(h.key == key for h in r)] for key in caps}
+    rate = [0.0] * len(routes)
+    active = set(range(len(routes)))
     remaining = dict(caps)
     while active:
         # The tightest constraint: a shared link's fair share, or a flow's own cap.
         best = float("inf")
         for key, cap in remaining.items():
-            users = [i for i in active if any(h.key == key for h in routes[i])]
+            users = [i for i in users_of[key] if i in active]
             if users:
                 best = min(best, cap / len(users))
         best = min([best] + [limit[i] - rate[i] for i in active])
@@ -299,12 +323,11 @@ def _share(fabric: Fabric, flows: list[tuple[int, int]], op: str) -> list[float]
         for i in active:
             rate[i] += best
         for key in remaining:
-            users = sum(1 for i in active if any(h.key == key for h in routes[i]))
-            remaining[key] -= best * users
+            remaining[key] -= best * sum(1 for i in users_of[key] if i in active)
         frozen = {i for i in active if limit[i] - rate[i] <= 1e-9}
         for key, cap in remaining.items():
             if cap <= 1e-9:
-                frozen |= {i for i in active if any(h.key == key for h in routes[i])}
+                frozen |= {i for i in users_of[key] if i in active}
         if not frozen:
             break
         active -= frozen

@@ -35,7 +35,6 @@ STAGES: list[tuple[str, list[tuple[str, str]], tuple[str, ...]]] = [
                  ("latency", "host_staged_us")], ("p2p_latency_us", "staged_latency_us")),
     ("nccl", [("nccl", "launch_us"), ("nccl", "smooth_k"), ("nccl", "ll_step_us"),
               ("nccl", "simple_step_us"), ("nccl", "inter_socket_step_us"),
-              ("nccl", "ll_channel_gbps"),
               ("nccl", "simple_channel_gbps"), ("nccl", "simple_wire_efficiency"),
               ("nccl", "shm_step_us"), ("nccl", "shm_efficiency")],
      ("allreduce_time_us", "allreduce_busbw_gbps")),
@@ -47,7 +46,7 @@ BOUNDS: dict[tuple[str, str], tuple[float, float]] = {
     ("latency", "gpu_base_us"): (0.1, 1.0), ("latency", "switch_hop_us"): (0.02, 0.6),
     ("latency", "root_complex_us"): (0.0, 0.5), ("latency", "inter_socket_us"): (0.0, 1.0),
     ("latency", "host_staged_us"): (2.0, 40.0),
-    ("nccl", "launch_us"): (3.0, 15.0), ("nccl", "smooth_k"): (1.0, 4.0),
+    ("nccl", "launch_us"): (3.0, 15.0), ("nccl", "smooth_k"): (1.0, 8.0),
     ("nccl", "ll_step_us"): (0.3, 3.0), ("nccl", "simple_step_us"): (1.0, 8.0),
     ("nccl", "inter_socket_step_us"): (0.0, 3.0), ("nccl", "ll_channel_gbps"): (2.0, 30.0),
     ("nccl", "simple_channel_gbps"): (4.0, 30.0), ("nccl", "simple_wire_efficiency"): (0.6, 1.0),
@@ -80,6 +79,8 @@ def load_points(path: Path = POINTS_FILE) -> list[Point]:
     out = []
     with path.open(encoding="utf-8", newline="") as f:
         for r in csv.DictReader(f):
+            if None in r:  # an unquoted comma in a note shifts every column after it
+                raise ValueError(f"{path}: row {r.get('id')!r} has more fields than the header")
             env = dict(kv.split("=", 1) for kv in r["env"].split(";") if kv) if r["env"] else {}
             out.append(Point(
                 id=r["id"], use=r["use"], box=r["box"], quantity=r["quantity"],
@@ -170,7 +171,7 @@ def _what(r: dict[str, object]) -> str:
 def markdown(rows: list[dict[str, object]] | None = None) -> str:
     """The calibration error table as markdown (the README section embeds this output)."""
     rows = rows if rows is not None else error_table()
-    lines = ["| point | use | box | what | measured | predicted | error | bound | source |",
+    lines = [TABLE_HEAD,
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         bound = f"±{r['bound_pct']:.0f}%" if r["bound_pct"] is not None else "-"
@@ -253,7 +254,11 @@ def fit(points: Sequence[Point] | None = None) -> dict[str, dict[str, float]]:
                 model.use_params(trial)
                 return sum(math.log(max(predict(p), 1e-9) / p.measured) ** 2 for p in stage_points)
 
-            x = _nelder_mead(loss, [_to_free(params[s][k], BOUNDS[(s, k)]) for s, k in keys])
+            # Start from the middle of every range, not from the current values, so that a refit
+            # gives the same parameters however often it is run.
+            x = [0.0 for _ in keys]
+            for _restart in range(4):  # restarts: Nelder-Mead stalls on a shrunken simplex
+                x = _nelder_mead(loss, x)
             for (sec, key), v in zip(keys, x):
                 params[sec][key] = _from_free(v, BOUNDS[(sec, key)])
     finally:
@@ -273,7 +278,26 @@ def write_fitted(params: dict[str, dict[str, float]], path: Path = PARAMS_FILE) 
             section = m.group(1)
         m = re.match(r"(\s*)(\w+)(\s*=\s*)([-+0-9.eE]+)(.*)", line, re.S)
         if m and section and (section, m.group(2)) in fitted:
-            line = f"{m.group(1)}{m.group(2)}{m.group(3)}{params[section][m.group(2)]:.4g}{m.group(5)}"
+            value = params[section][m.group(2)]
+            value = 0.0 if abs(value) < 1e-6 else float(f"{value:.4g}")
+            line = f"{m.group(1)}{m.group(2)}{m.group(3)}{value!r}{m.group(5)}"
         out.append(line)
     path.write_text("".join(out), encoding="utf-8")
     model._default_params.cache_clear()
+
+
+TABLE_HEAD = "| point | use | box | what | measured | predicted | error | bound | source |"
+
+
+def update_readme(path: Path) -> bool:
+    """Replace the calibration table in a README (from its header row through the Summary line)
+    with the current one. Returns True when the file changed."""
+    text = path.read_text(encoding="utf-8")
+    start = text.find(TABLE_HEAD)
+    if start < 0:
+        raise ValueError(f"{path}: no calibration table to replace")
+    end = text.find("\n", text.find("Summary: ", start))
+    new = text[:start] + markdown().strip() + text[end:]
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    return new != text
