@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import traceback
 
@@ -27,6 +28,11 @@ def main(argv: list[str]) -> int:
     die_with_parent()
     if os.getppid() != parent:
         return 1
+    # Rank 0 decides when the server stops: a SIGTERM/SIGINT sent to the whole process group
+    # reaches rank 0, which stops every rank; were the ranks to die of it first, rank 0 would
+    # report a failed child. Rank 0's death still kills them (PDEATHSIG, watchdog).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     watch_parent(parent)
     args = parse_args(spec["argv"])
     logs.configure(rank, args.log_level)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import time
 import urllib.error
@@ -60,9 +62,10 @@ def test_hang_stops_progress_and_health_generate_times_out(start_server) -> None
     assert s.proc.poll() is None  # hung, not dead
     assert "[pcieprof inject] hang" in s.log() and "Health check failed" in s.log()
     ranks = s.ranks
-    s.proc.terminate()  # SIGTERM to rank 0 alone takes the ranks down too
+    os.killpg(s.proc.pid, signal.SIGTERM)  # a launcher's teardown: a clean stop, even hung
     assert s.wait_exit(15) == 0
     assert s.all_gone(ranks)
+    assert SIGQUIT not in s.log() and "Received SIGTERM" in s.log()
 
 
 def test_crash_on_start_exits_before_ready(start_server) -> None:
