@@ -22,6 +22,9 @@ Mapping to bundle rows (testcase names kept in `detail`):
   concurrent.csv, one row per cell (flow = column) plus the `SUM` as the aggregate (flow=-1).
 - `N/A` cells -> status `waived` on the diagonal, `not_supported` elsewhere; a waived test case ->
   one row with status `waived`.
+- bidirectional device-to-device cases print `Read1`/`Read2` (or `Write1`/`Write2`), one per
+  direction, and `Total`: the `Total` matrix gives the `bi` rows, the per-direction matrices are
+  kept in the facts (`directional`), so one pair never has two different `bi` numbers.
 """
 
 from __future__ import annotations
@@ -91,6 +94,11 @@ class _Builder:
         bidir = arrow == "<->" or "bidirectional" in testcase
         detail = f"nvbandwidth {testcase}: {desc.strip()}"
         self.cases.setdefault(testcase, "Passed")
+        if kind != "concurrent" and re.fullmatch(r"(Read|Write)[12]", label):
+            # One direction of a bidirectional pair; the `Total` matrix is the bi row (as
+            # p2pBandwidthLatencyTest's bidirectional numbers are both directions together).
+            self.result.facts.setdefault("directional", {})[f"{testcase}:{label}"] = rows
+            return
         for r, cells in enumerate(rows):
             for c, cell in enumerate(cells):
                 value, status = self._cell(cell, r, c, row_kind, col_kind)

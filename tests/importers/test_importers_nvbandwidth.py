@@ -88,3 +88,20 @@ def test_text_full_run_host_rows() -> None:
     assert all(r.dst == -1 for r in parsed.p2p if r.path == "d2h")
     assert sum(h2d.values()) == pytest.approx(parsed.facts["sums"]["host_to_device_memcpy_ce"], abs=0.04)
     assert sum(d2h.values()) == pytest.approx(parsed.facts["sums"]["device_to_host_memcpy_ce"], abs=0.04)
+
+
+def test_bidirectional_read1_read2_total() -> None:
+    """The per-direction matrices go to facts; `Total` gives the bi rows. The two matrices are
+    the 6x A6000 sample's under the headings nvbandwidth prints for a bidirectional case."""
+    lines = (DATA / "nvbandwidth_6xA6000_read_ce.txt").read_text().splitlines()
+    matrix = lines[10:17]
+    text = "\n".join(["Running device_to_device_bidirectional_memcpy_read_ce.",
+                      "memcpy CE GPU(row) <-> GPU(column) Read1 bandwidth (GB/s)", *matrix, "",
+                      "SUM device_to_device_bidirectional_memcpy_read_ce_read1 715.53", "",
+                      "memcpy CE GPU(row) <-> GPU(column) Total bandwidth (GB/s)", *matrix, "",
+                      "SUM device_to_device_bidirectional_memcpy_read_ce_total 715.53", ""])
+    parsed = parse_nvbandwidth_text(text, "bidir.txt")
+    assert len(parsed.p2p) == 36 and all(r.direction == "bi" for r in parsed.p2p)
+    assert all("Total" in r.detail for r in parsed.p2p)
+    read1 = parsed.facts["directional"]["device_to_device_bidirectional_memcpy_read_ce:Read1"]
+    assert read1[0][3] == "21.95"
