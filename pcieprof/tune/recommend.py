@@ -225,6 +225,10 @@ def recommend(bundle: Bundle | str, *, model: str | None = None, batch_max: int 
             ranked = rank_layouts(b, band.model, env=env, context=context)
         except Exception as exc:  # layout advice must not hide the NCCL rules
             ctx.needs_measuring.append(f"parallel layouts not ranked: {exc}")
+    layout_rec = layout_recommendation(ranked, _card(band.model))
+    if layout_rec is not None:
+        recs.append(layout_rec)
+        recs.sort(key=lambda r: -r.priority)
     return Result(recommendations=recs, bottleneck=principal_bottleneck(ctx, recs),
                   needs_measuring=list(dict.fromkeys(ctx.needs_measuring)),
                   ring=None if ctx.ring is None else {
@@ -234,6 +238,43 @@ def recommend(bundle: Bundle | str, *, model: str | None = None, batch_max: int 
                       "cuda_visible_devices": ctx.ring.cuda_visible_devices()},
                   inferred=None if ctx.inferred is None else ctx.inferred.as_dict(),
                   layouts=ranked, env=env, provenance=ctx.provenance, model=band.model)
+
+
+def _peak(layout: dict[str, Any]) -> tuple[float, int]:
+    """(highest predicted tok/s within memory, at which concurrency)."""
+    fit = [r for r in layout["per_concurrency"] if r["fits"] and r["tok_s"] == r["tok_s"]]
+    if not fit:
+        return 0.0, 0
+    best = max(fit, key=lambda r: r["tok_s"])
+    return float(best["tok_s"]), int(best["concurrency"])
+
+
+def layout_recommendation(layouts: list[dict[str, Any]], card: Any) -> Recommendation | None:
+    """A recommendation when the best-ranked layout beats the card's default TP layout."""
+    if not layouts or card is None:
+        return None
+    default_tp = int(getattr(card.sglang, "tp_default", 0) or 0)
+    base = next((l for l in layouts if l["tp"] == default_tp and l["pp"] == 1 and l["ep"] == 1
+                 and not l["dp_attention"] and l["replicas"] == 1), None)
+    top = layouts[0]
+    if base is None or top is base or not top["fits"]:
+        return None
+    t_top, c_top = _peak(top)
+    t_base, c_base = _peak(base)
+    if t_base <= 0 or t_top / t_base - 1 < 0.05:
+        return None
+    gain = t_top / t_base - 1
+    return Recommendation(
+        rule="layout", kind="launch", title=f"Serve {card.name} as {top['label']} instead of {base['label']}",
+        action=top["command"], env={},
+        gain_fraction=gain,
+        gain_text=(f"predicted peak {t_top:.0f} tok/s at concurrency {c_top} vs {t_base:.0f} at "
+                   f"{c_base} ({gain * 100:+.0f}%) within GPU memory at {top['context_tokens']} "
+                   f"tokens of context"),
+        evidence=[top.get("why", ""), f"compute: {top.get('compute_source')}",
+                  f"communication: {top.get('comm_source')}"],
+        caveats=list(top.get("notes", []))[:4], confidence="predicted",
+        priority=10.0 * gain)
 
 
 def _write_nccl_files(ctx: RuleContext) -> None:

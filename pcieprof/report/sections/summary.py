@@ -9,12 +9,49 @@ from pcieprof.report.recs import RecsBlock
 TOP = 3
 
 
+def decode_headline(view: BundleView) -> str | None:
+    """'Communication is 47% of a decode step (exposed 46%)' from attribution.json, if any."""
+    doc = view.json("attribution.json") or {}
+    steps = [s for s in doc.get("steps", []) if s.get("kind") == "DECODE" and s.get("span_us")]
+    if not steps:
+        return None
+    span = sum(s["span_us"] for s in steps)
+    comm = sum(s.get("comm_us") or 0 for s in steps)
+    exposed = sum(s.get("exposed_comm_us") or 0 for s in steps)
+    idle = sum(s.get("idle_us") or 0 for s in steps)
+    return (f"Decode steps (trace, {len(steps)} steps over {len(doc.get('ranks', []))} rank(s)): "
+            f"communication {100 * comm / span:.0f}% of the step, exposed {100 * exposed / span:.0f}%, "
+            f"idle {100 * idle / span:.0f}% [{view.provenance('attribution')}]")
+
+
+def serve_headline(view: BundleView) -> str | None:
+    """Best measured output throughput and its TPOT from serve/summary.json, if any."""
+    runs = [r for r in (view.json("serve/summary.json") or {}).get("runs", [])
+            if isinstance(r, dict) and r.get("output_throughput")]
+    if not runs:
+        return None
+    best = max(runs, key=lambda r: r["output_throughput"])
+    tpot = (best.get("tpot_ms") or {}).get("median")
+    return (f"Serving: {best['output_throughput']:.1f} output tok/s at {best.get('label')}"
+            + (f", TPOT median {tpot:.1f} ms" if tpot else "") + f" [{view.provenance('serve')}]")
+
+
 def build(view: BundleView, ctx: ReportContext) -> Section | None:
     """Summary from the tuner's output (recommendations.json or computed in memory)."""
     doc = ctx.recommendations_for(view)
+    lines = [x for x in (serve_headline(view), decode_headline(view)) if x]
     if not doc:
-        return None
+        if not lines:
+            return None
+        sec = Section("summary", "Summary")
+        for i, line in enumerate(lines):
+            sec.blocks.append(Note(line, "headline" if i == 0 else "info"))
+        sec.blocks.append(Note("no P2P or all-reduce measurements in this bundle: no tuning "
+                               "advice (run pcieprof topology)", "missing"))
+        return sec
     sec = Section("summary", "Summary")
+    for line in lines:
+        sec.blocks.append(Note(line))
     if doc.get("error"):
         sec.blocks.append(Note(f"the tuner could not run on this bundle: {doc['error']}", "warn"))
         return sec

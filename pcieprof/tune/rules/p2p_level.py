@@ -53,7 +53,8 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         gain_us_per_allreduce=per_ar, gain_ms_per_step=per_step, gain_fraction=rel,
         gain_text=(fmt_gain(per_ar, per_step, base, ctx.band) if rel >= MIN_GAIN else
                    "no change at decode sizes")
-                  + f"; large messages {abs(large) * 100:.0f}% {'faster' if large >= 0 else 'slower'}",
+                  + (f"; large messages {abs(large) * 100:.0f}% {'faster' if large >= 0 else 'slower'}"
+                     if abs(large) >= 0.02 else "; no change at large messages"),
         evidence=ev, confidence=ctx.confidence,
         caveats=["only safe when P2P copies between every pair are correct (p2p.csv has no "
                  "error rows)"])]

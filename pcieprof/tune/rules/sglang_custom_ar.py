@@ -29,7 +29,7 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
     if WARNING in ctx.serve_log:
         ev.append("serve/server-*.log: SGLang printed the warning itself")
     return [Recommendation(
-        rule="sglang_custom_ar", kind="info", priority=5, confidence="advice",
+        rule="sglang_custom_ar", kind="info", priority=0.5, confidence="advice",
         title="At TP4/TP8 SGLang sends every all-reduce through NCCL (its custom all-reduce is off on >2 PCIe GPUs)",
         gain_text="the NCCL settings above are what decode all-reduces pay; TP2 groups may use "
                   "SGLang's custom kernel, which this bundle did not measure",

@@ -1,0 +1,120 @@
+"""Decode attribution: per-step comm/compute/idle, per rank, skew, and trace vs analytic model.
+
+Reads attribution.json (engineer F's `pcieprof attribute`); the analytic side comes from
+pcieprof.analysis.comm_model.comparison_table priced with this bundle's all-reduce curves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+
+from pcieprof.report.context import ReportContext
+from pcieprof.report.figures import figure
+from pcieprof.report.model import BundleView, Note, Section, Table
+
+MAX_STEPS = 300
+
+
+def _steps_figure(steps: list[dict[str, Any]], rank: Any, prov: str):
+    steps = [s for s in steps if s.get("rank") == rank][:MAX_STEPS]
+    x = list(range(len(steps)))
+    fig = go.Figure()
+    parts = (("compute_us", "compute", "#4c78a8"), ("exposed_comm_us", "exposed communication", "#e45756"),
+             ("memory_us", "memory copies", "#72b7b2"), ("idle_us", "idle", "#bab0ac"))
+    for key, name, color in parts:
+        fig.add_trace(go.Bar(x=x, y=[(s.get(key) or 0) / 1e3 for s in steps], name=name,
+                             marker_color=color))
+    fig.update_layout(barmode="stack", bargap=0.05)
+    fig.update_xaxes(title="step (in trace order)")
+    fig.update_yaxes(title="ms")
+    return figure(fig, f"per-step decode time, rank {rank}: compute, exposed comm, copies, idle", prov)
+
+
+def build(view: BundleView, ctx: ReportContext) -> Section | None:
+    doc = view.json("attribution.json")
+    if not doc:
+        return None
+    prov = view.provenance("attribution")
+    sec = Section("attribution", "Decode attribution (where each step's time goes)")
+    ranks = doc.get("ranks") or []
+    steps = doc.get("steps") or []
+    if ranks:
+        fig = go.Figure()
+        names = [f"rank {r['rank']}" for r in ranks]
+        for key, name in (("compute_us", "compute"), ("comm_us", "communication"),
+                          ("exposed_comm_us", "exposed comm"), ("memory_us", "memory"),
+                          ("idle_us", "idle")):
+            vals = [((r.get("totals") or {}).get(key) or 0) / 1e3 for r in ranks]
+            if any(vals):
+                fig.add_trace(go.Bar(x=names, y=vals, name=name))
+        fig.update_layout(barmode="group")
+        fig.update_yaxes(title="ms (union over the timeline)")
+        sec.blocks.append(figure(fig, "per rank: time per class over the traced window", prov))
+        skew = [(r["rank"], r.get("skew") or {}) for r in ranks]
+        if any(s for _, s in skew):
+            fig = go.Figure()
+            fig.add_trace(go.Bar(x=[f"rank {k}" for k, _ in skew],
+                                 y=[(s.get("transfer_us") or 0) / 1e3 for _, s in skew], name="transfer"))
+            fig.add_trace(go.Bar(x=[f"rank {k}" for k, _ in skew],
+                                 y=[(s.get("wait_us") or 0) / 1e3 for _, s in skew], name="wait for slower ranks"))
+            fig.update_layout(barmode="stack")
+            fig.update_yaxes(title="ms inside communication kernels")
+            sec.blocks.append(figure(fig, "skew: communication time split into transfer and waiting", prov))
+        rows = []
+        for r in ranks:
+            d = r.get("decode_steps") or {}
+            rows.append([r["rank"], r.get("mode"), r.get("n_steps"), d.get("n"),
+                         round((d.get("median_span_us") or 0) / 1e3, 3),
+                         round((d.get("mean_comm_us") or 0) / 1e3, 3),
+                         round((d.get("mean_exposed_comm_us") or 0) / 1e3, 3),
+                         round((d.get("mean_compute_us") or 0) / 1e3, 3),
+                         round((d.get("mean_idle_us") or 0) / 1e3, 3)])
+        sec.blocks.append(Table("decode steps per rank (means, ms)",
+                                ["rank", "timeline", "steps", "decode steps", "median step",
+                                 "comm", "exposed comm", "compute", "idle"], rows, provenance=prov))
+    if steps:
+        sec.blocks.append(_steps_figure(steps, steps[0].get("rank"), prov))
+    cmp_rows = _comparison(view, doc)
+    if cmp_rows:
+        cols = ["batch", "layout", "n_collectives", "measured_step_ms", "predicted_comm_ms",
+                "trace_comm_ms", "exposed_comm_ms", "disagreement_pct"]
+        sec.blocks.append(Table(
+            "trace vs analytic model (predicted = collectives x this bundle's all-reduce curve)",
+            cols, [[(round(r[c], 3) if isinstance(r.get(c), float) else r.get(c)) for c in cols]
+                   for r in cmp_rows],
+            provenance=f"{prov}; predicted from {cmp_rows[0].get('priced_source')}, backend "
+                       f"{cmp_rows[0].get('priced_backend')}"))
+        big = [r for r in cmp_rows if r.get("disagreement_pct") is not None and abs(r["disagreement_pct"]) > 25]
+        for r in big:
+            sec.blocks.append(Note(f"batch {r['batch']}: the trace's communication differs from the "
+                                   f"model by {r['disagreement_pct']:+.0f}%", "warn"))
+    classes = doc.get("classes") or []
+    if classes:
+        sec.blocks.append(Table("kernel classification table (data, extensible)",
+                                list(classes[0].keys()), [list(c.values()) for c in classes[:60]]))
+    return sec
+
+
+def _comparison(view: BundleView, doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """F's comparison table when this bundle also has all-reduce rows to price with."""
+    if view.table("allreduce").empty:
+        return []
+    try:
+        from pcieprof.analysis.comm_model import Layout, comparison_table
+        from pcieprof.serve.cards import load_card
+    except ImportError:
+        return []
+    summary = view.json("serve/summary.json") or {}
+    card_name = summary.get("model") or (view.json("serve/card.json") or {}).get("name")
+    if not card_name:
+        return []
+    try:
+        card = load_card(card_name)
+        batches = sorted({int(s["bs"]) for s in doc.get("steps", []) if s.get("bs")}) or [1]
+        tp = max(1, len(doc.get("ranks") or []))
+        return comparison_table(card, Layout(tp=tp), batches[:8], view.bundle,
+                                serve_bundle=view.bundle, attribution=doc)
+    except Exception:  # the comparison is an extra; the trace figures stand on their own
+        return []

@@ -1,0 +1,150 @@
+"""Serve-bench results: latency distributions, throughput vs concurrency, decode curve, launches.
+
+Reads serve/summary.json, serve/requests.jsonl, serve/decode_curve.csv and serve/attempts.jsonl
+(engineer E2's serve-bench). Metric names and formulas as vLLM/SGLang use them; the formulas
+the run used are shown from summary.json.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from pcieprof.report.context import ReportContext
+from pcieprof.report.figures import figure, plot_text
+from pcieprof.report.model import BundleView, Facts, Note, Section, Table
+
+MAX_POINTS = 4000  # per distribution trace, so a long run keeps the page light
+
+
+def read_jsonl(view: BundleView, name: str) -> list[dict[str, Any]]:
+    p = view.path / name
+    if not p.is_file():
+        return []
+    out = []
+    for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut by a crash mid-write
+    return out
+
+
+def _stat(run: dict[str, Any], metric: str, key: str) -> Any:
+    v = (run.get(metric) or {}).get(key)
+    return None if v is None else round(float(v), 2)
+
+
+def build(view: BundleView, ctx: ReportContext) -> Section | None:
+    summary = view.json("serve/summary.json") or {}
+    requests = read_jsonl(view, "serve/requests.jsonl")
+    attempts = read_jsonl(view, "serve/attempts.jsonl")
+    curve_path = view.path / "serve" / "decode_curve.csv"
+    if not (summary or requests or attempts or curve_path.is_file()):
+        return None
+    prov = view.provenance("serve")
+    sec = Section("serve", "Serving benchmark")
+    if summary:
+        sec.blocks.append(Facts("run", [
+            ("model", summary.get("model")), ("api", summary.get("api")),
+            ("attempt benchmarked", summary.get("attempt")),
+            ("input / output tokens", f"{summary.get('input_len')} / {summary.get('output_len')}"),
+            ("status", summary.get("status"))], provenance=prov))
+    runs = [r for r in summary.get("runs", []) if isinstance(r, dict)]
+    if runs:
+        rows = [[r.get("label"), r.get("concurrency"), r.get("completed"), r.get("failed"),
+                 round(r.get("request_throughput") or 0, 3), round(r.get("output_throughput") or 0, 1),
+                 _stat(r, "ttft_ms", "median"), _stat(r, "ttft_ms", "p99"),
+                 _stat(r, "tpot_ms", "median"), _stat(r, "tpot_ms", "p99"),
+                 _stat(r, "itl_ms", "median"), _stat(r, "itl_ms", "p99")] for r in runs]
+        sec.blocks.append(Table("runs", ["run", "concurrency", "completed", "failed", "req/s",
+                                         "output tok/s", "TTFT ms median", "TTFT p99",
+                                         "TPOT ms median", "TPOT p99", "ITL ms median", "ITL p99"],
+                                rows, provenance=prov))
+        conc = [r for r in runs if r.get("concurrency")]
+        if conc:
+            fig = go.Figure()
+            fig.add_trace(go.Scatter(x=[r["concurrency"] for r in conc],
+                                     y=[r.get("output_throughput") for r in conc],
+                                     mode="lines+markers", name="output tok/s"))
+            fig.add_trace(go.Scatter(x=[r["concurrency"] for r in conc],
+                                     y=[_stat(r, "tpot_ms", "median") for r in conc],
+                                     mode="lines+markers", name="TPOT median ms", yaxis="y2"))
+            fig.update_layout(yaxis={"title": "output tok/s"},
+                              yaxis2={"title": "TPOT ms", "overlaying": "y", "side": "right"})
+            fig.update_xaxes(type="log", title="concurrency")
+            sec.blocks.append(figure(fig, "throughput and TPOT vs concurrency", prov))
+    measured = [r for r in requests if not r.get("warmup")]
+    if measured:
+        fig = go.Figure()
+        for metric in ("ttft_ms", "tpot_ms", "itl_ms"):
+            for run in sorted({str(r.get("run")) for r in measured}):
+                vals: list[float] = []
+                for r in measured:
+                    if str(r.get("run")) != run or not r.get("ok", True):
+                        continue
+                    v = r.get(metric)
+                    if isinstance(v, list):
+                        vals.extend(float(x) for x in v)
+                    elif v is not None:
+                        vals.append(float(v))
+                if vals:
+                    step = max(1, len(vals) // MAX_POINTS)
+                    fig.add_trace(go.Box(y=vals[::step], name=plot_text(f"{metric} {run}"),
+                                         boxpoints=False))
+        fig.update_yaxes(type="log", title="ms")
+        sec.blocks.append(figure(fig, "TTFT, TPOT and ITL distributions per run", prov, height=420))
+        formulas = summary.get("formulas") or {}
+        if formulas:
+            sec.blocks.append(Facts("metric definitions (as computed)",
+                                    [(k, v) for k, v in formulas.items() if k in
+                                     ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "output_throughput")]))
+    if curve_path.is_file():
+        try:
+            df = pd.read_csv(curve_path)
+        except (ValueError, pd.errors.ParserError):
+            df = pd.DataFrame()
+        tcol = next((c for c in ("step_time_ms", "step_ms") if c in df.columns), None)
+        bcol = next((c for c in ("batch_size", "batch") if c in df.columns), None)
+        if tcol and bcol and df[tcol].notna().any():
+            ok = df[df[tcol].notna()]
+            err = {}
+            if "step_time_ms_p90" in ok and "step_time_ms_p10" in ok:
+                err = {"error_y": {"type": "data", "array": (ok["step_time_ms_p90"] - ok[tcol]).tolist(),
+                                   "arrayminus": (ok[tcol] - ok["step_time_ms_p10"]).tolist()}}
+            fig = go.Figure(go.Scatter(x=ok[bcol], y=ok[tcol], mode="lines+markers",
+                                       name="decode step (median, p10..p90)", **err))
+            fig.update_xaxes(type="log", title="batch size")
+            fig.update_yaxes(title="ms per decode step")
+            backend = ok["backend"].iloc[0] if "backend" in ok else view.bundle.backend
+            sec.blocks.append(figure(fig, "fixed-batch decode step time (steady state)",
+                                     f"{prov}; rows backend {backend}"))
+        elif not df.empty:
+            sec.blocks.append(Note("decode curve: no batch size reached a steady state", "warn"))
+    if attempts:
+        rows = [[a.get("index"), a.get("name"), a.get("outcome"), a.get("summary"),
+                 a.get("time_to_ready_s"), a.get("time_to_failure_s"),
+                 "yes" if a.get("benchmarked") else ""] for a in attempts]
+        sec.blocks.append(Table("launch attempts and outcomes", ["#", "config", "outcome", "summary",
+                                                                 "ready after s", "failed after s",
+                                                                 "benchmarked"], rows, provenance=prov))
+        fig = go.Figure(go.Bar(
+            x=[(a.get("time_to_ready_s") or a.get("time_to_failure_s") or 0) for a in attempts],
+            y=[plot_text(f"{a.get('index')} {a.get('name')}") for a in attempts], orientation="h",
+            text=[plot_text(a.get("outcome", "")) for a in attempts], textposition="auto",
+            marker={"color": ["#2da44e" if a.get("outcome") == "ok" else "#cf222e" for a in attempts]}))
+        fig.update_yaxes(autorange="reversed")
+        fig.update_xaxes(title="seconds until ready (ok) or until it failed")
+        sec.blocks.append(figure(fig, "launch attempts: outcome and time to it", prov,
+                                 height=max(220, 40 * len(attempts) + 120)))
+        for a in attempts:
+            if a.get("outcome") not in ("ok", None) and a.get("excerpt"):
+                sec.blocks.append(Note(f"attempt {a.get('index')} {a.get('name')}: {a.get('outcome')}: "
+                                       f"{str(a.get('excerpt'))[:600]}", "warn"))
+    return sec
