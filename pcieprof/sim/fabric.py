@@ -594,7 +594,10 @@ def topology(fabric: Fabric) -> dict[str, Any]:
     cmdline = {"off": "amd_iommu=off iommu=off", "passthrough": "iommu=pt",
                "translated": "amd_iommu=on iommu=on"}[fabric.iommu_mode]
     if fabric.virtualization.is_vm:
-        cmdline = "(guest) " + ("intel_iommu=on" if fabric.translated else "")
+        # The IOMMU that translates is the host's (VFIO passthrough); the guest's own command
+        # line is not part of the model.
+        host = "intel_iommu=on" if fabric.cpu_vendor == "intel" else "amd_iommu=on iommu=on"
+        cmdline = f"(host) {host}" if fabric.translated else f"(host) {cmdline}"
     doc: dict[str, Any] = {
         "source": "simulated",
         "driver": {"driver_version": fabric.driver_version,
@@ -604,8 +607,12 @@ def topology(fabric: Fabric) -> dict[str, Any]:
         "pairs": pairs(guest=True),
         "pcie_tree": _flat_tree(fabric) if flat else real_tree,
         "iommu": {"enabled": fabric.iommu_mode != "off", "mode": fabric.iommu_mode,
-                  "cmdline": cmdline.strip(), "groups": {},
-                  "evidence": [f"fabric model {fabric.name}: iommu.mode = {fabric.iommu_mode}"]},
+                  "cmdline": cmdline.strip(),
+                  "groups": {guest_bdf(g.index) if flat else g.bdf: g.index for g in fabric.gpus}
+                  if fabric.iommu_mode != "off" else {},
+                  "evidence": [f"fabric model {fabric.name}: iommu.mode = {fabric.iommu_mode}"]
+                  + (["the host IOMMU translates every DMA of the guest (VFIO passthrough)"]
+                     if fabric.virtualization.is_vm and fabric.translated else [])},
         "virtualization": {"is_vm": fabric.virtualization.is_vm,
                            "hypervisor": fabric.virtualization.hypervisor,
                            "flat_pcie_tree": flat,
