@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -343,7 +344,8 @@ class ProbeRunner:
                 cur = r.current or {}
                 size = int(cur.get("size", 0) or 0)
                 dtype = str(cur.get("dtype", ""))
-                detail = (f"{r.why} (variant {case.variant}, size {size} B, dtype {dtype}, "
+                where = f"size {size} B, dtype {dtype}" if cur else "before the first message"
+                detail = (f"{r.why} (variant {case.variant}, {where}, "
                           f"ranks {','.join(map(str, case.ranks))})")
                 self.bundle.append_rows("allreduce", [{
                     "backend": self.plan.backend, "variant": case.variant,
@@ -376,15 +378,22 @@ class ProbeRunner:
         return entry
 
 
-def _last_error(log: Path, n: int = 400) -> str:
-    """A one-line excerpt of the end of a launch log (the reason a rank died)."""
+_EXC_LINE = re.compile(r"^(\[[^\]]*\]:?\s*)?[\w.]*(Error|Exception|Interrupt)\w*: ")
+
+
+def _last_error(log: Path, n: int = 300) -> str:
+    """One line on why a launch died: the workers' last Python exception, else torchrun's
+    `exitcode` line (a rank killed by a signal or os._exit has no exception)."""
     try:
         text = log.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return "no log"
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for key in ("exitcode", "Error", "error", "Exception"):
-        hits = [ln for ln in lines if key in ln]
-        if hits:
-            return hits[-1][:n]
-    return (lines[-1] if lines else "no output")[:n]
+    exc = [ln for ln in lines if _EXC_LINE.match(ln) and "ChildFailedError" not in ln]
+    code = [ln for ln in lines if ln.startswith("exitcode")]
+    parts = []
+    if code:
+        parts.append(" ".join(code[-1].split()))
+    if exc:
+        parts.append(exc[-1])
+    return ("; ".join(parts) or (lines[-1] if lines else "no output"))[:n]

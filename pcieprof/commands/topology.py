@@ -270,8 +270,10 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     t0 = time.monotonic()
     old = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        if backend == "sim":
-            topo: dict[str, Any] = {}
+        if backend == "sim":  # the fabric's own tree picks the shared-uplink flows
+            from pcieprof.sim.fabric import topology as fabric_topology
+
+            topo: dict[str, Any] = fabric_topology(fabric)
         else:
             topo = discover_into(bundle, backend)
         plan = build_plan(backend, devs, quick=quick, variants=chosen, group_kinds=kinds,
