@@ -14,9 +14,13 @@ src/enqueue.cc over 2.x):
 - `NCCL_P2P_LEVEL set by environment to PHB`;
 - `ncclCommInitRank[Config] comm 0x.. rank R nranks N cudaDev C [nvmlDev M] busId B
   [commId 0x..] - Init START|COMPLETE`, `comm 0x.. rank R nRanks N nNodes K localRanks L ...`;
-- rings `Channel 00/02 : 0 1 2 3`, trees `Trees [0] 1/-1/-1->0->-1 ...`;
+- rings `Channel 00/02 : 0 1 2 3` (older: `Ring 00 : 0 1 2 3`), per-rank ring neighbours
+  `Ring 02 : 2 -> 0 -> 1` (previous -> this rank -> next), trees `Trees [0] 1/-1/-1->0->-1 ...`;
 - transports `Channel 00/0 : 0[1] -> 1[2] via P2P/CUMEM` (also `P2P/IPC`, `P2P/direct
-  pointer`, `SHM/direct/direct`, `NET/Socket/0`, with `/read` or `[send]`/`[receive]`);
+  pointer`, `SHM/direct/direct`, `NET/Socket/0`, with `/read` or `[send]`/`[receive]`; NCCL 2.5
+  and older: `Ring 00 : 3[b0] -> 0[80] via direct shared memory`);
+- `comm 0x.. rank R nranks N cudaDev C busId B - Init COMPLETE` without the function name
+  (older versions);
 - `2 coll channels, 2 collnet channels, 0 nvls channels, 2 p2p channels, ...`;
 - `threadThresholds ...`, tuner choices `AllReduce: 4096 Bytes -> Algo RING proto LL
   channel{Lo..Hi}={0..1}` and the older `4096 Bytes -> Algo 1 proto 2 time 12.3`;
@@ -43,13 +47,14 @@ _BARE_VERSION = re.compile(r"^\s*NCCL version (\S+)")
 _VERSION = re.compile(r"^NCCL version (\S+)")
 _CUDA_DRIVER = re.compile(r"^cudaDriverVersion (\d+)")
 _ENV = re.compile(r"^(NCCL_\w+) set by environment to (.*?)\.?\s*$")
-_INIT = re.compile(r"^(ncclCommInit\w*|ncclCommSplit|ncclCommInitAll) comm (0x[0-9a-fA-F]+) "
+_INIT = re.compile(r"^(?:(ncclCommInit\w*|ncclCommSplit|ncclCommInitAll) )?comm (0x[0-9a-fA-F]+) "
                    r"rank (\d+) nranks (\d+) cudaDev (\d+)(?: nvmlDev (\d+))? busId ([0-9a-fA-F]+)"
                    r"(?: commId (0x[0-9a-fA-F]+))?(?: - Init (START|COMPLETE))?")
 _COMM = re.compile(r"^comm (0x[0-9a-fA-F]+) rank (\d+) nRanks (\d+) nNodes (\d+) "
                    r"localRanks (\d+) localRank (\d+)")
-_RING = re.compile(r"^Channel (\d+)/(\d+) :((?: +\d+)+)\s*$")
-_TRANSPORT = re.compile(r"^Channel (\d+)(?:/\d+)? : (\d+)\[([0-9a-fA-Fx]+)\] -> (\d+)\[([0-9a-fA-Fx]+)\]"
+_RING = re.compile(r"^(?:Channel|Ring) (\d+)(?:/(\d+))? :((?: +\d+)+)\s*$")
+_NEIGHBOURS = re.compile(r"^Ring (\d+) : (-?\d+) -> (\d+) -> (-?\d+)\s*$")
+_TRANSPORT = re.compile(r"^(?:Channel|Ring) (\d+)(?:/\d+)? : (\d+)\[([0-9a-fA-Fx]+)\] -> (\d+)\[([0-9a-fA-Fx]+)\]"
                         r"(?: \[(send|receive)\])? via (.+?)\s*$")
 _TREES = re.compile(r"^Trees((?: \[\d+\] \S+)+)\s*$")
 _TREE_ITEM = re.compile(r"\[(\d+)\] (\S+)")
@@ -139,9 +144,11 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
           order]}), `peer_transport` ({"src->dst": "P2P/CUMEM"}), `transports` (sorted unique
           `via` strings), `transport_families` (e.g. ["P2P", "SHM", "NET"]): taken from the
           main communicator (the first one with the most ranks).
-        - `comms`: one entry per communicator (by commId, or comm pointer in old logs):
+        - `comms`: one entry per communicator (by commId; old logs without commId: the
+          per-process entries of one size joined, `comm_id` null):
           `comm_id`, `nranks`, `nnodes`, `ranks` ({rank: {pid, host, cuda_dev, nvml_dev,
-          bus_id, comm, local_rank, init}}), `rings`, `nchannels`, `trees` ({rank: {channel:
+          bus_id, comm, local_rank, init}}), `rings`, `nchannels`, `ring_neighbours` ({rank:
+          {channel: [previous, next]}}), `trees` ({rank: {channel:
           "up/.../->r->down"}}), `transports` ([{channel, src, dst, src_dev, dst_dev, via,
           family, direction, reported_by}]), `peer_transport`, `coll_channels`, `p2p_channels`,
           `thread_thresholds`, `p2p_type`, `network`, `tuner` ([{coll, bytes, algo, proto,
@@ -226,7 +233,11 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
         elif (m := _RING.match(t)) and (comm := comm_of(msg)) is not None:
             ch, total, order = m.groups()
             comm["rings"].setdefault(str(int(ch)), [int(x) for x in order.split()])
-            comm["nchannels"] = int(total)
+            if total:
+                comm["nchannels"] = int(total)
+        elif (m := _NEIGHBOURS.match(t)) and (comm := comm_of(msg)) is not None:
+            ch, prev, me, nxt = m.groups()
+            comm["ring_neighbours"].setdefault(me, {})[str(int(ch))] = [int(prev), int(nxt)]
         elif (m := _TRANSPORT.match(t)) and (comm := comm_of(msg)) is not None:
             ch, src, sdev, dst, ddev, direction, via = m.groups()
             entry = {"channel": int(ch), "src": int(src), "dst": int(dst), "src_dev": sdev,
@@ -267,7 +278,7 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
             comm["connected_rings"] = True
         elif t.startswith("Connected all trees") and (comm := comm_of(msg)) is not None:
             comm["connected_trees"] = True
-    comm_list = list(comms.values())
+    comm_list = _merge_anonymous(list(comms.values()))
     for c in comm_list:
         c["ranks"] = dict(sorted(c["ranks"].items(), key=lambda kv: int(kv[0])))
         c["rings"] = dict(sorted(c["rings"].items(), key=lambda kv: int(kv[0])))
@@ -295,9 +306,41 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
     }
 
 
+def _merge_anonymous(comms: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Older NCCL prints no commId: each process's view is then its own entry. Join those of the
+    same size, in order, as long as no rank repeats (one communicator per group; an assumption
+    that holds for the usual one-communicator job)."""
+    out: list[dict[str, Any]] = []
+    open_groups: dict[int, dict[str, Any]] = {}
+    for c in comms:
+        if not c["comm_id"].startswith("comm:"):
+            out.append(c)
+            continue
+        g = open_groups.get(c["nranks"])
+        if g is None or set(g["ranks"]) & set(c["ranks"]):
+            g = {**c, "comm_id": None, "ranks": {}, "rings": {}, "ring_neighbours": {},
+                 "trees": {}, "transports": [], "peer_transport": {}, "tuner": []}
+            open_groups[c["nranks"]] = g
+            out.append(g)
+        g["ranks"].update(c["ranks"])
+        for key in ("rings", "ring_neighbours", "trees", "peer_transport"):
+            for k, v in c[key].items():
+                g[key].setdefault(k, v)
+        g["transports"] += [t for t in c["transports"] if t not in g["transports"]]
+        g["tuner"] += c["tuner"]
+        for key in ("nnodes", "nchannels", "coll_channels", "p2p_channels", "thread_thresholds",
+                    "p2p_type", "network"):
+            if g.get(key) is None:
+                g[key] = c[key]
+        g["connected_rings"] = g["connected_rings"] or c["connected_rings"]
+        g["connected_trees"] = g["connected_trees"] or c["connected_trees"]
+    return out
+
+
 def _new_comm(key: str, nranks: int) -> dict[str, Any]:
     return {"comm_id": key, "nranks": nranks, "nnodes": None, "ranks": {}, "rings": {},
-            "nchannels": None, "trees": {}, "transports": [], "peer_transport": {},
+            "nchannels": None, "ring_neighbours": {}, "trees": {}, "transports": [],
+            "peer_transport": {},
             "coll_channels": None, "p2p_channels": None, "thread_thresholds": None,
             "p2p_type": None, "network": None, "tuner": [], "connected_rings": False,
             "connected_trees": False}

@@ -89,3 +89,41 @@ def test_no_nccl_lines() -> None:
     with pytest.raises(BadInput) as e:
         parse_nccl_log("just some text\n", "empty.log")
     assert e.value.one_line().startswith("empty.log: expected NCCL_DEBUG=INFO lines")
+
+
+# Real lines of older and multi-node NCCL versions, verbatim from public issue threads:
+# NVIDIA/nccl #300 (NCCL 2.5.6), #1189 (H20, two nodes), #743 (P2P/IPC/read), #952 (NET [send]).
+OLD_AND_MULTINODE = """\
+73e9f9f45158:6243:6442 [3] NCCL INFO threadThresholds 8/8/64 | 32/8/64
+73e9f9f45158:6243:6442 [3] NCCL INFO Trees [0] -1/-1/-1->3->2|2->3->-1/-1/-1 [1] 1/-1/-1->3->2|2->3->1/-1/-1 [2] -1/-1/-1->3->2|2->3->-1/-1/-1 [3] 1/-1/-1->3->2|2->3->1/-1/-1
+73e9f9f45158:6243:6442 [3] NCCL INFO Ring 00 : 3[b0] -> 0[80] via direct shared memory
+73e9f9f45158:6241:6447 [1] NCCL INFO Ring 00 : 1[90] -> 2[c0] via direct shared memory
+H20-GPU-05:1789224:1789735 [0] NCCL INFO Ring 02 : 2 -> 0 -> 1
+H20-GPU-05:1789225:1789736 [1] NCCL INFO Ring 06 : 0 -> 1 -> 3
+H20-GPU-06:4015540:4015653 [1] NCCL INFO comm 0x5b0bc60 rank 3 nRanks 4 nNodes 2 localRanks 2 localRank 1 MNNVL 0
+task272117-mq5ss:1902:2004 [3] NCCL INFO Channel 00 : 3[50000] -> 2[4a000] via P2P/IPC/read
+<cluster_name>:926:1151 [7] NCCL INFO Channel 03/0 : 15[7] -> 6[6] [send] via NET/Socket/3
+"""
+
+
+def test_older_and_multinode_formats() -> None:
+    c = parse_nccl_log(OLD_AND_MULTINODE, "old.log")
+    vias = {v for comm in c["comms"] for v in comm["peer_transport"].values()}
+    # lines before any init line have no communicator: they must not crash nor be invented
+    assert c["nccl_version"] is None and isinstance(vias, set)
+    h20 = [comm for comm in c["comms"] if comm["nnodes"] == 2]
+    assert h20 and h20[0]["ranks"]["3"]["local_rank"] == 1
+
+
+def test_older_formats_with_their_init_lines() -> None:
+    init = ("73e9f9f45158:6243:6442 [3] NCCL INFO comm 0x7f0 rank 3 nranks 4 cudaDev 3 "
+            "busId b0 - Init COMPLETE\n"
+            "73e9f9f45158:6241:6447 [1] NCCL INFO comm 0x7f1 rank 1 nranks 4 cudaDev 1 "
+            "busId 90 - Init COMPLETE\n")
+    c = parse_nccl_log(init + OLD_AND_MULTINODE, "old.log")
+    main = [comm for comm in c["comms"] if comm["nranks"] == 4 and "3" in comm["ranks"]][0]
+    assert main["comm_id"] is None and set(main["ranks"]) == {"1", "3"}
+    assert main["ranks"]["3"]["bus_id"] == "b0" and main["ranks"]["1"]["pid"] == 6241
+    assert main["peer_transport"]["3->0"] == "direct shared memory"
+    assert main["trees"]["3"]["1"] == "1/-1/-1->3->2|2->3->1/-1/-1"
+    assert main["thread_thresholds"] == "8/8/64 | 32/8/64"
