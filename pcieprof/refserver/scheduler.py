@@ -112,15 +112,19 @@ class Scheduler:
         cpu_group: the gloo group plans are broadcast on.
         metrics: counters and histograms behind /metrics and /get_server_info.
         on_fatal: called (from this thread) with the log text when the loop dies.
+        is_stopping: true once the server is being stopped on purpose; the collectives that
+            fail because the other ranks were stopped are then not an error.
     """
 
     def __init__(self, args: ServerArgs, engine: RankEngine, cpu_group: Any,
-                 metrics: ServerMetrics, on_fatal: Callable[[str], None]) -> None:
+                 metrics: ServerMetrics, on_fatal: Callable[[str], None],
+                 is_stopping: Callable[[], bool] = lambda: False) -> None:
         self.args = args
         self.engine = engine
         self.cpu_group = cpu_group
         self.metrics = metrics
         self.on_fatal = on_fatal
+        self.is_stopping = is_stopping
         self.loop: asyncio.AbstractEventLoop | None = None
         self._cv = threading.Condition()
         self._incoming: deque[Request] = deque()
@@ -195,6 +199,8 @@ class Scheduler:
                 if plan.mode is not None:
                     self._finish_step(plan, logits, t0)
         except Exception:
+            if self.is_stopping():
+                return
             tb = traceback.format_exc()
             rank_log.error(f"Scheduler hit an exception: {tb}")
             self.on_fatal(tb)

@@ -173,10 +173,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics = ServerMetrics(args.served_model_name, max_tokens)
 
     def on_fatal(_tb: str) -> None:
+        if _RANKS.exiting:
+            return
         server_log.error(SIGQUIT_LINE)
         die(1)
 
-    scheduler = Scheduler(args, engine, cpu_group, metrics, on_fatal)
+    scheduler = Scheduler(args, engine, cpu_group, metrics, on_fatal,
+                          is_stopping=lambda: _RANKS.exiting)
     app = build_app(args, scheduler, metrics, cfg)
     import asyncio
 
