@@ -59,6 +59,7 @@ def parse_files(paths: list[Path]) -> list[ImportedFile]:
     for p in paths:
         raw, text = read_text(p)
         files.append(ImportedFile(p, raw, text, parse_text(text, str(p))))
+        progress.info(f"{p}: {FORMATS[files[-1].parsed.format][1]}")
     seen: dict[str, Path] = {}
     for f in files:
         fmt = f.parsed.format

@@ -178,3 +178,16 @@ def test_cuda_numbering_mapped_to_nvidia_smi_by_bus_id(samples: Path, tmp_path: 
     # CUDA device 0 (bus 85) is nvidia-smi GPU 5, device 1 (bus 06) is GPU 0
     assert (row["src"], row["dst"], row["bandwidth_gbps"]) == (5, 0, 6.34)
     assert "CUDA device -> nvidia-smi index by bus id: 0->5, 1->0" in row["detail"]
+
+
+def test_same_file_name_from_two_folders(samples: Path, tmp_path: Path, capsys) -> None:
+    a = samples / TOOL / "topo_p2p_rw_5gpu_5060ti_5070_proxmox_host.txt"
+    other = tmp_path / "again"
+    other.mkdir()
+    (other / "p2p.txt").write_bytes((samples / TOOL / "p2pbwlat_5gpu_5060ti_5070_gen3x4_p2p_patched.txt").read_bytes())
+    first = tmp_path / "p2p.txt"
+    first.write_bytes(a.read_bytes())
+    b, _out = run_import([first, other / "p2p.txt"], tmp_path / "b", capsys)
+    stored = [f["stored_as"] for f in b.part("import")["files"]]
+    assert stored == ["imported/p2p.txt", "imported/p2p-2.txt"]
+    assert (b.path / "imported/p2p-2.txt").read_bytes() == (other / "p2p.txt").read_bytes()
