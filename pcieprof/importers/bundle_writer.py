@@ -103,6 +103,8 @@ def build_topology(files: list[ImportedFile]) -> tuple[dict[str, Any], list[str]
             problems += topo_mod.add_gpus(topo, p.gpus, str(f.path))
         if "nccl_topo" in p.documents:
             topo_mod.merge_nccl_topo(topo, p.documents["nccl_topo"], str(f.path))
+    for f in files:
+        problems += f.parsed.facts.get("warnings", [])
     counts = {str(f.path): len(f.parsed.gpus) for f in files if f.parsed.gpus}
     if len(set(counts.values())) > 1:
         problems.append("the files list different GPU counts ("

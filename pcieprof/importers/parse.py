@@ -61,6 +61,13 @@ def parse_text(text: str, name: str, fmt: str | None = None) -> Parsed:
     fail(name, None, f"a format with an importer (got {fmt!r})")
 
 
+def _check_complete(text: str, name: str, what: str) -> None:
+    """A tool's output ends with a newline; text cut in the middle of a line does not."""
+    if text and not text.endswith("\n"):
+        fail(name, len(text.splitlines()), f"{what} (the file ends mid-line: cut short?)",
+             got=text.splitlines()[-1])
+
+
 def _machine_log(text: str, name: str, fmt: str) -> Parsed:
     """Check one machine log with A's discovery parser (errors name file and line)."""
     facts: dict[str, Any] = {}
@@ -68,13 +75,22 @@ def _machine_log(text: str, name: str, fmt: str) -> Parsed:
     if fmt == "lspci":
         from pcieprof.discover.lspci import parse_lspci
 
+        _check_complete(text, name, "a complete last line")
+        if not text.endswith("\n\n"):
+            # lspci -vvv ends every device with a blank line: the last one may be cut short.
+            facts.setdefault("warnings", []).append(
+                f"{name}: no blank line after the last device; it may be cut short")
         devices = parse_lspci(text, source=name)
         facts["pci_devices"] = len(devices)
         parsed.summary = f"lspci -vvv: {len(devices)} PCI devices"
     elif fmt == "nvidia-smi-q":
         from pcieprof.discover.smi_query import parse_smi_query
 
+        _check_complete(text, name, "a complete last line")
         q = parse_smi_query(text, source=name)
+        if q["attached_gpus"] and len(q["gpus"]) < q["attached_gpus"]:
+            fail(name, len(text.splitlines()), f"{q['attached_gpus']} GPU sections ('Attached "
+                 f"GPUs : {q['attached_gpus']}'), found {len(q['gpus'])}: the file looks truncated")
         facts.update(driver_version=q["driver_version"], cuda_version=q["cuda_version"],
                      gpus=len(q["gpus"]))
         parsed.gpus = [GpuRecord(g["index"], g.get("name"), g.get("bus_id")) for g in q["gpus"]]

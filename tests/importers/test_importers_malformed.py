@@ -120,3 +120,27 @@ def test_truncated_nccl_log_still_imports(samples: Path, tmp_path: Path, capsys)
     f = cut(samples / TOOL / "nccl_debug_info_4x5060ti_p2p_cumem.log", tmp_path, 30)
     main(["import", str(f), "--out", str(tmp_path / "b"), "-q"])
     assert "NCCL 2.28.9+cuda13.0" in capsys.readouterr().out
+
+
+BOX = "rtxpro6000-8x-asus-baremetal"
+
+
+def test_smi_q_cut_after_two_gpus(samples: Path, tmp_path: Path, capsys) -> None:
+    f = cut(samples / BOX / "nvidia_smi_full.log", tmp_path, 300)
+    line = error_line([str(f)], capsys)
+    assert f"{f}:300: expected 8 GPU sections ('Attached GPUs : 8'), found 2" in line
+
+
+def test_lspci_cut_mid_line(samples: Path, tmp_path: Path, capsys) -> None:
+    f = tmp_path / "lspci.log"
+    f.write_bytes((samples / BOX / "lspci_full.log").read_bytes()[:200000])
+    line = error_line([str(f)], capsys)
+    n = len(f.read_text().splitlines())
+    assert f"{f}:{n}: expected a complete last line (the file ends mid-line" in line
+
+
+def test_lspci_cut_at_a_line_warns(samples: Path, tmp_path: Path, capsys) -> None:
+    f = cut(samples / BOX / "lspci_full.log", tmp_path, 3000)
+    main(["import", str(f), "--out", str(tmp_path / "b")])
+    err = capsys.readouterr().err
+    assert "no blank line after the last device; it may be cut short" in err
