@@ -152,6 +152,10 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
     if not p[(p["path"] == "p2p") & p["status"].isin(["error", "hang"])].empty:
         return "P2P between GPUs is broken (copies fail or return wrong data)"
     base = C.find(ctx.curves, {})
+    if base is not None and ctx.ar_backend == "cpu":
+        return (f"none named: this bundle measured the harness on this machine's CPUs (gloo "
+                f"all-reduce {base.at(ctx.band.lo_bytes):.0f} us at {ctx.band.lo_bytes >> 10} KiB "
+                f"over {base.nranks} processes), not GPUs; run on GPUs or with --backend sim")
     if base is not None:
         b = ctx.decode_batches()[0] if ctx.decode_batches() else 1
         size = ctx.band.message_bytes(b)
@@ -218,7 +222,11 @@ def recommend(bundle: Bundle | str, *, model: str | None = None, batch_max: int 
                 f"{k}={v}" for r in measured_env for k, v in r.env.items())
             + "): each setting was measured on its own; their gains need not add up")
     ranked: list[dict[str, Any]] = []
-    if layouts:
+    if layouts and ctx.ar_backend == "cpu":
+        ctx.needs_measuring.append("parallel layouts: the all-reduce rows are gloo on this "
+                                   "machine's CPUs (cpu backend); layout advice needs NCCL "
+                                   "curves (cuda), an import, or --backend sim")
+    elif layouts:
         try:
             from pcieprof.tune.layout import rank_layouts
 

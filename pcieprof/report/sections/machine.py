@@ -102,7 +102,9 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
     virt = topo.get("virtualization") or {}
     facts: list[tuple[str, Any]] = [
         ("host", m.get("host")),
-        ("GPUs", f"{len(topo.get('gpus', []))} x {', '.join(sorted({str(g.get('name')) for g in topo.get('gpus', [])}))}"),
+        ("GPUs", (f"{len(topo.get('gpus', []))} x "
+                  f"{', '.join(sorted({str(g.get('name')) for g in topo.get('gpus', [])}))}")
+         if topo.get("gpus") else "none found"),
         ("driver / CUDA driver", f"{drv.get('driver_version') or 'unknown'} / {drv.get('cuda_driver_version') or 'unknown'}"),
         ("IOMMU", f"{'on' if iommu.get('enabled') else ('off' if iommu.get('enabled') is False else 'unknown')}, mode {iommu.get('mode', 'unknown')}"),
         ("kernel command line", iommu.get("cmdline") or "unknown"),
