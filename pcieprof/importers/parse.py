@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+from pcieprof.errors import BadInput
 
 from pcieprof.importers import nccl_log, nccl_tests, nccl_xml, nvbandwidth
 from pcieprof.importers import p2p_bandwidth_latency, topo_p2p
@@ -57,8 +60,21 @@ def parse_text(text: str, name: str, fmt: str | None = None) -> Parsed:
         return Parsed(format=fmt, name=name, documents={"nccl_topo": doc},
                       summary=nccl_xml.summarize_topo(doc))
     if fmt in MACHINE_LOGS:
-        return _machine_log(text, name, fmt)
+        try:
+            return _machine_log(text, name, fmt)
+        except BadInput as exc:
+            raise _with_line(exc, name, text) from None
     fail(name, None, f"a format with an importer (got {fmt!r})")
+
+
+def _with_line(exc: BadInput, name: str, text: str) -> BadInput:
+    """Discovery parsers name the file; where a whole-file problem (rows missing, no section)
+    has no line, point at the end of the file, where the missing part should have been."""
+    msg = exc.message
+    if re.match(re.escape(name) + r":\d+:", msg) or not msg.startswith(name + ":"):
+        return exc
+    end = max(1, len(text.splitlines()))
+    return BadInput(f"{name}:{end}:{msg[len(name) + 1:]}", hint=exc.hint)
 
 
 def _check_complete(text: str, name: str, what: str) -> None:

@@ -101,7 +101,8 @@ def test_nvbandwidth_json_cut(tmp_path: Path, capsys) -> None:
 def test_topo_m_cut(samples: Path, tmp_path: Path, capsys) -> None:
     f = cut(samples / TOOL / "topo_m_8x_rtxpro6000_server_baremetal_broadcom.txt", tmp_path, 4)
     line = error_line([str(f)], capsys)
-    assert str(f) in line and "GPU3" in line  # engineer A's topo -m parser names the missing rows
+    # engineer A's topo -m parser names the missing rows; the importer adds where they end
+    assert f"{f}:4: rows missing for GPU3" in line and "GPU7" in line
 
 
 def test_unknown_binary_and_missing(tmp_path: Path, capsys) -> None:
