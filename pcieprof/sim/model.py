@@ -24,7 +24,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from pcieprof.errors import BadInput
 from pcieprof.sim.fabric import Fabric, raw_link_gbps
@@ -341,14 +341,3 @@ def describe_route(fabric: Fabric, src: int, dst: int) -> list[str]:
         cap = "" if h.gbps == float("inf") else f" {h.gbps:.1f} GB/s"
         out.append(":".join(h.key) + cap)
     return out
-
-
-def summary(fabric: Fabric) -> dict[str, Any]:
-    """A few headline predictions of a fabric (used by `sim describe`)."""
-    n = len(fabric.gpus)
-    pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
-    uni = {p: predict_p2p(fabric, p[0], p[1], "p2p", "uni", 1 << 30) for p in pairs}
-    return {"p2p_uni_gbps_min": min(v[0] for v in uni.values()) if uni else None,
-            "p2p_uni_gbps_max": max(v[0] for v in uni.values()) if uni else None,
-            "p2p_latency_us_min": min(v[1] for v in uni.values()) if uni else None,
-            "p2p_latency_us_max": max(v[1] for v in uni.values()) if uni else None}
