@@ -5,7 +5,8 @@ Names (units in the name, as in the tables):
   p2p.<path>.latency_us.median|max          small-copy latency over all pairs
   allreduce.<variant>.n<N>.time_us@<size>   time at a decode size (12KiB, 96KiB, 384KiB, 768KiB)
   allreduce.<variant>.n<N>.busbw_gbps@max   busbw at the largest measured size
-  serve.<key path>                          every number in serve/summary.json (flattened)
+  serve.<run label>.<metric>[.stat]         serve/summary.json runs (e.g. serve.c=4.tpot_ms.median)
+  serve.decode.bs<B>.step_time_ms           the fixed-batch decode curve
   attribution.<key path>                    every number in attribution.json "summary" (flattened)
 `higher_is_better` tells compare which way is a regression.
 """
@@ -66,7 +67,14 @@ def bundle_metrics(bundle: Bundle, band: DecodeBand | None = None) -> dict[str, 
         out[f"{key}.busbw_gbps@max"] = float(c.busbw_gbps.iloc[-1])
     summary = bundle.read_json("serve/summary.json", None)
     if isinstance(summary, dict):
-        _flatten("serve", summary, out)
+        for run in summary.get("runs") or []:
+            if isinstance(run, dict) and run.get("label"):
+                for k in ("request_throughput", "output_throughput", "ttft_ms", "tpot_ms",
+                          "itl_ms", "e2el_ms", "failed"):
+                    _flatten(f"serve.{run['label']}.{k}", run.get(k), out)
+        for row in summary.get("decode_curve") or []:
+            if isinstance(row, dict) and row.get("batch_size") and row.get("step_time_ms"):
+                out[f"serve.decode.bs{row['batch_size']}.step_time_ms"] = float(row["step_time_ms"])
     attribution = bundle.read_json("attribution.json", None)
     if isinstance(attribution, dict):
         _flatten("attribution", attribution.get("summary", {}), out)

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from pcieprof.report.metrics import bundle_metrics, higher_is_better
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pcieprof", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_report_command_writes_into_the_bundle(bundle_factory) -> None:
+    b = bundle_factory("one")
+    r = run("report", str(b.path), "--no-tune", "-q")
+    assert r.returncode == 0, r.stderr
+    assert (b.path / "report.html").is_file()
+    assert f"report: {b.path / 'report.html'}" in r.stdout
+
+
+def test_report_command_several_bundles_and_bad_input(bundle_factory, serve_bundle: Path,
+                                                       tmp_path: Path) -> None:
+    a = bundle_factory("a")
+    out = tmp_path / "both.html"
+    r = run("report", str(a.path), str(serve_bundle), "-o", str(out), "-q")
+    assert r.returncode == 0, r.stderr
+    html = out.read_text(encoding="utf-8")
+    assert 'id="serve"' in html and 'id="attribution"' in html and "cols-2" in html
+    bad = run("report", str(tmp_path / "nope"))
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "not a pcieprof bundle" in bad.stderr
+
+
+def test_metrics_of_real_bundles(bundle_factory, serve_bundle: Path) -> None:
+    from pcieprof.bundle import Bundle
+
+    m = bundle_metrics(bundle_factory("m"))
+    assert m["p2p.p2p.bandwidth_gbps.median"] > m["p2p.host_staged.bandwidth_gbps.median"]
+    assert "allreduce.default.n8.time_us@96KiB" in m
+    s = bundle_metrics(Bundle.open(serve_bundle))
+    assert s["serve.c=4.output_throughput"] > 0 and "serve.c=1.tpot_ms.median" in s
+    assert "serve.decode.bs2.step_time_ms" in s
+    assert higher_is_better("p2p.p2p.bandwidth_gbps.median")
+    assert not higher_is_better("allreduce.default.n8.time_us@12KiB")
