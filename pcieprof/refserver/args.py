@@ -141,8 +141,8 @@ def parse_injection(text: str | None) -> Injection:
         return Injection("hang", 0)
     if kind in ("nan-after", "hang-after") and len(rest) == 1 and re.fullmatch(r"\d+", rest[0]):
         return Injection("nan-after" if kind == "nan-after" else "hang", int(rest[0]))
-    raise ArgsError(f"--inject {text!r} is not understood; use one of: 'nan-after N', 'hang', "
-                    f"'hang-after N', 'crash-on-start'")
+    raise ArgsError(f"argument --inject: {text!r} is not understood; use one of: "
+                    f"'nan-after N', 'hang', 'hang-after N', 'crash-on-start'")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -204,17 +204,17 @@ def parse_args(argv: Sequence[str]) -> ServerArgs:
         raise ArgsError(f"unrecognized arguments: {' '.join(unknown)} (the pcieprof reference "
                         f"server accepts: {', '.join(_accepted(parser))})")
     if ns.model_path != MODEL_NAME:
-        raise ArgsError(f"--model-path {ns.model_path!r}: the reference server serves only its "
-                        f"built-in model {MODEL_NAME!r}")
+        raise ArgsError(f"argument --model-path: {ns.model_path!r}: the reference server serves "
+                        f"only its built-in model {MODEL_NAME!r}")
     if ns.tp_size not in (1, 2, 4, 8):
-        raise ArgsError(f"--tp-size {ns.tp_size}: the tiny-cpu model's 8 heads split over 1, 2, "
-                        f"4 or 8 local ranks")
+        raise ArgsError(f"argument --tp-size: {ns.tp_size}: the tiny-cpu model's 8 heads split "
+                        f"over 1, 2, 4 or 8 local ranks")
     if not 0 <= ns.port <= 65535:
-        raise ArgsError(f"--port {ns.port} is not a TCP port")
+        raise ArgsError(f"argument --port: {ns.port} is not a TCP port")
     if ns.max_running_requests < 1:
-        raise ArgsError("--max-running-requests must be at least 1")
+        raise ArgsError("argument --max-running-requests: must be at least 1")
     if not 16 <= ns.context_length <= 8192:
-        raise ArgsError("--context-length must be between 16 and 8192")
+        raise ArgsError("argument --context-length: must be between 16 and 8192")
     ignored = {k[len("ignored_"):].replace("_", "-"): v for k, v in vars(ns).items()
                if k.startswith("ignored_") and v is not None}
     return ServerArgs(

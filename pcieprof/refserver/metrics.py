@@ -130,7 +130,8 @@ class ServerMetrics:
         out: list[str] = []
 
         def metric(name: str, kind: str, doc: str, value: float) -> None:
-            out.extend([f"# HELP {name} {doc}", f"# TYPE {name} {kind}", f"{name}{{{lab}}} {value}"])
+            out.extend([f"# HELP {name} {doc}", f"# TYPE {name} {kind}",
+                        f"{name}{{{lab}}} {value}"])
 
         with self._lock:
             metric("sglang:num_running_reqs", "gauge", "The number of running requests.",

@@ -3,8 +3,9 @@
 Startup, in order: parse flags (one line and exit 2 on a bad one); bind the HTTP socket (exit 1
 with uvicorn's "error while attempting to bind" text if the port is taken); start ranks 1..N-1
 (before importing torch here, so the imports overlap); create the gloo rendezvous store on
-127.0.0.1 at a free port; join the group; load the shard; start the scheduler thread and the HTTP site; send SGLang's warm-up request; print
-"The server is fired up and ready to roll!" (SGLang's exact readiness line, http_server.py).
+127.0.0.1 at a free port; join the group; load the shard; start the scheduler thread and the
+HTTP site; send SGLang's warm-up request; print "The server is fired up and ready to roll!"
+(SGLang's exact readiness line, http_server.py).
 
 Death, in every form, takes the whole server down: a rank that exits makes rank 0 print SGLang's
 "Received sigquit from a child process. It usually means the child failed." and exit 1; a

@@ -145,8 +145,10 @@ def _trace_summary(path: Path) -> dict[str, Any]:
     ev = [e for e in data["traceEvents"] if e.get("ph") == "X"]
     steps = [e for e in ev if e["name"].startswith("step[")]
     reduces = [e for e in ev if e["name"] == "gloo:all_reduce"]
-    inside = [a for a in reduces if any(s["ts"] <= a["ts"] and a["ts"] + a["dur"] <= s["ts"] + s["dur"]
-                                        for s in steps if s["name"].startswith("step[DECODE"))]
+    decode = [s for s in steps if s["name"].startswith("step[DECODE")]
+    inside = [a for a in reduces
+              if any(s["ts"] <= a["ts"] and a["ts"] + a["dur"] <= s["ts"] + s["dur"]
+                     for s in decode)]
     return {"steps": [s["name"] for s in steps], "reduces": len(reduces), "inside": len(inside),
             "profiler_steps": sum(e["name"].startswith("ProfilerStep#") for e in ev),
             "rank": data.get("distributedInfo", {}).get("rank")}
