@@ -226,37 +226,32 @@ def test_unknown_and_unsupported_flags_are_refused(flag: str) -> None:
     assert flag in str(err.value)
 
 
-def test_tp1_computes_what_tp2_computes(server, start_server) -> None:
-    """The sharded model (column/row-parallel + all-reduce) equals the unsharded one."""
+def test_tp1_equals_tp2_and_queues_past_max_running(server, start_server) -> None:
+    """The sharded model (column/row-parallel + all-reduce) computes what the unsharded one
+    does; requests beyond --max-running-requests wait; a client that leaves mid-stream does not
+    disturb the others."""
     body = {"text": "the quick brown fox", "sampling_params": {"max_new_tokens": 8,
                                                               "temperature": 0,
                                                               "ignore_eos": True}}
-
-    async def ask(url: str) -> str:
-        async with aiohttp.ClientSession() as s:
-            async with s.post(url + "/generate", json=body) as r:
-                return (await r.json())["text"]
-
-    one = start_server(tp=1)
+    one = start_server(["--max-running-requests", "2"], tp=1)
     one.wait_ready()
-    assert run(ask(one.url)) == run(ask(server.url))
 
-
-def test_queueing_beyond_max_running_and_client_disconnect(start_server) -> None:
-    s = start_server(["--max-running-requests", "2"], tp=1)
-    s.wait_ready()
-
-    async def go() -> tuple[list[list[bytes]], dict[str, Any]]:
+    async def go() -> tuple[str, str, list[list[bytes]], dict[str, Any]]:
         async with aiohttp.ClientSession() as sess:
-            # a client that goes away mid-stream must not disturb the others
-            async with sess.post(s.url + "/generate", json=_gen("gone", 200)) as r:
+            texts = []
+            for url in (one.url, server.url):
+                async with sess.post(url + "/generate", json=body) as r:
+                    texts.append((await r.json())["text"])
+            async with sess.post(one.url + "/generate", json=_gen("gone", 200)) as r:
                 await r.content.readline()
-            outs = await asyncio.gather(*[_stream(sess, s.url + "/generate", _gen(f"q{i}", 6))
+            outs = await asyncio.gather(*[_stream(sess, one.url + "/generate", _gen(f"q{i}", 6))
                                           for i in range(5)])
-            async with sess.get(s.url + "/get_server_info") as r:
-                return outs, (await r.json())["internal_states"][0]
+            async with sess.get(one.url + "/get_server_info") as r:
+                state = (await r.json())["internal_states"][0]
+            return texts[0], texts[1], outs, state
 
-    outs, state = run(go())
+    tp1, tp2, outs, state = run(go())
+    assert tp1 == tp2 and len(tp1) >= 8
     assert all(len(o) == 7 for o in outs)
     assert state["max_decode_batch_size"] == 2
     assert state["#running-req"] == 0
