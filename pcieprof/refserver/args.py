@@ -180,12 +180,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Fault injection for tests: 'nan-after N', 'hang', 'hang-after N', "
                         "'crash-on-start'.")
     for flag in IGNORED_GPU_FLAGS:
-        p.add_argument(flag, dest="ignored" + flag.replace("-", "_"), default=None,
-                       help=argparse.SUPPRESS)
+        p.add_argument(flag, dest=_ignored_dest(flag), default=None, help=argparse.SUPPRESS)
     for flag in IGNORED_GPU_SWITCHES:
-        p.add_argument(flag, dest="ignored" + flag.replace("-", "_"), action="store_true",
-                       default=None, help=argparse.SUPPRESS)
+        p.add_argument(flag, dest=_ignored_dest(flag), action="store_true", default=None,
+                       help=argparse.SUPPRESS)
     return p
+
+
+def _ignored_dest(flag: str) -> str:
+    return "ignored_" + flag.lstrip("-").replace("-", "_")
 
 
 def parse_args(argv: Sequence[str]) -> ServerArgs:
