@@ -34,7 +34,7 @@ import numpy as np
 from pcieprof import progress
 from pcieprof.analysis import intervals
 from pcieprof.analysis.classify import CLASS_BIT, COMM, COMPUTE, MEMORY, Classifier
-from pcieprof.analysis.trace_stream import IJSON_BACKEND, RankTrace, read_trace
+from pcieprof.analysis.trace_stream import IJSON_BACKEND, READER, RankTrace, read_trace
 from pcieprof.errors import BadInput
 
 ATTRIBUTION_VERSION = 1
@@ -367,7 +367,8 @@ def _document(results: list[dict[str, Any]], classes: Path | None, drop_last_ste
         "attribution_version": ATTRIBUTION_VERSION,
         "time_unit": "us",
         "timeline": "cpu" if mode == {"cpu"} else "gpu",
-        "parser": {"ijson_backend": IJSON_BACKEND, "workers": workers, "wall_s": wall_s},
+        "parser": {"reader": READER, "ijson_backend": IJSON_BACKEND, "workers": workers,
+                   "wall_s": wall_s},
         "window": "hta" if drop_last_step else "all",
         "definitions": DEFINITIONS,
         "classes": clf.table(),

@@ -1,14 +1,17 @@
-"""`pcieprof attribute TRACE...`: how much of each decode step is communication, from traces."""
+"""`pcieprof attribute [TRACE...] [--model CARD --topology BUNDLE]`: how much of each decode step
+is communication, from traces and from the analytic model, side by side."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from pcieprof import progress
 from pcieprof.bundle import Bundle, default_out_dir
 from pcieprof.commands.options import out_dir, verbosity
+from pcieprof.errors import BadInput
 
 
 def _expand(traces: tuple[Path, ...]) -> list[Path]:
@@ -16,19 +19,31 @@ def _expand(traces: tuple[Path, ...]) -> list[Path]:
     out: list[Path] = []
     for t in traces:
         if t.is_dir():
-            found = sorted(p for p in t.rglob("*") if p.is_file() and
-                           (p.name.endswith((".json", ".json.gz")) and "trace" in p.name.lower()
-                            or p.name.endswith((".pt.trace.json", ".pt.trace.json.gz"))))
+            found = sorted(p for p in t.rglob("*") if p.is_file() and not p.name.startswith(".")
+                           and p.name.endswith((".json", ".json.gz")) and "trace" in p.name.lower())
             if not found:
-                found = sorted(p for p in t.iterdir() if p.name.endswith((".json", ".json.gz")))
+                found = sorted(p for p in t.iterdir() if p.is_file() and not p.name.startswith(".")
+                               and p.name.endswith((".json", ".json.gz")))
+            if not found:
+                raise BadInput(f"{t}: no *.json / *.json.gz trace files in this directory")
             out += found
         else:
             out.append(t)
     return out
 
 
+def _batches(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BadInput(f"--batches {text!r}: give comma-separated integers, e.g. 1,2,4,8") from None
+    if not out or min(out) < 1:
+        raise BadInput(f"--batches {text!r}: batch sizes must be >= 1")
+    return out
+
+
 @click.command("attribute")
-@click.argument("traces", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("traces", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--classes", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="TOML table of extra kernel-name rules, tried before the built-in ones "
                    "(same shape as pcieprof/analysis/kernel_classes.toml).")
@@ -36,42 +51,100 @@ def _expand(traces: tuple[Path, ...]) -> list[Path]:
               help="Count only events launched before the last ProfilerStep (what HTA does).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Processes (default: one per trace file, at most the CPU count).")
+@click.option("--model", "model", default=None,
+              help="Model card (e.g. glm5-nvfp4) for the analytic comm model.")
+@click.option("--topology", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Topology bundle whose allreduce.csv prices the model's collectives.")
+@click.option("--serve", "serve_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="serve-bench bundle with serve/decode_curve.csv (measured decode steps).")
+@click.option("--tp", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--dp-attention", is_flag=True, help="SGLang --enable-dp-attention (dp = tp).")
+@click.option("--deepep", is_flag=True, help="EP with DeepEP all-to-all dispatch/combine.")
+@click.option("--mtp", is_flag=True, help="MTP speculative decoding (3 steps, 4 draft tokens).")
+@click.option("--variant", default="default", show_default=True,
+              help="allreduce.csv variant to price with.")
+@click.option("--batches", default="1,2,4,8,16,32,64", show_default=True)
 @out_dir
 @verbosity
 def command(traces: tuple[Path, ...], classes: Path | None, drop_last_step: bool,
-            workers: int | None, out: Path | None, force: bool) -> None:
-    """Attribute GPU time in per-rank Kineto traces to communication, memory and compute.
+            workers: int | None, model: str | None, topology: Path | None, serve_dir: Path | None,
+            tp: int, ep: int, pp: int, dp_attention: bool, deepep: bool, mtp: bool, variant: str,
+            batches: str, out: Path | None, force: bool) -> None:
+    """Attribute decode time to communication, memory and compute.
 
-    TRACE is a PyTorch-profiler trace (plain or .gz; one per rank, e.g. SGLang's
+    From traces: TRACE is a PyTorch-profiler trace (plain or .gz; one per rank, e.g. SGLang's
     ...-TP-<r>...trace.json.gz), or a directory holding them. Per rank and per decode step:
     union time of each class (all streams merged), communication overlapped by compute,
     exposed communication (no compute running), idle. Across ranks: the minimum duration of each
     collective over ranks is transfer, the rest is waiting for slower ranks (skew).
     Writes attribution.json and attribution/*.csv.
-    """
-    from pcieprof.analysis.attribution import attribute_traces
 
+    From the model (--model and --topology): the collectives one decode step of the layout
+    needs, priced with the bundle's all-reduce curve, per batch size, next to the measured step
+    (--serve) and the traces' comm time. Writes comm_model.json and attribution/comm_model.csv.
+    """
+    if not traces and not model:
+        raise BadInput("nothing to attribute", hint="give trace files, or --model and --topology")
+    if bool(model) != bool(topology):
+        raise BadInput("--model and --topology go together")
     paths = _expand(traces)
     bundle = Bundle.create(out or default_out_dir("attribute"), command="attribute",
                            source="measured", backend="imported", force=force)
+    doc: dict[str, Any] | None = None
     try:
-        doc = attribute_traces(paths, bundle, classes, drop_last_step=drop_last_step,
-                               workers=workers)
+        if paths:
+            from pcieprof.analysis.attribution import attribute_traces
+
+            doc = attribute_traces(paths, bundle, classes, drop_last_step=drop_last_step,
+                                   workers=workers)
+            bundle.manifest["backend"] = bundle.part("attribution").get("backend", "imported")
+        rows = None
+        if model and topology:
+            rows = _model_table(bundle, model, topology, serve_dir, doc, tp, ep, pp, dp_attention,
+                                deepep, mtp, variant, _batches(batches))
     except BaseException as exc:
         bundle.interrupted(f"{type(exc).__name__}: {exc}")
         raise
-    bundle.manifest["backend"] = bundle.part("attribution").get("backend", "imported")
     bundle.finish()
-    _summary(doc, bundle)
+    if doc:
+        _summary(doc)
+    if rows:
+        _model_summary(rows)
+    progress.info(f"bundle: {bundle.path}  (report: pcieprof report {bundle.path})")
+    click.echo(f"wrote {bundle.path}")
+
+
+def _model_table(bundle: Bundle, model: str, topology: Path, serve_dir: Path | None,
+                 doc: dict[str, Any] | None, tp: int, ep: int, pp: int, dp_attention: bool,
+                 deepep: bool, mtp: bool, variant: str, batches: list[int]) -> list[dict[str, Any]]:
+    from pcieprof.analysis.comm_model import Layout, comparison_table, predict_step_comm
+    from pcieprof.analysis.attribution import _table
+    from pcieprof.serve.cards import load_card
+
+    card = load_card(model)
+    layout = Layout(tp=tp, ep=ep, pp=pp, dp_attention=dp_attention,
+                    moe_a2a="deepep" if deepep else "none", speculative=mtp, variant=variant)
+    topo = Bundle.open(topology)
+    serve = Bundle.open(serve_dir) if serve_dir else None
+    bundle.set_part("comm_model", "running")
+    rows = comparison_table(card, layout, batches, topo, serve, doc)
+    detail = predict_step_comm(card, layout, batches[0], topo)
+    bundle.write_json("comm_model.json", {"table": rows, "detail_batch": batches[0],
+                                          "detail": detail})
+    bundle.write_text("attribution/comm_model.csv", _table(rows))
+    bundle.set_part("comm_model", "ok", source=detail["source"], backend=detail["backend"])
+    return rows
 
 
 def _fmt(v: float | None, scale: float = 1e-3) -> str:
     return "-" if v is None else f"{v * scale:10.3f}"
 
 
-def _summary(doc: dict, bundle: Bundle) -> None:
+def _summary(doc: dict[str, Any]) -> None:
     click.echo(f"timeline: {doc['timeline']}   window: {doc['window']}   "
-               f"parser: ijson/{doc['parser']['ijson_backend']}, {doc['parser']['wall_s']:.2f} s")
+               f"reader: {doc['parser']['reader']}, {doc['parser']['wall_s']:.2f} s")
     click.echo(f"{'rank':>4} {'span ms':>10} {'comm ms':>10} {'compute ms':>10} {'memory ms':>10} "
                f"{'exposed ms':>10} {'overlap %':>9} {'idle ms':>10} {'wait ms':>10} steps")
     for r in doc["ranks"]:
@@ -88,5 +161,19 @@ def _summary(doc: dict, bundle: Bundle) -> None:
             click.echo(f"     per step (n={d['n']}): span {d['mean_span_us'] / 1e3:.3f} ms, comm "
                        f"{d['mean_comm_us'] / 1e3:.3f} ms ({share:.1f} %), exposed "
                        f"{d['mean_exposed_comm_us'] / 1e3:.3f} ms")
-    progress.info(f"bundle: {bundle.path}  (report: pcieprof report {bundle.path})")
-    click.echo(f"wrote {bundle.path / 'attribution.json'}")
+
+
+def _model_summary(rows: list[dict[str, Any]]) -> None:
+    r0 = rows[0]
+    click.echo(f"\nanalytic model: {r0['model']} {r0['layout']}, priced with "
+               f"{r0['priced_source']}/{r0['priced_backend']} all-reduce curve ({r0['variant']})")
+    click.echo(f"{'batch':>5} {'collectives':>11} {'step ms':>9} {'pred comm ms':>12} {'comm %':>7} "
+               f"{'trace comm ms':>13} {'exposed ms':>10} {'disagree %':>10}")
+    f = lambda v, w, p=3: f"{v:{w}.{p}f}" if v is not None else f"{'-':>{w}}"  # noqa: E731
+    for r in rows:
+        click.echo(f"{r['batch']:>5} {r['n_collectives']:>11} {f(r['measured_step_ms'], 9)} "
+                   f"{f(r['predicted_comm_ms'], 12)} {f(r['predicted_comm_share_pct'], 7, 1)} "
+                   f"{f(r['trace_comm_ms'], 13)} {f(r['exposed_comm_ms'], 10)} "
+                   f"{f(r['disagreement_pct'], 10, 1)}")
+    if r0["notes"]:
+        click.echo(f"notes: {r0['notes']}")
