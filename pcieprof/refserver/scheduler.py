@@ -30,7 +30,7 @@ from pcieprof.refserver.logs import rank_log
 from pcieprof.refserver.metrics import ServerMetrics
 from pcieprof.refserver.names import default_output_dir, trace_file_name
 from pcieprof.refserver.profiling import profile_start_from_request
-from pcieprof.refserver.tokenizer import EOS_ID
+from pcieprof.refserver.tokenizer import BOS_ID, EOS_ID
 
 # Longest prefill step, in new tokens; more waiting requests wait for the next step.
 MAX_PREFILL_TOKENS = 8192
@@ -300,6 +300,12 @@ class Scheduler:
             self.loop.call_soon_threadsafe(_deliver, events)
 
     def _sample(self, logits: torch.Tensor, req: Request, poisoned: bool) -> int:
+        # BOS is never an output, and under ignore_eos neither is EOS: every token then has
+        # text, so clients that count non-empty stream chunks count every token.
+        logits = logits.clone()
+        logits[BOS_ID] = float("-inf")
+        if req.ignore_eos:
+            logits[EOS_ID] = float("-inf")
         if req.temperature <= 1e-6 and not poisoned:
             return int(torch.argmax(logits))
         # Under an injected NaN this is the path that fails, as SGLang's sampling does:
