@@ -10,6 +10,10 @@ heartbeat events, and:
 - records a launch that exits non-zero mid-case (a dead rank) as `status=error` with its exit;
 - on Ctrl-C / SIGTERM (the caller raises), kills the launch in `finally`.
 
+Several nodes: every node runs `pcieprof topology` with the same --nnodes/--rdzv-endpoint; the
+copy probes stay on each node, each all-reduce case is one torchrun job across the nodes (the
+case's ranks on every node), and the node holding global rank 0 writes its rows.
+
 Every all-reduce case is its own launch (fresh process group: NCCL reads its env at init), with
 NCCL_DEBUG=INFO captured into `nccl/<variant>.log` and what NCCL chose into nccl_choices.json.
 """
@@ -37,8 +41,11 @@ from probes.variants import GLOO_IGNORES_NCCL, NCCL_DEBUG_ENV
 #: Seconds a launch may take before its first event (python + torch import on a busy machine).
 STARTUP_GRACE_S = 120.0
 POLL_S = 0.2
+#: Seconds a launch whose ranks all reported `finished` may take to exit before it is killed.
+TEARDOWN_GRACE_S = 60.0
 #: Test-only hook variables (see probes/rows.py); passed through to workers only when set.
-TEST_HOOK_VARS = ("PCIEPROF_TEST_HOOKS", "PCIEPROF_TEST_HANG", "PCIEPROF_TEST_DIE")
+TEST_HOOK_VARS = ("PCIEPROF_TEST_HOOKS", "PCIEPROF_TEST_HANG", "PCIEPROF_TEST_DIE",
+                  "PCIEPROF_TEST_CORRUPT")
 
 
 @dataclass
@@ -169,11 +176,11 @@ class ProbeRunner:
     # -- one launch ------------------------------------------------------------------------------
 
     def _run(self, module: str, args: list[str], nproc: int, env: dict[str, str],
-             log: Path) -> LaunchResult:
+             log: Path, launch: Launch | None = None) -> LaunchResult:
         self._nlaunch += 1
         rows_dir = self.work / f"launch{self._nlaunch}"
         rows_dir.mkdir()
-        cmd = [sys.executable, "-m", "torch.distributed.run", *self.launch.args(),
+        cmd = [sys.executable, "-m", "torch.distributed.run", *(launch or self.launch).args(),
                "--nproc-per-node", str(nproc), "--max-restarts", "0",
                "--monitor-interval", "0.5",
                "-m", module, "--plan", str(self.plan_file), "--rows", str(rows_dir), *args]
@@ -189,6 +196,7 @@ class ProbeRunner:
         events: list[dict[str, Any]] = []
         open_cases: dict[int, dict[str, Any]] = {}
         last: dict[str, Any] | None = None
+        finished: set[int] = set()
         nrows = 0
         with log.open("wb") as logf:
             self._proc = proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
@@ -213,6 +221,8 @@ class ProbeRunner:
                             last = item
                         elif item.get("event") == "done":
                             open_cases.pop(item["rank"], None)
+                        elif item.get("event") == "finished":
+                            finished.add(item["rank"])
                     for table, rows in batch.items():
                         nrows += self.bundle.append_rows(table, rows)
                         self.on_progress(table, len(rows))
@@ -222,6 +232,13 @@ class ProbeRunner:
                             why = f"torchrun exited with status {rc}: {_last_error(log)}"
                         break
                     limit = self.plan.timeout_s + (0 if started else STARTUP_GRACE_S)
+                    if len(finished) >= nproc:
+                        # every local rank measured everything: a slow teardown is not a hang
+                        limit = max(limit, TEARDOWN_GRACE_S)
+                    if time.monotonic() - last_activity > limit and len(finished) >= nproc:
+                        progress.debug("launch finished but did not exit; killed")
+                        kill_group(proc)
+                        break
                     if time.monotonic() - last_activity > limit:
                         status = "hang"
                         why = f"no progress for {self.plan.timeout_s:g} s; launch killed"
@@ -267,8 +284,9 @@ class ProbeRunner:
             tag = f"{self.work.name}-copies{n}"
             args = ["--shm-tag", tag] + (["--resume", resume] if resume else [])
             try:
+                # copies are between this node's devices: always a one-node launch
                 r = self._run("probes.p2p_worker", args, nproc, env,
-                              self.bundle.file(f"logs/copies-{n}.log"))
+                              self.bundle.file(f"logs/copies-{n}.log"), Launch())
             finally:  # a killed launch cannot remove its shared-memory windows itself
                 for f in Path("/dev/shm").glob(f"{tag}-*"):
                     f.unlink(missing_ok=True)
@@ -293,11 +311,8 @@ class ProbeRunner:
                                                         status=r.status, detail=r.why)])
             else:
                 cc = self.plan.concurrent[idx]
-                rows = concurrent_rows(cc, self.plan.backend, [(0.0, 1.0)] * len(cc.flows),
-                                       [False] * len(cc.flows))
-                for row in rows:
-                    row.update(status=r.status, detail=r.why, bandwidth_gbps=float("nan"))
-                self.bundle.append_rows("concurrent", rows)
+                self.bundle.append_rows("concurrent", concurrent_rows(
+                    cc, self.plan.backend, None, None, r.why, status=r.status))
             progress.warn(f"{part} case {idx} ({r.status}): {r.why}; going on with the next case")
             nxt = self._next_case(part, idx)
             if nxt is None:

@@ -13,8 +13,8 @@ import pandas as pd
 from pcieprof.bundle import Bundle
 
 #: Decode-sized all-reduce messages: batch x hidden x 2 bytes is about 12 KiB at batch 1 for
-#: GLM-5-class hidden sizes and grows with the batch; the powers of two covering 12..256 KiB.
-DECODE_SIZES = [16 * 1024, 32 * 1024, 64 * 1024, 128 * 1024, 256 * 1024]
+#: GLM-5-class hidden sizes and grows with the batch; the powers of two around 12..256 KiB.
+DECODE_SIZES = [8 * 1024, 16 * 1024, 32 * 1024, 64 * 1024, 128 * 1024, 256 * 1024]
 
 _NOTES = {
     "cpu": "backend=cpu: processes on this machine and host memory copies; these numbers measure "

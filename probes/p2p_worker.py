@@ -38,7 +38,7 @@ import torch.distributed as dist
 
 from probes.pattern import matches, pattern
 from probes.plan import ConcurrentCase, P2PCase, Plan
-from probes.rows import RowWriter, die_with_parent, dist_env, test_hook
+from probes.rows import RowWriter, die_with_parent, dist_env, test_corrupt, test_hook
 
 CPU_DETAIL = "cpu backend: host memcpy between processes; measures this machine, not a GPU fabric"
 
@@ -68,11 +68,18 @@ def p2p_row(case: P2PCase, backend: str, times_s: list[float] | None, *, status:
     return row
 
 
-def concurrent_rows(case: ConcurrentCase, backend: str, spans_s: list[tuple[float, float]],
-                    ok: list[bool], detail: str = "") -> list[dict[str, Any]]:
-    """Per-flow rows and the aggregate (flow=-1) from each flow's (start, end) in seconds."""
+def concurrent_rows(case: ConcurrentCase, backend: str, spans_s: list[tuple[float, float]] | None,
+                    ok: list[bool] | None, detail: str = "", *, status: str = "ok"
+                    ) -> list[dict[str, Any]]:
+    """Per-flow rows and the aggregate (flow=-1) from each flow's (start, end) in seconds.
+
+    With `status` other than ok (hang, not_supported) every row gets it and no bandwidth."""
     base = {"backend": backend, "pattern": case.pattern, "op": case.op,
             "size_bytes": case.size_bytes, "iters": case.iters}
+    if status != "ok" or spans_s is None or ok is None:
+        return [{**base, "flow": i, "src": a, "dst": b, "status": status, "detail": detail}
+                for i, (a, b) in enumerate(case.flows)] + \
+               [{**base, "flow": -1, "src": -1, "dst": -1, "status": status, "detail": detail}]
     rows = []
     moved = case.size_bytes * case.iters
     for i, ((src, dst), (t0, t1), good) in enumerate(zip(case.flows, spans_s, ok)):
@@ -168,6 +175,9 @@ class CpuCopier:
                         op()
                 times[t] = (time.perf_counter_ns() - t0) / 1e9
         dist.barrier()
+        if test_corrupt(me, idx, "copies"):
+            for t in (self.win[me], self.local_dst, self.stage[me]):
+                t[0] ^= 1
         ok = torch.ones(1, dtype=torch.int32)
         for a, b in owners:
             if case.path == "h2d" and b == me:
@@ -350,13 +360,13 @@ class CudaCopier:
         return times, ok, ""
 
     def run_concurrent(self, idx: int, case: ConcurrentCase
-                       ) -> tuple[list[tuple[float, float]], list[bool], str]:
+                       ) -> tuple[list[tuple[float, float]] | None, list[bool] | None, str]:
         s, seed = case.size_bytes, 1000 + idx
+        missing = [f"{a}->{b}" for a, b in case.flows if not self.peer_ok[(a, b)]]
+        if missing:  # without peer access the driver would stage through the host: not P2P
+            return None, None, f"no peer access {','.join(missing)} (can_device_access_peer)"
         bufs, leg = [], []
         for i, (a, b) in enumerate(case.flows):
-            if case.op == "read" and not self.peer_ok[(a, b)]:
-                return [(0.0, 1.0)] * len(case.flows), [False] * len(case.flows), \
-                    f"no peer access {a}->{b}"
             src = pattern(s, seed + i, a).clone()
             dst = torch.empty(s, dtype=torch.uint8, device=b)
             # each flow its own stream: on the source for a write, on the destination for a read
@@ -440,9 +450,11 @@ def main(argv: list[str] | None = None) -> int:
                 why = res[2] if len(res) > 2 else ""
                 if rank == 0:
                     d = "; ".join(x for x in (detail, case.detail, why) if x)
-                    for row in concurrent_rows(case, backend, spans, ok, d):
+                    st = "not_supported" if spans is None else "ok"
+                    for row in concurrent_rows(case, backend, spans, ok, d, status=st):
                         out.row("concurrent", row)
             out.event("done", part=part, case=idx)
+        out.event("finished")  # teardown from here on is not a hang
     finally:
         if backend == "cpu":
             copier.close()

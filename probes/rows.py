@@ -9,7 +9,9 @@ Test-only hook: with `PCIEPROF_TEST_HOOKS=i-know-this-is-for-tests` set, `PCIEPR
 "<rank>:<where>[:<label>]"` makes that rank sleep forever when it reaches `where` (the message
 size in bytes for the all-reduce worker, the P2P case index for the copy worker, 10000 + index for
 a concurrent case), only in the launch called `label` (an all-reduce variant name, or `copies`)
-when given; `PCIEPROF_TEST_DIE` (same syntax) makes it exit with status 17 there. Both need the guard variable too, so a stray setting cannot trigger them. They exist only
+when given; `PCIEPROF_TEST_DIE` (same syntax) makes it exit with status 17 there, and
+`PCIEPROF_TEST_CORRUPT` (same syntax, copy worker, cpu backend) flips one received byte before
+the check, to prove that wrong bytes become status=error. Both need the guard variable too, so a stray setting cannot trigger them. They exist only
 to test the watchdog (tests/probes/).
 """
 
@@ -79,6 +81,14 @@ def test_hook(rank: int, where: int, label: str) -> None:
                     time.sleep(3600)
             print(f"pcieprof test hook: rank {rank} dies at {where}", file=sys.stderr, flush=True)
             os._exit(17)
+
+
+def test_corrupt(rank: int, where: int, label: str) -> bool:
+    """Test-only: True when the guarded env asks this rank to corrupt what it received here."""
+    if os.environ.get("PCIEPROF_TEST_HOOKS") != _GUARD:
+        return False
+    r, w, lab = (os.environ.get("PCIEPROF_TEST_CORRUPT", "").split(":") + ["", ""])[:3]
+    return r.strip() == str(rank) and w.strip() == str(where) and lab.strip() in ("", label)
 
 
 def die_with_parent() -> None:

@@ -45,6 +45,7 @@ def test_hang_and_dead_rank_are_recorded_and_the_sweep_goes_on(tmp_path: Path,
         took = time.monotonic() - t0
         hooks.setenv("PCIEPROF_TEST_HANG", "1:3:copies")
         hooks.delenv("PCIEPROF_TEST_DIE")
+        hooks.setenv("PCIEPROF_TEST_CORRUPT", "1:5:copies")  # rank 1 receives in case 5
         copies = runner.run_copies()
     finally:
         runner.cleanup()
@@ -69,6 +70,11 @@ def test_hang_and_dead_rank_are_recorded_and_the_sweep_goes_on(tmp_path: Path,
     assert copies["p2p"]["hangs"] == 1 and copies["p2p"]["status"] == "partial"
     assert (p2p["status"] == "hang").sum() == 1
     assert len(p2p) == len(plan.p2p)  # the case after the hang and all the rest ran
-    assert (p2p[p2p["status"] != "hang"]["status"] == "ok").all()
+    c5 = plan.p2p[5]
+    assert c5.dst == 1 and c5.path in ("p2p", "host_staged")
+    bad = p2p[p2p["status"] == "error"]
+    assert len(bad) == 1 and bad.iloc[0]["bandwidth_gbps"] != bad.iloc[0]["bandwidth_gbps"]  # NaN
+    assert "do not match" in bad.iloc[0]["detail"]
+    assert (p2p[~p2p["status"].isin(["hang", "error"])]["status"] == "ok").all()
     assert copies["concurrent"]["status"] == "ok"
     assert not list(Path("/dev/shm").glob(f"{runner.work.name}-*"))
