@@ -13,7 +13,7 @@ from pcieprof.bundle import Bundle
 from pcieprof.commands.options import verbosity
 from pcieprof.errors import BadInput, ExitCode
 
-_EXPR = re.compile(r"^\s*(?P<metric>[A-Za-z0-9_.@*?\-\[\]]+)\s*(?P<op>[<>])\s*"
+_EXPR = re.compile(r"^\s*(?P<metric>[A-Za-z0-9_.@*?\-\[\]=,]+)\s*(?P<op>[<>])\s*"
                    r"(?P<num>[+-]?\d+(?:\.\d+)?)\s*(?P<pct>%?)\s*$")
 
 

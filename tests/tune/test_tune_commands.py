@@ -4,7 +4,7 @@ import json
 import shutil
 from pathlib import Path
 
-from conftest import add_allreduce, run_cli, two_switch, write_matrix_bundle
+from tune_fixtures import add_allreduce, run_cli, two_switch, write_matrix_bundle
 
 
 def test_recommend_on_simulated_vm(sim_vm_bundle: Path, tmp_path: Path) -> None:
@@ -56,8 +56,20 @@ def test_compare_flags_a_regression(tmp_path: Path) -> None:
 
 
 def test_compare_bad_expressions_are_one_line(tmp_path: Path) -> None:
+    import pytest
+
+    from pcieprof.commands.compare import parse_condition
+    from pcieprof.errors import BadInput
+
+    for expr in ("allreduce time went up", "x>>1%", "p2p.x>+1%%", ">+3%"):
+        with pytest.raises(BadInput):
+            parse_condition(expr)
+    c = parse_condition(" serve.c=4.tpot_ms.median > +10% ")
+    assert c.failed(10.0, 11.5) and not c.failed(10.0, 10.5)
+    d = parse_condition("p2p.p2p.bandwidth_gbps.min<-5")  # absolute: B more than 5 GB/s lower
+    assert d.failed(50.0, 44.0) and not d.failed(50.0, 46.0)
     a, b = _pair(tmp_path, 1.0)
-    for expr in ("allreduce time went up", "x>>1%", "p2p.nonexistent>+1%"):
+    for expr in ("allreduce time went up", "p2p.nonexistent>+1%"):
         r = run_cli("compare", str(a), str(b), "--fail-if", expr)
         assert r.returncode == 2, (expr, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -4,7 +4,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from conftest import two_switch, write_matrix_bundle
+from tune_fixtures import two_switch, write_matrix_bundle
 
 from pcieprof.tune.infer import infer
 from pcieprof.tune.matrices import gpu_indices, pair_matrix

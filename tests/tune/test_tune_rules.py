@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import add_allreduce, two_switch, write_matrix_bundle
+from tune_fixtures import add_allreduce, two_switch, write_matrix_bundle
 
 from pcieprof.tune.recommend import recommend
 

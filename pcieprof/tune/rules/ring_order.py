@@ -108,7 +108,9 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
     return [Recommendation(
         rule="ring_order", kind="launch",
         env={"NCCL_GRAPH_FILE": str(path)},
-        action=(f"export NCCL_GRAPH_FILE={path}\n"
+        action=(f"export NCCL_GRAPH_FILE={path}"
+                + ("" if ctx.bundle.has(GRAPH_FILE) else "   # written by: pcieprof recommend BUNDLE")
+                + "\n"
                 f"# or, without the file, order the devices along the ring:\n"
                 f"export CUDA_VISIBLE_DEVICES={ring.cuda_visible_devices()}"),
         title="Run NCCL's ring along the real switches (graph file with the searched ring)",
