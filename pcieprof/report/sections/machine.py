@@ -71,6 +71,34 @@ def tree_lines(topo: dict[str, Any]) -> list[tuple[int, str, str, str]]:
     return lines
 
 
+def inferred_tree_lines(inferred: dict[str, Any]) -> list[tuple[int, str, str, str]]:
+    """The tuner's inferred hierarchy as tree lines, coarsest level first."""
+    levels = inferred["levels"]
+    lines: list[tuple[int, str, str, str]] = []
+
+    def walk(k: int, group: list[int], depth: int) -> None:
+        if k < 0:
+            for g in group:
+                lines.append((depth, f"GPU{g}", "", "gpu"))
+            return
+        subs = [sub for sub in levels[k]["groups"] if set(sub) <= set(group)]
+        if len(subs) == 1 and k > 0:
+            walk(k - 1, group, depth)
+            return
+        for sub in subs:
+            if len(sub) > 1:
+                lines.append((depth, levels[k]["name"], f"GPUs {','.join(map(str, sub))}, typical "
+                              f"pair {levels[k]['value']:.3g}", "switch_upstream"))
+                walk(k - 1, sub, depth + 1)
+            else:
+                walk(-1, sub, depth)
+
+    top = levels[-1]
+    lines.append((0, top["name"], f"typical pair {top['value']:.3g}", "numa"))
+    walk(len(levels) - 2, sorted(g for grp in top["groups"] for g in grp), 1)
+    return lines
+
+
 def level_table(topo: dict[str, Any]) -> Table | None:
     """Pairwise levels as `nvidia-smi topo -m` prints them, with P2P read/write status."""
     pairs = topo.get("pairs") or []
@@ -139,6 +167,11 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         sec.blocks.append(Tree("PCIe tree (root ports, switches, GPUs; by NUMA node)", lines, prov))
     else:
         sec.blocks.append(Note("PCIe tree: not discovered", "missing"))
+    inferred = (ctx.recommendations_for(view) or {}).get("inferred")
+    if inferred and inferred.get("hidden_structure") and len(inferred.get("levels", [])) > 1:
+        sec.blocks.append(Tree("inferred real tree (from the P2P measurements; the visible tree "
+                               "hides it)", inferred_tree_lines(inferred),
+                               f"inferred from {inferred.get('metric')}; {prov}"))
     t = level_table(topo)
     if t:
         t.provenance = prov

@@ -118,4 +118,6 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         gain_fraction=max(big_gain, rel_decode), gain_text="; ".join(text_parts),
         priority=priority_of(per_step, max(rel_decode, 0.3 * big_gain)), evidence=ev, confidence=confidence,
         caveats=["the graph file fixes the ring for the full group only; NCCL searches sub-groups "
-                 "(TP4) itself", "verify: rerun pcieprof topology with NCCL_GRAPH_FILE set"])]
+                 "(TP4) itself",
+                 f"verify on the box: pcieprof topology --ring-order {ring.cuda_visible_devices()} "
+                 "(measures the default variant over this order next to the plain one)"])]
