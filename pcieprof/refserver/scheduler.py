@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import threading
 import time
 import traceback
@@ -378,8 +379,9 @@ class Scheduler:
                                        "Call /stop_profile first."))
                 return
             body = dict(body or {})
-            if body.get("profile_by_stage") and not body.get("num_steps"):
-                fut.set_result((False, "profile_by_stage needs num_steps"))
+            problem = _profile_request_problem(body)
+            if problem:
+                fut.set_result((False, problem))
                 return
             self._window = _ProfileWindow(body, str(time.time()))
             if not self._window.by_stage:
@@ -449,6 +451,27 @@ class Scheduler:
             "pending_stages": list(w.pending) if w else [],
             "traces_written": list(self.traces_written),
         }
+
+
+def _profile_request_problem(body: dict[str, Any]) -> str | None:
+    """Why a /start_profile body cannot be served here, or None."""
+    if body.get("start_step") is not None:
+        return "start_step is not supported by the pcieprof reference server"
+    if body.get("merge_profiles"):
+        return "merge_profiles is not supported by the pcieprof reference server"
+    n = body.get("num_steps")
+    if n is not None and (not isinstance(n, int) or n < 1):
+        return "num_steps must be a positive integer"
+    if body.get("profile_by_stage") and not n:
+        return "profile_by_stage needs num_steps"
+    out = Path(str(body.get("output_dir") or default_output_dir())).expanduser()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create output_dir {out}: {exc.strerror}"
+    if not os.access(out, os.W_OK):
+        return f"output_dir {out} is not writable"
+    return None
 
 
 def _trace_path(w: _ProfileWindow, rank: int, stage: str | None) -> str:

@@ -94,3 +94,16 @@ def test_model_does_the_tp_collectives_sglang_does() -> None:
     assert kinds.count("all_gather") == 1
     assert all(shape == (3, cfg.hidden_size) for k, shape in tp.calls if k == "all_reduce")
     assert logits.shape == (3, cfg.vocab_size)
+
+
+def test_start_profile_bodies_that_cannot_be_served(tmp_path) -> None:
+    from pcieprof.refserver.scheduler import _profile_request_problem
+
+    ok = {"output_dir": str(tmp_path / "t"), "num_steps": 4, "profile_by_stage": True}
+    assert _profile_request_problem(ok) is None and (tmp_path / "t").is_dir()
+    assert "needs num_steps" in _profile_request_problem({**ok, "num_steps": None})
+    assert "start_step" in _profile_request_problem({**ok, "start_step": 10})
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert "cannot create output_dir" in _profile_request_problem(
+        {**ok, "output_dir": str(blocker / "sub")})
