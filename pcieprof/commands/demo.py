@@ -1,0 +1,88 @@
+"""`pcieprof demo`: the embedded default, the whole pipeline without a GPU.
+
+It runs the same commands a user would type, in order, and prints each one, so the demo is also
+the tutorial:
+
+1. `pcieprof topology --backend sim` on the VM profile (and on its bare-metal twin as the baseline):
+   a simulated bundle, every number labelled `simulated`.
+2. `pcieprof recommend` on the VM bundle: ring order, NCCL settings and GLM-5 layouts.
+3. `pcieprof serve-bench --model tiny-cpu`: the reference server on this machine's CPUs (real
+   processes, real gloo all-reduces, real traces), load, decode curve, profiling and attribution;
+   labelled `measured, backend cpu`.
+4. `pcieprof report` of all bundles side by side: one offline HTML page.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+
+import click
+
+from pcieprof import progress
+from pcieprof.bundle import default_out_dir
+from pcieprof.commands.options import out_dir, verbosity
+from pcieprof.errors import BadInput
+
+
+def _run(name: str, args: list[str]) -> None:
+    """Run one pcieprof subcommand in this process, as if typed."""
+    from pcieprof.cli import cli
+
+    click.echo(f"\n$ pcieprof {name} {shlex.join(args)}")
+    cmd = cli.get_command(click.Context(cli), name)
+    assert cmd is not None, name  # every step names a registered command
+    cmd.main(args=args, prog_name=f"pcieprof {name}", standalone_mode=False)
+
+
+@click.command("demo")
+@click.option("--profile", default="rtxpro6000-8x-vm", show_default=True,
+              help="Fabric profile of the simulated box.")
+@click.option("--baseline", default="rtxpro6000-8x-switch", show_default=True,
+              help="Second profile shown side by side ('none' to skip).")
+@click.option("--model", default="glm5-nvfp4", show_default=True,
+              help="Model card the tuner advises for.")
+@click.option("--tp", default=2, show_default=True, type=click.IntRange(1, 8),
+              help="Tensor-parallel ranks of the reference server (CPU processes).")
+@click.option("--no-serve", is_flag=True, help="Skip the reference-server benchmark.")
+@out_dir
+@verbosity
+def command(profile: str, baseline: str, model: str, tp: int, no_serve: bool, out: Path | None,
+            force: bool) -> None:
+    """Run topology (simulated), recommend, serve-bench (reference server) and report.
+
+    Needs no GPU: the box is the calibrated fabric model of PROFILE (numbers labelled simulated);
+    the serving benchmark runs the pcieprof reference server on this machine's CPUs (labelled
+    measured, backend cpu). Takes a few minutes on a laptop.
+    """
+    root = out or default_out_dir("demo")
+    if root.exists() and any(root.iterdir()) and not force:
+        raise BadInput(f"output directory {root} exists and is not empty",
+                       hint="choose another --out or pass --force")
+    root.mkdir(parents=True, exist_ok=True)
+    force_args = ["--force"] if force else []
+    t0 = time.monotonic()
+
+    box = root / f"topology-{profile.removesuffix('.toml').rsplit('/', 1)[-1]}"
+    _run("topology", ["--backend", "sim", "--sim-profile", profile, "--no-report",
+                      "--out", str(box), *force_args])
+    bundles = [box]
+    if baseline != "none":
+        base = root / f"topology-{baseline.removesuffix('.toml').rsplit('/', 1)[-1]}"
+        _run("topology", ["--backend", "sim", "--sim-profile", baseline, "--no-report",
+                          "--out", str(base), *force_args])
+        bundles.append(base)
+    _run("recommend", [str(box), "--model", model])
+    if not no_serve:
+        serve = root / "serve-tiny-cpu"
+        _run("serve-bench", ["--model", "tiny-cpu", "--tp", str(tp), "--concurrency", "1,4,8",
+                             "--num-requests", "8", "--output-len", "32",
+                             "--decode-batches", "1,2,4,8", "--out", str(serve), *force_args])
+        bundles.append(serve)
+    report = root / "report.html"
+    _run("report", [*map(str, bundles), "-o", str(report), "--model", model])
+    progress.info(f"demo finished in {time.monotonic() - t0:.0f} s")
+    click.echo(f"\ndemo report: {report}")
+    click.echo("numbers of the topology bundles are simulated (fabric model); the serving "
+               "benchmark is measured on this machine's CPUs (reference server, not a GPU).")
