@@ -29,8 +29,16 @@ def test_ll_recommended_with_measured_gain_and_large_message_caveat(tmp_path: Pa
     b = _bundle(tmp_path)
     add_allreduce(b, "default", {}, TURIN_DEFAULT)
     add_allreduce(b, "proto_ll", {"NCCL_PROTO": "LL"}, TURIN_LL)
+    # what NCCL chose, in the shape the topology probes store (C's parse_nccl_log output)
+    b.write_json("nccl_choices.json", {"default": {
+        "variant": "default", "ranks": list(range(8)), "env": {},
+        "parsed": {"nchannels": 2, "rings": {"0": list(range(8))},
+                   "tuner": [{"coll": "AllReduce", "bytes": s, "algo": "RING", "proto": "SIMPLE",
+                              "channels": 2} for s in (32 << 10, 64 << 10, 128 << 10)]}}})
     res = recommend(b, layouts=False)
     ll = _rules(res)["proto_ll"]
+    assert any("chose SIMPLE for 3 size(s) (32 KiB..128 KiB)" in e for e in ll.evidence)
+    assert any("2 channel(s) by default" in e for e in ll.evidence)
     assert ll.env == {"NCCL_PROTO": "LL"}
     # batch 1 = 12 KiB: between 4 KiB (46 vs 22) and 32 KiB (48.16 vs 26.2), log-log interpolated
     assert 20 < ll.gain_us_per_allreduce[1] < 25

@@ -114,6 +114,28 @@ class RuleContext:
         """`simulated` for sim bundles, else `measured`."""
         return "simulated" if self.ar_backend == "sim" else "measured"
 
+    def default_choices(self) -> dict[str, Any]:
+        """NCCL's parsed choices (nccl_choices.json) for the default variant over the full group."""
+        best: dict[str, Any] = {}
+        for entry in (self.choices or {}).values():
+            if not isinstance(entry, dict) or (entry.get("env") or {}):
+                continue
+            parsed = entry.get("parsed") or {}
+            if parsed and len(entry.get("ranks") or []) >= len(best.get("_ranks") or []):
+                best = {**parsed, "_ranks": entry.get("ranks") or []}
+        return best
+
+    def chosen_protocols(self) -> dict[str, list[int]]:
+        """Protocol NCCL's tuner picked per all-reduce size inside the decode band: {proto: sizes}."""
+        out: dict[str, list[int]] = {}
+        for t in self.default_choices().get("tuner") or []:
+            if str(t.get("coll", "")).lower() != "allreduce":
+                continue
+            size = int(t.get("bytes") or 0)
+            if self.band.lo_bytes <= size <= self.band.hi_bytes:
+                out.setdefault(str(t.get("proto")), []).append(size)
+        return out
+
     def decode_batches(self) -> list[int]:
         return [b for b in (1, 8, 32, 64) if self.band.batch_min <= b <= self.band.batch_max]
 

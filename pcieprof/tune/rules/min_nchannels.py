@@ -38,5 +38,7 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         gain_text=(f"busbw at {size_label(big)} {b0:.1f} -> {b1:.1f} GB/s ({rel * 100:+.0f}%, "
                    f"prefill and large batches); decode-size change {drel * 100:+.0f}%"),
         evidence=[f"allreduce.csv: variant {best.variant} vs {base.variant} over {base.nranks} "
-                  f"ranks [{ctx.provenance}]"],
+                  f"ranks [{ctx.provenance}]"]
+                 + ([f"nccl_choices.json: NCCL used {ctx.default_choices()['nchannels']} channel(s) "
+                     f"by default"] if ctx.default_choices().get("nchannels") else []),
         confidence=ctx.confidence)]

@@ -42,13 +42,21 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
                        f"messages, prefill): NCCL_PROTO=LL applies to every size")
     if cross:
         caveats.append(f"LL is faster up to {size_label(cross)} in this bundle")
+    evidence = [f"allreduce.csv: variant {ll.variant} (NCCL_PROTO=LL) vs {base.variant} over "
+                f"{base.nranks} ranks, {size_label(ctx.band.lo_bytes)}..{size_label(ctx.band.hi_bytes)} "
+                f"[{ctx.provenance}]"]
+    protos = ctx.chosen_protocols()
+    if protos:
+        evidence.append("nccl_choices.json: by default NCCL's tuner chose " + ", ".join(
+            f"{p} for {len(v)} size(s) ({size_label(min(v))}..{size_label(max(v))})"
+            for p, v in sorted(protos.items())) + " in the decode band")
+    nch = ctx.default_choices().get("nchannels")
+    if nch:
+        evidence.append(f"nccl_choices.json: {nch} channel(s) by default")
     return [Recommendation(
         rule="proto_ll", kind="env", env={"NCCL_PROTO": "LL"}, action="export NCCL_PROTO=LL",
         priority=priority_of(per_step, rel),
         title="Use NCCL's LL protocol for decode-sized all-reduces",
         gain_us_per_allreduce=per_ar, gain_ms_per_step=per_step, gain_fraction=rel,
         gain_text=fmt_gain(per_ar, per_step, base, ctx.band),
-        evidence=[f"allreduce.csv: variant {ll.variant} (NCCL_PROTO=LL) vs {base.variant} over "
-                  f"{base.nranks} ranks, {size_label(ctx.band.lo_bytes)}..{size_label(ctx.band.hi_bytes)} "
-                  f"[{ctx.provenance}]"],
-        caveats=caveats, confidence=ctx.confidence)]
+        evidence=evidence, caveats=caveats, confidence=ctx.confidence)]
