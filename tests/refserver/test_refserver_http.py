@@ -70,6 +70,23 @@ def test_greedy_is_deterministic_and_non_stream_matches(server) -> None:
     assert plain["meta_info"]["completion_tokens"] == 6
 
 
+def test_sampling_with_a_seed_is_reproducible(server) -> None:
+    def body(seed: int) -> dict[str, Any]:
+        return {"text": "abc", "sampling_params": {"max_new_tokens": 12, "ignore_eos": True,
+                                                   "temperature": 1.0, "sampling_seed": seed}}
+
+    async def go() -> list[str]:
+        async with aiohttp.ClientSession() as s:
+            out = []
+            for seed in (7, 7, 8):
+                async with s.post(server.url + "/generate", json=body(seed)) as r:
+                    out.append((await r.json())["text"])
+            return out
+
+    a, b, c = run(go())
+    assert a == b and a != c
+
+
 def test_concurrent_requests_share_decode_steps(server) -> None:
     async def go() -> tuple[list[list[bytes]], dict[str, Any], str]:
         async with aiohttp.ClientSession() as s:
