@@ -274,7 +274,11 @@ class ProbeRunner:
         from probes.p2p_worker import concurrent_rows, p2p_row
 
         nproc = 1 if self.plan.backend == "cuda" else self.plan.nranks
-        env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"} if self.plan.backend == "cuda" else {}
+        env: dict[str, str] = {}
+        if self.plan.backend == "cuda":
+            # CUDA ordinals = NVML indices: PCI bus order, every GPU up to the highest one visible
+            env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                   "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(max(self.plan.devices) + 1)))}
         result = {p: {"status": "ok", "why": None, "rows": 0, "hangs": 0, "errors": 0}
                   for p in ("p2p", "concurrent")}
         resume = ""

@@ -115,15 +115,17 @@ def main(argv: list[str] | None = None) -> int:
                         t0 = time.perf_counter_ns()
                         dist.all_reduce(x)
                         times[i] = (time.perf_counter_ns() - t0) / 1e9
-                dist.all_reduce(times, op=dist.ReduceOp.MAX)  # a collective ends with its slowest rank
                 x.fill_(rank + 1)
                 dist.all_reduce(x)
-                ok = torch.tensor([int(bool((x == world * (world + 1) / 2).all()))], device=device)
-                dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+                # one reduction for both: a collective ends with its slowest rank (MAX of the
+                # times), and any rank that got a wrong sum raises the last element to 1
+                wrong = float(not bool((x == world * (world + 1) / 2).all()))
+                stats = torch.cat([times, torch.tensor([wrong], dtype=torch.float64, device=device)])
+                dist.all_reduce(stats, op=dist.ReduceOp.MAX)
                 if rank == 0:
                     out.row("allreduce", allreduce_row(case, plan.backend, size, dtype,
-                                                       [float(t) for t in times.cpu()],
-                                                       bool(ok.item()), case.detail, world))
+                                                       [float(t) for t in stats[:-1].cpu()],
+                                                       float(stats[-1]) == 0.0, case.detail, world))
                 out.event("done", case=args.case, size=size, dtype=dtype)
         out.event("finished")  # teardown from here on is not a hang
     finally:

@@ -50,7 +50,8 @@ def gpu_count() -> tuple[int, str]:
         return 0, f"torch.cuda not usable ({exc})"
     if n_torch == 0:
         return 0, f"NVML sees {n_nvml} GPU(s) but torch has no CUDA (a CPU build of torch?)"
-    return min(n_nvml, n_torch), ""
+    # device numbers are NVML indices; the runner sets CUDA_VISIBLE_DEVICES itself
+    return n_nvml, ""
 
 
 def resolve_backend(backend: str) -> str:
@@ -297,7 +298,9 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
                 progress.info(f"copies: {len(plan.p2p)} P2P cases, {len(plan.concurrent)} "
                               f"concurrent patterns over {plan.nranks} "
                               f"{'ranks' if backend == 'cpu' else 'GPUs'}")
-                copies = runner.run_copies()
+                with progress.task("P2P copies", total=len(plan.p2p)) as t:
+                    runner.on_progress = lambda table, n: t.advance(n) if table == "p2p" else None
+                    copies = runner.run_copies()
                 for part, res in copies.items():
                     bundle.set_part(part, res["status"], why=res["why"], cases=res["rows"],
                                     hangs=res["hangs"], errors=res["errors"])
