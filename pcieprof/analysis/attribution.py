@@ -201,14 +201,24 @@ def analyze_rank(path: str, classes: str | None = None, drop_last_step: bool = F
                  "total_us": float(nm_sum[i]), "mean_us": float(nm_sum[i] / nm_n[i])}
                 for i in top if nm_n[i] > 0]
 
-    # Communication events, for matching collectives across ranks.
+    # Communication events, for matching collectives across ranks: a key per distinct
+    # (kernel name, process group), interned; arrays, so that a million collectives stay small.
     comm_sel = np.nonzero(b_ == CLASS_BIT[COMM])[0]
-    comm_keys = []
-    args_of = rt.comm_args if gpu_mode else {}
-    for j in comm_sel:
-        a = args_of.get(int(idx_all[j]), {})
-        comm_keys.append(f"{rt.names[int(n_ids[j])]}|{a.get('Process Group Ranks', a.get('Process Group Name', ''))}")
-    comm = {"key": comm_keys, "ts": s_[comm_sel].tolist(), "dur": d_keep[comm_sel].tolist()}
+    arg_of = np.full(start.size, -1, dtype=np.int64)
+    if gpu_mode and rt.comm_event.size:
+        arg_of[rt.comm_event] = rt.comm_arg
+    pair = n_ids[comm_sel].astype(np.int64) * (len(rt.comm_arg_table) + 1) + (arg_of[idx_all[comm_sel]] + 1)
+    upair, kid = np.unique(pair, return_inverse=True)
+    key_table = []
+    for p_ in upair.tolist():
+        nm, aid = divmod(p_, len(rt.comm_arg_table) + 1)
+        a = rt.comm_arg_table[aid - 1] if aid > 0 else {}
+        key_table.append(f"{rt.names[nm]}|{a.get('Process Group Ranks', a.get('Process Group Name', ''))}")
+    comm = {"keys": key_table, "key": kid.astype(np.int32), "ts": s_[comm_sel], "dur": d_keep[comm_sel]}
+    msg = []
+    for a in rt.comm_arg_table:
+        msg.append({k: a.get(k) for k in ("Collective name", "In msg nelems", "dtype", "Group size",
+                                          "Process Group Ranks")})
 
     return {
         "path": str(rt.path), "file_index": file_index, "rank": rt.rank,
@@ -218,7 +228,7 @@ def analyze_rank(path: str, classes: str | None = None, drop_last_step: bool = F
         "n_gpu_events": int(rt.g_ts.size), "n_cpu_ops": int(rt.c_ts.size),
         "n_counted": int(keep.sum()), "window": window_note, "steps_from": how,
         "totals": total.as_dict(), "steps": step_rows, "families": per_family,
-        "top_kernels": top_rows, "comm": comm,
+        "top_kernels": top_rows, "comm": comm, "collective_args": msg,
         "parse_s": parse_s, "analyze_s": time.perf_counter() - t_start,
         "peak_rss_bytes": _peak_rss(),
     }
@@ -237,29 +247,33 @@ def _peak_rss() -> int | None:
 # -- across ranks ----------------------------------------------------------------------------------
 
 def cross_rank(ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    """Split communication kernel time into transfer (min over ranks) and wait, per rank."""
+    """Split communication kernel time into transfer (min over ranks) and wait, per rank.
+
+    The n-th call of a collective (same kernel name and process group) on each rank is one
+    collective; only collectives present on every rank are compared.
+    """
     if len(ranks) < 2:
         return {"status": "waived", "why": "one rank: no cross-rank comparison", "per_rank": []}
-    seqs: list[dict[tuple[str, int], float]] = []
+    gid: dict[str, int] = {}
+    coded = []
     for r in ranks:
         c = r["comm"]
-        order = np.argsort(np.asarray(c["ts"]), kind="stable")
-        counter: dict[str, int] = {}
-        m: dict[tuple[str, int], float] = {}
-        for j in order:
-            k = c["key"][j]
-            n = counter.get(k, 0)
-            counter[k] = n + 1
-            m[(k, n)] = c["dur"][j]
-        seqs.append(m)
-    common = set(seqs[0])
-    for m in seqs[1:]:
-        common &= set(m)
-    if not common:
+        g = np.array([gid.setdefault(k, len(gid)) for k in c["keys"]], dtype=np.int64)
+        key = g[c["key"]] if len(c["key"]) else np.empty(0, dtype=np.int64)
+        order = np.lexsort((c["ts"], key))
+        key_s = key[order]
+        first = np.searchsorted(key_s, key_s, side="left")
+        seq = np.arange(key_s.size) - first  # call number within its key
+        code = key_s * (1 << 32) + seq
+        o2 = np.argsort(code, kind="stable")
+        coded.append((code[o2], np.asarray(c["dur"])[order][o2]))
+    common = coded[0][0]
+    for code, _ in coded[1:]:
+        common = np.intersect1d(common, code, assume_unique=True)
+    if common.size == 0:
         return {"status": "not_supported", "per_rank": [],
                 "why": "no collective appears on every rank (different kernels or process groups)"}
-    keys = sorted(common)
-    d = np.array([[m[k] for k in keys] for m in seqs])  # ranks x collectives
+    d = np.vstack([dur[np.searchsorted(code, common)] for code, dur in coded])  # ranks x collectives
     mn = d.min(axis=0)
     per_rank = []
     for i, r in enumerate(ranks):
@@ -268,9 +282,9 @@ def cross_rank(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         per_rank.append({"rank": r["rank"], "matched_comm_us": total,
                          "transfer_us": float(mn.sum()), "wait_us": wait,
                          "wait_pct": 100.0 * wait / total if total > 0 else None})
-    return {"status": "ok", "n_collectives": len(keys), "transfer_us": float(mn.sum()),
+    return {"status": "ok", "n_collectives": int(common.size), "transfer_us": float(mn.sum()),
             "per_rank": per_rank,
-            "unmatched": {str(r["rank"]): len(s) - len(keys) for r, s in zip(ranks, seqs)}}
+            "unmatched": {str(r["rank"]): int(c[0].size - common.size) for r, c in zip(ranks, coded)}}
 
 
 # -- the public entry point --------------------------------------------------------------------
@@ -360,6 +374,7 @@ def _document(results: list[dict[str, Any]], classes: Path | None, drop_last_ste
             "n_counted": r["n_counted"], "window": r["window"], "steps_from": r["steps_from"],
             "n_steps": len(steps), "totals": r["totals"], "decode_steps": summary,
             "skew": wait_of.get(r["rank"]), "families": r["families"],
+            "collective_args": r["collective_args"],
             "parse_s": r["parse_s"], "peak_rss_bytes": r["peak_rss_bytes"],
         })
     mode = {r["mode"] for r in results}

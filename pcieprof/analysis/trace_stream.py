@@ -74,7 +74,11 @@ class RankTrace:
     g_corr: np.ndarray  # int64 (-1 unknown)
     g_bit: np.ndarray  # int8 class bit (classify.CLASS_BIT)
     g_family: np.ndarray  # int32 index into families
-    comm_args: dict[int, dict[str, Any]]  # GPU event index -> collective args (comm events only)
+    # Collective args of communication events, interned: event i (index into the g_ arrays
+    # comm_event[k]) has the args comm_arg_table[comm_arg[k]]. Few distinct ones per trace.
+    comm_event: np.ndarray  # int64
+    comm_arg: np.ndarray  # int32
+    comm_arg_table: list[dict[str, Any]]
     # CPU side:
     l_corr: np.ndarray  # int64 correlation of each kernel launch / runtime call
     l_ts: np.ndarray  # float64
@@ -170,7 +174,9 @@ class _Builder:
         self.cols: dict[str, list[np.ndarray]] = {k: [] for k in (
             "g_name", "g_ts", "g_dur", "g_stream", "g_corr", "g_bit", "g_family",
             "l_corr", "l_ts", "l_graph", "c_name", "c_ts", "c_dur", "c_bit", "c_family")}
-        self.comm_args: dict[int, dict[str, Any]] = {}
+        self.comm_event, self.comm_arg = array("q"), array("i")
+        self.arg_ids: dict[tuple[Any, ...], int] = {}
+        self.arg_table: list[dict[str, Any]] = []
         self.spans: list[tuple[str, str, float, float]] = []
         self.n_gpu = 0
         self.n_x = 0
@@ -237,7 +243,14 @@ class _Builder:
             for j in np.nonzero(bits == CLASS_BIT[COMM])[0].tolist():
                 kept = self._comm_args(a[j], raw)
                 if kept:
-                    self.comm_args[self.n_gpu + j] = kept
+                    key = tuple((k, v if isinstance(v, (int, float, str)) else json.dumps(v))
+                                for k, v in kept.items())
+                    aid = self.arg_ids.get(key)
+                    if aid is None:
+                        aid = self.arg_ids[key] = len(self.arg_table)
+                        self.arg_table.append(dict(key))
+                    self.comm_event.append(self.n_gpu + j)
+                    self.comm_arg.append(aid)
             self.n_gpu += g.size
             c = self.cols
             c["g_name"].append(nid[g].astype(np.int32))
@@ -512,7 +525,9 @@ def read_trace(path: Path | str, classifier: Classifier) -> RankTrace:
         path=path, rank=rank, rank_source=source, distributed_info=info, names=b.names,
         g_name=col("g_name", np.int32), g_ts=col("g_ts", np.float64), g_dur=col("g_dur", np.float64),
         g_stream=col("g_stream", np.int32), g_corr=col("g_corr", np.int64),
-        g_bit=col("g_bit", np.int8), g_family=col("g_family", np.int32), comm_args=b.comm_args,
+        g_bit=col("g_bit", np.int8), g_family=col("g_family", np.int32),
+        comm_event=np.frombuffer(b.comm_event, dtype=np.int64).copy(),
+        comm_arg=np.frombuffer(b.comm_arg, dtype=np.int32).copy(), comm_arg_table=b.arg_table,
         l_corr=col("l_corr", np.int64), l_ts=col("l_ts", np.float64), l_graph=col("l_graph", bool),
         c_name=col("c_name", np.int32), c_ts=col("c_ts", np.float64), c_dur=col("c_dur", np.float64),
         c_bit=col("c_bit", np.int8), c_family=col("c_family", np.int32),
