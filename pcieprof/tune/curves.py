@@ -8,6 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+#: Below this size an all-reduce is latency-bound: its time is flat, so the smallest measured
+#: size's time stands for smaller ones (NCCL's LL floor; 4-64 KiB on PCIe boxes, calibration).
+FLOOR_MAX_BYTES = 64 << 10
+
 #: Environment keys every launch carries for logging; they do not make a variant.
 _LOGGING_KEYS = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE", "CUDA_DEVICE_ORDER",
                  "CUDA_VISIBLE_DEVICES")
@@ -36,7 +40,17 @@ class Curve:
     busbw_gbps: pd.Series
 
     def at(self, size: float) -> float:
-        """Time (us) at `size` bytes, log-log interpolated; clamped to the measured range."""
+        """Time (us) at `size` bytes, log-log interpolated inside the measured sizes.
+
+        Below the smallest measured size the time is that size's time (the latency floor) only
+        when that size is small (<= FLOOR_MAX_BYTES); otherwise, and above the largest size,
+        NaN: a curve is never extrapolated into sizes it does not describe.
+        """
+        t = self.time_us.dropna()
+        if t.empty or size > t.index.max():
+            return float("nan")
+        if size < t.index.min() and t.index.min() > FLOOR_MAX_BYTES:
+            return float("nan")
         return interp_loglog(self.time_us, size)
 
     def busbw_at(self, size: float) -> float:

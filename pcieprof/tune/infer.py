@@ -88,13 +88,18 @@ class InferredTopology:
                 "hidden_structure": self.hidden_structure, "evidence": self.evidence}
 
 
+#: Smallest absolute step that can separate levels: differences below these do not change what
+#: NCCL or a ring would do (GB/s for bandwidth, us for latency).
+MIN_STEP = {True: 1.0, False: 0.1}
+
+
 def split_levels(values: list[float], higher_is_better: bool, jump: float = LEVEL_JUMP) -> list[float]:
     """Cut points between levels of pair values, best level first (thresholds between levels)."""
     vals = sorted((v for v in values if np.isfinite(v) and v > 0), reverse=higher_is_better)
     cuts: list[float] = []
     for a, b in zip(vals, vals[1:]):
         ratio = a / b if higher_is_better else b / a
-        if ratio > 1 + jump:
+        if ratio > 1 + jump and abs(a - b) >= MIN_STEP[higher_is_better]:
             cuts.append((a + b) / 2)
     return cuts
 
@@ -224,9 +229,15 @@ def _explain(t: InferredTopology, topology: dict[str, Any]) -> None:
     if len(t.levels) > 1:
         vis_kinds = {v for (a, b), v in visible.items() if a in t.gpus and b in t.gpus}
         measured_classes = len(t.levels)
-        if virt.get("flat_pcie_tree") or (visible and len(vis_kinds) < measured_classes):
+        finer = not visible or len(vis_kinds) < measured_classes
+        if finer and (virt.get("flat_pcie_tree") or virt.get("is_vm")):
             t.hidden_structure = True
             t.evidence.append(
                 f"the visible tree shows {len(vis_kinds) or 'no'} pair level(s) "
                 f"({', '.join(sorted(vis_kinds)) or 'none'}) but the measurements show "
                 f"{measured_classes}: the real switches are hidden (flat virtual tree)")
+        elif finer and visible:
+            t.evidence.append(
+                f"the measurements separate {measured_classes} levels where nvidia-smi shows "
+                f"{len(vis_kinds)} ({', '.join(sorted(vis_kinds))}); on bare metal that is "
+                f"distance inside the host (root ports, IO dies), not a hidden switch")

@@ -58,11 +58,22 @@ class Result:
     model: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"format": "pcieprof.recommendations/1", "model": self.model,
+        return _finite({"format": "pcieprof.recommendations/1", "model": self.model,
                 "bottleneck": self.bottleneck, "provenance": self.provenance,
                 "recommendations": [r.as_dict() for r in self.recommendations],
                 "needs_measuring": self.needs_measuring, "ring": self.ring,
-                "inferred": self.inferred, "layouts": self.layouts, "env": self.env}
+                "inferred": self.inferred, "layouts": self.layouts, "env": self.env})
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no inf/NaN: store them as null (e.g. the gap of a ring whose bottleneck is 0)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def _card(model: str) -> Any:
@@ -146,6 +157,19 @@ def build_context(bundle: Bundle, band: DecodeBand) -> RuleContext:
             collectives_per_step=lambda b: 0, provenance=prov)
 
 
+def _gpus_without_p2p(ctx: RuleContext) -> list[int]:
+    """GPUs with no P2P bandwidth to any other GPU while other pairs have some."""
+    gpus = gpu_indices(ctx.p2p)
+    if len(gpus) < 3:
+        return []
+    bw = pair_matrix(ctx.p2p, path="p2p", metric="bandwidth_gbps", gpus=gpus)
+    if np.isnan(bw).all():
+        return []
+    alone = [g for i, g in enumerate(gpus)
+             if all(not (bw[i, j] > 0) and not (bw[j, i] > 0) for j in range(len(gpus)) if j != i)]
+    return alone if len(alone) < len(gpus) else []
+
+
 def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
     """One sentence: what limits decode on this box, from the strongest evidence available."""
     p = ctx.p2p
@@ -156,6 +180,11 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
         return (f"none named: this bundle measured the harness on this machine's CPUs (gloo "
                 f"all-reduce {base.at(ctx.band.lo_bytes):.0f} us at {ctx.band.lo_bytes >> 10} KiB "
                 f"over {base.nranks} processes), not GPUs; run on GPUs or with --backend sim")
+    if base is not None and not math.isfinite(base.at(ctx.band.lo_bytes)):
+        return (f"not named at decode sizes: the all-reduce was measured only from "
+                f"{int(base.time_us.index.min()) >> 10} KiB up ({base.nranks} ranks, busbw "
+                f"{float(base.busbw_gbps.iloc[-1]):.1f} GB/s at the largest size) "
+                f"[{ctx.provenance}]; measure 8 B..1 MiB to see decode latency")
     if base is not None:
         b = ctx.decode_batches()[0] if ctx.decode_batches() else 1
         size = ctx.band.message_bytes(b)
@@ -178,6 +207,11 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
         if why:
             what += f" ({', '.join(why)})"
         return what + f" [{ctx.provenance}]"
+    lonely = _gpus_without_p2p(ctx)
+    if lonely:
+        return (f"GPU {', '.join(map(str, lonely))} has no working P2P with the other GPUs "
+                f"(no P2P bandwidth measured or supported): NCCL moves its traffic through host "
+                f"memory [{ctx.provenance}]")
     if ctx.ring is not None:
         return (f"slowest P2P link {ctx.ring.bottleneck_gbps:.1f} GB/s between GPU groups "
                 f"[{ctx.provenance}]; all-reduce not measured")

@@ -126,3 +126,24 @@ def test_hidden_switches_give_topo_file_and_ring(tmp_path: Path) -> None:
     # identity order crosses 8 times: 4 flows per uplink direction; the ring crosses twice: 1
     assert ring.gain_fraction == pytest.approx(4 * 0.995 - 1, abs=0.15)
     assert "effective bottleneck" in ring.gain_text
+
+
+def test_real_imports_give_honest_bottlenecks(samples: Path, tmp_path: Path) -> None:
+    """Real tool outputs through engineer C's importer: a GPU without P2P, and an nccl-tests run
+    that only measured 32 MiB (no decode-size claim may be made from it)."""
+    from tune_fixtures import run_cli
+
+    out = samples / "tool-outputs"
+    a, b = tmp_path / "proxmox", tmp_path / "tinybox"
+    r = run_cli("import", str(out / "p2pbwlat_5gpu_5060ti_5070_gen3x4_p2p_patched.txt"),
+                str(out / "topo_m_5gpu_5060ti_5070_proxmox_host.txt"), "-o", str(a), "-q")
+    assert r.returncode == 0, r.stderr
+    res = recommend(a, layouts=False)
+    assert res.bottleneck.startswith("GPU 0 has no working P2P")
+    assert "topo_file" not in _rules(res)  # bare-metal host: nothing hidden by a hypervisor
+    r = run_cli("import", str(out / "all_reduce_perf_6x4090_tinybox_p2p_patched_driver.txt"),
+                "-o", str(b), "-q")
+    assert r.returncode == 0, r.stderr
+    res = recommend(b, layouts=False)
+    assert res.bottleneck.startswith("not named at decode sizes")
+    assert not any(r.gain_us_per_allreduce for r in res.recommendations)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import plotly.graph_objects as go
 
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text, size_label
 from pcieprof.report.model import BundleView, Note, Section, Table
+from pcieprof.tune.curves import Curve
 
 _TICKS = [8, 1 << 10, 16 << 10, 256 << 10, 4 << 20, 64 << 20, 1 << 30]
 
@@ -53,21 +56,15 @@ def decode_table(rows: pd.DataFrame, ctx: ReportContext) -> Table | None:
     out = []
     for (variant, ranks, dtype), g in rows.groupby(["variant", "ranks", "dtype"], sort=True):
         curve = g.groupby("size_bytes")["time_us"].median().sort_index()
+        c = Curve(variant=str(variant), env={}, nranks=0, ranks=str(ranks), backend="",
+                  time_us=curve, busbw_gbps=curve * float("nan"))
         vals = []
         for b in batches:
-            size = ctx.band.message_bytes(b)
-            vals.append(round(float(interp_time(curve, size)), 2) if len(curve) else None)
+            t = c.at(ctx.band.message_bytes(b))
+            vals.append(round(t, 2) if math.isfinite(t) else "not measured")
         out.append([variant, ranks, dtype, *vals])
-    return Table("all-reduce time at decode message sizes (log-log interpolation)", cols, out)
-
-
-def interp_time(curve: pd.Series, size: float) -> float:
-    """Time at `size` bytes from a size -> time_us curve, log-log interpolated (clamped at ends)."""
-    import numpy as np
-
-    xs = np.log(curve.index.to_numpy(dtype=float))
-    ys = np.log(curve.to_numpy(dtype=float))
-    return float(np.exp(np.interp(np.log(size), xs, ys)))
+    return Table("all-reduce time at decode message sizes, us (log-log interpolation inside the "
+                 "measured sizes)", cols, out)
 
 
 def build(view: BundleView, ctx: ReportContext) -> Section | None:

@@ -148,6 +148,8 @@ class RuleContext:
             if size > top:  # no extrapolation above the measured sizes (below: the latency floor)
                 continue
             t0, t1 = base.at(size), new.at(size)
+            if not (math.isfinite(t0) and math.isfinite(t1)):
+                continue
             per_ar[b] = t0 - t1
             per_step[b] = (t0 - t1) * self.collectives_per_step(b) / 1e3
             rel.append((t0 - t1) / t0 if t0 > 0 else 0.0)
