@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -30,6 +31,7 @@ from pcieprof.serve.metrics import RequestRecord
 
 APIS = ("generate", "completions")
 _CT = b'"completion_tokens":'
+_DIGITS = re.compile(rb" *(\d+)")
 
 
 @dataclass(frozen=True)
@@ -109,13 +111,8 @@ def _count_generate(data: bytes) -> int | None:
     i = data.rfind(_CT)
     if i < 0:
         return None
-    j = i + len(_CT)
-    while j < len(data) and data[j] == 0x20:
-        j += 1
-    k = j
-    while k < len(data) and 0x30 <= data[k] <= 0x39:
-        k += 1
-    return int(data[j:k]) if k > j else None
+    m = _DIGITS.match(data, i + len(_CT))
+    return int(m.group(1)) if m else None
 
 
 async def one_request(session: aiohttp.ClientSession, base_url: str, spec: LoadSpec,

@@ -105,3 +105,20 @@ class FakeServer:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m pcieprof.serve.fakeserver --port P [--token-delay S]`: serve until killed."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m pcieprof.serve.fakeserver")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--token-delay", type=float, default=0.0)
+    a = p.parse_args(argv)
+    web.run_app(build_app(a.token_delay), host=a.host, port=a.port, access_log=None,
+                print=lambda *_: print(f"fake token server on {a.host}:{a.port}", flush=True))
+
+
+if __name__ == "__main__":
+    main()

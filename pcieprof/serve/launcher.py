@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Callable
 
 from pcieprof import progress
-from pcieprof.serve.outcomes import PROGRESS, Classified, classify
+from pcieprof.serve.outcomes import ACCESS, PROGRESS, Classified, classify
 from pcieprof.serve.sglang_cmd import ServerCommand, server_env
 
 
@@ -160,7 +160,8 @@ class ServerProcess:
         Args:
             base_url: `http://host:port`.
             deadline_s: give up (outcome `hang`) after this long.
-            stall_s: give up earlier when the log has not grown for this long (None: never).
+            stall_s: give up earlier (outcome `hang`) when the log has had no new line other
+                than HTTP access lines for this long (None: never).
             poll_s: time between checks.
             on_wait: called with (seconds waited, last log line) on every check.
 
@@ -168,7 +169,7 @@ class ServerProcess:
             None when ready, else the classified failure (the server is left running; call stop).
         """
         url = base_url.rstrip("/") + "/health_generate"
-        last_size, last_change = -1, time.monotonic()
+        last_mark, last_change = "", time.monotonic()
         while True:
             waited = time.monotonic() - self.started_at
             if self.exit_code() is not None:
@@ -176,11 +177,12 @@ class ServerProcess:
             status, _ = http_get(url, timeout_s=max(2.0, poll_s * 4))
             if status == 200:
                 return None
-            size = self.log_size()
-            if size != last_size:
-                last_size, last_change = size, time.monotonic()
+            tail = self.log_text(64 << 10)
+            mark = _last_meaningful(tail)
+            if mark != last_mark:
+                last_mark, last_change = mark, time.monotonic()
             if on_wait:
-                on_wait(waited, _last_line(self.log_text(64 << 10)))
+                on_wait(waited, _last_line(tail))
             if waited > deadline_s or (stall_s and time.monotonic() - last_change > stall_s):
                 return self.classify(hung=True)
             time.sleep(poll_s)
@@ -213,6 +215,15 @@ def _has_live_member(pgid: int) -> bool:
         if len(rest) > 2 and int(rest[2]) == pgid and rest[0] != "Z":
             return True
     return False
+
+
+def _last_meaningful(text: str) -> str:
+    """The last log line that is not an HTTP access line (server lines carry timestamps, so a
+    new one differs from the old)."""
+    for ln in reversed(text.splitlines()):
+        if ln.strip() and not ACCESS.search(ln):
+            return ln
+    return ""
 
 
 def _last_line(text: str) -> str:

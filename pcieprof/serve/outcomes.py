@@ -97,6 +97,9 @@ RULES: list[Rule] = [
 # Lines that count as startup / decode progress for hang detection (SGLang's own log lines).
 PROGRESS = re.compile(r"Load weight|Capture cuda graph|Decode batch|Prefill batch|fired up"
                       r"|Memory pool|KV Cache is allocated|Uvicorn running|Application startup")
+# HTTP access-log lines: a hung server still answers (and logs) health checks, so these are
+# not progress.
+ACCESS = re.compile(r'"(?:GET|POST|PUT) /[^"]*" \d{3}')
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ class Classified:
         """The single line shown to the user."""
         key = ""
         if self.line is not None:
-            key = self.excerpt.splitlines()[self._key_index()].strip()
+            key = self.excerpt.splitlines()[self._key_index()].lstrip("> ").strip()
             if len(key) > 160:
                 key = key[:157] + "..."
             key = f": {key}"
@@ -199,9 +202,26 @@ def _last_progress(lines: list[str]) -> int | None:
 
 
 _ERRORISH = re.compile(r"(Error|Exception|error:|Traceback|FAILED|Fatal)", re.IGNORECASE)
+# The last line of a Python traceback: "RuntimeError: ...", "torch.AcceleratorError: ...".
+_EXC_LINE = re.compile(r"^\s*(?:\[[^\]]*\]\s*)?[\w.]*(?:Error|Exception|Interrupt)\b[^:]*:")
 
 
 def _last_error(lines: list[str]) -> int | None:
+    """The decisive line of an unrecognised crash.
+
+    The first traceback's exception line: the rank that failed first prints it, and the other
+    ranks' follow-on errors (peers closing connections) come after. Else the last exception line,
+    else the last error-ish line.
+    """
+    for t, ln in enumerate(lines):
+        if "Traceback (most recent call last)" in ln:
+            for i in range(t + 1, len(lines)):
+                if _EXC_LINE.search(lines[i]) and not lines[i].lstrip().startswith("File "):
+                    return i
+            break
+    for i in range(len(lines) - 1, -1, -1):
+        if _EXC_LINE.search(lines[i]):
+            return i
     for i in range(len(lines) - 1, -1, -1):
         if _ERRORISH.search(lines[i]) and not lines[i].lstrip().startswith("File "):
             return i

@@ -127,8 +127,10 @@ def run(bundle: Bundle, opts: BenchOptions) -> dict[str, Any]:
                     f"({len(attempts)} attempt(s))", model=opts.card.name, attempts=len(attempts))
     last = attempts[-1]
     if len(attempts) == 1:
-        raise PcieprofError(f"launch failed: {last.one_line()}",
-                            hint=f"server log: {last.log}", exit_code=ExitCode.FAILURE)
+        raise PcieprofError(f"server {last.outcome} after {last.time_to_failure_s or 0:.1f} s: "
+                            f"{last.summary}{last.excerpt_key()}",
+                            hint=f"{last.hint + '; ' if last.hint else ''}log: {last.log}",
+                            exit_code=ExitCode.FAILURE)
     raise PcieprofError(f"none of {len(attempts)} launch configs served correct tokens; last: "
                         f"{last.one_line()}", hint="see serve/attempts.jsonl",
                         exit_code=ExitCode.FAILURE)

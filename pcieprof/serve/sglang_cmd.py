@@ -247,7 +247,7 @@ def _merge_flags(card_flags: list[str], user: list[str], already: list[str]) -> 
 def _reference_args(card: ModelCard, cfg: LaunchConfig, tp: int) -> list[str]:
     a = ["--tp-size", str(tp), "--host", cfg.host, "--port", str(cfg.port)]
     if cfg.inject:
-        a += ["--inject", *cfg.inject.split()]
+        a += ["--inject", cfg.inject]
     return a + list(card.sglang.recommended_flags) + list(cfg.extra_args)
 
 

@@ -92,6 +92,7 @@ class Attempt:
     time_to_failure_s: float | None = None
     probe: dict[str, Any] = field(default_factory=dict)
     benchmarked: bool = False
+    pid: int | None = None  # the server's process (and process group) id
 
     def fail(self, c: Classified, t0: float) -> None:
         self.outcome, self.summary, self.hint = c.outcome.value, c.summary, c.hint
@@ -145,6 +146,7 @@ def launch(index: int, entry: SweepEntry, cmd: ServerCommand, log_path: Path, ba
     server = ServerProcess(cmd, log_path)
     t0 = time.monotonic()
     server.start()
+    att.pid = server.pid
     failure = server.wait_ready(base_url, deadline_s=startup_timeout_s, stall_s=stall_s,
                                 on_wait=progress_waiter(f"attempt {index} {entry.config.name}"))
     if failure is not None:

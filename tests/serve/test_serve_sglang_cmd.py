@@ -83,7 +83,7 @@ def test_reference_server_command() -> None:
     assert cmd.reference
     assert cmd.argv[1:3] == ["-m", "pcieprof.refserver"]
     assert cmd.argv[3:] == ["--tp-size", "2", "--host", "127.0.0.1", "--port", "31000",
-                            "--inject", "nan-after", "20"]
+                            "--inject", "nan-after 20"]
 
 
 def test_recorded_env_keeps_nccl_and_sglang_only() -> None:

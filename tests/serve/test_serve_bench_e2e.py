@@ -1,0 +1,134 @@
+"""serve-bench end to end against the reference server: real subprocesses, nothing left behind.
+
+These launch `python -m pcieprof.refserver` (TP=2 over gloo) through the CLI, as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pcieprof.refserver.server")
+pytestmark = pytest.mark.slow
+
+FAST = ["--num-requests", "6", "--warmup", "1", "--input-len", "16", "--output-len", "12"]
+
+
+def _cli(args: list[str], timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pcieprof", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _attempts(out: Path) -> list[dict]:
+    return [json.loads(ln) for ln in (out / "serve" / "attempts.jsonl").read_text().splitlines()]
+
+
+def _assert_gone(attempts: list[dict]) -> None:
+    for a in attempts:
+        if a.get("pid"):
+            with pytest.raises(ProcessLookupError):
+                os.killpg(a["pid"], 0)
+
+
+def test_tiny_cpu_tp2_writes_a_complete_bundle(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    p = _cli(["serve-bench", "--model", "tiny-cpu", "--tp", "2", "--out", str(out), *FAST,
+              "--decode-batches", "1,4,16", "--decode-output-len", "24", "--profile-steps", "4"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "ok" and manifest["backend"] == "cpu"
+    assert manifest["parts"]["serve"]["status"] == "ok"
+    summary = json.loads((out / "serve" / "summary.json").read_text())
+    assert [r["label"] for r in summary["runs"]] == ["c=1", "c=4", "c=16", "c=64"]
+    for r in summary["runs"]:
+        assert r["completed"] == 6 and r["output_len_mismatch"] == 0
+        assert r["ttft_ms"]["n"] == 6 and r["tpot_ms"]["median"] > 0
+        assert r["output_throughput"] > 0
+    assert "tpot_ms" in summary["formulas"]
+    reqs = (out / "serve" / "requests.jsonl").read_text().splitlines()
+    assert len(reqs) == 4 * 7 and sum(json.loads(x)["warmup"] for x in reqs) == 4
+    curve = (out / "serve" / "decode_curve.csv").read_text().splitlines()
+    assert curve[0].startswith("backend,batch_size,step_time_ms") and len(curve) == 4
+    traces = sorted((out / "serve" / "traces").glob("*.trace.json.gz"))
+    assert {t.name.split("-TP-")[1][0] for t in traces} == {"0", "1"}
+    assert (out / "serve" / "server-0.log").read_text().count("fired up") == 1
+    assert "c=64" in p.stdout and "bundle (ok)" in p.stdout
+    _assert_gone(_attempts(out))
+
+
+def test_nan_after_20_is_one_classified_line_and_a_partial_bundle(tmp_path: Path) -> None:
+    out = tmp_path / "nan"
+    p = _cli(["serve-bench", "--model", "tiny-cpu", "--tp", "2", "--inject", "nan-after 20",
+              "--out", str(out), *FAST])
+    assert p.returncode == 1, p.stderr[-3000:]
+    last = p.stderr.strip().splitlines()[-1]
+    assert last.startswith("pcieprof: error: server nan_in_decode") and "probability tensor" in last
+    assert json.loads((out / "manifest.json").read_text())["status"] == "partial"
+    att = _attempts(out)
+    assert att[0]["outcome"] == "nan_in_decode" and att[0]["time_to_failure_s"] > 0
+    assert "probability tensor" in att[0]["excerpt"]
+    _assert_gone(att)
+
+
+def test_sweep_records_each_attempt_and_benchmarks_the_first_healthy(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text('[[sweep]]\nname = "crash"\ninject = "crash-on-start"\n'
+                     '[[sweep]]\nname = "nan"\ninject = "nan-after 8"\n'
+                     '[[sweep]]\nname = "hang"\ninject = "hang-after 4"\n'
+                     '[[sweep]]\nname = "healthy"\n'
+                     '[[sweep]]\nname = "never-tried"\ninject = "crash-on-start"\n')
+    out = tmp_path / "sw"
+    p = _cli(["serve-bench", "--model", "tiny-cpu", "--tp", "2", "--sweep-file", str(sweep),
+              "--out", str(out), *FAST, "--concurrency", "1,4", "--decode-batches", "none",
+              "--no-profile", "--probe-timeout", "8"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    att = _attempts(out)
+    assert [a["outcome"] for a in att] == ["crashed", "nan_in_decode", "hang", "ok"]
+    assert [a["benchmarked"] for a in att] == [False, False, False, True]
+    assert all(a["time_to_failure_s"] > 0 for a in att[:3])
+    assert "crash-on-start" in att[0]["excerpt"]
+    summary = json.loads((out / "serve" / "summary.json").read_text())
+    assert summary["attempt"] == "healthy" and len(summary["runs"]) == 2
+    assert json.loads((out / "manifest.json").read_text())["status"] == "ok"
+    _assert_gone(att)
+
+
+def test_ctrl_c_tears_the_server_down(tmp_path: Path) -> None:
+    out = tmp_path / "int"
+    proc = subprocess.Popen([sys.executable, "-m", "pcieprof", "serve-bench", "--model",
+                             "tiny-cpu", "--tp", "2", "--out", str(out), "--num-requests", "400",
+                             "--concurrency", "2", "--output-len", "64"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if (out / "serve" / "requests.jsonl").is_file() and \
+                    (out / "serve" / "requests.jsonl").stat().st_size > 0:
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert json.loads((out / "manifest.json").read_text())["status"] == "partial", err[-2000:]
+    _assert_gone(_attempts(out))
+
+
+def test_glm5_dry_run_prints_command_and_environment(tmp_path: Path) -> None:
+    p = _cli(["serve-bench", "--model", "glm5-nvfp4", "--dry-run", "--out", str(tmp_path / "x")])
+    assert p.returncode == 0, p.stderr
+    assert "-m sglang.launch_server --model-path nvidia/GLM-5-NVFP4 --tp-size 8" in p.stdout
+    assert "--quantization modelopt_fp4 --kv-cache-dtype bf16" in p.stdout
+    assert "export NCCL_P2P_LEVEL=SYS" in p.stdout and "export SGLANG_ENABLE_JIT_DEEPGEMM=0" in p.stdout
+    argv = json.loads(p.stdout.split("# argv: ")[1].splitlines()[0])
+    assert argv[1:3] == ["-m", "sglang.launch_server"]
+    assert not (tmp_path / "x").exists()
