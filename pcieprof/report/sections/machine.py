@@ -23,6 +23,12 @@ def _link(link: dict[str, Any] | None) -> str:
     return f"{g}x{width}{cap}" if width else g.strip()
 
 
+def _gen_width(gen: Any, width: Any) -> str:
+    if gen is None and width is None:
+        return "unknown"
+    return f"Gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
+
+
 def acs_redirect(node: dict[str, Any]) -> list[str]:
     """ACS control bits set on a bridge that redirect P2P to the root complex."""
     ctl = (node.get("acs") or {}).get("ctl") or {}
@@ -154,8 +160,8 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         for g in gpus:
             pcie = g.get("pcie") or {}
             rows.append([g.get("index"), g.get("name"), g.get("bus_id"),
-                         f"Gen{pcie.get('gen_current')} x{pcie.get('width_current')}",
-                         f"Gen{pcie.get('gen_max')} x{pcie.get('width_max')}",
+                         _gen_width(pcie.get("gen_current"), pcie.get("width_current")),
+                         _gen_width(pcie.get("gen_max"), pcie.get("width_max")),
                          g.get("numa_node"), g.get("cpu_affinity"),
                          round(g["memory_bytes"] / 2**30, 1) if g.get("memory_bytes") else None,
                          g.get("virtualization_mode")])

@@ -6,7 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from pcieprof.report.context import ReportContext
-from pcieprof.report.figures import figure, plot_text
+from pcieprof.report.figures import figure, plot_text, size_label
 from pcieprof.report.model import BundleView, Note, Section, Table
 from pcieprof.tune.matrices import gpu_indices, pair_matrix, pair_status
 
@@ -62,7 +62,8 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
             size = int(rows[rows["bandwidth_gbps"].notna()]["size_bytes"].max())
             sec.blocks.append(figure(
                 _heatmap(bw, gpus, status, unit="GB/s", colorscale="Viridis"),
-                f"{path}: unidirectional bandwidth, GB/s ({size >> 20} MiB copies)", prov))
+                f"{path}: unidirectional bandwidth, GB/s "
+                f"({size_label(size) + ' copies' if size > 0 else 'copy size not recorded'})", prov))
         else:
             sec.blocks.append(Note(f"{path}: bandwidth not measured", level="missing"))
         if not np.isnan(lat).all():
