@@ -6,8 +6,11 @@ outside: the resident set of the whole process tree (pcieprof parses one rank pe
 sampled from /proc every 10 ms, and the kernel's max-RSS of the largest process (wait4). Both
 compute the same quantities: the temporal breakdown (idle / compute / non-compute / kernel time)
 and the comm-compute overlap; pcieprof runs with --drop-last-step, HTA's window, and the printed
-figures let the two be checked against each other. Also measured: pcieprof's reader with ijson's
-C backend (yajl2_c) vs its pure-Python backend.
+figures let the two be checked against each other (HTA rounds fractional-microsecond events
+inward to whole microseconds, so on such traces its compute time is a few % lower). Also measured:
+pcieprof's two readers (chunked regex/orjson, the default, and ijson with its C backend yajl2_c or
+its pure-Python one). Each run is repeated (--repeat) and the fastest counts, since the machine
+may be shared.
 
 HTA is installed into its own virtual environment (system site packages visible, so the same
 pandas/numpy), with `pip install holistictraceanalysis==0.5.0 psutil` (0.5.0 imports psutil
@@ -111,10 +114,23 @@ def ensure_hta(venv: Path, install: bool) -> Path:
     return py
 
 
+def best_of(n: int, cmd: list[str], env: dict[str, str] | None = None) -> dict:
+    """The fastest of n runs (the machine may be shared), with the largest peak memory seen."""
+    runs = [measure(cmd, env) for _ in range(max(1, n))]
+    best = min(runs, key=lambda m: m["wall_s"])
+    best["peak_tree_rss"] = max(m["peak_tree_rss"] for m in runs)
+    best["maxrss_largest"] = max(m["maxrss_largest"] for m in runs)
+    best["walls"] = [m["wall_s"] for m in runs]
+    return best
+
+
+REPEAT = 1
+
+
 def run_pcieprof(folder: Path, out: Path, env_extra: dict[str, str] | None = None) -> dict:
     env = {**os.environ, **(env_extra or {})}
-    m = measure([sys.executable, "-m", "pcieprof", "attribute", str(folder), "--drop-last-step",
-                 "--out", str(out), "--force", "-q"], env)
+    m = best_of(REPEAT, [sys.executable, "-m", "pcieprof", "attribute", str(folder), "--drop-last-step",
+                         "--out", str(out), "--force", "-q"], env)
     doc = json.loads((out / "attribution.json").read_text())
     m["ranks"] = {r["rank"]: {"idle_us": r["totals"]["idle_us"], "compute_us": r["totals"]["compute_us"],
                               "non_compute_us": r["totals"]["span_us"] - r["totals"]["idle_us"]
@@ -124,7 +140,7 @@ def run_pcieprof(folder: Path, out: Path, env_extra: dict[str, str] | None = Non
 
 
 def run_hta(py: Path, folder: Path) -> dict:
-    m = measure([str(py), "-c", HTA_SCRIPT, str(folder)])
+    m = best_of(REPEAT, [str(py), "-c", HTA_SCRIPT, str(folder)])
     line = [ln for ln in m["stdout"].splitlines() if ln.startswith("RESULT ")][-1]
     m["ranks"] = {int(k): v for k, v in json.loads(line[7:])["ranks"].items()}
     return m
@@ -143,7 +159,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--hta-venv", type=Path, default=Path.home() / ".cache" / "pcieprof" / "hta-0.5.0")
     ap.add_argument("--no-install", action="store_true")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per tool and folder; the fastest counts")
     a = ap.parse_args(argv)
+    global REPEAT
+    REPEAT = a.repeat
 
     py = ensure_hta(a.hta_venv, not a.no_install)
     work = Path(tempfile.mkdtemp(prefix="pcieprof-bench-"))
@@ -183,15 +202,19 @@ def main(argv: list[str] | None = None) -> None:
     single = work / "single"
     single.mkdir()
     (single / one.name).symlink_to(one)
-    c = run_pcieprof(single, work / "out-c", {"PCIEPROF_IJSON_BACKEND": "yajl2_c"})
-    py_ = run_pcieprof(single, work / "out-py", {"PCIEPROF_IJSON_BACKEND": "python"})
-    print(f"\nreader on {one.name} ({one.stat().st_size / 1e6:.1f} MB): ijson yajl2_c {c['wall_s']:.2f} s, "
-          f"pure-Python ijson {py_['wall_s']:.2f} s ({py_['wall_s'] / c['wall_s']:.1f}x slower)")
+    ch = run_pcieprof(single, work / "out-ch", {"PCIEPROF_TRACE_READER": "chunked"})
+    c = run_pcieprof(single, work / "out-c", {"PCIEPROF_TRACE_READER": "ijson", "PCIEPROF_IJSON_BACKEND": "yajl2_c"})
+    py_ = run_pcieprof(single, work / "out-py", {"PCIEPROF_TRACE_READER": "ijson", "PCIEPROF_IJSON_BACKEND": "python"})
+    print(f"\nreader on {one.name} ({one.stat().st_size / 1e6:.1f} MB), whole attribute run: "
+          f"chunked regex/orjson {ch['wall_s']:.2f} s ({ch['peak_tree_rss'] / 1e6:.0f} MB), "
+          f"ijson yajl2_c {c['wall_s']:.2f} s ({c['peak_tree_rss'] / 1e6:.0f} MB), "
+          f"pure-Python ijson {py_['wall_s']:.2f} s ({py_['peak_tree_rss'] / 1e6:.0f} MB)")
     print("peak memory = resident set of the whole process tree, sampled every 10 ms; "
           "speed x = HTA wall / pcieprof wall; mem ratio = pcieprof / HTA")
     if a.json:
-        a.json.write_text(json.dumps({"results": results, "reader": {"yajl2_c_s": c["wall_s"], "python_s": py_["wall_s"],
-                                                                      "file": str(one)}}, indent=2))
+        a.json.write_text(json.dumps({"results": results, "reader": {
+            "chunked_s": ch["wall_s"], "ijson_yajl2_c_s": c["wall_s"], "ijson_python_s": py_["wall_s"],
+            "file": str(one)}}, indent=2))
 
 
 if __name__ == "__main__":

@@ -275,6 +275,10 @@ class _Builder:
                 self.cols["l_graph"].append(np.asarray(
                     [self.names[i].startswith("cudaGraphLaunch") for i in nid[sel].tolist()], dtype=bool))
 
+        # CPU ops count only on traces without GPU events; once one is seen, stop keeping them.
+        if self.n_gpu and self.cols["c_ts"]:
+            for k in ("c_name", "c_ts", "c_dur", "c_bit", "c_family"):
+                self.cols[k].clear()
         cp = np.nonzero((codes == 4) | (codes == 5))[0]
         if cp.size:
             keep_idx, keep_bit, keep_fam = [], [], []
@@ -287,7 +291,7 @@ class _Builder:
                 if is_step:
                     self.spans.append((self.names[k], cat, float(ts[i]), float(dur[i])))
                     continue
-                if codes[i] == 5:
+                if codes[i] == 5 or self.n_gpu:
                     continue
                 key = k * 2 + (cat == "cpu_op")
                 hit = self.cpu_cls.get(key)
