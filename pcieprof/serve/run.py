@@ -87,6 +87,18 @@ def run(bundle: Bundle, opts: BenchOptions) -> dict[str, Any]:
     entries = entries_from(opts.card, opts.base, opts.sweep_file) if opts.sweep \
         else [SweepEntry(opts.base, why="the given configuration")]
     attempts: list[Attempt] = []
+    try:
+        return _attempt_all(bundle, opts, entries, attempts)
+    except KeyboardInterrupt:
+        for a in attempts:
+            if a.outcome == "running":
+                a.outcome, a.summary = Outcome.INTERRUPTED.value, "interrupted (Ctrl-C)"
+        _write_attempts(bundle, attempts)
+        raise
+
+
+def _attempt_all(bundle: Bundle, opts: BenchOptions, entries: list[SweepEntry],
+                 attempts: list[Attempt]) -> dict[str, Any]:
     for i, entry in enumerate(entries):
         cmd = build_command(opts.card, entry.config, parser=opts.parser)
         if i == 0:
@@ -94,13 +106,17 @@ def run(bundle: Bundle, opts: BenchOptions) -> dict[str, Any]:
                                                      "recorded_env": recorded_env(cmd)})
         base_url = f"http://{_client_host(entry.config.host)}:{entry.config.port}"
         progress.info(f"attempt {i} {entry.config.name}: {cmd.shell()}")
+
+        def started(a: Attempt) -> None:
+            attempts.append(a)
+            _write_attempts(bundle, attempts)
+
+        bundle._register(f"serve/server-{i}.log")  # noqa: SLF001 (a file written by the server)
         att, server = launch(i, entry, cmd, bundle.file(f"serve/server-{i}.log"), base_url,
                              startup_timeout_s=opts.startup_timeout_s, stall_s=opts.stall_s,
                              probe_tokens_n=opts.probe_tokens, probe_requests=opts.probe_requests,
                              probe_timeout_s=opts.probe_timeout_s, api=opts.api,
-                             vocab_high=opts.vocab_high)
-        bundle._register(f"serve/server-{i}.log")  # noqa: SLF001 (a file written by the server)
-        attempts.append(att)
+                             vocab_high=opts.vocab_high, on_started=started)
         try:
             _write_attempts(bundle, attempts)
             progress.info(att.one_line())

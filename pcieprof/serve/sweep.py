@@ -15,7 +15,7 @@ import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pcieprof.errors import BadInput
 from pcieprof.serve.cards import ModelCard
@@ -134,9 +134,12 @@ async def probe_tokens(base_url: str, *, tokens: int, n: int, timeout_s: float,
 
 def launch(index: int, entry: SweepEntry, cmd: ServerCommand, log_path: Path, base_url: str, *,
            startup_timeout_s: float, stall_s: float | None, probe_tokens_n: int,
-           probe_requests: int, probe_timeout_s: float, api: str,
-           vocab_high: int) -> tuple[Attempt, ServerProcess]:
+           probe_requests: int, probe_timeout_s: float, api: str, vocab_high: int,
+           on_started: Callable[[Attempt], None] | None = None) -> tuple[Attempt, ServerProcess]:
     """Start one config, wait for readiness and probe it. The server is left running (stop it).
+
+    `on_started` sees the attempt (outcome `running`, with the server's pid) right after the
+    process started, so a record exists even if pcieprof itself is killed.
 
     Returns:
         The attempt (outcome `ok` when the probe passed) and its server process.
@@ -147,11 +150,28 @@ def launch(index: int, entry: SweepEntry, cmd: ServerCommand, log_path: Path, ba
     t0 = time.monotonic()
     server.start()
     att.pid = server.pid
+    try:
+        if on_started:
+            on_started(att)
+        _ready_and_probe(att, server, base_url, t0, startup_timeout_s=startup_timeout_s,
+                         stall_s=stall_s, probe_tokens_n=probe_tokens_n,
+                         probe_requests=probe_requests, probe_timeout_s=probe_timeout_s,
+                         api=api, vocab_high=vocab_high)
+    except BaseException:
+        server.stop()  # Ctrl-C or an error while starting: never leave the group behind
+        raise
+    return att, server
+
+
+def _ready_and_probe(att: Attempt, server: ServerProcess, base_url: str, t0: float, *,
+                     startup_timeout_s: float, stall_s: float | None, probe_tokens_n: int,
+                     probe_requests: int, probe_timeout_s: float, api: str,
+                     vocab_high: int) -> None:
     failure = server.wait_ready(base_url, deadline_s=startup_timeout_s, stall_s=stall_s,
-                                on_wait=progress_waiter(f"attempt {index} {entry.config.name}"))
+                                on_wait=progress_waiter(f"attempt {att.index} {att.name}"))
     if failure is not None:
         att.fail(failure, t0)
-        return att, server
+        return
     att.time_to_ready_s = round(time.monotonic() - t0, 3)
     try:
         att.probe = asyncio.run(probe_tokens(base_url, tokens=probe_tokens_n, n=probe_requests,
@@ -162,7 +182,7 @@ def launch(index: int, entry: SweepEntry, cmd: ServerCommand, log_path: Path, ba
     time.sleep(0.2)  # a crash right after the last token shows up in the exit status
     if att.probe.get("ok") and server.alive():
         att.outcome, att.summary = Outcome.OK.value, "served correct tokens"
-        return att, server
+        return
     hung = server.alive() and any("timeout" in e for e in att.probe.get("errors", []))
     c = server.classify(hung=hung)
     if c.outcome is Outcome.CRASHED and server.alive():
@@ -170,7 +190,6 @@ def launch(index: int, entry: SweepEntry, cmd: ServerCommand, log_path: Path, ba
                        "check the probe errors in attempts.jsonl",
                        "\n".join("> " + e for e in att.probe.get("errors", [])), None, None)
     att.fail(c, t0)
-    return att, server
 
 
 def classify_attempt_end(server: ServerProcess, *, hung: bool = False) -> Classified:

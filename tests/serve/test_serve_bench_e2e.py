@@ -100,27 +100,33 @@ def test_sweep_records_each_attempt_and_benchmarks_the_first_healthy(tmp_path: P
     _assert_gone(att)
 
 
-def test_ctrl_c_tears_the_server_down(tmp_path: Path) -> None:
+@pytest.mark.parametrize("when", ["startup", "load"])
+def test_ctrl_c_tears_the_server_down(tmp_path: Path, when: str) -> None:
     out = tmp_path / "int"
     proc = subprocess.Popen([sys.executable, "-m", "pcieprof", "serve-bench", "--model",
                              "tiny-cpu", "--tp", "2", "--out", str(out), "--num-requests", "400",
                              "--concurrency", "2", "--output-len", "64"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    marker = out / "serve" / ("attempts.jsonl" if when == "startup" else "requests.jsonl")
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if (out / "serve" / "requests.jsonl").is_file() and \
-                    (out / "serve" / "requests.jsonl").stat().st_size > 0:
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and proc.poll() is None:
+            if marker.is_file() and marker.stat().st_size > 0:
                 break
             time.sleep(0.2)
+        assert marker.is_file(), "serve-bench never got there"
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err[-2000:]
     assert json.loads((out / "manifest.json").read_text())["status"] == "partial", err[-2000:]
-    _assert_gone(_attempts(out))
+    att = _attempts(out)
+    assert att and att[0]["pid"]
+    if when == "startup":
+        assert att[0]["outcome"] == "interrupted"
+    _assert_gone(att)
 
 
 def test_glm5_dry_run_prints_command_and_environment(tmp_path: Path) -> None:
