@@ -167,7 +167,9 @@ class ProbeRunner:
         self.plan = plan
         self.launch = launch or Launch()
         self.on_progress = on_progress or (lambda _d, _n: None)
-        self.work = Path(tempfile.mkdtemp(prefix="pcieprof-run-"))
+        # inside the bundle directory, so a run killed with SIGKILL leaves its raw per-rank rows
+        # with its bundle (not in /tmp); removed by cleanup() after a normal end
+        self.work = Path(tempfile.mkdtemp(prefix=".probe-work-", dir=bundle.path))
         self.plan_file = self.work / "plan.json"
         self.plan_file.write_text(plan.to_json(), encoding="utf-8")
         self._proc: subprocess.Popen[Any] | None = None
@@ -285,7 +287,7 @@ class ProbeRunner:
         n = 0
         while True:
             n += 1
-            tag = f"{self.work.name}-copies{n}"
+            tag = f"pcieprof{self.work.name}-copies{n}"
             args = ["--shm-tag", tag] + (["--resume", resume] if resume else [])
             try:
                 # copies are between this node's devices: always a one-node launch

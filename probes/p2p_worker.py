@@ -126,12 +126,12 @@ class CpuCopier:
             self.stage.setdefault(r, shared(f"stage{r}", self.stage_bytes))
         self.local_src = torch.empty(self.win_bytes, dtype=torch.uint8)
         self.local_dst = torch.empty(self.win_bytes, dtype=torch.uint8)
-        self.files = [shm_dir / f"{tag}-{k}{rank}" for k in ("win", "stage")]
+        dist.barrier()  # everyone has mapped everything: the names can go, the mappings stay,
+        for k in ("win", "stage"):  # so a killed run leaves nothing in /dev/shm
+            (shm_dir / f"{tag}-{k}{rank}").unlink(missing_ok=True)
 
     def close(self) -> None:
         dist.barrier()
-        for f in self.files:
-            f.unlink(missing_ok=True)
 
     # one direction of a case, issued by the rank that owns it
     def _op(self, case: P2PCase, src: int, dst: int) -> Callable[[], None]:

@@ -77,4 +77,5 @@ def test_hang_and_dead_rank_are_recorded_and_the_sweep_goes_on(tmp_path: Path,
     assert "do not match" in bad.iloc[0]["detail"]
     assert (p2p[~p2p["status"].isin(["hang", "error"])]["status"] == "ok").all()
     assert copies["concurrent"]["status"] == "ok"
-    assert not list(Path("/dev/shm").glob(f"{runner.work.name}-*"))
+    assert not list(Path("/dev/shm").glob(f"*{runner.work.name}*"))
+    assert not runner.work.exists()

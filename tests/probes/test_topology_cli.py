@@ -65,6 +65,7 @@ def test_cpu_run_writes_a_complete_bundle(tmp_path: Path) -> None:
     assert set(choices) == {"default", "proto_ll", "nch2"}
     assert (out / "nccl" / "proto_ll.log").is_file()
     assert (out / "report.html").is_file()
+    assert not list(out.glob(".probe-work-*"))  # the raw per-rank rows are gone after a normal end
     assert "p2p bandwidth, GB/s" in proc.stdout and "all-reduce time" in proc.stdout
     assert f"pcieprof report {out}" in proc.stdout
     assert "measure this machine" in proc.stdout
