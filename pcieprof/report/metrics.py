@@ -5,6 +5,8 @@ Names (units in the name, as in the tables):
   p2p.<path>.latency_us.median|max          small-copy latency over all pairs
   allreduce.<variant>.n<N>.time_us@<size>   time at a decode size (12KiB, 96KiB, 384KiB, 768KiB)
   allreduce.<variant>.n<N>.busbw_gbps@max   busbw at the largest measured size
+  allreduce.<variant>.g<r-r-..>.*           the same for a sub-group (pairs, TP4 groups)
+  allreduce.<variant>.order_<r-r-..>.*      the full group in another ring order
   serve.<run label>.<metric>[.stat]         serve/summary.json runs (e.g. serve.c=4.tpot_ms.median)
   serve.decode.bs<B>.step_time_ms           the fixed-batch decode curve
   attribution.<key path>                    every number in attribution.json "summary" (flattened)
@@ -55,11 +57,16 @@ def bundle_metrics(bundle: Bundle, band: DecodeBand | None = None) -> dict[str, 
     bad = p2p[p2p["status"].isin(["error", "hang"])]
     if not p2p.empty:
         out["p2p.bad_rows"] = float(len(bad))
-    for c in C.curves(bundle.read_table("allreduce")):
-        if c.ranks != ",".join(str(i) for i in range(c.nranks)) and c.nranks > 2:
-            key = f"allreduce.{c.variant}.order_{c.ranks.replace(',', '-')}"
+    cs = C.curves(bundle.read_table("allreduce"))
+    nmax = max((c.nranks for c in cs), default=0)
+    for c in cs:
+        dashed = c.ranks.replace(",", "-")
+        if c.nranks < nmax:  # a sub-group: pairs, TP4 groups
+            key = f"allreduce.{c.variant}.g{dashed}"
+        elif c.ranks != ",".join(str(i) for i in range(c.nranks)):  # the full group in a ring order
+            key = f"allreduce.{c.variant}.order_{dashed}"
         else:
-            key = f"allreduce.{c.variant}.n{c.nranks}" + ("" if c.nranks > 2 else f".r{c.ranks.replace(',', '-')}")
+            key = f"allreduce.{c.variant}.n{c.nranks}"
         for b in _BATCHES:
             size = band.message_bytes(b)
             if size <= c.max_size:

@@ -201,9 +201,11 @@ def _command(card: Any, c: Candidate, env: dict[str, str]) -> tuple[str, dict[st
         from pcieprof.serve.sglang_cmd import LaunchConfig, build_command
 
         dp = c.dp if c.dp_attention else (c.replicas if c.replicas > 1 else None)
+        # "python3", not this interpreter's path: the command runs on the serving box
         cmd = build_command(card, LaunchConfig(tp=c.tp, pp=c.pp if c.pp > 1 else None,
                                                ep=c.ep if c.ep > 1 else None, dp=dp,
-                                               dp_attention=c.dp_attention, env=dict(env)))
+                                               dp_attention=c.dp_attention, env=dict(env)),
+                            python="python3")
         card_env = {k: v for k, v in card.sglang.env.items() if k not in env}
         notes = list(cmd.notes)
         if card_env:

@@ -36,7 +36,9 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         title=f"Give NCCL at least {n} channels for large all-reduces",
         gain_fraction=rel, gain_us_per_allreduce=per_ar, gain_ms_per_step=per_step,
         gain_text=(f"busbw at {size_label(big)} {b0:.1f} -> {b1:.1f} GB/s ({rel * 100:+.0f}%, "
-                   f"prefill and large batches); decode-size change {drel * 100:+.0f}%"),
+                   f"prefill and large batches); decode sizes "
+                   + (f"{abs(drel) * 100:.0f}% {'faster' if drel > 0 else 'slower'}"
+                      if abs(drel) >= 0.01 else "unchanged")),
         evidence=[f"allreduce.csv: variant {best.variant} vs {base.variant} over {base.nranks} "
                   f"ranks [{ctx.provenance}]"]
                  + ([f"nccl_choices.json: NCCL used {ctx.default_choices()['nchannels']} channel(s) "
