@@ -382,7 +382,9 @@ class ProbeRunner:
     def _choices(self, case: AllReduceCase, log: Path) -> dict[str, Any]:
         """What NCCL chose for one case, from its NCCL_DEBUG=INFO log (C's parser)."""
         entry: dict[str, Any] = {"variant": case.variant, "ranks": case.ranks, "env": case.env,
-                                 "log": str(log.relative_to(self.bundle.path))}
+                                 "log": str(log.relative_to(self.bundle.path)),
+                                 # NCCL's rings are in rank space; rank r drives GPU ranks[r]
+                                 "rank_to_device": {str(r): d for r, d in enumerate(case.ranks)}}
         if self.plan.backend != "cuda":
             entry.update(parsed=None, note=f"{self.plan.backend} backend: gloo process group, NCCL "
                          f"not used" + (f"; {GLOO_IGNORES_NCCL}" if case.env else ""))
