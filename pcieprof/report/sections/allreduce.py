@@ -28,6 +28,8 @@ def full_group(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _curve_fig(rows: pd.DataFrame, y: str, ctx: ReportContext, *, log_y: bool) -> go.Figure:
+    if rows["dtype"].nunique() > 1 and (rows["dtype"] == "bf16").any():
+        rows = rows[rows["dtype"] == "bf16"]  # decode all-reduces are bf16; fp32 is in the table
     fig = go.Figure()
     for (variant, ranks, dtype), g in rows.groupby(["variant", "ranks", "dtype"], sort=True):
         g = g.groupby("size_bytes", as_index=False)[y].median().sort_values("size_bytes")
