@@ -145,16 +145,11 @@ def build_context(bundle: Bundle, band: DecodeBand) -> RuleContext:
     if serve_dir.is_dir():
         for f in sorted(serve_dir.glob("server-*.log"))[:4]:
             serve_log += f.read_text(encoding="utf-8", errors="replace")[-200_000:]
-    full = C.full_group(cs)
     prov = view.provenance("allreduce", ar) if not ar.empty else view.provenance("p2p", p2p)
     return RuleContext(bundle=bundle, topology=topo, p2p=p2p, allreduce=ar, curves=cs,
                        choices=choices, inferred=inferred, ring=ring, nccl_ring=old, band=band,
                        collectives_per_step=collectives_counter(_card(band.model), nranks),
-                       provenance=prov, serve_log=serve_log, nccl_ring_known=known) \
-        if full or ring is not None or topo else RuleContext(
-            bundle=bundle, topology=topo, p2p=p2p, allreduce=ar, curves=cs, choices=choices,
-            inferred=inferred, ring=ring, nccl_ring=old, band=band,
-            collectives_per_step=lambda b: 0, provenance=prov)
+                       provenance=prov, serve_log=serve_log, nccl_ring_known=known)
 
 
 def _gpus_without_p2p(ctx: RuleContext) -> list[int]:
@@ -175,6 +170,11 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
     p = ctx.p2p
     if not p[(p["path"] == "p2p") & p["status"].isin(["error", "hang"])].empty:
         return "P2P between GPUs is broken (copies fail or return wrong data)"
+    lonely = _gpus_without_p2p(ctx)
+    if lonely:
+        return (f"GPU {', '.join(map(str, lonely))} has no working P2P with the other GPUs "
+                f"(no P2P bandwidth measured or supported): NCCL moves its traffic through host "
+                f"memory [{ctx.provenance}]")
     base = C.find(ctx.curves, {})
     if base is not None and ctx.ar_backend == "cpu":
         return (f"none named: this bundle measured the harness on this machine's CPUs (gloo "
@@ -207,11 +207,6 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
         if why:
             what += f" ({', '.join(why)})"
         return what + f" [{ctx.provenance}]"
-    lonely = _gpus_without_p2p(ctx)
-    if lonely:
-        return (f"GPU {', '.join(map(str, lonely))} has no working P2P with the other GPUs "
-                f"(no P2P bandwidth measured or supported): NCCL moves its traffic through host "
-                f"memory [{ctx.provenance}]")
     if ctx.ring is not None:
         return (f"slowest P2P link {ctx.ring.bottleneck_gbps:.1f} GB/s between GPU groups "
                 f"[{ctx.provenance}]; all-reduce not measured")
