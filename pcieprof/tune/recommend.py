@@ -170,6 +170,12 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
     p = ctx.p2p
     if not p[(p["path"] == "p2p") & p["status"].isin(["error", "hang"])].empty:
         return "P2P between GPUs is broken (copies fail or return wrong data)"
+    ar = ctx.allreduce
+    hung = ar[(ar["status"].isin(["hang", "error"])) & (ar["variant"] == "default")]
+    if not hung.empty:
+        r = hung.iloc[0]
+        return (f"NCCL's default all-reduce {r['status']}s (size {int(r['size_bytes'])} B, ranks "
+                f"{r['ranks']}): nothing can be served with the default settings [{ctx.provenance}]")
     lonely = _gpus_without_p2p(ctx)
     if lonely:
         return (f"GPU {', '.join(map(str, lonely))} has no working P2P with the other GPUs "

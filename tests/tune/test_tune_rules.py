@@ -147,3 +147,16 @@ def test_real_imports_give_honest_bottlenecks(samples: Path, tmp_path: Path) -> 
     res = recommend(b, layouts=False)
     assert res.bottleneck.startswith("not named at decode sizes")
     assert not any(r.gain_us_per_allreduce for r in res.recommendations)
+
+
+def test_default_hang_points_to_the_variant_that_works(tmp_path: Path) -> None:
+    b = _bundle(tmp_path)
+    b.append_rows("allreduce", [{"backend": "imported", "variant": "default", "env": "{}",
+                                 "nranks": 8, "ranks": "0,1,2,3,4,5,6,7", "size_bytes": 8,
+                                 "dtype": "bf16", "status": "hang",
+                                 "detail": "no progress for 60 s (watchdog)"}])
+    add_allreduce(b, "p2p_disable", {"NCCL_P2P_DISABLE": "1"}, TURIN_DEFAULT)
+    res = recommend(b, layouts=False)
+    top = res.recommendations[0]
+    assert top.rule == "allreduce_hang" and top.env == {"NCCL_P2P_DISABLE": "1"}
+    assert "hangs" in res.bottleneck

@@ -8,6 +8,6 @@ from __future__ import annotations
 
 #: Rule modules in evaluation order (correctness first, then host state, NCCL, ring, SGLang).
 RULES: tuple[str, ...] = (
-    "p2p_data_errors", "iommu_acs", "p2p_vs_shm", "p2p_level", "proto_ll", "min_nchannels",
+    "p2p_data_errors", "allreduce_hang", "iommu_acs", "p2p_vs_shm", "p2p_level", "proto_ll", "min_nchannels",
     "ring_order", "topo_file", "sglang_custom_ar",
 )
