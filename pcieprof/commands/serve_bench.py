@@ -107,7 +107,8 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--startup-timeout", type=float, default=None,
               help="Seconds to wait for /health_generate (default 1800, 180 for tiny-cpu).")
 @click.option("--stall-timeout", type=float, default=None,
-              help="Give up when the server log has not grown for this long (hang).")
+              help="Give up (hang) when the server log shows no new line but HTTP access lines "
+                   "for this long (default: off; 30 s for tiny-cpu).")
 @click.option("--probe-tokens", type=int, default=32, show_default=True,
               help="Tokens each correctness probe request must return.")
 @click.option("--probe-timeout", type=float, default=None,
@@ -141,16 +142,17 @@ def command(**kw: Any) -> None:
         env=_env(kw["env"]), inject=kw["inject"], model_path=kw["model_path"], host=kw["host"],
         port=port, nnodes=kw["nnodes"], node_rank=kw["node_rank"],
         dist_init_addr=kw["dist_init_addr"])
+    if not (tiny or kw["dry_run"] or kw["url"]) and importlib.util.find_spec("sglang") is None:
+        raise EnvironmentMissing("sglang is not installed in this Python, so it cannot be launched",
+                                 hint="install sglang on the GPU box, use --dry-run to see the "
+                                      "command, --url to attach, or --model tiny-cpu")
     parser = None
-    if not tiny:
+    if not tiny and not kw["url"]:
+        # SGLang's own parser checks (and translates) every flag before anything is started.
         parser = load_parser(str(kw["sglang_path"]) if kw["sglang_path"] else None)
     if kw["dry_run"]:
         _dry_run(card, base, kw, parser)
         return
-    if not tiny and not kw["url"] and importlib.util.find_spec("sglang") is None:
-        raise EnvironmentMissing("sglang is not installed in this Python, so it cannot be launched",
-                                 hint="install sglang on the GPU box, use --dry-run to see the "
-                                      "command, --url to attach, or --model tiny-cpu")
     out = kw["out"] or default_out_dir("serve-bench")
     bundle = Bundle.create(out, command="serve-bench", source=source_of(card.sglang.backend),
                            backend=card.sglang.backend, force=kw["force"])
@@ -214,7 +216,7 @@ def _options(card: Any, base: Any, kw: dict[str, Any], parser: Any, tiny: bool) 
         profile_steps=kw["profile_steps"], trace_dir=kw["trace_dir"],
         attribute=not kw["no_attribute"],
         startup_timeout_s=kw["startup_timeout"] or (180.0 if tiny else 1800.0),
-        stall_s=kw["stall_timeout"], probe_tokens=kw["probe_tokens"],
+        stall_s=kw["stall_timeout"] or (30.0 if tiny else None), probe_tokens=kw["probe_tokens"],
         probe_timeout_s=kw["probe_timeout"] or (20.0 if tiny else 600.0),
         request_timeout_s=kw["request_timeout"], parser=parser,
         # Prompt token ids: the tiny model's whole vocabulary; for real models a range of ids

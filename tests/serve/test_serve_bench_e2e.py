@@ -146,3 +146,27 @@ def test_glm5_dry_run_prints_command_and_environment(tmp_path: Path) -> None:
     argv = json.loads(p.stdout.split("# argv: ")[1].splitlines()[0])
     assert argv[1:3] == ["-m", "sglang.launch_server"]
     assert not (tmp_path / "x").exists()
+
+
+def test_url_attaches_to_a_running_server(tmp_path: Path) -> None:
+    from pcieprof.serve.fakeserver import FakeServer
+
+    out = tmp_path / "att"
+    with FakeServer(token_delay_s=0.001) as srv:
+        p = _cli(["serve-bench", "--model", "tiny-cpu", "--url", srv.url, "--out", str(out),
+                  *FAST, "--concurrency", "2", "--decode-batches", "1,2", "--no-profile",
+                  "--api", "completions"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    att = _attempts(out)
+    assert att[0]["name"] == "attached" and att[0]["pid"] is None
+    summary = json.loads((out / "serve" / "summary.json").read_text())
+    assert summary["api"] == "completions" and summary["runs"][0]["completed"] == 6
+    assert not (out / "serve" / "server-0.log").exists()
+
+
+def test_glm5_without_sglang_is_one_line(tmp_path: Path) -> None:
+    if __import__("importlib").util.find_spec("sglang") is not None:
+        pytest.skip("sglang is installed here")
+    p = _cli(["serve-bench", "--model", "glm5-nvfp4", "--out", str(tmp_path / "g")])
+    assert p.returncode == 3
+    assert p.stderr.strip().splitlines()[-1].startswith("pcieprof: error: sglang is not installed")
