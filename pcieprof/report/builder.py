@@ -63,6 +63,7 @@ def _section_builder(name: str) -> Callable[[BundleView, ReportContext], Section
 
 def build_sections(views: list[BundleView], ctx: ReportContext) -> list[SectionRow]:
     """Every section for every bundle, in page order; empty rows dropped unless ALWAYS_SHOWN."""
+    ctx.views = list(views)
     rows: list[SectionRow] = []
     for name in SECTION_MODULES:
         build = _section_builder(name)

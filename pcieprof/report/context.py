@@ -16,11 +16,13 @@ class ReportContext:
         band: decode-message band marked on all-reduce plots (its model names the card).
         tune: run the tuner (in memory) for bundles without recommendations.json.
         recommendations: per bundle path, the tuner's output as a dict (filled on first use).
+        views: every bundle of the report (set by the builder), for sections that combine them.
     """
 
     band: DecodeBand = field(default_factory=band_for)
     tune: bool = True
     recommendations: dict[str, Any] = field(default_factory=dict)
+    views: list[Any] = field(default_factory=list)
 
     def recommendations_for(self, view: Any) -> dict[str, Any] | None:
         """recommendations.json of the bundle, else the tuner run in memory (when `tune`)."""

@@ -20,6 +20,8 @@ import pytest
 from pcieprof.bundle import Bundle
 
 GROUPS = ([0, 1, 2, 3], [4, 5, 6, 7])
+#: Real bundles copied into tests/report/data/ (each folder has a NOTE.md).
+DATA_DIR = Path(__file__).parent / "data"
 
 # WRX90 8-GPU ring, NCCL_P2P_LEVEL=SYS: size -> time_us (calibration README)
 AR_DEFAULT = {4 << 10: 23.93, 16 << 10: 18.66, 64 << 10: 18.13, 256 << 10: 25.09,

@@ -44,3 +44,20 @@ def test_metrics_of_real_bundles(bundle_factory, serve_bundle: Path) -> None:
     assert "serve.decode.bs2.step_time_ms" in s
     assert higher_is_better("p2p.p2p.bandwidth_gbps.median")
     assert not higher_is_better("allreduce.default.n8.time_us@12KiB")
+
+
+def test_gloo_trace_priced_with_the_gloo_curve(serve_bundle: Path, tmp_path: Path) -> None:
+    """The serve bundle's trace (reference server, gloo) next to the analytic model priced with
+    a real cpu-backend topology bundle; alone, the report says why the comparison is missing."""
+    import shutil
+
+    from pcieprof.report import write_report
+    from report_fixtures import DATA_DIR
+
+    topo = tmp_path / "cpu_2rank_topology"
+    shutil.copytree(DATA_DIR / "cpu_2rank_topology", topo)
+    html = write_report([serve_bundle, topo], tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "trace vs analytic model (predicted = collectives x the all-reduce curve of" in html
+    assert "cpu_2rank_topology" in html
+    alone = write_report([serve_bundle], tmp_path / "a.html").read_text(encoding="utf-8")
+    assert "trace vs analytic model: not shown" in alone

@@ -76,12 +76,19 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                                  "comm", "exposed comm", "compute", "idle"], rows, provenance=prov))
     if steps:
         sec.blocks.append(_steps_figure(steps, steps[0].get("rank"), prov))
-    cmp_rows = _comparison(view, doc)
+    pricer = _pricing_bundle(view, ctx)
+    cmp_rows = _comparison(view, doc, pricer) if pricer is not None else []
+    if pricer is None:
+        sec.blocks.append(Note(
+            f"trace vs analytic model: not shown; it needs an all-reduce curve measured on the "
+            f"same backend as the trace ({_trace_backend(view)}): report this bundle together "
+            f"with a pcieprof topology bundle of that backend", "missing"))
     if cmp_rows:
         cols = ["batch", "layout", "n_collectives", "measured_step_ms", "predicted_comm_ms",
                 "trace_comm_ms", "exposed_comm_ms", "disagreement_pct"]
         sec.blocks.append(Table(
-            "trace vs analytic model (predicted = collectives x this bundle's all-reduce curve)",
+            "trace vs analytic model (predicted = collectives x the all-reduce curve of "
+            + ("this bundle" if pricer is view else pricer.label) + ")",
             cols, [[(round(r[c], 3) if isinstance(r.get(c), float) else r.get(c)) for c in cols]
                    for r in cmp_rows],
             provenance=f"{prov}; predicted from {cmp_rows[0].get('priced_source')}, backend "
@@ -97,10 +104,26 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
     return sec
 
 
-def _comparison(view: BundleView, doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """F's comparison table when this bundle also has all-reduce rows to price with."""
-    if view.table("allreduce").empty:
-        return []
+def _trace_backend(view: BundleView) -> str:
+    part = view.bundle.part("attribution") or view.bundle.part("serve")
+    return str(part.get("backend") or view.bundle.backend)
+
+
+def _pricing_bundle(view: BundleView, ctx: ReportContext) -> BundleView | None:
+    """This bundle when it has all-reduce rows, else another bundle of the report measured on
+    the same backend (a gloo trace is priced with gloo curves, never with GPU ones)."""
+    if not view.table("allreduce").empty:
+        return view
+    want = _trace_backend(view)
+    for other in ctx.views:
+        ar = other.table("allreduce")
+        if other is not view and not ar.empty and set(ar["backend"].astype(str)) == {want}:
+            return other
+    return None
+
+
+def _comparison(view: BundleView, doc: dict[str, Any], pricer: BundleView) -> list[dict[str, Any]]:
+    """F's comparison table, priced with `pricer`'s all-reduce rows."""
     try:
         from pcieprof.analysis.comm_model import Layout, comparison_table
         from pcieprof.serve.cards import load_card
@@ -114,7 +137,7 @@ def _comparison(view: BundleView, doc: dict[str, Any]) -> list[dict[str, Any]]:
         card = load_card(card_name)
         batches = sorted({int(s["bs"]) for s in doc.get("steps", []) if s.get("bs")}) or [1]
         tp = max(1, len(doc.get("ranks") or []))
-        return comparison_table(card, Layout(tp=tp), batches[:8], view.bundle,
+        return comparison_table(card, Layout(tp=tp), batches[:8], pricer.bundle,
                                 serve_bundle=view.bundle, attribution=doc)
     except Exception:  # the comparison is an extra; the trace figures stand on their own
         return []
