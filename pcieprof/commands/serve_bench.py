@@ -1,4 +1,9 @@
-"""`pcieprof serve-bench`: launch or attach to SGLang (or the reference server), load, profile.
+"""Launch (or --url attach to) SGLang or the reference server, load it, profile decode.
+
+Server flags come from the model card, the options below and anything after `--`, e.g.
+`pcieprof serve-bench --model glm5-nvfp4 --tp 8 -- --mem-fraction-static 0.9`; they are checked
+against SGLang's own parser. Results: a bundle with serve/ (attempts.jsonl, server-N.log,
+requests.jsonl, summary.json, decode_curve.csv, traces/).
 
 \b
 Per request (timestamps taken as each streamed chunk arrives):
