@@ -72,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     if world % len(case.ranks):
         raise SystemExit(f"case {case.label} needs {len(case.ranks)} ranks per node, got {world}")
     out = RowWriter(args.rows, rank)
-    timeout = datetime.timedelta(seconds=max(plan.timeout_s, 30.0))
+    # longer than the runner's watchdog, so a stuck collective is killed and labelled a
+    # hang by the runner rather than aborted by the process group's own timeout
+    timeout = datetime.timedelta(seconds=2 * plan.timeout_s + 30)
     cuda = plan.backend == "cuda"
     out.event("init")
     if cuda:

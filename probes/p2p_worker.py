@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import datetime
 import os
 import statistics
 import threading
@@ -410,7 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     rank, world, _ = dist_env()
     out = RowWriter(args.rows, rank)
     backend = plan.backend
-    timeout = __import__("datetime").timedelta(seconds=max(plan.timeout_s, 30.0))
+    # longer than the runner's watchdog, so a stuck collective is killed and labelled a
+    # hang by the runner rather than aborted by the process group's own timeout
+    timeout = datetime.timedelta(seconds=2 * plan.timeout_s + 30)
     parts = ["p2p", "concurrent"] if args.part == "both" else [args.part]
     order = [(p, i) for p in parts for i in range(len(plan.p2p if p == "p2p" else plan.concurrent))]
     if args.resume:
