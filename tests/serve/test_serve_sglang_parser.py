@@ -11,6 +11,7 @@ import pytest
 
 from pcieprof.errors import BadInput
 from pcieprof.serve.cards import load_card
+from pcieprof.serve.sweep import entries_from
 from pcieprof.serve.sglang_cmd import (PINNED_SGLANG, LaunchConfig, build_command, load_parser,
                                        parse_many_with_sglang, sglang_search_path)
 
@@ -32,7 +33,10 @@ def parsed():
     if spec is None:
         pytest.skip(f"SGLang at {path} cannot build its parser here")
     cmds = [build_command(CARD, MAIN, parser=spec), build_command(CARD, OLD, parser=spec)]
-    results = parse_many_with_sglang([c.argv[3:] for c in cmds] + [["--tp-size", "x"]], path)
+    sweep = [build_command(CARD, e.config, parser=spec)
+             for e in entries_from(CARD, LaunchConfig(), None)]
+    results = parse_many_with_sglang([c.argv[3:] for c in cmds] + [["--tp-size", "x"]]
+                                     + [c.argv[3:] for c in sweep], path)
     return spec, cmds, results
 
 
@@ -80,3 +84,13 @@ def test_unknown_flags_and_values_refused(parsed) -> None:
         build_command(CARD, LaunchConfig(extra_args=("--no-such-flag",)), parser=spec)
     with pytest.raises(BadInput, match="not one of"):
         build_command(CARD, LaunchConfig(kv_cache_dtype="fp9"), parser=spec)
+
+
+def test_default_glm5_sweep_parses(parsed) -> None:
+    _, _, results = parsed
+    sweep = results[3:]
+    assert len(sweep) == len(CARD.sweep) >= 5
+    for ns, entry in zip(sweep, CARD.sweep):
+        assert isinstance(ns, dict), (entry["name"], ns)
+        assert ns["kv_cache_dtype"] == "bf16" and ns["tp_size"] == 8
+        assert ns["attention_backend"] == entry["attention_backend"]
