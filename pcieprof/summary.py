@@ -87,6 +87,8 @@ def allreduce_decode(df: pd.DataFrame, nranks: int | None = None,
             hit = g[g["size_bytes"] == s]["time_us"]
             cells.append(_fmt(float(hit.iloc[0]), 10) if not hit.empty else _fmt(float("nan"), 10))
         lines.append(f"{str(variant):<16}" + "".join(cells))
+    if ok["detail"].astype(str).str.contains("gloo ignores").any():
+        lines.append("  (NCCL_* variants on gloo: same transport as default, measured again)")
     bad = df[~df["status"].isin(["ok"])]
     for _, r in bad.iterrows():
         lines.append(f"  {r['variant']} ranks {r['ranks']} size {r['size_bytes']} B: "

@@ -200,7 +200,8 @@ def _on_sigterm(_signo: int, _frame: FrameType | None) -> None:
               help="All-reduce variants: default, p2p_disable, p2p_level_sys, proto_ll, "
               "proto_simple, algo_ring, algo_tree, nch2, nch8, or all.")
 @click.option("--groups", default=None, metavar="pairs,tp4",
-              help="Also run the default variant over sub-groups (every pair, TP4 groups).")
+              help="Also run the default variant over sub-groups: every pair, the TP4 groups "
+              "(default: both without --quick, none with it).")
 @click.option("--ring-order", "orders", multiple=True, metavar="0,2,1,3",
               help="Also run the default variant over this GPU order (repeatable).")
 @click.option("--p2p-sweep", is_flag=True, help="Add a P2P bandwidth size sweep per pair.")
