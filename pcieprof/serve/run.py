@@ -132,7 +132,13 @@ def _attempt_all(bundle: Bundle, opts: BenchOptions, entries: list[SweepEntry],
                 if opts.sweep and i + 1 < len(entries):
                     progress.warn(stop.attempt.one_line() + "; trying the next config")
                     continue
-                raise
+                bundle.set_part("serve", "partial", why=stop.attempt.one_line(),
+                                model=opts.card.name, attempts=len(attempts))
+                a = stop.attempt
+                raise PcieprofError(f"server {a.outcome} after {a.time_to_failure_s or 0:.1f} s "
+                                    f"while benchmarking: {a.summary}{a.excerpt_key()}",
+                                    hint=f"{a.hint + '; ' if a.hint else ''}log: {a.log}",
+                                    exit_code=ExitCode.FAILURE) from None
             bundle.set_part("serve", "ok", model=opts.card.name, attempts=len(attempts),
                             served_by=att.name)
             return summary
@@ -228,7 +234,8 @@ def _benchmark(bundle: Bundle, opts: BenchOptions, base_url: str, server: Server
                    "SSE line arrival"},
         "status": "running",
     }
-    bundle.write_text("serve/requests.jsonl", "")
+    if not bundle.has("serve/requests.jsonl"):
+        bundle.write_text("serve/requests.jsonl", "")  # appended to by every benchmarked attempt
     req_path = bundle.file("serve/requests.jsonl")
     specs = _load_specs(opts)
     with req_path.open("a", encoding="utf-8") as req_file, \

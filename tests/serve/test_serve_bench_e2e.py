@@ -71,10 +71,14 @@ def test_tiny_cpu_tp2_writes_a_complete_bundle(tmp_path: Path) -> None:
     _assert_gone(_attempts(out))
 
 
-def test_nan_after_20_is_one_classified_line_and_a_partial_bundle(tmp_path: Path) -> None:
+@pytest.mark.parametrize("probe", ["32", "4"], ids=["in-probe", "in-load"])
+def test_nan_after_20_is_one_classified_line_and_a_partial_bundle(tmp_path: Path,
+                                                                   probe: str) -> None:
+    # With 32-token probes the NaN step comes during the correctness probe; with 4-token probes
+    # the server passes it and dies in the middle of the concurrency sweep.
     out = tmp_path / "nan"
     p = _cli(["serve-bench", "--model", "tiny-cpu", "--tp", "2", "--inject", "nan-after 20",
-              "--out", str(out), *FAST])
+              "--probe-tokens", probe, "--out", str(out), *FAST])
     assert p.returncode == 1, p.stderr[-3000:]
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("pcieprof: error: server nan_in_decode") and "probability tensor" in last
@@ -82,6 +86,10 @@ def test_nan_after_20_is_one_classified_line_and_a_partial_bundle(tmp_path: Path
     att = _attempts(out)
     assert att[0]["outcome"] == "nan_in_decode" and att[0]["time_to_failure_s"] > 0
     assert "probability tensor" in att[0]["excerpt"]
+    if probe == "4":
+        assert att[0]["benchmarked"] and "while benchmarking" in last
+        rows = [json.loads(x) for x in (out / "serve" / "requests.jsonl").read_text().splitlines()]
+        assert any(r["ok"] for r in rows) and any(not r["ok"] for r in rows)
     _assert_gone(att)
 
 
