@@ -352,7 +352,12 @@ class ProbeRunner:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, case.ranks))
             progress.info(f"all-reduce {k + 1}/{len(self.plan.allreduce)}: {case.label} "
                           f"{' '.join(f'{a}={b}' for a, b in case.env.items()) or '(no env)'}")
-            r = self._run("probes.allreduce_worker", ["--case", str(k)], len(case.ranks), env, log)
+            # a rendezvous id per case: every node derives the same one, and consecutive jobs
+            # never meet in a finished job's rendezvous
+            launch = Launch(self.launch.nnodes, self.launch.rdzv_endpoint,
+                            f"{self.launch.rdzv_id}-ar{k}")
+            r = self._run("probes.allreduce_worker", ["--case", str(k)], len(case.ranks), env, log,
+                          launch)
             self.bundle._register(f"nccl/{name}.log")
             out["cases"] += 1
             for ev in r.events:
