@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+import plotly.graph_objects as go
+
 from pcieprof.report.context import ReportContext
+from pcieprof.report.figures import figure, plot_text
 from pcieprof.report.model import BundleView, Facts, Note, Section, Table, Tree
 
 _ACS_P2P_BITS = ("ReqRedir", "CmpltRedir")  # these force P2P up to the root complex
@@ -105,6 +108,47 @@ def inferred_tree_lines(inferred: dict[str, Any]) -> list[tuple[int, str, str, s
     return lines
 
 
+_KIND_COLOR = {"numa": "#6e7781", "root_port": "#8250df", "switch_upstream": "#0550ae",
+               "switch_downstream": "#218bff", "bridge": "#57606a", "gpu": "#1a7f37",
+               "endpoint": "#bf8700"}
+
+
+def tree_figure(topo: dict[str, Any]) -> go.Figure | None:
+    """The PCIe tree drawn top-down (plotly icicle): NUMA node -> root port -> switches -> GPUs."""
+    nodes = (topo.get("pcie_tree") or {}).get("nodes") or []
+    if not nodes:
+        return None
+    by_bdf = {n["bdf"]: n for n in nodes}
+    gpu_by_bdf = {str(g.get("bus_id", "")).lower(): g for g in topo.get("gpus", [])}
+    ids, labels, parents, colors, hover = [], [], [], [], []
+    for numa in sorted({n.get("numa_node") for n in nodes if n.get("parent") not in by_bdf},
+                       key=lambda x: (x is None, x)):
+        ids.append(f"numa:{numa}")
+        labels.append(f"NUMA {numa if numa is not None else '?'}")
+        parents.append("")
+        colors.append(_KIND_COLOR["numa"])
+        hover.append("NUMA node")
+    for n in nodes:
+        parent = n.get("parent") if n.get("parent") in by_bdf else f"numa:{n.get('numa_node')}"
+        gpu = gpu_by_bdf.get(str(n["bdf"]).lower())
+        kind = n.get("kind", "")
+        short = {"root_port": "root port", "switch_upstream": "switch", "switch_downstream": "port",
+                 "gpu": "GPU", "bridge": "bridge", "endpoint": "device"}.get(kind, kind)
+        label = f"GPU{gpu.get('index')}" if gpu is not None else short
+        redirect = acs_redirect(n)
+        ids.append(n["bdf"])
+        labels.append(plot_text(label + (" (ACS redirect)" if redirect else "")))
+        parents.append(parent)
+        colors.append("#cf222e" if redirect else _KIND_COLOR.get(kind, "#8c959f"))
+        hover.append(plot_text(f"{n['bdf']} {kind} {_link(n.get('link'))} {n.get('description') or ''}"))
+    fig = go.Figure(go.Icicle(ids=ids, labels=labels, parents=parents,
+                              marker={"colors": colors}, hovertext=hover,
+                              hovertemplate="%{hovertext}<extra></extra>",
+                              tiling={"orientation": "v"}, textfont={"color": "white"}))
+    fig.update_layout(margin={"l": 10, "r": 10})
+    return fig
+
+
 def level_table(topo: dict[str, Any]) -> Table | None:
     """Pairwise levels as `nvidia-smi topo -m` prints them, with P2P read/write status."""
     pairs = topo.get("pairs") or []
@@ -168,6 +212,10 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         sec.blocks.append(Table("GPUs", ["index", "name", "bus id", "link now", "link max", "NUMA",
                                          "CPU affinity", "memory GiB", "virtualization"], rows,
                                 provenance=prov))
+    fig = tree_figure(topo)
+    if fig is not None:
+        sec.blocks.append(figure(fig, "PCIe tree, top-down: NUMA node, root ports, switches, GPUs "
+                                      "(red: ACS redirect on)", prov, height=420))
     lines = tree_lines(topo)
     if lines:
         sec.blocks.append(Tree("PCIe tree (root ports, switches, GPUs; by NUMA node)", lines, prov))
