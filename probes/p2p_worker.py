@@ -282,7 +282,11 @@ class CudaCopier:
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.rt = _Cudart()
+        try:
+            self.rt: _Cudart | None = _Cudart()
+            self.rt_why = ""
+        except OSError as exc:  # host copies still work; peer copies need the runtime calls
+            self.rt, self.rt_why = None, f"peer copies need libcudart: {exc}"
         self.streams = {d: torch.cuda.Stream(device=d) for d in plan.devices}
         big = max([c.size_bytes for c in plan.p2p] + [8])
         self.src = {d: torch.empty(big, dtype=torch.uint8, device=d) for d in plan.devices}
@@ -292,7 +296,7 @@ class CudaCopier:
         for a in plan.devices:
             for b in plan.devices:
                 if a != b:
-                    ok = torch.cuda.can_device_access_peer(a, b)
+                    ok = torch.cuda.can_device_access_peer(a, b) and self.rt is not None
                     if ok:
                         self.rt.enable_peer(a, b)
                     self.peer_ok[(a, b)] = ok
@@ -325,7 +329,8 @@ class CudaCopier:
         if case.path == "p2p":
             missing = [f"{a}->{b}" for a, b in dirs if not self.peer_ok[(a, b)]]
             if missing:
-                return None, True, f"no peer access {','.join(missing)} (can_device_access_peer)"
+                return None, True, self.rt_why or (f"no peer access {','.join(missing)} "
+                                                   "(can_device_access_peer)")
         if case.path == "h2d":
             self.host[case.dst][:s].copy_(pattern(s, seed))
             h, d = self.host[case.dst][:s], self.dst[case.dst][:s]
@@ -367,7 +372,8 @@ class CudaCopier:
         s, seed = case.size_bytes, 1000 + idx
         missing = [f"{a}->{b}" for a, b in case.flows if not self.peer_ok[(a, b)]]
         if missing:  # without peer access the driver would stage through the host: not P2P
-            return None, None, f"no peer access {','.join(missing)} (can_device_access_peer)"
+            return None, None, self.rt_why or (f"no peer access {','.join(missing)} "
+                                               "(can_device_access_peer)")
         bufs, leg = [], []
         for i, (a, b) in enumerate(case.flows):
             src = pattern(s, seed + i, a).clone()
