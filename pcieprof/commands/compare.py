@@ -77,6 +77,8 @@ def command(a: Path, b: Path, fail_if: tuple[str, ...], show_all: bool) -> None:
             better = (d > 0) == higher_is_better(n)
             rel = f"{d:+.1f}%" + ("" if abs(d) < 0.05 else (" better" if better else " worse"))
         click.echo(f"{n:<{width}}  {_fmt(va):>10}  {_fmt(vb):>10}  {rel}")
+    if not names:
+        click.echo("(no metric measured in both bundles; --all shows each bundle's own)")
     failures = []
     for c in conds:
         matched = [n for n in set(ma) & set(mb) if fnmatch.fnmatchcase(n, c.metric)]
