@@ -13,6 +13,7 @@ import click
 from pcieprof import progress
 from pcieprof.bundle import Bundle
 from pcieprof.commands.options import verbosity
+from pcieprof.errors import BadInput
 
 
 def summary_lines(result) -> list[str]:  # noqa: ANN001 - tune.recommend.Result
@@ -70,7 +71,11 @@ def command(bundle: Path, model: str, batch_max: int, context: int, no_layouts: 
     progress.info(f"tuning {b.path} ({b.source}, backend {b.backend})")
     result = recommend(b, model=model, batch_max=batch_max, layouts=not no_layouts,
                        context=context)
-    paths = write_outputs(b, result)
+    try:
+        paths = write_outputs(b, result)
+    except OSError as exc:
+        raise BadInput(f"cannot write the recommendations into {b.path}: {exc.strerror or exc}",
+                       hint="copy the bundle somewhere writable") from None
     click.echo("\n".join(summary_lines(result)))
     click.echo("")
     for what, p in paths.items():

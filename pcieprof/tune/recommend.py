@@ -323,6 +323,16 @@ def layout_recommendation(layouts: list[dict[str, Any]], card: Any) -> Recommend
 def _write_nccl_files(ctx: RuleContext) -> None:
     if ctx.ring is None:
         return
+    try:
+        _write_nccl_files_unchecked(ctx)
+    except OSError as exc:
+        from pcieprof.errors import BadInput
+
+        raise BadInput(f"cannot write NCCL files into {ctx.bundle.path}: {exc.strerror or exc}",
+                       hint="copy the bundle somewhere writable") from None
+
+
+def _write_nccl_files_unchecked(ctx: RuleContext) -> None:
     ctx.bundle.write_text(GRAPH_FILE, graph_xml(ctx.ring, inferred=ctx.inferred))
     if ctx.inferred is not None and len(ctx.inferred.levels) > 1 and ctx.topology.get("gpus"):
         try:
