@@ -2,8 +2,9 @@
 """pcieprof attribute vs Holistic Trace Analysis (HTA 0.5.0) on the same traces, in one run.
 
 For each trace folder, each tool runs in a fresh subprocess and its peak memory is measured from
-outside: the resident set of the whole process tree (pcieprof parses one rank per process),
-sampled from /proc every 10 ms, and the kernel's max-RSS of the largest process (wait4). Both
+outside: the memory of the whole process tree (both tools fork workers), as the sum of each
+process's proportional set size (PSS: pages shared after fork counted once), sampled from /proc
+every 20 ms; also the kernel's max-RSS of the largest process (wait4) and CPU seconds. Both
 compute the same quantities: the temporal breakdown (idle / compute / non-compute / kernel time)
 and the comm-compute overlap; pcieprof runs with --drop-last-step, HTA's window, and the printed
 figures let the two be checked against each other (HTA rounds fractional-microsecond events
@@ -52,8 +53,22 @@ print("RESULT " + json.dumps({"wall_s": time.perf_counter() - t, "ranks": out}))
 """
 
 
+def _mem(pid: int) -> int:
+    """Proportional set size of one process (shared pages split between their users, so forked
+    workers are not counted twice), else its resident set."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def _tree_rss(pid: int) -> int:
-    """Resident bytes of a process and all its descendants (Linux /proc)."""
+    """Memory of a process and all its descendants (Linux /proc), PSS where available."""
     total, todo, seen = 0, [pid], set()
     while todo:
         p = todo.pop()
@@ -61,8 +76,7 @@ def _tree_rss(pid: int) -> int:
             continue
         seen.add(p)
         try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            total += _mem(p)
             for task in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{task}/children") as f:
                     todo += [int(c) for c in f.read().split()]
@@ -82,7 +96,7 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict:
     def sample() -> None:
         while not done.is_set():
             peak[0] = max(peak[0], _tree_rss(p.pid))
-            time.sleep(0.01)
+            time.sleep(0.02)
 
     th = threading.Thread(target=sample, daemon=True)
     th.start()
@@ -95,8 +109,10 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict:
     text = out.read().decode("utf-8", "replace")
     if p.returncode != 0:
         raise SystemExit(f"command failed ({p.returncode}): {' '.join(cmd)}\n{text[-3000:]}")
-    return {"wall_s": wall, "peak_tree_rss": peak[0], "maxrss_largest": ru.ru_maxrss * 1024,
-            "stdout": text}
+    # CPU seconds of the process and the children it waited for (worker pools): on a shared
+    # machine a steadier measure of work than wall time.
+    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_tree_rss": peak[0],
+            "maxrss_largest": ru.ru_maxrss * 1024, "stdout": text}
 
 
 def ensure_hta(venv: Path, install: bool) -> Path:
@@ -121,6 +137,7 @@ def best_of(n: int, cmd: list[str], env: dict[str, str] | None = None) -> dict:
     best["peak_tree_rss"] = max(m["peak_tree_rss"] for m in runs)
     best["maxrss_largest"] = max(m["maxrss_largest"] for m in runs)
     best["walls"] = [m["wall_s"] for m in runs]
+    best["cpu_s"] = min(m["cpu_s"] for m in runs)
     return best
 
 
@@ -176,8 +193,8 @@ def main(argv: list[str] | None = None) -> None:
         folders.append(syn)
 
     results = []
-    print(f"{'traces':<34} {'MB':>7} {'HTA s':>8} {'pcieprof s':>10} {'speed x':>8} "
-          f"{'HTA MB':>8} {'pcieprof MB':>11} {'mem ratio':>9}  check")
+    print(f"{'traces':<30} {'MB':>7} {'HTA s':>7} {'ours s':>7} {'speed x':>7} {'HTA cpu':>7} "
+          f"{'our cpu':>7} {'cpu x':>6} {'HTA MB':>7} {'our MB':>7} {'mem ratio':>9}  check")
     for folder in folders:
         h = run_hta(py, folder)
         p = run_pcieprof(folder, work / ("out-" + folder.name))
@@ -187,14 +204,16 @@ def main(argv: list[str] | None = None) -> None:
             if pv:
                 worst = max(worst, abs(pv["compute_us"] - hv["compute_us"]) / max(hv["compute_us"], 1))
         mb = folder_bytes(folder) / 1e6
-        row = {"traces": str(folder), "bytes": folder_bytes(folder), "hta": {k: h[k] for k in ("wall_s", "peak_tree_rss", "maxrss_largest", "ranks")},
-               "pcieprof": {k: p[k] for k in ("wall_s", "peak_tree_rss", "maxrss_largest", "ranks")},
-               "speedup": h["wall_s"] / p["wall_s"], "memory_ratio": p["peak_tree_rss"] / h["peak_tree_rss"],
-               "max_compute_rel_diff": worst}
+        keys = ("wall_s", "walls", "cpu_s", "peak_tree_rss", "maxrss_largest", "ranks")
+        row = {"traces": str(folder), "bytes": folder_bytes(folder), "hta": {k: h[k] for k in keys},
+               "pcieprof": {k: p[k] for k in keys},
+               "speedup": h["wall_s"] / p["wall_s"], "cpu_speedup": h["cpu_s"] / p["cpu_s"],
+               "memory_ratio": p["peak_tree_rss"] / h["peak_tree_rss"], "max_compute_rel_diff": worst}
         results.append(row)
-        print(f"{folder.name[:34]:<34} {mb:7.1f} {h['wall_s']:8.2f} {p['wall_s']:10.2f} {row['speedup']:8.1f} "
-              f"{h['peak_tree_rss'] / 1e6:8.0f} {p['peak_tree_rss'] / 1e6:11.0f} {row['memory_ratio']:9.3f}  "
-              f"compute differs by {100 * worst:.2f} %")
+        print(f"{folder.name[:30]:<30} {mb:7.1f} {h['wall_s']:7.2f} {p['wall_s']:7.2f} {row['speedup']:7.1f} "
+              f"{h['cpu_s']:7.2f} {p['cpu_s']:7.2f} {row['cpu_speedup']:6.1f} "
+              f"{h['peak_tree_rss'] / 1e6:7.0f} {p['peak_tree_rss'] / 1e6:7.0f} {row['memory_ratio']:9.3f}  "
+              f"compute differs by {100 * worst:.2f} %", flush=True)
 
     # reader backends: ijson C (yajl2_c) vs pure Python, same file, pcieprof otherwise unchanged
     biggest = max(folders, key=folder_bytes)
@@ -209,8 +228,9 @@ def main(argv: list[str] | None = None) -> None:
           f"chunked regex/orjson {ch['wall_s']:.2f} s ({ch['peak_tree_rss'] / 1e6:.0f} MB), "
           f"ijson yajl2_c {c['wall_s']:.2f} s ({c['peak_tree_rss'] / 1e6:.0f} MB), "
           f"pure-Python ijson {py_['wall_s']:.2f} s ({py_['peak_tree_rss'] / 1e6:.0f} MB)")
-    print("peak memory = resident set of the whole process tree, sampled every 10 ms; "
-          "speed x = HTA wall / pcieprof wall; mem ratio = pcieprof / HTA")
+    print("peak memory = PSS of the whole process tree, sampled every 20 ms; speed x = HTA "
+          "wall / pcieprof wall; cpu x = the same for CPU seconds (process + workers); "
+          "mem ratio = pcieprof / HTA")
     if a.json:
         a.json.write_text(json.dumps({"results": results, "reader": {
             "chunked_s": ch["wall_s"], "ijson_yajl2_c_s": c["wall_s"], "ijson_python_s": py_["wall_s"],

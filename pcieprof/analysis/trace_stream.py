@@ -145,18 +145,17 @@ _X_RX = re.compile(
     rb'\s*,\s*"pid"\s*:\s*(?:"[^"]*"|[-0-9]+)\s*,\s*"tid"\s*:\s*(?:"[^"]*"|([-0-9]+))'
     rb'\s*,\s*"ts"\s*:\s*([-+0-9.eE]+)\s*,\s*"dur"\s*:\s*([-+0-9.eE]+)'
     rb'(?:\s*,\s*"args"\s*:\s*\{([^{}]*)\})?')  # Kineto's args are flat (lists, no objects)
+# Looked up inside args only for GPU events and launches (a look-ahead in _X_RX costs more).
+_CORR = re.compile(rb'"correlation"\s*:\s*(\d+)')
+_STREAM = re.compile(rb'"stream"\s*:\s*(\d+)')
+_WITH_CORR = {b"kernel", b"gpu_memcpy", b"gpu_memset", b"cuda_runtime", b"cuda_driver"}
+_WITH_STREAM = {b"kernel", b"gpu_memcpy", b"gpu_memset"}
 _PH_X = re.compile(rb'"ph"\s*:\s*"X"')
-_CORR = re.compile(rb'"correlation"\s*:\s*(-?\d+)')
-_STREAM = re.compile(rb'"stream"\s*:\s*(-?\d+)')
 # category -> code: 0-2 GPU events (kernel, memcpy, memset), 3 launches, 4 CPU ops and
 # annotations, 5 GPU-timeline annotations, 6 the rest
 _CODES = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2, "cuda_runtime": 3, "cuda_driver": 3,
           "cpu_op": 4, "user_annotation": 4, "gpu_user_annotation": 5}
 _CODES.update({k.encode(): v for k, v in list(_CODES.items())})
-
-
-def _int_or(m: re.Match[bytes] | None, default: int = -1) -> int:
-    return int(m.group(1)) if m else default
 
 
 class _Builder:
@@ -204,14 +203,16 @@ class _Builder:
         return np.asarray(ids, dtype=np.int64)
 
     def add(self, cats: list[Any], names: list[Any], tids: list[Any], ts: np.ndarray,
-            dur: np.ndarray, args: list[Any]) -> None:
-        """One block of X events, as columns. `args` holds the raw args body (bytes, fast path)
-        or the args dict (orjson/ijson path) of each event."""
+            dur: np.ndarray, streams: list[int], corrs: list[int], args: list[Any]) -> None:
+        """One block of X events, as columns. streams/corrs: args.stream / args.correlation
+        (-1 unknown); `args` holds the raw args body (bytes, fast path) or the args dict
+        (orjson/ijson path) of each event, read only for collectives."""
         n = len(cats)
         if n == 0:
             return
         self.n_x += n
-        codes = np.fromiter((_CODES.get(c, 6) for c in cats), dtype=np.int8, count=n)
+        get = _CODES.get
+        codes = np.asarray([get(c, 6) for c in cats], dtype=np.int8)
         nid = self._ids(names)
         raw = not isinstance(args[0], dict) if args else True
 
@@ -228,20 +229,12 @@ class _Builder:
                     hit = self.gpu_cls[k] = (CLASS_BIT[cls], self._family(fam))
                 bits_u[j], fam_u[j] = hit
             bits = bits_u[inv]
-            if raw:
-                a = [args[i] or b"" for i in g.tolist()]
-                corr = [_int_or(_CORR.search(x)) for x in a]
-                stream = [_int_or(_STREAM.search(x), -2) for x in a]
-            else:
-                a = [args[i] for i in g.tolist()]
-                corr = [x.get("correlation", -1) for x in a]
-                stream = [x.get("stream", -2) for x in a]
-            stream = [s if isinstance(s, int) and s != -2 else
-                      (tids[i] if isinstance(tids[i], int) else -1)
-                      for s, i in zip(stream, g.tolist())]
-            corr = [c if isinstance(c, int) else -1 for c in corr]
+            gl = g.tolist()
+            stream = [streams[i] if streams[i] >= 0 else
+                      (tids[i] if isinstance(tids[i], int) else -1) for i in gl]
+            corr = [corrs[i] for i in gl]
             for j in np.nonzero(bits == CLASS_BIT[COMM])[0].tolist():
-                kept = self._comm_args(a[j], raw)
+                kept = self._comm_args(args[gl[j]] or (b"" if raw else {}), raw)
                 if kept:
                     key = tuple((k, v if isinstance(v, (int, float, str)) else json.dumps(v))
                                 for k, v in kept.items())
@@ -263,11 +256,8 @@ class _Builder:
 
         la = np.nonzero(codes == 3)[0]
         if la.size:
-            if raw:
-                corr = [_int_or(_CORR.search(args[i] or b""), -3) for i in la.tolist()]
-            else:
-                corr = [args[i].get("correlation", -3) for i in la.tolist()]
-            ok = np.asarray([isinstance(x, int) and x != -3 for x in corr], dtype=bool)
+            corr = [corrs[i] for i in la.tolist()]
+            ok = np.asarray([x >= 0 for x in corr], dtype=bool)
             if ok.any():
                 sel = la[ok]
                 self.cols["l_corr"].append(np.asarray([x for x, k in zip(corr, ok) if k], dtype=np.int64))
@@ -328,7 +318,7 @@ class _Builder:
 
 def _add_dicts(b: _Builder, events: list[Any]) -> int:
     """Feed parsed event dicts to the builder; returns how many events there were."""
-    cats, names, tids, ts, dur, args = [], [], [], [], [], []
+    cats, names, tids, ts, dur, args, streams, corrs = [], [], [], [], [], [], [], []
     for ev in events:
         if not isinstance(ev, dict) or ev.get("ph") != "X":
             continue
@@ -342,8 +332,13 @@ def _add_dicts(b: _Builder, events: list[Any]) -> int:
         ts.append(float(t))
         d = ev.get("dur")
         dur.append(float(d) if isinstance(d, (int, float)) else 0.0)
-        args.append(a if isinstance(a, dict) else {})
-    b.add(cats, names, tids, np.asarray(ts, dtype=np.float64), np.asarray(dur, dtype=np.float64), args)
+        a = a if isinstance(a, dict) else {}
+        args.append(a)
+        st, co = a.get("stream"), a.get("correlation")
+        streams.append(st if isinstance(st, int) else -1)
+        corrs.append(co if isinstance(co, int) and co >= 0 else -1)
+    b.add(cats, names, tids, np.asarray(ts, dtype=np.float64), np.asarray(dur, dtype=np.float64),
+          streams, corrs, args)
     return len(events)
 
 
@@ -353,8 +348,14 @@ def _add_run(b: _Builder, run: bytes) -> bool:
     if len(rows) == len(_PH_X.findall(run)):
         if rows:
             cats, names, tids, ts, dur, args = zip(*rows)
+            cs, ss = _CORR.search, _STREAM.search
+            corrs = [(m := cs(a)) and int(m.group(1)) or -1 if c in _WITH_CORR else -1
+                     for c, a in zip(cats, args)]
+            streams = [(m := ss(a)) and int(m.group(1)) if c in _WITH_STREAM else -1
+                       for c, a in zip(cats, args)]
             b.add(list(cats), list(names), [int(t) if t else -1 for t in tids],
-                  np.array(ts).astype(np.float64), np.array(dur).astype(np.float64), list(args))
+                  np.array(ts).astype(np.float64), np.array(dur).astype(np.float64),
+                  [x if isinstance(x, int) else -1 for x in streams], corrs, list(args))
         return True
     try:
         evs = orjson.loads(b"[" + run + b"]")
