@@ -71,11 +71,10 @@ def test_tiny_cpu_tp2_writes_a_complete_bundle(tmp_path: Path) -> None:
     _assert_gone(_attempts(out))
 
 
-@pytest.mark.parametrize("probe", ["32", "4"], ids=["in-probe", "in-load"])
-def test_nan_after_20_is_one_classified_line_and_a_partial_bundle(tmp_path: Path,
-                                                                   probe: str) -> None:
-    # With 32-token probes the NaN step comes during the correctness probe; with 4-token probes
-    # the server passes it and dies in the middle of the concurrency sweep.
+def test_nan_after_20_is_one_classified_line_and_a_partial_bundle(tmp_path: Path) -> None:
+    # 4-token probes pass, and the server dies in the middle of the concurrency sweep (a NaN
+    # during the probe itself is the sweep test's nan attempt).
+    probe = "4"
     out = tmp_path / "nan"
     p = _cli(["serve-bench", "--model", "tiny-cpu", "--tp", "2", "--inject", "nan-after 20",
               "--probe-tokens", probe, "--out", str(out), *FAST])
