@@ -35,6 +35,8 @@ FORMULAS: dict[str, str] = {
     "input_throughput": "prompt tokens of completed requests / duration_s (tok/s)",
     "duration_s": "first measured request sent to last measured request finished",
     "percentiles": "numpy.percentile, linear interpolation; n = number of samples",
+    "decode_curve.step_time_ms": "batch of B requests sent at once: median gap between a "
+                                 "request's consecutive tokens while all B are decoding",
 }
 METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
 

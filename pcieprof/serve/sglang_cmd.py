@@ -164,6 +164,8 @@ def build_command(card: ModelCard, cfg: LaunchConfig, *, python: str | None = No
     _check_layout(tp, cfg)
     argv = [python or sys.executable, "-m", facts.launch_module]
     if facts.is_reference:
+        if cfg.nnodes > 1:
+            raise BadInput("the reference server runs on one node (--nnodes 1)")
         argv += _reference_args(card, cfg, tp)
         env = {**facts.env, **cfg.env}
         return ServerCommand(argv=argv, env=env, notes=["pcieprof reference server (not SGLang)"],

@@ -84,6 +84,8 @@ def test_reference_server_command() -> None:
     assert cmd.argv[1:3] == ["-m", "pcieprof.refserver"]
     assert cmd.argv[3:] == ["--tp-size", "2", "--host", "127.0.0.1", "--port", "31000",
                             "--inject", "nan-after 20"]
+    with pytest.raises(BadInput, match="one node"):
+        build_command(tiny, LaunchConfig(nnodes=2, dist_init_addr="h:1"))
 
 
 def test_recorded_env_keeps_nccl_and_sglang_only() -> None:
