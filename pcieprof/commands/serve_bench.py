@@ -77,7 +77,9 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str]:
                                            "'crash-on-start'.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the server binds.")
 @click.option("--port", type=int, default=None, help="Server port (default: first free from 30000).")
-@click.option("--nnodes", type=int, default=1, show_default=True, help="Nodes of a multi-node launch.")
+@click.option("--nnodes", type=int, default=1, show_default=True,
+              help="Nodes of a multi-node launch: run serve-bench on every node with its "
+                   "--node-rank and the same --dist-init-addr; node 0 serves and benchmarks.")
 @click.option("--node-rank", type=int, default=0, show_default=True, help="This node's rank.")
 @click.option("--dist-init-addr", default="", help="HOST:PORT of node 0 (multi-node).")
 @click.option("--url", default=None, help="Attach to a running server instead of launching.")
