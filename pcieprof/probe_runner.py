@@ -41,8 +41,9 @@ from probes.variants import GLOO_IGNORES_NCCL, NCCL_DEBUG_ENV
 #: Seconds a launch may take before its first event (python + torch import on a busy machine).
 STARTUP_GRACE_S = 120.0
 POLL_S = 0.2
-#: Seconds a launch whose ranks all reported `finished` may take to exit before it is killed.
-TEARDOWN_GRACE_S = 60.0
+#: Seconds a launch whose ranks all reported `finished` may take to exit before it is killed
+#: (torchrun's agent lingers a few seconds after its workers are gone).
+TEARDOWN_GRACE_S = 3.0
 #: Test-only hook variables (see probes/rows.py); passed through to workers only when set.
 TEST_HOOK_VARS = ("PCIEPROF_TEST_HOOKS", "PCIEPROF_TEST_HANG", "PCIEPROF_TEST_DIE",
                   "PCIEPROF_TEST_CORRUPT")
@@ -229,14 +230,17 @@ class ProbeRunner:
                         nrows += self.bundle.append_rows(table, rows)
                         self.on_progress(table, len(rows))
                     if rc is not None:
-                        if rc != 0:
+                        # after every local rank said `finished`, an untidy exit (e.g. another
+                        # node's agent gone first) loses nothing
+                        if rc != 0 and len(finished) < nproc:
                             status = "error"
                             why = f"torchrun exited with status {rc}: {_last_error(log)}"
                         break
                     limit = self.plan.timeout_s + (0 if started else STARTUP_GRACE_S)
                     if len(finished) >= nproc:
-                        # every local rank measured everything: a slow teardown is not a hang
-                        limit = max(limit, TEARDOWN_GRACE_S)
+                        # every local rank measured everything and its rows are on disk: a slow
+                        # teardown is not a hang, and not worth waiting long for either
+                        limit = TEARDOWN_GRACE_S
                     if time.monotonic() - last_activity > limit and len(finished) >= nproc:
                         progress.debug("launch finished but did not exit; killed")
                         kill_group(proc)
@@ -296,7 +300,7 @@ class ProbeRunner:
             finally:  # a killed launch cannot remove its shared-memory windows itself
                 for f in Path("/dev/shm").glob(f"{tag}-*"):
                     f.unlink(missing_ok=True)
-            self.bundle._register(f"logs/copies-{n}.log")
+            self.bundle.register(f"logs/copies-{n}.log")
             for ev in r.events:
                 if ev.get("event") == "done" and ev.get("rank") == 0:
                     result[ev["part"]]["rows"] += 1
@@ -358,7 +362,7 @@ class ProbeRunner:
                             f"{self.launch.rdzv_id}-ar{k}")
             r = self._run("probes.allreduce_worker", ["--case", str(k)], len(case.ranks), env, log,
                           launch)
-            self.bundle._register(f"nccl/{name}.log")
+            self.bundle.register(f"nccl/{name}.log")
             out["cases"] += 1
             for ev in r.events:
                 if ev.get("event") == "versions" and ev.get("nccl"):

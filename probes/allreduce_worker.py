@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from pcieprof.schema import busbw_factor_allreduce
 from probes.plan import AllReduceCase, Plan, iters_for
-from probes.rows import RowWriter, die_with_parent, dist_env, test_hook
+from probes.rows import RowWriter, die_with_parent, dist_env, exit_now, test_hook
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 #: Bytes one size may move in timed iterations (fewer iterations at large sizes).
@@ -137,4 +137,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_now(main())

@@ -39,7 +39,7 @@ import torch.distributed as dist
 
 from probes.pattern import matches, pattern
 from probes.plan import ConcurrentCase, P2PCase, Plan
-from probes.rows import RowWriter, die_with_parent, dist_env, test_corrupt, test_hook
+from probes.rows import RowWriter, die_with_parent, dist_env, exit_now, test_corrupt, test_hook
 
 CPU_DETAIL = "cpu backend: host memcpy between processes; measures this machine, not a GPU fabric"
 
@@ -475,4 +475,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_now(main())
