@@ -237,7 +237,7 @@ class Bundle:
         """Replace a JSON document atomically."""
         p = self.file(name)
         atomic_write_text(p, dumps(obj))
-        self._register(name)
+        self.register(name)
         return p
 
     def read_json(self, name: str, default: Any = None) -> Any:
@@ -253,7 +253,7 @@ class Bundle:
     def write_text(self, name: str, text: str) -> Path:
         p = self.file(name)
         atomic_write_text(p, text)
-        self._register(name)
+        self.register(name)
         return p
 
     def append_rows(self, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
@@ -279,7 +279,7 @@ class Bundle:
                 n += 1
             f.flush()
             os.fsync(f.fileno())
-        self._register(f"{table}.csv")
+        self.register(f"{table}.csv")
         return n
 
     def read_table(self, table: str) -> pd.DataFrame:
@@ -305,7 +305,8 @@ class Bundle:
                 df[col] = df[col].astype(object).where(df[col].notna(), default).astype(str)
         return df[list(defaults) + [c for c in df.columns if c not in defaults]]
 
-    def _register(self, name: str) -> None:
+    def register(self, name: str) -> None:
+        """List a file in the manifest that was written into the bundle directly (logs, traces)."""
         files = self.manifest.setdefault("files", [])
         if name not in files:
             files.append(name)

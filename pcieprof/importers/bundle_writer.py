@@ -170,7 +170,7 @@ def import_files(paths: list[Path], out: Path, *, force: bool = False,
     for f in files:
         f.stored_as = "imported/" + _stored_name(f.path, taken)
         bundle.file(f.stored_as).write_bytes(f.raw)
-        bundle._register(f.stored_as)  # the manifest lists every file, as write_json does
+        bundle.register(f.stored_as)  # the manifest lists every file, as write_json does
     bundle.write_json("topology.json", topo)
     bundle.set_part("discovery", Status.OK.value, files=[str(f.path) for f in files
                                                          if f.parsed.format in MACHINE_LOGS])

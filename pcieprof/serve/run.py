@@ -111,7 +111,7 @@ def _attempt_all(bundle: Bundle, opts: BenchOptions, entries: list[SweepEntry],
             attempts.append(a)
             _write_attempts(bundle, attempts)
 
-        bundle._register(f"serve/server-{i}.log")  # noqa: SLF001 (a file written by the server)
+        bundle.register(f"serve/server-{i}.log")  # a file written by the server
         att, server = launch(i, entry, cmd, bundle.file(f"serve/server-{i}.log"), base_url,
                              startup_timeout_s=opts.startup_timeout_s, stall_s=opts.stall_s,
                              probe_tokens_n=opts.probe_tokens, probe_requests=opts.probe_requests,
@@ -205,7 +205,7 @@ def _follower_node(bundle: Bundle, opts: BenchOptions) -> dict[str, Any]:
     cmd = build_command(opts.card, opts.base, parser=opts.parser)
     bundle.write_json("serve/command.json", {**cmd.to_json(), "recorded_env": recorded_env(cmd)})
     server = ServerProcess(cmd, bundle.file("serve/server-0.log"))
-    bundle._register("serve/server-0.log")  # noqa: SLF001
+    bundle.register("serve/server-0.log")
     progress.info(f"node {opts.base.node_rank}/{opts.base.nnodes}: {cmd.shell()}")
     server.start()
     try:
@@ -310,8 +310,8 @@ def _profile(bundle: Bundle, opts: BenchOptions, base_url: str, nranks: int) -> 
                                            load=load, timeout_s=min(300.0, opts.request_timeout_s)))
     profiling.write_index(dest, record)
     for f in record["files"]:
-        bundle._register(f)  # noqa: SLF001 (files moved in, not written through the bundle)
-    bundle._register("serve/traces/index.json")  # noqa: SLF001
+        bundle.register(f)  # files moved in, not written through the bundle
+    bundle.register("serve/traces/index.json")
     if opts.trace_dir is None:
         try:
             staging.rmdir()
