@@ -9,7 +9,6 @@ stopped on the way out, whatever happens.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import platform
 import time
@@ -327,14 +326,12 @@ def _profile(bundle: Bundle, opts: BenchOptions, base_url: str, nranks: int) -> 
 
 
 def _attribute(bundle: Bundle, paths: list[Path]) -> dict[str, Any]:
-    """Engineer F's attribute_traces(paths, bundle) when it is there; its failure is recorded."""
+    """Attribute the captured traces into this bundle; a failure is recorded, not raised, so the
+    measured serving data is never lost to an analysis problem."""
+    from pcieprof.analysis.attribution import attribute_traces
+
     try:
-        mod = importlib.import_module("pcieprof.analysis.attribution")
-        fn = getattr(mod, "attribute_traces")
-    except (ImportError, AttributeError) as exc:
-        return {"status": "skipped", "why": f"no pcieprof.analysis.attribution ({exc})"}
-    try:
-        result = fn(paths, bundle)
+        result = attribute_traces(paths, bundle)
     except PcieprofError as exc:
         bundle.set_part("attribution", "failed", why=exc.one_line())
         return {"status": "failed", "why": exc.one_line()}
