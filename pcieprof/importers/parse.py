@@ -85,7 +85,7 @@ def _check_complete(text: str, name: str, what: str) -> None:
 
 
 def _machine_log(text: str, name: str, fmt: str) -> Parsed:
-    """Check one machine log with A's discovery parser (errors name file and line)."""
+    """Check one machine log with the discovery parser (errors name file and line)."""
     facts: dict[str, Any] = {}
     parsed = Parsed(format=fmt, name=name)
     if fmt == "lspci":

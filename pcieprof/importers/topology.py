@@ -1,4 +1,4 @@
-"""topology.json for an import: from the machine logs (engineer A's discovery parsers), or a
+"""topology.json for an import: from the machine logs (the discovery parsers of pcieprof.discover), or a
 skeleton of docs/bundle.md filled with what the tool outputs say (GPUs, topo -m levels, topo -p2p
 statuses, NCCL topology XML).
 
@@ -91,7 +91,7 @@ def ensure_pair(topo: dict[str, Any], a: int, b: int) -> dict[str, Any]:
 
 
 def merge_topo_m(topo: dict[str, Any], parsed: dict[str, Any]) -> None:
-    """Levels, CPU and NUMA affinity of `nvidia-smi topo -m` (A's parse_topo_matrix result)."""
+    """Levels, CPU and NUMA affinity of `nvidia-smi topo -m` (pcieprof.discover.topo_matrix.parse_topo_matrix result)."""
     for p in parsed["pairs"]:
         pair = ensure_pair(topo, p["a"], p["b"])
         if pair.get("level") is None:
@@ -140,7 +140,7 @@ def merge_nccl_topo(topo: dict[str, Any], doc: dict[str, Any], source: str) -> N
 
 
 def from_machine_logs(logs: dict[str, tuple[str, str]]) -> dict[str, Any]:
-    """topology.json from the machine logs given, through A's discovery parsers.
+    """topology.json from the machine logs given, through the discovery parsers.
 
     Args:
         logs: {format: (file name, text)} for `nvidia-smi-q`, `lspci`, `nvidia-smi-topo-m`,
@@ -176,7 +176,7 @@ def from_machine_logs(logs: dict[str, tuple[str, str]]) -> dict[str, Any]:
 
 
 def _call_from_logs(fn: Any, kwargs: dict[str, str], names: dict[str, str]) -> dict[str, Any]:
-    """Call A's topology_from_logs, passing file names when it accepts them (for messages)."""
+    """Call pcieprof.discover.from_logs.topology_from_logs, passing file names when it accepts them (for messages)."""
     import inspect
 
     params = inspect.signature(fn).parameters

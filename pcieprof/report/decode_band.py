@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: GLM-5 hidden size; used when no model card is available (engineer E2's cards override it).
+#: GLM-5 hidden size; used when no model card is available (the model cards override it).
 #: Source: zai-org/GLM-5 config.json, hidden_size 6144 (as the project brief states).
 DEFAULT_MODEL = "glm5-nvfp4"
 DEFAULT_HIDDEN = 6144
@@ -49,7 +49,7 @@ def band_for(model: str | None = None, batch_min: int = 1, batch_max: int = 64) 
     name = model or DEFAULT_MODEL
     hidden = DEFAULT_HIDDEN
     try:
-        from pcieprof.serve.cards import load_card  # engineer E2's model cards
+        from pcieprof.serve.cards import load_card
 
         card = load_card(name)
         hidden = int(_get(card, "hidden_size") or _get(card, "hidden") or hidden)

@@ -5,7 +5,7 @@ model fits half the GPUs):
 - memory per GPU: weights (card groups split over the GPUs that hold them) + KV cache of the
   running requests at the chosen context, against the GPU memory x SGLang's --mem-fraction-static;
 - decode step time at concurrency 1..64 = compute + communication:
-  * communication: pcieprof.analysis.comm_model.predict_step_comm (engineer F's analytic model)
+  * communication: pcieprof.analysis.comm_model.predict_step_comm (the analytic decode-communication model)
     priced with this bundle's all-reduce curves for the right group size;
   * compute: a roofline on bytes read per GPU per step (weights touched + KV read), with an
     effective memory bandwidth and a fixed per-step cost fitted to a decode curve: this bundle's
@@ -37,7 +37,7 @@ DEFAULT_MEM_FRACTION = 0.85
 
 @dataclass(frozen=True)
 class Candidate:
-    """A layout to evaluate: F's Layout plus how many replicas share the box."""
+    """A layout to evaluate: the analytic model's Layout plus how many replicas share the box."""
 
     label: str
     tp: int
@@ -323,6 +323,6 @@ def _why(results: list[dict[str, Any]], compute: ComputeModel | None) -> str:
                          f"{rr['comm_ms']:.1f} ms{'' if rr['fits'] else ' (KV does not fit)'}")
     parts.append("driven by: " + ("the fitted compute roofline (" + compute.source + ")" if compute
                                   else "communication only (no decode curve)")
-                 + ", F's collective counts priced with this box's curves, and memory fit at "
+                 + ", the model's collective counts priced with this box's curves, and memory fit at "
                  f"{top['context_tokens']} tokens")
     return "; ".join(parts)

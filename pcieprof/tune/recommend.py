@@ -86,7 +86,7 @@ def _card(model: str) -> Any:
 
 
 def collectives_counter(card: Any, nranks: int) -> Callable[[int], int]:
-    """batch -> number of all-reduces over `nranks` in one decode step (F's analytic model)."""
+    """batch -> number of all-reduces over `nranks` in one decode step (the analytic model of pcieprof.analysis.comm_model)."""
     if card is None or nranks < 2:
         return lambda b: 0
     try:

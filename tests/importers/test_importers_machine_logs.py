@@ -1,6 +1,6 @@
 """`pcieprof import` of one real server's logs (lspci -vvv, nvidia-smi -q, topo -m, cmdline): one
 topology with 8 GPUs, four switch uplinks to four root ports, Gen5 x16, ACS of every bridge, IOMMU
-off. The discovery parsers are engineer A's; this checks the import puts them together."""
+off. The discovery parsers live in pcieprof.discover; this checks the import puts them together."""
 
 from __future__ import annotations
 

@@ -101,7 +101,7 @@ def test_nvbandwidth_json_cut(tmp_path: Path, capsys) -> None:
 def test_topo_m_cut(samples: Path, tmp_path: Path, capsys) -> None:
     f = cut(samples / TOOL / "topo_m_8x_rtxpro6000_server_baremetal_broadcom.txt", tmp_path, 4)
     line = error_line([str(f)], capsys)
-    # engineer A's topo -m parser names the missing rows; the importer adds where they end
+    # the discovery topo -m parser names the missing rows; the importer adds where they end
     assert f"{f}:4: rows missing for GPU3" in line and "GPU7" in line
 
 

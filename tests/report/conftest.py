@@ -35,7 +35,7 @@ def serve_bundle(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def sim_vm_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Engineer D's simulated rtxpro6000-8x-vm box (quick plan plus TP4 sub-groups), made once."""
+    """The simulated rtxpro6000-8x-vm box (quick plan plus TP4 sub-groups), made once."""
     import subprocess
     import sys
 

@@ -18,7 +18,7 @@ def vm_bundle(tmp_path: Path) -> Bundle:
 
 @pytest.fixture(scope="session")
 def sim_vm_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Engineer D's simulated rtxpro6000-8x-vm box (quick plan), made once per session."""
+    """The simulated rtxpro6000-8x-vm box (quick plan), made once per session."""
     out = tmp_path_factory.mktemp("sim") / "vm"
     r = run_cli("topology", "--backend", "sim", "--sim-profile", "rtxpro6000-8x-vm", "--quick",
                 "--no-report", "-q", "-o", str(out))

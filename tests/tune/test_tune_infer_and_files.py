@@ -88,7 +88,7 @@ def test_emitted_graph_and_topo_parse_as_nccl_files(vm_bundle, tmp_path: Path, s
     assert gpu_busids == {g["bus_id"] for g in vm_bundle.read_json("topology.json")["gpus"]}
 
 
-def test_parses_with_engineer_c_importer_when_present(vm_bundle, tmp_path: Path) -> None:
+def test_emitted_files_parse_with_the_importer(vm_bundle, tmp_path: Path) -> None:
     nccl_xml = pytest.importorskip("pcieprof.importers.nccl_xml")
     ring, inferred = _ring_and_inference(vm_bundle)
     paths = write_files(tmp_path / "nccl", ring, inferred, vm_bundle.read_json("topology.json"))

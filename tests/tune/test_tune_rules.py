@@ -29,7 +29,7 @@ def test_ll_recommended_with_measured_gain_and_large_message_caveat(tmp_path: Pa
     b = _bundle(tmp_path)
     add_allreduce(b, "default", {}, TURIN_DEFAULT)
     add_allreduce(b, "proto_ll", {"NCCL_PROTO": "LL"}, TURIN_LL)
-    # what NCCL chose, in the shape the topology probes store (C's parse_nccl_log output)
+    # what NCCL chose, in the shape the topology probes store (parse_nccl_log output)
     b.write_json("nccl_choices.json", {"default": {
         "variant": "default", "ranks": list(range(8)), "env": {},
         "parsed": {"nchannels": 2, "rings": {"0": list(range(8))},
@@ -42,7 +42,7 @@ def test_ll_recommended_with_measured_gain_and_large_message_caveat(tmp_path: Pa
     assert ll.env == {"NCCL_PROTO": "LL"}
     # batch 1 = 12 KiB: between 4 KiB (46 vs 22) and 32 KiB (48.16 vs 26.2), log-log interpolated
     assert 20 < ll.gain_us_per_allreduce[1] < 25
-    assert ll.gain_ms_per_step[1] > 0  # per-step gain counted with F's collective count
+    assert ll.gain_ms_per_step[1] > 0  # per-step gain counted with the analytic collective count
     assert any("slower at 1 MiB" in c for c in ll.caveats)
     assert ll.confidence == "measured"
 
@@ -129,7 +129,7 @@ def test_hidden_switches_give_topo_file_and_ring(tmp_path: Path) -> None:
 
 
 def test_real_imports_give_honest_bottlenecks(samples: Path, tmp_path: Path) -> None:
-    """Real tool outputs through engineer C's importer: a GPU without P2P, and an nccl-tests run
+    """Real tool outputs through the importer: a GPU without P2P, and an nccl-tests run
     that only measured 32 MiB (no decode-size claim may be made from it)."""
     from tune_fixtures import run_cli
 

@@ -1,4 +1,4 @@
-"""The tuner on engineer D's simulated rtxpro6000-8x-vm box (2 switches of 4 GPUs, flat VM tree)."""
+"""The tuner on the simulated rtxpro6000-8x-vm box (2 switches of 4 GPUs, flat VM tree)."""
 
 from __future__ import annotations
 

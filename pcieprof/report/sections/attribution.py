@@ -1,6 +1,6 @@
 """Decode attribution: per-step comm/compute/idle, per rank, skew, and trace vs analytic model.
 
-Reads attribution.json (engineer F's `pcieprof attribute`); the analytic side comes from
+Reads attribution.json (written by `pcieprof attribute`); the analytic side comes from
 pcieprof.analysis.comm_model.comparison_table priced with this bundle's all-reduce curves.
 """
 
@@ -123,7 +123,7 @@ def _pricing_bundle(view: BundleView, ctx: ReportContext) -> BundleView | None:
 
 
 def _comparison(view: BundleView, doc: dict[str, Any], pricer: BundleView) -> list[dict[str, Any]]:
-    """F's comparison table, priced with `pricer`'s all-reduce rows."""
+    """The trace-vs-analytic comparison table, priced with `pricer`'s all-reduce rows."""
     try:
         from pcieprof.analysis.comm_model import Layout, comparison_table
         from pcieprof.serve.cards import load_card

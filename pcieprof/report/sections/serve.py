@@ -1,7 +1,7 @@
 """Serve-bench results: latency distributions, throughput vs concurrency, decode curve, launches.
 
 Reads serve/summary.json, serve/requests.jsonl, serve/decode_curve.csv and serve/attempts.jsonl
-(engineer E2's serve-bench). Metric names and formulas as vLLM/SGLang use them; the formulas
+(written by serve-bench). Metric names and formulas as vLLM/SGLang use them; the formulas
 the run used are shown from summary.json.
 """
 
