@@ -247,7 +247,8 @@ class ProbeRunner:
                         break
                     if time.monotonic() - last_activity > limit:
                         status = "hang"
-                        why = f"no progress for {self.plan.timeout_s:g} s; launch killed"
+                        why = (f"no progress for {limit:g} s; launch killed" if started else
+                               f"no worker started within {limit:g} s; launch killed")
                         kill_group(proc)
                         for item in tail.read():  # rows that landed during the kill
                             if "table" in item:
