@@ -178,6 +178,10 @@ def iters_for(size_bytes: int, iters: int, budget_bytes: int = 512 * MiB, floor:
     return max(floor, min(iters, budget_bytes // max(size_bytes, 1)))
 
 
+#: nvidia-smi topo -m levels, nearest first.
+_LEVEL_RANK = {"X": 0, "NV": 1, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6}
+
+
 def shared_uplink_flows(devices: list[int], topology: dict[str, Any] | None
                         ) -> tuple[list[tuple[int, int]], str]:
     """Two flows whose sources share a switch uplink, towards destinations under other root ports.
@@ -188,6 +192,9 @@ def shared_uplink_flows(devices: list[int], topology: dict[str, Any] | None
     (d0, d1 -> d2, d3) and says so.
     """
     paths = ((topology or {}).get("pcie_tree") or {}).get("gpu_paths") or {}
+    level = {(int(p["a"]), int(p["b"])): str(p.get("level") or "")
+             for p in (topology or {}).get("pairs") or [] if "a" in p and "b" in p}
+    level.update({(b, a): v for (a, b), v in list(level.items())})
     parent: dict[int, str] = {}
     root: dict[int, str] = {}
     for k, p in paths.items():
@@ -205,6 +212,9 @@ def shared_uplink_flows(devices: list[int], topology: dict[str, Any] | None
             if b <= a or a not in parent or parent.get(b) != parent[a]:
                 continue
             others = [d for d in devices if d not in (a, b) and root.get(d) not in (None, root[a])]
+            # Farthest destinations first (SYS before NODE ...): a nearby root port may share the
+            # sources' switch chip, where writes turn round without crossing the uplink.
+            others.sort(key=lambda d: -_LEVEL_RANK.get(level.get((a, d), ""), 0))
             for c in others:
                 for e in others:
                     if e != c and root[e] != root[c]:
