@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
 import aiohttp
 import orjson

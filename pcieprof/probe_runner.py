@@ -390,7 +390,7 @@ class ProbeRunner:
         return out
 
     def _choices(self, case: AllReduceCase, log: Path) -> dict[str, Any]:
-        """What NCCL chose for one case, from its NCCL_DEBUG=INFO log (C's parser)."""
+        """What NCCL chose for one case, from its NCCL_DEBUG=INFO log (parsed by pcieprof.importers.nccl_log)."""
         entry: dict[str, Any] = {"variant": case.variant, "ranks": case.ranks, "env": case.env,
                                  "log": str(log.relative_to(self.bundle.path)),
                                  # NCCL's rings are in rank space; rank r drives GPU ranks[r]

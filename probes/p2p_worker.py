@@ -25,7 +25,6 @@ status=error with no bandwidth.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
 import os
 import statistics

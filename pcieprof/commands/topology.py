@@ -8,7 +8,6 @@ see GPUs, else cpu, said in one line).
 
 from __future__ import annotations
 
-import importlib
 import platform
 import signal
 import sys
@@ -133,14 +132,6 @@ def resolve_devices(backend: str, devices: list[int] | None, nranks: int | None,
     return list(range(4 if backend == "cpu" else available))
 
 
-def _optional(module: str, name: str) -> Any:
-    """An attribute of another engineer's module, or None while it has not landed."""
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return None
-
-
 def discover_into(bundle: Bundle, backend: str) -> dict[str, Any]:
     """Run discovery (pcieprof.discover) into topology.json and the manifest's versions."""
     bundle.set_part("discovery", "running")
@@ -151,28 +142,22 @@ def discover_into(bundle: Bundle, backend: str) -> dict[str, Any]:
         versions["torch"] = torch.__version__
     except ImportError:
         pass
-    discover = _optional("pcieprof.discover.topology", "discover")
-    get_versions = _optional("pcieprof.discover", "versions")
+    from pcieprof.discover import versions as get_versions
+    from pcieprof.discover.topology import discover
+
     status, why = "ok", None
-    if discover is not None:
-        try:
-            topo = discover()
-        except PcieprofError:
-            raise
-        except Exception as exc:  # discovery must not cost the measurements
-            topo = {"source": "measured", "gpus": [], "pairs": [],
-                    "status": {"discovery": f"error: {type(exc).__name__}: {exc}"}}
-            status, why = "partial", f"discovery failed: {exc}"
-    else:
-        topo = {"source": "measured", "driver": None, "gpus": [], "pairs": [], "pcie_tree": None,
-                "iommu": None, "virtualization": None, "numa": None,
-                "status": {"discovery": "unknown"}}
-        status, why = "partial", "discovery module not available in this build"
-    if get_versions is not None:
-        try:
-            versions.update({k: v for k, v in dict(get_versions()).items() if k not in versions})
-        except Exception as exc:
-            progress.warn(f"versions: {exc}")
+    try:
+        topo = discover()
+    except PcieprofError:
+        raise
+    except Exception as exc:  # a discovery bug must not cost the measurements
+        topo = {"source": "measured", "gpus": [], "pairs": [],
+                "status": {"discovery": f"error: {type(exc).__name__}: {exc}"}}
+        status, why = "partial", f"discovery failed: {exc}"
+    try:
+        versions.update({k: v for k, v in dict(get_versions()).items() if k not in versions})
+    except Exception as exc:
+        progress.warn(f"versions: {exc}")
     bundle.write_json("topology.json", topo)
     bundle.set_versions(**versions)
     bundle.set_part("discovery", status, why=why, gpus=len(topo.get("gpus") or []))
@@ -340,11 +325,8 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
 
 
 def _run_sim(bundle: Bundle, plan: Any, profile: str) -> None:
-    run_plan = _optional("pcieprof.sim.backend", "run_plan")
-    if run_plan is None:
-        bundle.set_part("p2p", "failed", why="sim backend not available in this build")
-        raise EnvironmentMissing("--backend sim: the fabric model's run_plan is not available "
-                                 "in this build", hint="use --backend cpu")
+    from pcieprof.sim.backend import run_plan
+
     for part in ("discovery", "p2p", "concurrent", "allreduce"):
         bundle.set_part(part, "running", source="simulated", backend="sim")
     run_plan(plan, profile, bundle)
@@ -354,10 +336,8 @@ def _run_sim(bundle: Bundle, plan: Any, profile: str) -> None:
 
 
 def _report(bundle: Bundle) -> None:
-    write_report = _optional("pcieprof.report", "write_report")
-    if write_report is None:
-        progress.warn("report module not available: no report.html")
-        return
+    from pcieprof.report import write_report
+
     bundle.set_part("report", "running")
     try:
         write_report([bundle.path], bundle.path / "report.html")
@@ -365,6 +345,5 @@ def _report(bundle: Bundle) -> None:
         bundle.set_part("report", "failed", why=exc.one_line())
         progress.warn(f"report: {exc.one_line()}")
         return
-    if "report.html" not in bundle.manifest["files"]:
-        bundle.manifest["files"].append("report.html")
+    bundle.register("report.html")
     bundle.set_part("report", "ok")

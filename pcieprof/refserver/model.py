@@ -204,8 +204,7 @@ class TinyMoEModel:
 
     def _attention(self, li: int, x: torch.Tensor, segs: list[tuple[int, int]],
                    caches: list[KVCache]) -> torch.Tensor:
-        cfg, layer = self.cfg, self.layers[li]
-        d, hl = cfg.head_dim, self.local_heads
+        layer = self.layers[li]
         qkv = x @ layer["qkv"].T
         q_all, k_all, v_all = qkv.split(self.hd_local, dim=-1)
         if all(n == 1 for _, n in segs):

@@ -196,7 +196,6 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
         size = ctx.band.message_bytes(b)
         t = base.at(size)
         n = ctx.collectives_per_step(b)
-        floor = float(base.time_us.min())
         what = (f"all-reduce latency at decode sizes: {t:.1f} us per {base.nranks}-GPU "
                 f"all-reduce of {size >> 10} KiB")
         if n:

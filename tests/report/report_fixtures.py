@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
 
-import pytest
 
 from pcieprof.bundle import Bundle
 

@@ -8,7 +8,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
 
 from pcieprof.serve.launcher import ServerProcess, free_port
 from pcieprof.serve.outcomes import Outcome
