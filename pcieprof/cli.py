@@ -50,6 +50,11 @@ class LazyGroup(click.Group):
             raise
         return getattr(module, "command")
 
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        # Verbosity is process state set by eager options; start each invocation from the default.
+        progress.configure(quiet=False, debug=False)
+        return super().main(*args, **kwargs)
+
     @staticmethod
     def _available(name: str) -> bool:
         return importlib.util.find_spec(f"pcieprof.commands.{COMMANDS[name]}") is not None

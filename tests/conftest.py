@@ -31,6 +31,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_verbosity() -> None:
+    """In-process CLI calls with --quiet/--debug must not leak into the next test."""
+    from pcieprof import progress
+
+    progress.configure(quiet=False, debug=False)
+
+
 @pytest.fixture(scope="session")
 def samples() -> Path:
     """../shared/samples: real tool outputs (never edit)."""
