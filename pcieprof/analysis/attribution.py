@@ -151,8 +151,12 @@ def analyze_rank(path: str, classes: str | None = None, drop_last_step: bool = F
             last = max(s[2] for s in ps)
             keep = ~np.isnan(launch) & (launch < last)
             window_note = "events launched before the last ProfilerStep (HTA-compatible)"
-    idx_all = np.nonzero(keep)[0]
-    s_, e_, b_ = start[keep], end[keep], bits[keep]
+    if keep.all():  # no copies of the columns when every event counts
+        idx_all = np.arange(start.size)
+        s_, e_, b_ = start, end, bits
+    else:
+        idx_all = np.nonzero(keep)[0]
+        s_, e_, b_ = start[keep], end[keep], bits[keep]
     total = intervals.split(s_, e_, b_)
 
     how, steps = _find_steps(rt, gpu_mode)
@@ -176,8 +180,8 @@ def analyze_rank(path: str, classes: str | None = None, drop_last_step: bool = F
         step_rows = []
 
     # Per class and per family: sum of durations and counts (not unions), plus the unions.
-    d_keep = dur[keep]
-    f_keep = fam_ids[keep]
+    d_keep = dur if keep.all() else dur[keep]
+    f_keep = fam_ids if keep.all() else fam_ids[keep]
     per_family = []
     fam_sum = np.bincount(f_keep, weights=d_keep, minlength=len(rt.families))
     fam_n = np.bincount(f_keep, minlength=len(rt.families))
@@ -188,7 +192,7 @@ def analyze_rank(path: str, classes: str | None = None, drop_last_step: bool = F
         per_family.append({"family": fam, "class": _BIT_CLASS.get(b, "ignore"),
                            "count": int(fam_n[i]), "sum_us": float(fam_sum[i])})
 
-    n_ids = name_ids[keep]
+    n_ids = name_ids if keep.all() else name_ids[keep]
     nm_sum = np.bincount(n_ids, weights=d_keep, minlength=len(rt.names))
     nm_n = np.bincount(n_ids, minlength=len(rt.names))
     nm_bit = np.zeros(len(rt.names), dtype=np.int8)

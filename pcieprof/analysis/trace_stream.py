@@ -312,8 +312,11 @@ class _Builder:
         return {k: a[k] for k in _COMM_ARGS if k in a} if isinstance(a, dict) else {}
 
     def column(self, name: str, dtype: Any) -> np.ndarray:
+        """One column as an array; its blocks are released (read each column once)."""
         parts = self.cols[name]
-        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
+        out = np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
+        parts.clear()
+        return out
 
 
 def _add_dicts(b: _Builder, events: list[Any]) -> int:
