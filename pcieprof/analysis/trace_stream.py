@@ -169,7 +169,7 @@ class _Builder:
         self.family_ids: dict[str, int] = {}
         self.gpu_cls: dict[int, tuple[int, int]] = {}  # name id * 4 + kind -> (bit, family)
         self.cpu_cls: dict[int, tuple[int, int]] = {}  # name id * 2 + is_cpu_op -> (bit, family)
-        self.step_name: dict[int, bool] = {}
+        self.flags: list[int] = []  # per name id: 1 a step span name, 2 cudaGraphLaunch
         self.cols: dict[str, list[np.ndarray]] = {k: [] for k in (
             "g_name", "g_ts", "g_dur", "g_stream", "g_corr", "g_bit", "g_family",
             "l_corr", "l_ts", "l_graph", "c_name", "c_ts", "c_dur", "c_bit", "c_family")}
@@ -190,16 +190,19 @@ class _Builder:
     def _ids(self, raw_names: list[Any]) -> np.ndarray:
         get = self.name_ids.get
         ids = [get(n, -1) for n in raw_names]
-        for i, v in enumerate(ids):
-            if v < 0:
-                n = raw_names[i]
-                v = self.name_ids.get(n, -1)
+        if -1 in ids:  # new names in this block (rare after the first blocks)
+            for i, v in enumerate(ids):
                 if v < 0:
-                    text = n if isinstance(n, str) else (
-                        json.loads(b'"' + n + b'"') if b"\\" in n else n.decode("utf-8", "replace"))
-                    v = self.name_ids[n] = len(self.names)
-                    self.names.append(text)
-                ids[i] = v
+                    n = raw_names[i]
+                    v = self.name_ids.get(n, -1)
+                    if v < 0:
+                        text = n if isinstance(n, str) else (json.loads(b'"' + n + b'"') if b"\\" in n
+                                                             else n.decode("utf-8", "replace"))
+                        v = self.name_ids[n] = len(self.names)
+                        self.names.append(text)
+                        self.flags.append((1 if _STEP_RX.match(text) else 0)
+                                          | (2 if text.startswith("cudaGraphLaunch") else 0))
+                    ids[i] = v
         return np.asarray(ids, dtype=np.int64)
 
     def add(self, cats: list[Any], names: list[Any], tids: list[Any], ts: np.ndarray,
@@ -262,27 +265,24 @@ class _Builder:
                 sel = la[ok]
                 self.cols["l_corr"].append(np.asarray([x for x, k in zip(corr, ok) if k], dtype=np.int64))
                 self.cols["l_ts"].append(ts[sel])
-                self.cols["l_graph"].append(np.asarray(
-                    [self.names[i].startswith("cudaGraphLaunch") for i in nid[sel].tolist()], dtype=bool))
+                self.cols["l_graph"].append((np.asarray(self.flags, dtype=np.int8)[nid[sel]] & 2) > 0)
 
         # CPU ops count only on traces without GPU events; once one is seen, stop keeping them.
         if self.n_gpu and self.cols["c_ts"]:
             for k in ("c_name", "c_ts", "c_dur", "c_bit", "c_family"):
                 self.cols[k].clear()
-        cp = np.nonzero((codes == 4) | (codes == 5))[0]
-        if cp.size:
+        cpu = (codes == 4) | (codes == 5)
+        if cpu.any():
+            step = cpu & ((np.asarray(self.flags, dtype=np.int8)[nid] & 1) > 0)
+            for i in np.nonzero(step)[0].tolist():
+                cat = cats[i] if isinstance(cats[i], str) else cats[i].decode()
+                self.spans.append((self.names[int(nid[i])], cat, float(ts[i]), float(dur[i])))
+            # CPU ops themselves count only while no GPU event has been seen
+            cp = np.nonzero((codes == 4) & ~step)[0] if not self.n_gpu else np.empty(0, np.int64)
             keep_idx, keep_bit, keep_fam = [], [], []
             for i in cp.tolist():
                 k = int(nid[i])
-                is_step = self.step_name.get(k)
-                if is_step is None:
-                    is_step = self.step_name[k] = bool(_STEP_RX.match(self.names[k]))
                 cat = cats[i] if isinstance(cats[i], str) else cats[i].decode()
-                if is_step:
-                    self.spans.append((self.names[k], cat, float(ts[i]), float(dur[i])))
-                    continue
-                if codes[i] == 5 or self.n_gpu:
-                    continue
                 key = k * 2 + (cat == "cpu_op")
                 hit = self.cpu_cls.get(key)
                 if hit is None:
@@ -348,7 +348,9 @@ def _add_dicts(b: _Builder, events: list[Any]) -> int:
 def _add_run(b: _Builder, run: bytes) -> bool:
     """Feed a run of complete events; False when the run is not valid JSON (a bad cut)."""
     rows = _X_RX.findall(run)
-    if len(rows) == len(_PH_X.findall(run)):
+    # Every X event holds the string "X" (as ph), so the cheap count can only be too high (a name
+    # "X"), never hide an event the regex missed; the exact count decides when it is too high.
+    if len(rows) == run.count(b'"X"') or len(rows) == len(_PH_X.findall(run)):
         if rows:
             cats, names, tids, ts, dur, args = zip(*rows)
             cs, ss = _CORR.search, _STREAM.search
