@@ -30,9 +30,17 @@ def _heatmap(m: np.ndarray, gpus: list[int], status: dict[tuple[int, int], str],
             else:
                 row.append(f"{m[i, j]:.3g}")
         text.append(row)
+    # A near-uniform matrix (a model's, or a quiet box) must not paint rounding noise as contrast:
+    # keep the colour range at least 2% of the values wide.
+    span: dict[str, float] = {}
+    if np.isfinite(m).any():
+        lo, hi = float(np.nanmin(m)), float(np.nanmax(m))
+        pad = max(0.0, 0.02 * max(abs(lo), abs(hi)) - (hi - lo)) / 2
+        if pad > 0:
+            span = {"zmin": lo - pad, "zmax": hi + pad}
     fig = go.Figure(go.Heatmap(
         z=m, x=labels, y=labels, text=text, texttemplate="%{text}", colorscale=colorscale,
-        reversescale=reverse, colorbar={"title": {"text": unit}},
+        reversescale=reverse, colorbar={"title": {"text": unit}}, **span,
         hovertemplate="src %{y} -> dst %{x}<br>%{z:.4g} " + unit + "<extra></extra>"))
     fig.update_yaxes(autorange="reversed", title="src")
     fig.update_xaxes(title="dst", side="bottom")
