@@ -18,13 +18,14 @@ import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Mapping
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from pcieprof import __version__
 from pcieprof.errors import BadInput
 from pcieprof.schema import SCHEMA_VERSION, TABLES, Status
+
+if TYPE_CHECKING:  # pandas costs ~0.3 s to import; only readers of tables pay for it
+    import pandas as pd
 
 MANIFEST = "manifest.json"
 
@@ -282,11 +283,13 @@ class Bundle:
         self.register(f"{table}.csv")
         return n
 
-    def read_table(self, table: str) -> pd.DataFrame:
+    def read_table(self, table: str) -> "pd.DataFrame":
         """Read `<table>.csv` as a DataFrame with every schema column (older files get defaults).
 
         A missing table gives an empty frame with the schema's columns.
         """
+        import pandas as pd
+
         defaults = TABLES[table]
         p = self.path / f"{table}.csv"
         if not p.is_file() or p.stat().st_size == 0:
