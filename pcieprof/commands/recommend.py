@@ -55,14 +55,23 @@ def summary_lines(result) -> list[str]:  # noqa: ANN001 - tune.recommend.Result
 @click.option("--context", default=8192, show_default=True, type=click.IntRange(1),
               help="Tokens per request for the KV-cache fit of the layouts.")
 @click.option("--no-layouts", is_flag=True, help="Skip the parallel layout advice.")
+@click.option("--verify", is_flag=True, help="Re-run the all-reduce (decode sizes plus one large "
+              "size) with each NCCL / ring-order recommendation and the bundle's backend, into a "
+              "new bundle; store the measured (sim: simulated) gain next to the predicted one.")
+@click.option("--verify-out", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="Bundle of the verification (default BUNDLE/verify, replaced on each run).")
+@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True,
+              help="--verify: deadline of each collective, seconds (past it: status=hang).")
 @verbosity
-def command(bundle: Path, model: str, batch_max: int, context: int, no_layouts: bool) -> None:
+def command(bundle: Path, model: str, batch_max: int, context: int, no_layouts: bool,
+            verify: bool, verify_out: Path | None, timeout_s: float) -> None:
     """Recommend NCCL settings, the ring order and a parallel layout for BUNDLE.
 
     Every recommendation carries its evidence from the bundle and its gain at decode-sized
     messages; a setting the measurements do not support is never recommended (the output says
     what would need measuring instead).
     """
+    from pcieprof.report.decode_band import band_for
     from pcieprof.serve.cards import load_card
     from pcieprof.tune.recommend import recommend, write_outputs
 
@@ -78,6 +87,36 @@ def command(bundle: Path, model: str, batch_max: int, context: int, no_layouts: 
                        hint="copy the bundle somewhere writable") from None
     click.echo("\n".join(summary_lines(result)))
     click.echo("")
+    if verify:
+        paths["verify"] = _verify(b, result, band_for(model, 1, batch_max), verify_out, timeout_s)
     for what, p in paths.items():
         click.echo(f"{what}: {p}")
     click.echo(f"report: pcieprof report {b.path}")
+
+
+def _verify(b: Bundle, result, band, out: Path | None, timeout_s: float) -> str:  # noqa: ANN001
+    """Run tune.verify, store the blocks in recommendations.json, print the comparison."""
+    from pcieprof.tune.verify import attach, verify, verify_lines
+
+    if timeout_s <= 0:
+        raise BadInput(f"--timeout {timeout_s:g}: must be positive")
+    ring = (result.ring or {}).get("order")
+    target = out if out is not None else b.path / "verify"
+    vb, blocks = verify(b, result.recommendations, band, out=target, ring_order=ring,
+                        force=out is None and _ours(target), timeout_s=timeout_s)
+    b.write_json("recommendations.json", attach(result.as_dict(), blocks, vb))
+    click.echo("\n".join(verify_lines(result.recommendations, blocks)))
+    click.echo("")
+    return str(vb.path)
+
+
+def _ours(path: Path) -> bool:
+    """True when `path` is absent or an earlier verify bundle (safe to replace)."""
+    import json
+
+    if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+        return True
+    try:
+        return json.loads((path / "manifest.json").read_text()).get("command") == "recommend-verify"
+    except (OSError, ValueError):
+        return False

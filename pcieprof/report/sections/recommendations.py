@@ -26,6 +26,31 @@ def _layout_figure(layouts: list[dict], prov: str):
                   prov)
 
 
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{x * 100:+.0f}%"
+
+
+def _verified_table(recs: list[dict]) -> Table:
+    """`recommend --verify`: predicted vs re-run time at batch 1 and the gains over the band."""
+    rows = []
+    for r in recs:
+        v = r["verified"]
+        rows.append([r["rule"], v.get("provenance", ""),
+                     "" if v.get("predicted_time_us") is None else f"{v['predicted_time_us']:.1f}",
+                     "" if v.get("baseline_time_us") is None else f"{v['baseline_time_us']:.1f}",
+                     "" if v.get("time_us") is None else f"{v['time_us']:.1f}",
+                     _pct(v.get("predicted_gain_fraction")), _pct(v.get("gain_fraction")),
+                     _pct(v.get("band_gain_fraction")), _pct(v.get("large_gain_fraction")),
+                     v.get("note", "")])
+    size = recs[0]["verified"].get("size_bytes", 0)
+    return Table(f"verified by re-running the all-reduce ({size / 1024:g} KiB = batch "
+                 f"{recs[0]['verified'].get('batch', 1)}; bundle {recs[0]['verified'].get('bundle', '')})",
+                 ["recommendation", "verified with", "predicted us", "baseline us", "with it us",
+                  "predicted gain (band mean)", "gain at batch 1", "gain over band",
+                  "gain large message", "note"], rows,
+                 provenance="; ".join(sorted({r["verified"].get("provenance", "") for r in recs})))
+
+
 def build(view: BundleView, ctx: ReportContext) -> Section | None:
     doc = ctx.recommendations_for(view)
     if not doc or doc.get("error"):
@@ -34,6 +59,9 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
     prov = doc.get("provenance", "")
     sec.blocks.append(RecsBlock(items=doc.get("recommendations", []),
                                 needs_measuring=doc.get("needs_measuring", [])))
+    verified = [r for r in doc.get("recommendations", []) if r.get("verified")]
+    if verified:
+        sec.blocks.append(_verified_table(verified))
     ring = doc.get("ring")
     inferred = doc.get("inferred")
     if ring:
