@@ -77,6 +77,10 @@ def command(bundle: Path, model: str, batch_max: int, context: int, no_layouts: 
 
     b = Bundle.open(bundle)
     load_card(model)  # a wrong name is one line, before any work
+    if verify:
+        from pcieprof.tune.verify import check_verifiable
+
+        check_verifiable(b)
     progress.info(f"tuning {b.path} ({b.source}, backend {b.backend})")
     result = recommend(b, model=model, batch_max=batch_max, layouts=not no_layouts,
                        context=context)

@@ -212,6 +212,20 @@ def verified_text(v: dict[str, Any]) -> str:
             f"; {v.get('note', '')}")
 
 
+def check_verifiable(bundle: Bundle) -> None:
+    """Raise BadInput (one line) when no re-run of `bundle` is possible: checked before tuning.
+
+    Raises:
+        BadInput: an imported bundle (nothing to re-run) or no default-variant all-reduce rows.
+    """
+    if bundle.backend not in ("cuda", "cpu", "sim"):
+        raise BadInput(f"{bundle.path}: backend {bundle.backend or 'unknown'} has no hardware or "
+                       "model to re-run", hint="verify on the box itself (cuda), or a sim bundle")
+    if C.find(C.curves(bundle.read_table("allreduce")), {}) is None:
+        raise BadInput(f"{bundle.path}: no all-reduce rows of the default variant to verify against",
+                       hint="run pcieprof topology with the all-reduce probes first")
+
+
 def verify(bundle: Bundle, recs: list[Recommendation], band: DecodeBand, *, out: Path,
            ring_order: list[int] | None = None, force: bool = False, timeout_s: float = 60.0,
            large_bytes: int | None = None) -> tuple[Bundle, dict[str, dict[str, Any]]]:
@@ -233,9 +247,7 @@ def verify(bundle: Bundle, recs: list[Recommendation], band: DecodeBand, *, out:
     Raises:
         BadInput: an imported bundle (nothing to re-run), no all-reduce rows, nothing verifiable.
     """
-    if bundle.backend not in ("cuda", "cpu", "sim"):
-        raise BadInput(f"{bundle.path}: backend {bundle.backend or 'unknown'} has no hardware or "
-                       "model to re-run", hint="verify on the box itself (cuda), or a sim bundle")
+    check_verifiable(bundle)
     todo = candidates(recs, ring_order)
     if not todo:
         raise BadInput(f"{bundle.path}: nothing to verify: no recommendation sets an NCCL "
