@@ -16,7 +16,7 @@ from pcieprof.commands.options import verbosity
 from pcieprof.errors import BadInput
 
 
-def summary_lines(result) -> list[str]:  # noqa: ANN001 - tune.recommend.Result
+def summary_lines(result) -> list[str]:
     """The fixed-width text printed on stdout."""
     lines = [f"principal bottleneck: {result.bottleneck}", ""]
     if not result.recommendations:
@@ -98,7 +98,7 @@ def command(bundle: Path, model: str, batch_max: int, context: int, no_layouts: 
     click.echo(f"report: pcieprof report {b.path}")
 
 
-def _verify(b: Bundle, result, band, out: Path | None, timeout_s: float) -> str:  # noqa: ANN001
+def _verify(b: Bundle, result, band, out: Path | None, timeout_s: float) -> str:
     """Run tune.verify, store the blocks in recommendations.json, print the comparison."""
     from pcieprof.tune.verify import attach, verify, verify_lines
 

@@ -29,7 +29,7 @@ from pcieprof.schema import source_of
 from pcieprof.tune import curves as C
 from pcieprof.tune.rules.base import MIN_GAIN, Recommendation
 from probes import variants as V
-from probes.plan import AllReduceCase, Plan, build_plan
+from probes.plan import Plan, build_plan
 
 #: The large message added to the decode band: NCCL's bandwidth regime (capped by what the
 #: bundle measured, so the prediction it is compared with is not an extrapolation).
@@ -170,7 +170,7 @@ def verified_block(rec: Recommendation, base_old: C.Curve, base: C.Curve, new: C
     for s in sizes:
         t0, t1 = base.at(s), new.at(s)
         per.append({"size_bytes": s, "baseline_us": _num(t0), "time_us": _num(t1),
-                    "gain_fraction": _num((t0 - t1) / t0) if t0 > 0 and t1 == t1
+                    "gain_fraction": _num((t0 - t1) / t0) if t0 > 0 and math.isfinite(t1)
                     and backend != "cpu" else None})
     d["per_size"] = per
     d["time_us"] = _num(new.at(s1))
