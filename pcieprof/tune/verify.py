@@ -297,7 +297,7 @@ def verify_lines(recs: list[Recommendation], blocks: dict[str, dict[str, Any]]) 
         what = "simulated" if v["backend"] == "sim" else "measured"
         kib = v["size_bytes"] / 1024
         pred = v["predicted_time_us"]
-        ptxt = f"predicted {pred:.1f} us" if pred is not None else "predicted: no number"
+        ptxt = f"predicted {pred:.1f} us" if pred is not None else "no predicted time at batch 1"
         got = v["time_us"]
         gtxt = f"{what} {got:.1f} us" if got is not None else f"{what}: no result"
         base = v["baseline_time_us"]
@@ -306,6 +306,17 @@ def verify_lines(recs: list[Recommendation], blocks: dict[str, dict[str, Any]]) 
         if v["gain_us"] is not None:
             line += f", gain {v['gain_us']:+.1f} us ({(v['gain_fraction'] or 0) * 100:+.0f}%)"
         lines.append(line)
+        big = v["per_size"][-1] if v["per_size"] else None
+        if big and big["size_bytes"] > v["size_bytes"] and big["time_us"] is not None \
+                and big["baseline_us"] is not None:
+            lines.append(f"   large message {big['size_bytes'] >> 20} MiB: {big['baseline_us']:.0f} -> "
+                         f"{big['time_us']:.0f} us"
+                         + (f" ({big['gain_fraction'] * 100:+.0f}% time, busbw "
+                            f"x{big['baseline_us'] / big['time_us']:.2f})"
+                            if big["gain_fraction"] is not None and big["time_us"] > 0 else ""))
+        if pred is None and r.gain_text:
+            g = r.gain_text
+            lines.append(f"   {g}" if g.startswith("predicted") else f"   predicted: {g}")
         if v["note"]:
             lines.append(f"   {v['note']}")
     return lines
