@@ -81,6 +81,9 @@ def command(bundle: Path, model: str, batch_max: int, context: int, no_layouts: 
         from pcieprof.tune.verify import check_verifiable
 
         check_verifiable(b)
+        if verify_out is not None and not _ours(verify_out):
+            raise BadInput(f"--verify-out {verify_out} exists and is not empty",
+                           hint="choose another directory (an earlier verify bundle is replaced)")
     progress.info(f"tuning {b.path} ({b.source}, backend {b.backend})")
     result = recommend(b, model=model, batch_max=batch_max, layouts=not no_layouts,
                        context=context)
@@ -107,7 +110,7 @@ def _verify(b: Bundle, result, band, out: Path | None, timeout_s: float) -> str:
     ring = (result.ring or {}).get("order")
     target = out if out is not None else b.path / "verify"
     vb, blocks = verify(b, result.recommendations, band, out=target, ring_order=ring,
-                        force=out is None and _ours(target), timeout_s=timeout_s)
+                        force=_ours(target), timeout_s=timeout_s)
     b.write_json("recommendations.json", attach(result.as_dict(), blocks, vb))
     click.echo("\n".join(verify_lines(result.recommendations, blocks)))
     click.echo("")
