@@ -51,7 +51,8 @@ def test_tiny_cpu_tp2_writes_a_complete_bundle(tmp_path: Path) -> None:
               "--decode-batches", "1,4,16", "--decode-output-len", "24", "--profile-steps", "4"])
     assert p.returncode == 0, p.stderr[-3000:]
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["status"] == "ok" and manifest["backend"] == "cpu"
+    parts = {k: (v["status"], v.get("why")) for k, v in manifest["parts"].items()}
+    assert manifest["status"] == "ok" and manifest["backend"] == "cpu", (parts, p.stderr[-1500:])
     assert manifest["parts"]["serve"]["status"] == "ok"
     summary = json.loads((out / "serve" / "summary.json").read_text())
     assert [r["label"] for r in summary["runs"]] == ["c=1", "c=4", "c=16", "c=64"]
