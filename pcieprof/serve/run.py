@@ -321,8 +321,17 @@ def _profile(bundle: Bundle, opts: BenchOptions, base_url: str, nranks: int) -> 
     if record["status"] != "ok":
         bundle.set_part("serve", "partial", why=f"traces: {record['why']}")
     if opts.attribute and record["files"]:
-        record["attribution"] = _attribute(bundle, [bundle.path / f for f in record["files"]])
+        record["attribution"] = _attribute(bundle, decode_traces(
+            [bundle.path / f for f in record["files"]]))
     return record
+
+
+def decode_traces(paths: list[Path]) -> list[Path]:
+    """The traces to attribute: with profile_by_stage SGLang writes one file per rank and stage
+    (`...-TP-<r>-EXTEND` / `-DECODE`); decode attribution wants one file per rank, the DECODE one.
+    All files stay in the bundle."""
+    decode = [p for p in paths if "-DECODE." in p.name]
+    return decode or paths
 
 
 def _attribute(bundle: Bundle, paths: list[Path]) -> dict[str, Any]:
