@@ -77,7 +77,6 @@ def write_rank(path: Path, rank: int, world: int, target_bytes: int, layers: int
         w = Writer(f)
         while w.bytes < target_bytes:
             step_t0 = t_cpu
-            step_events: list[dict[str, Any]] = []
             if graphs:
                 w.event({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": pid,
                          "tid": main_tid, "ts": round(t_cpu, 3), "dur": 12.5,

@@ -399,11 +399,8 @@ class ProbeRunner:
             entry.update(parsed=None, note=f"{self.plan.backend} backend: gloo process group, NCCL "
                          f"not used" + (f"; {GLOO_IGNORES_NCCL}" if case.env else ""))
             return entry
-        try:
-            from pcieprof.importers.nccl_log import parse_nccl_log
-        except ImportError:
-            entry.update(parsed=None, note="NCCL log parser not available; raw log kept")
-            return entry
+        from pcieprof.importers.nccl_log import parse_nccl_log
+
         try:
             entry["parsed"] = parse_nccl_log(log.read_text(encoding="utf-8", errors="replace"))
         except Exception as exc:  # a log we cannot read must not end the sweep

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from pcieprof.errors import BadInput
 from pcieprof.importers.records import GpuRecord
 
 _PCIE_KEYS = ("gen_current", "gen_max", "gen_max_device", "gen_max_system", "width_current",
@@ -150,38 +149,16 @@ def from_machine_logs(logs: dict[str, tuple[str, str]]) -> dict[str, Any]:
         The topology dict (docs/bundle.md), `source` set to `imported`.
 
     Raises:
-        BadInput: from the parsers (one line with file and line), or when only topo -m can be
-            read because the discovery-from-logs module is not available.
+        BadInput: from the parsers (one line with file and line).
     """
     kwargs_of = {"lspci": "lspci", "nvidia-smi-q": "smi_q", "nvidia-smi-topo-m": "topo_m",
                  "cmdline": "cmdline", "numactl": "numa", "lscpu": "lscpu", "dmesg": "dmesg"}
-    try:
-        from pcieprof.discover.from_logs import topology_from_logs
-    except ImportError:  # a build without discovery-from-logs: topo -m alone still works
-        if set(logs) != {"nvidia-smi-topo-m"}:
-            names = ", ".join(n for n, _t in logs.values())
-            raise BadInput(f"{names}: reading machine logs needs pcieprof.discover.from_logs, "
-                           "which this build lacks", hint="import the tool outputs alone")
-        from pcieprof.discover.topo_matrix import parse_topo_matrix
+    from pcieprof.discover.from_logs import topology_from_logs
 
-        name, text = logs["nvidia-smi-topo-m"]
-        topo = skeleton()
-        merge_topo_m(topo, parse_topo_matrix(text, source=name))
-        return topo
     kwargs = {kwargs_of[f]: text for f, (_n, text) in logs.items()}
     names = {kwargs_of[f]: n for f, (n, _t) in logs.items()}
-    topo = copy.deepcopy(_call_from_logs(topology_from_logs, kwargs, names))
+    topo = copy.deepcopy(topology_from_logs(**kwargs, names=names))
     topo["source"] = "imported"
     return topo
 
 
-def _call_from_logs(fn: Any, kwargs: dict[str, str], names: dict[str, str]) -> dict[str, Any]:
-    """Call pcieprof.discover.from_logs.topology_from_logs, passing file names when it accepts them (for messages)."""
-    import inspect
-
-    params = inspect.signature(fn).parameters
-    if "names" in params:
-        return fn(**kwargs, names=names)
-    if "sources" in params:
-        return fn(**kwargs, sources=names)
-    return fn(**kwargs)

@@ -86,13 +86,10 @@ def _card(model: str) -> Any:
 
 
 def collectives_counter(card: Any, nranks: int) -> Callable[[int], int]:
-    """batch -> number of all-reduces over `nranks` in one decode step (the analytic model of pcieprof.analysis.comm_model)."""
+    """batch -> number of all-reduces over `nranks` in one decode step (pcieprof.analysis.comm_model)."""
     if card is None or nranks < 2:
         return lambda b: 0
-    try:
-        from pcieprof.analysis.comm_model import Layout, count_collectives
-    except ImportError:
-        return lambda b: 2 * int(getattr(card, "num_layers", 0))
+    from pcieprof.analysis.comm_model import Layout, count_collectives
 
     def count(batch: int) -> int:
         return sum(c.count for c in count_collectives(card, Layout(tp=nranks), batch)

@@ -124,11 +124,9 @@ def _pricing_bundle(view: BundleView, ctx: ReportContext) -> BundleView | None:
 
 def _comparison(view: BundleView, doc: dict[str, Any], pricer: BundleView) -> list[dict[str, Any]]:
     """The trace-vs-analytic comparison table, priced with `pricer`'s all-reduce rows."""
-    try:
-        from pcieprof.analysis.comm_model import Layout, comparison_table
-        from pcieprof.serve.cards import load_card
-    except ImportError:
-        return []
+    from pcieprof.analysis.comm_model import Layout, comparison_table
+    from pcieprof.serve.cards import load_card
+
     summary = view.json("serve/summary.json") or {}
     card_name = summary.get("model") or (view.json("serve/card.json") or {}).get("name")
     if not card_name:
