@@ -141,6 +141,33 @@ def build_app(args: ServerArgs, scheduler: Scheduler, metrics: ServerMetrics,
             if finish is not None:
                 return
 
+    async def drain(req: Request, stream: _Stream) -> dict[str, Any] | None:
+        """Wait for a non-streamed request to finish; a dropped client aborts it."""
+        finish = None
+        try:
+            async for _tok, finish in tokens(req, stream):
+                pass
+        except asyncio.CancelledError:
+            scheduler.abort(req)
+            raise
+        return finish
+
+    async def sse(request: web.Request, req: Request, events: Any) -> web.StreamResponse:
+        """Stream `events` (dicts) as `data: {...}` lines, then `data: [DONE]`, as SGLang does;
+        a dropped client aborts the request."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
+        try:
+            await resp.prepare(request)
+            async for event in events:
+                await resp.write(b"data: " + orjson.dumps(event) + b"\n\n")
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            scheduler.abort(req)
+            raise
+        return resp
+
     async def generate(request: web.Request) -> web.StreamResponse:
         try:
             body = await _json_body(request)
@@ -154,29 +181,17 @@ def build_app(args: ServerArgs, scheduler: Scheduler, metrics: ServerMetrics,
             return _error(str(exc))
         scheduler.submit(req)
         if not body.get("stream"):
-            try:
-                finish = None
-                async for _tok, finish in tokens(req, stream):
-                    pass
-            except asyncio.CancelledError:
-                scheduler.abort(req)
-                raise
+            finish = await drain(req, stream)
             return web.json_response({"text": tok.decode(req.output_ids),
                                       "meta_info": meta(req, finish)},
                                      dumps=lambda o: orjson.dumps(o).decode())
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
-        try:
-            await resp.prepare(request)
+
+        async def events() -> Any:
             async for _tok, finish in tokens(req, stream):
-                event = {"text": tok.decode(req.output_ids), "meta_info": meta(req, finish)}
-                await resp.write(b"data: " + orjson.dumps(event) + b"\n\n")
-            await resp.write(b"data: [DONE]\n\n")
-            await resp.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
-            scheduler.abort(req)
-            raise
-        return resp
+                # SGLang's default: cumulative text in every chunk
+                yield {"text": tok.decode(req.output_ids), "meta_info": meta(req, finish)}
+
+        return await sse(request, req, events())
 
     async def generate_batch(body: dict[str, Any]) -> web.Response:
         sp = body.get("sampling_params") or {}
@@ -190,9 +205,7 @@ def build_app(args: ServerArgs, scheduler: Scheduler, metrics: ServerMetrics,
             scheduler.submit(req)
         out = []
         for req, stream in pairs:
-            finish = None
-            async for _tok, finish in tokens(req, stream):
-                pass
+            finish = await drain(req, stream)
             out.append({"text": tok.decode(req.output_ids), "meta_info": meta(req, finish)})
         return web.json_response(out, dumps=lambda o: orjson.dumps(o).decode())
 
@@ -217,13 +230,7 @@ def build_app(args: ServerArgs, scheduler: Scheduler, metrics: ServerMetrics,
         cid = req.rid
         scheduler.submit(req)
         if not body.get("stream"):
-            finish = None
-            try:
-                async for _tok, finish in tokens(req, stream):
-                    pass
-            except asyncio.CancelledError:
-                scheduler.abort(req)
-                raise
+            finish = await drain(req, stream)
             n_out = len(req.output_ids)
             return web.json_response({
                 "id": cid, "object": "text_completion", "created": created, "model": model,
@@ -234,32 +241,22 @@ def build_app(args: ServerArgs, scheduler: Scheduler, metrics: ServerMetrics,
                           "total_tokens": len(req.prompt_ids) + n_out},
             }, dumps=lambda o: orjson.dumps(o).decode())
         opts = body.get("stream_options") or {}
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
-        try:
-            await resp.prepare(request)
+
+        async def chunks() -> Any:
             async for token, finish in tokens(req, stream):
-                chunk = {"id": cid, "object": "text_completion", "created": created,
-                         "model": model,
-                         "choices": [{"index": 0, "text": tok.piece(token), "logprobs": None,
-                                      "finish_reason": finish["type"] if finish else None,
-                                      "matched_stop": finish.get("matched") if finish else None}],
-                         "usage": None}
-                await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+                yield {"id": cid, "object": "text_completion", "created": created, "model": model,
+                       "choices": [{"index": 0, "text": tok.piece(token), "logprobs": None,
+                                    "finish_reason": finish["type"] if finish else None,
+                                    "matched_stop": finish.get("matched") if finish else None}],
+                       "usage": None}
             if opts.get("include_usage"):
                 n_out = len(req.output_ids)
-                chunk = {"id": cid, "object": "text_completion", "created": created,
-                         "model": model, "choices": [],
-                         "usage": {"prompt_tokens": len(req.prompt_ids),
-                                   "completion_tokens": n_out,
-                                   "total_tokens": len(req.prompt_ids) + n_out}}
-                await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
-            await resp.write(b"data: [DONE]\n\n")
-            await resp.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError):
-            scheduler.abort(req)
-            raise
-        return resp
+                yield {"id": cid, "object": "text_completion", "created": created, "model": model,
+                       "choices": [], "usage": {"prompt_tokens": len(req.prompt_ids),
+                                                "completion_tokens": n_out,
+                                                "total_tokens": len(req.prompt_ids) + n_out}}
+
+        return await sse(request, req, chunks())
 
     async def health(_request: web.Request) -> web.Response:
         if state["status"] == "Starting":
