@@ -26,6 +26,7 @@ cuda-samples), so bandwidth rows carry size_bytes=0 (unknown); latency copies ar
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from pcieprof.importers._text import fail, parse_float, parse_int, split_lines
@@ -166,10 +167,11 @@ def _direction(a: int, b: int, reads: bool) -> tuple[int, int]:
     return (b, a) if reads else (a, b)
 
 
-def _add_bandwidth(result: Parsed, mat: _Matrix, title: str, bidir: bool, enabled: bool,
-                   reads: bool, access: dict[tuple[int, int], bool],
-                   device_local: dict[str, list[float]]) -> None:
-    path = "p2p" if enabled else "host_staged"
+def _cells(mat: _Matrix, title: str, enabled: bool, reads: bool,
+           access: dict[tuple[int, int], bool], device_local: dict[str, list[float]]
+           ) -> Iterator[tuple[int, int, float, str, str]]:
+    """(src, dst, value, status, where) of every off-diagonal cell; the diagonal (copies inside
+    one GPU) goes to `device_local`, not to p2p rows."""
     device_local[title] = [row[a] for a, row in enumerate(mat.values)]
     for a, row in enumerate(mat.values):
         for b, v in enumerate(row):
@@ -177,28 +179,28 @@ def _add_bandwidth(result: Parsed, mat: _Matrix, title: str, bidir: bool, enable
                 continue
             src, dst = _direction(a, b, reads)
             status, note = _cell_status(a, b, enabled, access)
-            result.p2p.append(P2PRecord(
-                src=src, dst=dst, path=path, direction="bi" if bidir else "uni",
-                bandwidth_gbps=v, status=status,
-                detail=f"p2pBandwidthLatencyTest: {title}; row {a} col {b}{note}"))
+            yield src, dst, v, status, f"row {a} col {b}{note}"
+
+
+def _add_bandwidth(result: Parsed, mat: _Matrix, title: str, bidir: bool, enabled: bool,
+                   reads: bool, access: dict[tuple[int, int], bool],
+                   device_local: dict[str, list[float]]) -> None:
+    path = "p2p" if enabled else "host_staged"
+    for src, dst, v, status, where in _cells(mat, title, enabled, reads, access, device_local):
+        result.p2p.append(P2PRecord(
+            src=src, dst=dst, path=path, direction="bi" if bidir else "uni",
+            bandwidth_gbps=v, status=status, detail=f"p2pBandwidthLatencyTest: {title}; {where}"))
 
 
 def _add_latency(result: Parsed, mat: _Matrix, title: str, enabled: bool,
                  reads: bool, access: dict[tuple[int, int], bool],
                  device_local: dict[str, list[float]]) -> None:
     path = "p2p" if enabled else "host_staged"
-    what = "GPU latency"
-    device_local[title] = [row[a] for a, row in enumerate(mat.values)]
-    for a, row in enumerate(mat.values):
-        for b, v in enumerate(row):
-            if a == b:
-                continue
-            src, dst = _direction(a, b, reads)
-            status, note = _cell_status(a, b, enabled, access)
-            result.p2p.append(P2PRecord(
-                src=src, dst=dst, path=path, direction="uni", size_bytes=LATENCY_COPY_BYTES,
-                latency_us=v, status=status,
-                detail=f"p2pBandwidthLatencyTest: {title} {what}; row {a} col {b}{note}"))
+    for src, dst, v, status, where in _cells(mat, title, enabled, reads, access, device_local):
+        result.p2p.append(P2PRecord(
+            src=src, dst=dst, path=path, direction="uni", size_bytes=LATENCY_COPY_BYTES,
+            latency_us=v, status=status,
+            detail=f"p2pBandwidthLatencyTest: {title} GPU latency; {where}"))
 
 
 def _cell_status(a: int, b: int, enabled: bool, access: dict[tuple[int, int], bool]
