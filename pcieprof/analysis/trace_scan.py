@@ -215,14 +215,18 @@ def _scan(bk: _Block) -> Scanned:
     # "cat" keys: one per event, the second key (after "ph") in Kineto order
     kc = bk.keys(b"cat")
     kc = kc[kc >= 4]
-    if kc.size == 0:
-        return _empty(0)
     # the next event's "cat" key bounds an event's keys (its "ph" key and value come before)
     bound = np.append(kc[1:] - 4, bk.nq)
     # X events: "ph": "X" right before "cat"
     x = bk.is_key(kc - 4, b"ph") & bk.match(q[kc - 2], b'"X"')
     kc, bound = kc[x], bound[x]
     n_x = int(kc.size)
+    if bk.raw.count(b'"X"') != n_x:  # an "X" elsewhere: a name, or an X event laid out otherwise
+        kp = bk.keys(b"ph")
+        if int(bk.match(q[kp + 2], b'"X"').sum()) != n_x:
+            raise _Misfit("X events whose keys are not in Kineto order")
+    if n_x == 0:
+        return _empty(0)
     sp = q[kc + 2] - q[kc] - 6  # 1 for '": "', 0 for '":"'
     if ((sp != 0) & (sp != 1)).any():
         raise _Misfit("unusual separators")
