@@ -212,14 +212,12 @@ def scan(block: bytes) -> Scanned | None:
 def _scan(bk: _Block) -> Scanned:
     a, q = bk.a, bk.q
     n = len(bk.raw)
-    # "cat" keys: one per event, the second key (after "ph") in Kineto order
-    kc = bk.keys(b"cat")
-    kc = kc[kc >= 4]
-    # the next event's "cat" key bounds an event's keys (its "ph" key and value come before)
-    bound = np.append(kc[1:] - 4, bk.nq)
-    # X events: "ph": "X" right before "cat"
-    x = bk.is_key(kc - 4, b"ph") & bk.match(q[kc - 2], b'"X"')
-    kc, bound = kc[x], bound[x]
+    # X events: a one-letter string "X" that is the value of a "ph" key followed by a "cat" key
+    # (Kineto's first two keys); kc is the quote opening each one's "cat"
+    jv = np.flatnonzero(bk.gap[:bk.nq] == 2)
+    jv = jv[(jv >= 2) & (a[q[jv] + 1] == ord("X"))]
+    jv = jv[bk.is_key(jv - 2, b"ph") & bk.is_key(jv + 2, b"cat")]
+    kc = jv + 2
     n_x = int(kc.size)
     if bk.raw.count(b'"X"') != n_x:  # an "X" elsewhere: a name, or an X event laid out otherwise
         kp = bk.keys(b"ph")
@@ -227,6 +225,9 @@ def _scan(bk: _Block) -> Scanned:
             raise _Misfit("X events whose keys are not in Kineto order")
     if n_x == 0:
         return _empty(0)
+    # the next X event's "ph" key bounds an event's keys (other events between have neither
+    # args.correlation nor args.stream)
+    bound = np.append(kc[1:] - 4, bk.nq)
     sp = q[kc + 2] - q[kc] - 6  # 1 for '": "', 0 for '":"'
     if ((sp != 0) & (sp != 1)).any():
         raise _Misfit("unusual separators")
@@ -259,17 +260,23 @@ def _scan(bk: _Block) -> Scanned:
     if ((gpu | launch) & ~has_args).any():
         raise _Misfit("a GPU event or launch without args")
 
-    # every number of the block in one read: ts, dur, args.correlation, args.stream
+    # every number of the block in one read: ts, dur (not of launches), args.correlation and
+    # args.stream
     corr_at = _arg_key(bk, b"correlation", ja, bound_k, gpu | launch)
     stream_at = _arg_key(bk, b"stream", ja, bound_k, gpu)
     m = kc.size
+    timed = ~launch
+    n_dur = int(timed.sum())
+    n_corr = int((corr_at >= 0).sum())
     nums = bk.numbers(np.concatenate([
-        bk.value_at(j, sp), bk.value_at(j + 2, sp),
+        bk.value_at(j, sp), bk.value_at(j[timed] + 2, sp[timed]),
         bk.value_at(corr_at[corr_at >= 0], sp[corr_at >= 0]),
         bk.value_at(stream_at[stream_at >= 0], sp[stream_at >= 0])]))
-    ts, dur = nums[:m], nums[m:2 * m]
-    corr = _ints(nums[2 * m:], corr_at)
-    stream = _ints(nums[2 * m + int((corr_at >= 0).sum()):], stream_at)
+    ts = nums[:m]
+    dur = np.zeros(m)
+    dur[timed] = nums[m:m + n_dur]
+    corr = _ints(nums[m + n_dur:], corr_at)
+    stream = _ints(nums[m + n_dur + n_corr:], stream_at)
 
     g = np.flatnonzero(gpu)
     name0, name1 = q[kc + 6] + 1, q[kc + 7]
