@@ -16,7 +16,9 @@ spans, else the intervals between CUDA graph launches. An event belongs to the s
 CPU launched it (its runtime call's correlation id), so attribution works under CUDA graphs, where
 CPU ops are not re-emitted at replay, from kernel names and GPU times alone.
 
-Each rank file is parsed in its own process (the cores are used; memory stays per file).
+Rank files are parsed by a pool of processes, one per file up to the CPU count (the cores are
+used; each worker holds one file's columns at a time, so memory is bounded by the largest rank,
+not the sum; only the collectives' compact arrays travel back to be matched across ranks).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ _DECODE_KINDS = ("DECODE", "ProfilerStep", "graph", "step")
 NO_STEPS = ("no step markers (SGLang step[...], vLLM execute_context_*/execute_model, "
             "ProfilerStep#N, cudaGraphLaunch): totals only, no per-step split")
 TOP_KERNELS = 25
+_POOL_MIN_BYTES = 8 << 20  # files on disk, all ranks together, below which one process reads them
 
 DEFINITIONS = {
     "comm_us": "union over all streams of communication events",
@@ -356,7 +359,8 @@ def attribute_traces(paths: list[Path], bundle: Any | None = None, classes: Path
         bundle: a pcieprof.bundle.Bundle to write into (part `attribution`), or None.
         classes: a user classification table tried before the built-in one.
         drop_last_step: HTA-compatible window (drop events launched in the last ProfilerStep).
-        workers: processes to use (default: one per file, at most the CPU count).
+        workers: processes to use (default: one per file, at most the CPU count; one for less
+            than 8 MB of files).
 
     Returns:
         The attribution document (what attribution.json holds).
@@ -375,6 +379,8 @@ def attribute_traces(paths: list[Path], bundle: Any | None = None, classes: Path
     if bundle is not None:
         bundle.set_part("attribution", "running", files=len(paths))
     n = min(len(paths), workers or os.cpu_count() or 1)
+    if workers is None and sum(p.stat().st_size for p in paths) < _POOL_MIN_BYTES:
+        n = 1  # small files: starting worker processes costs more than they save
     results: list[dict[str, Any]] = []
     args = [(str(p), str(classes) if classes else None, drop_last_step, i) for i, p in enumerate(paths)]
     with progress.task("attributing traces", total=len(paths)) as bar:

@@ -643,14 +643,15 @@ def _keep_freed_memory() -> None:
     """Let glibc reuse freed memory instead of returning it to the kernel at once.
 
     The temporaries of each block (a few MB of numpy arrays) are otherwise fresh mmaps whose
-    page faults (about 1,200 per 1 MB block) cost a third of the scan. Arrays under 32 MB then
-    come from the heap, and up to 64 MB of freed heap is kept for the next block. Process-wide,
-    so done only in the process that reads traces; a no-op where malloc is not glibc's.
+    page faults (about 1,200 per 1 MB block) cost a third of the scan. Arrays under 4 MB then
+    come from the heap, and up to 16 MB of freed heap is kept for the next block (larger arrays,
+    the columns, are still mapped and returned at once). Process-wide, so done only in the
+    process that reads traces; a no-op where malloc is not glibc's.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 64 << 20)  # M_TRIM_THRESHOLD
+        libc.mallopt(-3, 4 << 20)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 16 << 20)  # M_TRIM_THRESHOLD
     except (OSError, AttributeError):
         pass
 

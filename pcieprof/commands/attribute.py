@@ -50,7 +50,8 @@ def _batches(text: str) -> list[int]:
 @click.option("--drop-last-step", is_flag=True,
               help="Count only events launched before the last ProfilerStep (what HTA does).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Processes (default: one per trace file, at most the CPU count).")
+              help="Processes (default: one per trace file, at most the CPU count; one for "
+                   "less than 8 MB of files).")
 @click.option("--model", "model", default=None,
               help="Model card (e.g. glm5-nvfp4) for the analytic comm model.")
 @click.option("--topology", type=click.Path(path_type=Path, file_okay=False), default=None,
