@@ -23,7 +23,7 @@ from pcieprof.bundle import Bundle, atomic_write_text, now_iso
 from pcieprof.errors import BadInput
 from pcieprof.report import page
 from pcieprof.report.context import ReportContext
-from pcieprof.report.model import BundleView, Figure, Note, Section, Table
+from pcieprof.report.model import BundleView, Figure, Note, NoteGroup, Section, Table
 
 #: Section modules in page order. Each has build(view, ctx) -> Section | None.
 SECTION_MODULES: tuple[str, ...] = (
@@ -35,6 +35,8 @@ ALWAYS_SHOWN = {"machine": "The machine", "p2p": "P2P copies between GPUs",
                 "allreduce": "All-reduce"}
 #: Tables longer than this are drawn folded (their title stays visible).
 FOLD_ROWS = 12
+#: This many notes of one level in a row (info or missing, never a warning) show only the first.
+FOLD_NOTES = 3
 
 
 @dataclass
@@ -116,6 +118,7 @@ def _finish_blocks(rows: list[SectionRow]) -> None:
     n = 0
     for row in rows:
         for _, sec in row.columns:
+            sec.blocks = fold_notes(sec.blocks)
             for b in sec.blocks:
                 if isinstance(b, Figure):
                     b.id = f"fig-{n}"
@@ -123,6 +126,32 @@ def _finish_blocks(rows: list[SectionRow]) -> None:
                 elif isinstance(b, Table):
                     drop_empty_columns(b)
                     b.collapsed = b.collapsed or len(b.rows) > FOLD_ROWS
+
+
+def fold_notes(blocks: list[Any]) -> list[Any]:
+    """Runs of FOLD_NOTES or more info (or missing) notes become one NoteGroup."""
+    out: list[Any] = []
+    run: list[Note] = []
+
+    def flush() -> None:
+        if len(run) >= FOLD_NOTES:
+            out.append(NoteGroup(list(run)))
+        else:
+            out.extend(run)
+        run.clear()
+
+    for b in blocks:
+        if isinstance(b, Note) and b.level in ("info", "missing") and (
+                not run or run[0].level == b.level):
+            run.append(b)
+            continue
+        flush()
+        if isinstance(b, Note) and b.level in ("info", "missing"):
+            run.append(b)
+        else:
+            out.append(b)
+    flush()
+    return out
 
 
 def _empty(cell: Any) -> bool:
@@ -212,7 +241,7 @@ def manifest_facts(view: BundleView) -> list[tuple[str, Any]]:
     part_txt = ", ".join(f"{k}: {v.get('status')} ({v.get('source')}, {v.get('backend')})"
                          for k, v in parts.items()) or "none"
     return [("numbers", view.origin()), ("source", m.get("source")), ("backend", m.get("backend")),
-            ("status", m.get("status") + (f" ({m['why']})" if m.get("why") else "")),
+            ("status", str(m.get("status")) + (f" ({m['why']})" if m.get("why") else "")),
             ("command", " ".join(str(a) for a in m.get("argv") or []) or m.get("command")),
             ("time", f"{m.get('start_time')} .. {m.get('end_time')}"),
             ("versions", ", ".join(f"{k} {v}" for k, v in (m.get("versions") or {}).items() if v)

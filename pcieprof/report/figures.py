@@ -25,6 +25,8 @@ from pcieprof.report.model import Figure
 DIGITS = 4
 #: Vertical pixels the page title above a plot takes; the plot itself gets the rest.
 TITLE_PX = 40
+#: Plot height of a heatmap, in pixels.
+SQUARE_PX = 290
 #: The layout every figure shares (the page puts it in its one plotly template): the title is
 #: page text, so the top margin only holds the legend, laid out in rows above the plot.
 LOOK: dict[str, Any] = {
@@ -51,10 +53,12 @@ def figure(fig: go.Figure, title: str, provenance: str, *, height: int = 380) ->
     if heatmaps:
         # The values are printed in the cells, so a colour bar only takes width from them.
         fig.update_traces(showscale=False, selector={"type": "heatmap"})
-    fig.update_layout(height=height - TITLE_PX)
+    # A heatmap gets one grid track (290+ px wide): about as tall as wide keeps its cells square.
+    plot_px = min(height - TITLE_PX, SQUARE_PX) if heatmaps else height - TITLE_PX
+    fig.update_layout(height=plot_px)
     spec = plain(fig.to_dict())
     spec["layout"].pop("template", None)  # the page holds the one template, with LOOK in it
-    return Figure(title=title, spec=spec, provenance=provenance, height=height - TITLE_PX,
+    return Figure(title=title, spec=spec, provenance=provenance, height=plot_px,
                   shape="square" if heatmaps else "wide")
 
 

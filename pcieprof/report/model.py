@@ -67,6 +67,14 @@ class Note:
 
 
 @dataclass
+class NoteGroup:
+    """A run of notes of one level: the first shown, the rest folded (made by the builder)."""
+
+    notes: list[Note]
+    kind: str = "notes"
+
+
+@dataclass
 class Facts:
     """A list of (name, value) pairs shown as a definition list."""
 
@@ -87,7 +95,7 @@ class Tree:
     kind: str = "tree"
 
 
-Block = Figure | Table | Note | Facts | Tree
+Block = Figure | Table | Note | NoteGroup | Facts | Tree
 
 
 @dataclass

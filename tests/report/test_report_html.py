@@ -9,6 +9,8 @@ from plotly.offline import get_plotlyjs
 
 from pcieprof.bundle import Bundle
 from pcieprof.report import ReportContext, write_report
+from pcieprof.report.builder import drop_empty_columns, fold_notes
+from pcieprof.report.model import Note, NoteGroup, Table
 from pcieprof.report.page import unpack7
 
 HOSTILE = "<script>alert('pwn')</script>"
@@ -68,3 +70,18 @@ def test_several_bundles_side_by_side(bundle_factory, tmp_path: Path) -> None:
     assert '<h3 class="col-label">before</h3>' in html and '<h3 class="col-label">after</h3>' in html
     for name in ("before", "after"):
         assert f"<b>{name}</b>: imported on host calib-box, backend imported" in html
+
+
+def test_empty_table_columns_are_dropped_and_long_tables_folded() -> None:
+    rows = [[1, None, "", float("nan"), "x"]] + [[i, None, "", float("nan"), None] for i in range(20)]
+    t = Table("t", ["a", "none", "blank", "nan", "sometimes"], rows)
+    drop_empty_columns(t)
+    assert t.columns == ["a", "sometimes"] and t.rows[0] == [1, "x"] and len(t.rows) == 21
+
+
+def test_runs_of_notes_are_folded_but_never_warnings() -> None:
+    notes = [Note(f"n{i}") for i in range(4)] + [Note("w1", "warn"), Note("w2", "warn"),
+                                                 Note("w3", "warn"), Note("m1", "missing")]
+    folded = fold_notes(notes)
+    assert isinstance(folded[0], NoteGroup) and [n.text for n in folded[0].notes] == ["n0", "n1", "n2", "n3"]
+    assert [getattr(b, "text", None) for b in folded[1:]] == ["w1", "w2", "w3", "m1"]
