@@ -5,7 +5,7 @@ line is read so that no input costs more than MAX_BYTES of memory or PIPE_TIMEOU
 - a regular file larger than MAX_BYTES is refused before it is read;
 - a pipe (`<(nvidia-smi topo -m)`, a FIFO) or a character device (`/dev/zero`, `/dev/stdin`) is
   read without blocking, up to MAX_BYTES and for at most PIPE_TIMEOUT_S, then refused if it gave
-  more, gave nothing, or did not end;
+  more, gave nothing, or did not end (a FIFO nobody writes to ends this way too);
 - NUL bytes in the first chunk (a binary file, /dev/zero) stop the read at once;
 - a directory, a socket or a block device is refused without reading.
 Each refusal is one line naming the file (exit 2).
@@ -31,6 +31,10 @@ MAX_LINE_CHARS = 1024 * 1024
 _CHUNK = 64 * 1024
 
 
+def _size(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB" if n >= 2**20 else f"{n} bytes"
+
+
 def _kind(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "a directory"
@@ -52,20 +56,25 @@ def _check_chunk(path: Path, data: bytes) -> None:
 
 
 def _read_stream(path: Path, fd: int, deadline: float) -> bytes:
-    """Read a pipe or character device without blocking, bounded in bytes and time. A FIFO
-    without a writer reads as ended at once (Linux returns EOF for it)."""
+    """Read a pipe or character device without blocking, bounded in bytes and time.
+
+    Waits (select) before each read: a FIFO whose writer has not connected yet is not at its
+    end (Linux reports the end only once a writer came and went), so it is waited for, up to
+    the deadline, like a writer that is slow.
+    """
     chunks: list[bytes] = []
     size = 0
     while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise BadInput(f"{path}: expected the input to end within {PIPE_TIMEOUT_S:g} s "
+                           f"(got {size} bytes so far)", hint="save the output to a file first")
+        ready, _, _ = select.select([fd], [], [], min(left, 0.25))
+        if not ready:
+            continue
         try:
             data = os.read(fd, _CHUNK)
-        except BlockingIOError:  # a writer is there but has nothing yet: wait, with a deadline
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BadInput(f"{path}: expected the input to end within {PIPE_TIMEOUT_S:g} s "
-                               f"(got {size} bytes so far)",
-                               hint="save the output to a file first") from None
-            select.select([fd], [], [], min(left, 0.5))
+        except BlockingIOError:
             continue
         if not data:
             return b"".join(chunks)
@@ -74,11 +83,8 @@ def _read_stream(path: Path, fd: int, deadline: float) -> bytes:
         chunks.append(data)
         size += len(data)
         if size > MAX_BYTES:
-            raise BadInput(f"{path}: expected at most {MAX_BYTES // 2**20} MiB of tool output, "
-                           f"got more", hint="is this the right file?")
-        if time.monotonic() > deadline:
-            raise BadInput(f"{path}: expected the input to end within {PIPE_TIMEOUT_S:g} s "
-                           f"(got {size} bytes so far)", hint="save the output to a file first")
+            raise BadInput(f"{path}: expected at most {_size(MAX_BYTES)} of tool output, got "
+                           "more", hint="is this the right file?")
 
 
 def read_input(path: Path) -> tuple[bytes, str]:
@@ -98,8 +104,8 @@ def read_input(path: Path) -> tuple[bytes, str]:
     if not (stat.S_ISREG(st.st_mode) or streaming):
         raise BadInput(f"{path}: expected a file of tool output, got {kind}")
     if not streaming and st.st_size > MAX_BYTES:
-        raise BadInput(f"{path}: expected at most {MAX_BYTES // 2**20} MiB of tool output, got "
-                       f"{st.st_size / 2**20:.0f} MiB", hint="is this the right file?")
+        raise BadInput(f"{path}: expected at most {_size(MAX_BYTES)} of tool output, got "
+                       f"{_size(st.st_size)}", hint="is this the right file?")
     try:
         fd = os.open(path, os.O_RDONLY | (os.O_NONBLOCK if streaming else 0))
     except OSError as exc:
@@ -113,8 +119,8 @@ def read_input(path: Path) -> tuple[bytes, str]:
                 _check_chunk(path, head)
                 raw = head + fh.read(MAX_BYTES + 1 - len(head))
             if len(raw) > MAX_BYTES:  # it grew while we read it
-                raise BadInput(f"{path}: expected at most {MAX_BYTES // 2**20} MiB of tool "
-                               "output, got more", hint="is this the right file?")
+                raise BadInput(f"{path}: expected at most {_size(MAX_BYTES)} of tool output, "
+                               "got more", hint="is this the right file?")
     except OSError as exc:
         raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
     finally:
