@@ -207,7 +207,7 @@ def parse_topo_matrix(text: str, *, source: str = "nvidia-smi topo -m") -> dict[
     pairs = [{"a": idx[a], "b": idx[b], "level": matrix[a][b],
               "nvlinks": int(matrix[a][b][2:]) if matrix[a][b].startswith("NV") else None}
              for a in gpu_names for b in gpu_names if a != b]
-    levels = {p["level"] for p in pairs}
+    levels = {matrix[a][b] for a in gpu_names for b in gpu_names if a != b}
     flat = None
     if pairs and not levels & {"PIX", "PXB"} and any(not lv.startswith("NV") for lv in levels):
         flat = ("nvidia-smi topo -m: no GPU pair below a PCIe switch or bridge (levels "

@@ -87,8 +87,6 @@ _TUNER = re.compile(r"^(\w+): (\d+) Bytes -> Algo (\w+) proto (\w+)"
 _TUNER_OLD = re.compile(r"^(\d+) Bytes -> Algo (\d+) proto (\d+) time ([-\d.]+)")
 _P2P_TYPE = re.compile(r"^Check P2P Type (.+)$")
 _NETWORK = re.compile(r"^Using network (\S+)")
-#: A comment people add after a pasted line (`... via P2P/IPC   # good: NVLink`); NCCL prints none.
-_PASTE_COMMENT = re.compile(r"\s+#\s.*$")
 
 
 def _find_prefix(line: str, lo: int, p: int) -> dict[str, Any] | None:
@@ -122,6 +120,13 @@ def _find_prefix(line: str, lo: int, p: int) -> dict[str, Any] | None:
     if tm := _TIMESTAMP.search(line, max(lo, out["start"] - 64), out["start"]):
         out["time"] = tm.group(1)
     return out
+
+
+def _cut_paste_comment(body: str) -> str:
+    """A pasted line without its prefix may carry the paster's comment (`... via P2P/IPC   #
+    good: NVLink`); NCCL prints none there. Cut it (a find, not a pattern: linear)."""
+    k = body.find(" # ")
+    return body[:k].rstrip() if k > 0 else body
 
 
 def _bare_start(line: str, p: int) -> bool:
@@ -171,14 +176,14 @@ def _messages(text: str) -> tuple[list[dict[str, Any]], dict[str, int], list[str
             known_hosts.add(found[0][1]["host"])
     for lineno, (line, found) in enumerate(zip(lines, found_per_line), start=1):
         if not found:
-            if m := _BARE_VERSION.match(line):
-                bare_versions.append(m.group(1))
+            if vm := _BARE_VERSION.match(line):
+                bare_versions.append(vm.group(1))
             continue
         if len(found) > 1:
             counts["spliced"] += 1
         for k, (m, pre) in enumerate(found):
             host = pre["host"] if pre else None
-            if host is not None and (k > 0 or line[:pre["start"]].strip()):
+            if pre is not None and host is not None and (k > 0 or line[:pre["start"]].strip()):
                 host = _recover_host(host, known_hosts)
             end = len(line)
             if k + 1 < len(found):
@@ -192,7 +197,7 @@ def _messages(text: str) -> tuple[list[dict[str, Any]], dict[str, int], list[str
             body = line[m.end():end].rstrip()
             if pre is None or pre["pid"] is None:
                 counts["without_prefix"] += 1
-                body = _PASTE_COMMENT.sub("", body)
+                body = _cut_paste_comment(body)
             msgs.append({"line": lineno, "host": host,
                          "pid": pre["pid"] if pre else None, "tid": pre["tid"] if pre else None,
                          "dev": pre["dev"] if pre else None, "level": m.group(1), "text": body,

@@ -31,6 +31,11 @@ LONG_LINES = {
     "gpu_headers": "GPU0 " * 40_000,
     "xml_attribute": '<system version="1"><cpu affinity="' + "f" * 200_000,
     "env_value": "h:1:1 [0] NCCL INFO NCCL_X set by environment to " + " " * 100_000 + "a",
+    "bare_message_spaces": "NCCL INFO " + " " * 200_000 + "x",
+    "ring_of_many": "NCCL INFO Channel 00/02 :" + " 1" * 100_000 + " x",
+    "transport_via": "NCCL INFO Channel 00/0 : 0[0] -> 1[1] via " + "P2P " * 50_000,
+    "nccl_tests_row": "1024 256 float sum -1 " + "1.0 " * 50_000,
+    "p2p_status_row": " GPU0" + "\tOK" * 50_000,
 }
 
 
