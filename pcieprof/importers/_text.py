@@ -39,10 +39,33 @@ def split_lines(text: str) -> list[str]:
     return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
 
 
+_EDITOR_NUMBER = re.compile(r"^ *(\d+)(?: |$)")
+
+
+def _strip_editor_numbers(lines: list[str]) -> list[str]:
+    """Lines copied from an editor showing line numbers (`  1 P2P=Disabled ...`, as pasted in
+    NVIDIA/cuda-samples issue #230) without those numbers: only when every line, blank ones
+    too, starts with the next number of one count, which no tool output does."""
+    body = lines[:-1] if lines and lines[-1] == "" else lines
+    if len(body) < 3:
+        return lines
+    first = _EDITOR_NUMBER.match(body[0])
+    if first is None:
+        return lines
+    start = int(first.group(1))
+    out = []
+    for k, line in enumerate(body):
+        m = _EDITOR_NUMBER.match(line)
+        if m is None or int(m.group(1)) != start + k:
+            return lines
+        out.append(line[m.end():])
+    return out + lines[len(body):]
+
+
 def clean_lines(text: str) -> list[str]:
-    """The lines of `text`, ANSI codes removed and CR/CRLF endings normalised; numbering is kept
-    (line i of the result is line i+1 of the file)."""
-    return split_lines(strip_ansi(text))
+    """The lines of `text`, ANSI codes removed, CR/CRLF endings normalised and an editor's line
+    numbers dropped; numbering is kept (line i of the result is line i+1 of the file)."""
+    return _strip_editor_numbers(split_lines(strip_ansi(text)))
 
 
 def head_lines(text: str) -> list[str]:
