@@ -3,8 +3,11 @@
 A fabric file names the sockets and their inter-socket link, the CPU root ports (each in a root
 complex), the PCIe switches (several virtual switches may share one physical chip), the GPUs and
 the link generation and width of every hop, whether ACS redirects peer traffic up to the root
-complex, whether the IOMMU translates DMA, and what a VM guest sees. `profiles/*.toml` are the
-shipped examples; each is commented so that a user can copy one and edit it for their own box.
+complex, whether the IOMMU translates DMA, and what a VM guest sees. A VM profile also names its
+bare-metal twin and carries, with sources, the mechanisms of what virtualization costs, the
+changes only the host can make, and the known issues of its settings (`[[mechanism]]`,
+`[[host_change]]`, `[[known_issue]]`; priced by `pcieprof.sim.vm_cost`). `profiles/*.toml` are
+the shipped examples; each is commented so that a user can copy one and edit it for their own box.
 
 The model (`pcieprof.sim.model`, `pcieprof.sim.collectives`) reads only the `Fabric` object built
 here; `topology()` turns it into the bundle's topology.json (docs/bundle.md), source "simulated".
