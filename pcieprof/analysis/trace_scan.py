@@ -45,18 +45,20 @@ _MARK_CATS = {4: "user_annotation", 5: "gpu_user_annotation", 6: "cpu_op", 7: "p
 _CPU_STEP_FIRST = np.frombuffer(b"Pse", np.uint8)
 _PY_STEP_SUFFIX = b"execute_model"
 
-_TWO53 = float(2 ** 53)
+_TWO53 = np.uint64(2 ** 53)
+# Where Kineto puts args.correlation and args.stream, in quotes after the "args" key: runtime
+# calls ("External id", "cbid", "correlation"), kernels ("External id", "queued", "device",
+# "context", "stream", "correlation"), memcpy/memset ("device", "context", "stream", ...), and
+# the same without "External id" (seen in the vLLM sample).
+_ARG_AT = {b"correlation": (6, 12, 8, 10, 4), b"stream": (10, 6, 8, 4)}
 _NUM_RX = re.compile(rb"\s*(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
 _DELIM = np.zeros(256, dtype=bool)  # what may follow a JSON number
 _DELIM[list(b", \t\r\n}]")] = True
 _COLS = np.arange(_ROW)
 _INSIDE = _COLS[None, :] >= (_ROW - np.arange(_ROW + 1))[:, None]  # [length]: the number's columns
 _P10 = 10.0 ** np.arange(_ROW)
-# _PV[f]: the power of ten of each column of a right-aligned number with f fraction digits (the
-# dot's column counts for nothing)
-_PV = [np.where(_COLS >= _ROW - f, _ROW - 1 - _COLS, _ROW - 2 - _COLS) if f else _ROW - 1 - _COLS
-       for f in range(_ROW)]
-_PV = [np.where(e >= 0, 10.0 ** np.clip(e, 0, 22), 0.0) for e in _PV]
+_U10 = np.array([10 ** i for i in range(20)] + [1] * (_ROW + 1 - 20), dtype=np.uint64)
+_M8, _M16, _M32 = (np.uint64(m) for m in (0x00FF00FF00FF00FF, 0x0000FFFF0000FFFF, 0xFFFFFFFF))
 
 
 @dataclass
@@ -140,8 +142,15 @@ class _Block:
         return self.rows[p].view(np.uint64)
 
     def match(self, p: np.ndarray, text: bytes) -> np.ndarray:
-        """Whether the bytes at offsets p are `text` (at most _ROW bytes), vectorised over p."""
-        return equals(self.words(p), text)
+        """Whether the bytes at offsets p are `text` (at most _ROW bytes), vectorised over p.
+        Short texts byte by byte (a gathered byte costs a tenth of a gathered row)."""
+        if len(text) > 8:
+            return equals(self.words(p), text)
+        a = self.a
+        ok = a[p + 1] == text[1] if len(text) > 1 else np.ones(p.size, dtype=bool)
+        for i in (0, *range(2, len(text))):
+            ok &= a[p + i] == text[i]
+        return ok
 
     def keys(self, key: bytes) -> np.ndarray:
         """The quotes j that open the object key `key`: its text, its closing quote, then ':'
@@ -160,11 +169,13 @@ class _Block:
     def numbers(self, pos: np.ndarray) -> np.ndarray:
         """The JSON numbers at byte offsets `pos`, as float64, exactly as float() reads them.
 
-        A number's length runs to the first byte that is not a digit, '.' or '-'; read again
-        right-aligned in a row, its digits times fixed powers of ten (one dot product per count
-        of fraction digits) give an integer, exact below 2**53, and one division by a power of
-        ten the correctly rounded value. Other forms (exponents, longer numbers, numbers right
-        at the start of the block) are read by float() one by one.
+        A number's length runs to the first byte that is not a digit, '.' or '-'. Read again
+        right-aligned in a row of _ROW bytes, with the dot and the bytes before the number
+        zeroed, the row's three 64-bit words each turn their eight digits into an integer by
+        three multiply-and-shift steps; the dot (counted as a zero digit) is then taken out by a
+        division, which leaves the digits as one integer, exact below 2**53, and one division by
+        a power of ten gives the correctly rounded value. Other forms (negative, exponents,
+        longer numbers, numbers right at the start of the block) are read by float() one by one.
 
         Raises:
             _Misfit: a value there is not a number.
@@ -173,27 +184,27 @@ class _Block:
         if k == 0:
             return np.empty(0, dtype=np.float64)
         left = self.rows[pos]
-        isnum = (left - np.uint8(0x30) < 10) | (left == 0x2E) | (left == 0x2D)
-        length = np.argmin(isnum, axis=1)  # offset of the first byte after the number
+        length = np.argmin(left - np.uint8(0x2D) < 13, axis=1)  # first byte not in '-./0-9'
+        dot = np.argmax(left == 0x2E, axis=1)
+        rows = np.arange(k)
+        has_dot = (dot < length) & (left[rows, dot] == 0x2E)
+        frac = np.where(has_dot, length - 1 - dot, 0)
         right = self.rows[np.maximum(pos + length - _ROW, 0)]  # the number in the last columns
         d = right - np.uint8(0x30)
-        inside = _INSIDE[length]
-        digits = d * ((d < 10) & inside)
-        dots = (right == 0x2E) & inside
-        ndots = np.count_nonzero(dots, axis=1)
-        frac = np.where(ndots == 1, _ROW - 1 - np.argmax(dots, axis=1), 0)
-        total = np.empty(k, dtype=np.float64)
-        fracs = np.flatnonzero(np.bincount(frac))
-        for f in fracs.tolist():
-            sel = slice(None) if fracs.size == 1 else np.flatnonzero(frac == f)
-            total[sel] = np.einsum("ij,j->i", digits[sel], _PV[f])
-        out = total / _P10[frac]
-        neg = left[:, 0] == 0x2D
-        if neg.any():
-            out[neg] = -out[neg]
-        ok = ((length > 0) & (pos + length >= _ROW) & (total < _TWO53) & (ndots <= 1)
-              & (d[:, -1] < 10) & _DELIM[self.a[pos + length]] & ((ndots == 0) | (frac > 0)))
-        for i in np.flatnonzero(~ok).tolist():  # exponents, long digit runs: float() the text
+        dig = ((d < 10) & _INSIDE[length]).view(np.uint8)
+        n_other = length - dig.sum(axis=1, dtype=np.uint8)  # bytes of the number not digits
+        w = (d * dig).view(np.uint64)  # little-endian: the leftmost digit in the lowest byte
+        w = (w & _M8) * np.uint64(10) + ((w >> np.uint64(8)) & _M8)
+        w = (w & _M16) * np.uint64(100) + ((w >> np.uint64(16)) & _M16)
+        w = (w & _M32) * np.uint64(10000) + (w >> np.uint64(32))
+        v = w[:, 0] * np.uint64(10 ** 16) + w[:, 1] * np.uint64(10 ** 8) + w[:, 2]
+        p = _U10[frac + has_dot.view(np.uint8)]  # the dot's column and the fraction digits
+        total = np.where(has_dot, (v // p) * _U10[frac] + v % p, v)
+        out = total.astype(np.float64) / _P10[frac]
+        ok = ((length > 0) & (length < 20) & (pos + length >= _ROW) & (n_other == has_dot)
+              & (~has_dot | (frac > 0)) & (total < _TWO53) & (d[:, -1] < 10)
+              & _DELIM[self.a[pos + length]])
+        for i in np.flatnonzero(~ok).tolist():  # negative, exponents, long: float() the text
             hit = _NUM_RX.match(self.raw, int(pos[i]))
             if hit is None:
                 raise _Misfit("not a number")
@@ -216,10 +227,11 @@ def _scan(bk: _Block) -> Scanned:
     # (Kineto's first two keys); kc is the quote opening each one's "cat"
     jv = np.flatnonzero(bk.gap[:bk.nq] == 2)
     jv = jv[(jv >= 2) & (a[q[jv] + 1] == ord("X"))]
+    n_strings = jv.size
     jv = jv[bk.is_key(jv - 2, b"ph") & bk.is_key(jv + 2, b"cat")]
     kc = jv + 2
     n_x = int(kc.size)
-    if bk.raw.count(b'"X"') != n_x:  # an "X" elsewhere: a name, or an X event laid out otherwise
+    if n_strings != n_x:  # a string "X" elsewhere: a name, or an X event laid out otherwise
         kp = bk.keys(b"ph")
         if int(bk.match(q[kp + 2], b'"X"').sum()) != n_x:
             raise _Misfit("X events whose keys are not in Kineto order")
@@ -299,16 +311,23 @@ def _scan(bk: _Block) -> Scanned:
 def _arg_key(bk: _Block, key: bytes, ja: np.ndarray, bound_k: np.ndarray,
              want: np.ndarray) -> np.ndarray:
     """The quote of args' `key` key of each event where `want` (-1 where there is none): the
-    first such key after the event's "args" key and before the next event."""
+    first such key after the event's "args" key and before the next event. Looked for first
+    where Kineto writes it (_ARG_AT), then, for the events left, among all the block's keys."""
     out = np.full(ja.size, -1, dtype=np.int64)
+    todo = np.flatnonzero(want)
+    for at in _ARG_AT[key]:
+        if not todo.size:
+            return out
+        j = ja[todo] + at
+        hit = (j < bound_k[todo]) & bk.is_key(j, key)
+        out[todo[hit]] = j[hit]
+        todo = todo[~hit]
     found = bk.keys(key)
-    if found.size == 0:
-        return out
-    w = np.flatnonzero(want)
-    i = np.searchsorted(found, ja[w])
-    k = found[np.minimum(i, found.size - 1)]
-    hit = (i < found.size) & (k < bound_k[w])
-    out[w[hit]] = k[hit]
+    if found.size and todo.size:
+        i = np.searchsorted(found, ja[todo])
+        k = found[np.minimum(i, found.size - 1)]
+        hit = (i < found.size) & (k < bound_k[todo])
+        out[todo[hit]] = k[hit]
     return out
 
 

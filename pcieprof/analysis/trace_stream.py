@@ -33,7 +33,9 @@ import queue
 import re
 import threading
 from array import array
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -57,7 +59,7 @@ IJSON_BACKEND = _ijson.backend
 READER = os.environ.get("PCIEPROF_TRACE_READER", "scan")
 READERS = ("scan", "chunked", "ijson")
 _BLOCK = 1 << 20  # bytes read at a time (a block and its temporaries stay in a core's L2 cache)
-_AHEAD = 2  # blocks the reading thread may have decompressed ahead of the parser
+_AHEAD = 4  # blocks the reading thread may have decompressed ahead of the parser
 _MAX_EVENT = 64 << 20  # a single event larger than this means the file is not a trace
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
@@ -524,7 +526,46 @@ class _Blocks:
         self.thread.join(timeout=10)
 
 
-def _read_blocks(blocks: Iterator[bytes], b: _Builder, meta: dict[str, Any], fast: bool) -> bool:
+class _Runs:
+    """Hands runs of complete events to the builder in file order: scanned by trace_scan (on
+    `pool`'s threads, a few runs ahead, when given one), else by the regex/orjson path. A run
+    neither can read (a cut that fell inside a string) is joined to the next one."""
+
+    def __init__(self, b: _Builder, fast: bool, pool: ThreadPoolExecutor | None,
+                 ahead: int) -> None:
+        self.b, self.fast, self.pool, self.ahead = b, fast, pool, ahead
+        self.pending: deque[tuple[bytes, Future[Scanned | None] | None]] = deque()
+        self.carry = b""
+
+    def add(self, run: bytes) -> None:
+        fut = self.pool.submit(scan, run) if self.pool is not None and self.fast else None
+        self.pending.append((run, fut))
+        while len(self.pending) > (self.ahead if fut is not None else 0):
+            self._consume()
+
+    def finish(self) -> bytes:
+        """Consume what is pending; the bytes carried over (events still to read), if any."""
+        while self.pending:
+            self._consume()
+        return self.carry
+
+    def _consume(self) -> None:
+        run, fut = self.pending.popleft()
+        if self.carry:
+            run, fut = self.carry + b"," + run, None
+        sc = fut.result() if fut is not None else (scan(run) if self.fast else None)
+        if sc is not None:
+            self.b.add_scanned(sc, run)
+        elif not _add_run(self.b, run):
+            if len(run) > _MAX_EVENT:
+                raise _Malformed(f"no readable event in {len(run) >> 20} MB")
+            self.carry = run
+            return
+        self.carry = b""
+
+
+def _read_blocks(blocks: Iterator[bytes], b: _Builder, meta: dict[str, Any], fast: bool,
+                 pool: ThreadPoolExecutor | None = None, threads: int = 1) -> bool:
     """Feed every event to `b` (through trace_scan when `fast`, else the regex/orjson path);
     fill `meta` with the other top-level keys. False when the document has no traceEvents."""
     buf = b""
@@ -556,32 +597,23 @@ def _read_blocks(blocks: Iterator[bytes], b: _Builder, meta: dict[str, Any], fas
         pass  # a damaged head shows up below as a damaged body
     body = buf[m.end():]
     del buf
-    eof = False
-    while not eof:
+    runs = _Runs(b, fast, pool, 2 * threads)
+    while True:
         data = next(it, b"")
-        meta["_bytes"] += len(data)
-        eof = not data
-        body += data
-        end, done = len(body), False
-        for _ in range(8):  # a cut that does not parse: try an earlier one
-            cut = _cut(body, end)
-            if cut is None:
-                break
-            run = body[:cut]
-            sc = scan(run) if fast else None
-            if sc is not None:
-                b.add_scanned(sc, run)
-            elif not _add_run(b, run):
-                end = cut - 1
-                continue
-            body = body[body.find(b"{", cut):]
-            done = True
+        if not data:
             break
-        if not done and len(body) > _MAX_EVENT:
+        meta["_bytes"] += len(data)
+        body += data
+        cut = _cut(body, len(body))
+        if cut is not None:
+            runs.add(body[:cut])
+            body = body[body.find(b"{", cut):]
+        elif len(body) > _MAX_EVENT:
             raise _Malformed(f"no complete event in {len(body) >> 20} MB")
-    # the last event, the end of the array and the keys after it
+    carry = runs.finish()
+    # the last events, the end of the array and the keys after it
     try:
-        doc = orjson.loads(b'{"traceEvents":[' + body)
+        doc = orjson.loads(b'{"traceEvents":[' + (carry + b"," if carry else b"") + body)
     except orjson.JSONDecodeError as exc:
         raise _Malformed(str(exc)) from None
     if not isinstance(doc, dict):
@@ -612,12 +644,16 @@ def rank_from_name(path: Path) -> int | None:
     return None
 
 
-def _read_file(path: Path, b: _Builder, meta: dict[str, Any], fast: bool) -> bool:
+def _read_file(path: Path, b: _Builder, meta: dict[str, Any], fast: bool, threads: int) -> bool:
     raw = _open(path)
     blocks = _Blocks(raw)
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="trace-scan") if fast and threads > 1 \
+        else None
     try:
-        return _read_blocks(blocks, b, meta, fast)
+        return _read_blocks(blocks, b, meta, fast, pool, threads)
     finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         blocks.close()
         raw.close()
 
@@ -656,8 +692,14 @@ def _keep_freed_memory() -> None:
         pass
 
 
-def read_trace(path: Path | str, classifier: Classifier) -> RankTrace:
+def read_trace(path: Path | str, classifier: Classifier, threads: int = 1) -> RankTrace:
     """Stream one Kineto trace file into a RankTrace.
+
+    Args:
+        path: the trace (plain or gzipped JSON).
+        classifier: kernel-name classes.
+        threads: threads scanning blocks (numpy releases the interpreter lock, so a process that
+            reads one trace alone gains from a second core); 1 scans in the calling thread.
 
     Raises:
         BadInput: the file is not JSON, is truncated, or is not a Kineto trace.
@@ -673,12 +715,12 @@ def read_trace(path: Path | str, classifier: Classifier) -> RankTrace:
         if READER == "ijson":
             found, info, nbytes = _read_ijson(path, b)
         else:
-            found = _read_file(path, b, meta, fast=READER == "scan")
+            found = _read_file(path, b, meta, READER == "scan", threads)
             if found and READER == "scan" and b.n_gpu == 0:
                 # No GPU events: the CPU ops, which the scan skips, are what attribution counts.
                 b = _Builder(classifier)
                 meta = {}
-                found = _read_file(path, b, meta, fast=False)
+                found = _read_file(path, b, meta, False, 1)
             info = meta.get("distributedInfo")
             nbytes = int(meta.get("_bytes", 0))
     except _Malformed as exc:
