@@ -178,7 +178,7 @@ def _assign(points: np.ndarray, steps: list[dict[str, Any]]) -> np.ndarray:
 
 
 def analyze_rank(path: str, classes: str | None = None, drop_last_step: bool = False,
-                 file_index: int = 0, threads: int = 1) -> dict[str, Any]:
+                 file_index: int = 0, ahead: bool = True) -> dict[str, Any]:
     """Everything attribution computes for one rank file (picklable plain data).
 
     Args:
@@ -187,11 +187,12 @@ def analyze_rank(path: str, classes: str | None = None, drop_last_step: bool = F
         drop_last_step: HTA-compatible window: keep only events launched before the start of
             the last ProfilerStep (HTA 0.5.0 drops the last iteration).
         file_index: position of the file in the input (rank of last resort).
-        threads: threads scanning the file's blocks (trace_stream.read_trace).
+        ahead: decompress on a second thread (trace_stream.read_trace); for a process that has
+            a core to itself and another free.
     """
     t_start = time.perf_counter()
     clf = Classifier(Path(classes) if classes else None)
-    rt = read_trace(path, clf, threads)
+    rt = read_trace(path, clf, ahead)
     parse_s = time.perf_counter() - t_start
     gpu_mode = rt.g_ts.size > 0
     if gpu_mode:
@@ -383,9 +384,10 @@ def attribute_traces(paths: list[Path], bundle: Any | None = None, classes: Path
     if workers is None and sum(p.stat().st_size for p in paths) < _POOL_MIN_BYTES:
         n = 1  # small files: starting worker processes costs more than they save
     results: list[dict[str, Any]] = []
-    # one process: its files one after the other, each scanned by a thread per core
-    threads = (os.cpu_count() or 1) if n <= 1 else 1
-    args = [(str(p), str(classes) if classes else None, drop_last_step, i, threads)
+    # one process: decompression on a second thread, if there is a second core; several: each
+    # process has its core
+    ahead = n <= 1 and (os.cpu_count() or 1) > 1
+    args = [(str(p), str(classes) if classes else None, drop_last_step, i, ahead)
             for i, p in enumerate(paths)]
     with progress.task("attributing traces", total=len(paths)) as bar:
         if n <= 1:

@@ -28,10 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-_QUOTE, _COLON = 0x22, 0x3A
+_QUOTE = 0x22
 _ROW = 24  # bytes compared or read as one row: the longest text matched, the longest number
-_PAD = bytes(64)  # zero bytes after the block, so that a row read near its end stays inside
-_SENTINELS = 8  # quote offsets appended after the last real one, pointing into the padding
+#: What a block handed to scan() ends with: 8 quotes (so that indices a few quotes past the
+#: last real one stay in range) and zero bytes (so that a row read near the end stays inside).
+PAD = b'"' * 8 + bytes(56)
+_SENTINELS = 8
 
 # category -> code: GPU events 0-2, launches 3, then the categories that may hold step markers:
 # CPU annotations 4, GPU-timeline annotations 5, CPU ops 6, Python frames 7.
@@ -116,14 +118,13 @@ class _Block:
     """A block's bytes (padded) and its quotes: q[j] is the offset of the j-th double quote
     outside escapes, gap[j] = q[j + 1] - q[j]."""
 
-    def __init__(self, block: bytes) -> None:
-        self.raw = block
-        self.a = np.frombuffer(block + _PAD, dtype=np.uint8)
-        n = len(block)
-        q = np.flatnonzero(self.a == _QUOTE)
-        if q.size == 0 or q[0] == 0:
+    def __init__(self, padded: bytes) -> None:
+        self.raw = padded
+        self.a = np.frombuffer(padded, dtype=np.uint8)
+        q = np.flatnonzero(self.a == _QUOTE)  # the padding's quotes last
+        if q.size == _SENTINELS or q[0] == 0:
             raise _Misfit("no strings, or starts inside one")
-        if block.find(b"\\") >= 0:  # backslashes are rare: look for escaped quotes only then
+        if padded.find(b"\\") >= 0:  # backslashes are rare: look for escaped quotes only then
             esc = self.a[q - 1] == 0x5C
             if esc.any():
                 if (self.a[q[esc] - 2] == 0x5C).any():
@@ -131,9 +132,9 @@ class _Block:
                 q = q[~esc]
         if q.size % 2:
             raise _Misfit("cut inside a string")
-        self.nq = q.size
-        self.q = np.concatenate([q, np.full(_SENTINELS, n, dtype=q.dtype)])
-        self.gap = np.diff(self.q)
+        self.nq = q.size - _SENTINELS
+        self.q = q
+        self.gap = np.diff(q)
         # _ROW bytes, or one 64-bit word, from any offset (fancy indexing copies whole rows)
         self.rows = sliding_window_view(self.a, _ROW)
         self.w8 = np.ndarray((self.a.size - 7,), dtype="<u8", buffer=self.a, strides=(1,))
@@ -216,17 +217,17 @@ class _Block:
         return out
 
 
-def scan(block: bytes) -> Scanned | None:
-    """Read the selected events of `block` (complete events only), or None if it does not fit."""
+def scan(padded: bytes) -> Scanned | None:
+    """Read the selected events of a run of complete events followed by PAD (offsets in the
+    result are into it), or None if it does not fit."""
     try:
-        return _scan(_Block(block))
+        return _scan(_Block(padded))
     except _Misfit:
         return None
 
 
 def _scan(bk: _Block) -> Scanned:
     a, q = bk.a, bk.q
-    n = len(bk.raw)
     # X events: a one-letter string "X" that is the value of a "ph" key followed by a "cat" key
     # (Kineto's first two keys); kc is the quote opening each one's "cat"
     jv = np.flatnonzero(bk.gap[:bk.nq] == 2)

@@ -33,9 +33,7 @@ import queue
 import re
 import threading
 from array import array
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -45,7 +43,7 @@ import numpy as np
 import orjson
 
 from pcieprof.analysis.classify import CLASS_BIT, COMM, Classifier
-from pcieprof.analysis.trace_scan import Scanned, scan
+from pcieprof.analysis.trace_scan import PAD, Scanned, scan
 from pcieprof.errors import BadInput
 
 # The C backend (yajl2_c) parses about 10x faster than ijson's pure-Python one (measured by
@@ -73,7 +71,6 @@ _RANK_NAME_RX = (re.compile(r"TP-(\d+)"), re.compile(r"rank[-_]?(\d+)", re.I))
 _DIST_KEY = b'"distributedInfo"'
 _COMM_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size",
               "Process Group Name", "Process Group Ranks")
-_COMM_KEY_RX = re.compile(rb'"(?:' + b"|".join(k.encode() for k in _COMM_ARGS) + rb')"\s*:')
 _JSON = json.JSONDecoder()
 
 
@@ -253,8 +250,8 @@ class _Builder:
                                  (tids[i] if isinstance(tids[i], int) else -1) for i in gl])
             self._add_gpu(nid[g], codes[g], ts[g], dur[g], stream,
                           np.asarray([corrs[i] for i in gl], dtype=np.int64),
-                          lambda j: self._arg_id(self._comm_args(args[gl[j]] or (b"" if raw else {}),
-                                                                 raw)))
+                          lambda js: [self._arg_id(self._comm_args(args[gl[j]] or (b"" if raw else {}),
+                                                                   raw)) for j in js])
 
         la = np.nonzero(codes == 3)[0]
         if la.size:
@@ -301,9 +298,10 @@ class _Builder:
                 self.cols["c_family"].append(np.asarray(keep_fam, dtype=np.int32))
 
     def _add_gpu(self, nid: np.ndarray, kind: np.ndarray, ts: np.ndarray, dur: np.ndarray,
-                 stream: np.ndarray, corr: np.ndarray, comm_arg: Callable[[int], int]) -> None:
+                 stream: np.ndarray, corr: np.ndarray,
+                 comm_args: Callable[[list[int]], list[int]]) -> None:
         """GPU events (kind 0 kernel, 1 memcpy, 2 memset): classified once per (name, kind);
-        `comm_arg(j)` gives the row of arg_table of the j-th event (-1: none), asked only for
+        `comm_args(js)` gives the row of arg_table of each event js (-1: none), asked only for
         communication events."""
         keys = nid * 4 + kind
         uk, inv = np.unique(keys, return_inverse=True)
@@ -316,8 +314,8 @@ class _Builder:
                 hit = self.gpu_cls[k] = (CLASS_BIT[cls], self._family(fam))
             bits_u[j], fam_u[j] = hit
         bits = bits_u[inv]
-        for j in np.nonzero(bits == CLASS_BIT[COMM])[0].tolist():
-            aid = comm_arg(j)
+        js = np.nonzero(bits == CLASS_BIT[COMM])[0].tolist()
+        for j, aid in zip(js, comm_args(js) if js else []):
             if aid >= 0:
                 self.comm_event.append(self.n_gpu + j)
                 self.comm_arg.append(aid)
@@ -337,7 +335,8 @@ class _Builder:
         if sc.g_name:
             self._add_gpu(self._ids(sc.g_name), sc.g_code.astype(np.int64), sc.g_ts, sc.g_dur,
                           sc.g_stream, sc.g_corr,
-                          lambda j: self._comm_arg_at(block, int(sc.g_args[j]), int(sc.g_end[j])))
+                          lambda js: self._comm_ids(block, sc.g_args[js].tolist(),
+                                                    sc.g_end[js].tolist()))
         if sc.l_corr.size:
             self.cols["l_corr"].append(sc.l_corr)
             self.cols["l_ts"].append(sc.l_ts)
@@ -365,22 +364,36 @@ class _Builder:
             self.arg_table.append(dict(key))
         return aid
 
-    def _comm_arg_at(self, block: bytes, start: int, end: int) -> int:
-        """_arg_id of the event whose args object starts at block[start] (`end`: where the next
-        event starts). Cached by the text from "Collective name" on (what varies per call, ids
-        and correlation, comes before it) when no kept key precedes it."""
-        i = block.find(b'"Collective name"', start, end)
-        if i > 0 and not _COMM_KEY_RX.search(block, start, i):
-            key = block[i:end]
-        else:
-            key = block[start:end]
-        aid = self.comm_cache.get(key)
-        if aid is None:
+    def _comm_ids(self, block: bytes, starts: list[int], ends: list[int]) -> list[int]:
+        """_arg_id of each event whose args object starts at block[start] (`end`: where the next
+        event starts). Cached by the text from "Collective name" on when that text holds every
+        kept key (then what comes before it, ids and correlation that vary per call, cannot hold
+        one: JSON keys are unique, and the last of a repeated one wins); else by the whole."""
+        find, cache, out = block.find, self.comm_cache, []
+        for start, end in zip(starts, ends):
+            i = find(b'"Collective name"', start, end)
+            aid = cache.get(block[i:end]) if i > 0 else None
+            if aid is None:
+                aid = cache.get(block[start:end])
+            if aid is None:
+                aid = self._comm_miss(block, start, end, i)
+            out.append(aid)
+        return out
+
+    def _comm_miss(self, block: bytes, start: int, end: int, i: int) -> int:
+        try:
+            obj, _ = _JSON.raw_decode(block[start:end].decode("utf-8", "replace"))
+        except ValueError:
+            obj = {}
+        aid = self._arg_id(self._comm_args(obj, False))
+        tail: Any = {}
+        if i > 0:
             try:
-                obj, _ = _JSON.raw_decode(block[start:end].decode("utf-8", "replace"))
+                tail, _ = _JSON.raw_decode("{" + block[i:end].decode("utf-8", "replace"))
             except ValueError:
-                obj = {}
-            aid = self.comm_cache[key] = self._arg_id(self._comm_args(obj, False))
+                pass
+        holds_all = isinstance(tail, dict) and all(k in tail for k in _COMM_ARGS)
+        self.comm_cache[block[i:end] if holds_all else block[start:end]] = aid
         return aid
 
     @staticmethod
@@ -527,45 +540,30 @@ class _Blocks:
 
 
 class _Runs:
-    """Hands runs of complete events to the builder in file order: scanned by trace_scan (on
-    `pool`'s threads, a few runs ahead, when given one), else by the regex/orjson path. A run
-    neither can read (a cut that fell inside a string) is joined to the next one."""
+    """Hands runs of complete events to the builder in file order: scanned by trace_scan, else
+    (a block laid out otherwise) by the regex/orjson path. A run neither can read (a cut that
+    fell inside a string) is joined to the next one. Runs come followed by trace_scan.PAD (one
+    copy makes both)."""
 
-    def __init__(self, b: _Builder, fast: bool, pool: ThreadPoolExecutor | None,
-                 ahead: int) -> None:
-        self.b, self.fast, self.pool, self.ahead = b, fast, pool, ahead
-        self.pending: deque[tuple[bytes, Future[Scanned | None] | None]] = deque()
-        self.carry = b""
+    def __init__(self, b: _Builder, fast: bool) -> None:
+        self.b, self.fast = b, fast
+        self.carry = b""  # unread events (without PAD)
 
-    def add(self, run: bytes) -> None:
-        fut = self.pool.submit(scan, run) if self.pool is not None and self.fast else None
-        self.pending.append((run, fut))
-        while len(self.pending) > (self.ahead if fut is not None else 0):
-            self._consume()
-
-    def finish(self) -> bytes:
-        """Consume what is pending; the bytes carried over (events still to read), if any."""
-        while self.pending:
-            self._consume()
-        return self.carry
-
-    def _consume(self) -> None:
-        run, fut = self.pending.popleft()
+    def add(self, padded: bytes) -> None:
         if self.carry:
-            run, fut = self.carry + b"," + run, None
-        sc = fut.result() if fut is not None else (scan(run) if self.fast else None)
+            padded = self.carry + b"," + padded
+        sc = scan(padded) if self.fast else None
         if sc is not None:
-            self.b.add_scanned(sc, run)
-        elif not _add_run(self.b, run):
-            if len(run) > _MAX_EVENT:
-                raise _Malformed(f"no readable event in {len(run) >> 20} MB")
-            self.carry = run
+            self.b.add_scanned(sc, padded)
+        elif not _add_run(self.b, padded[:-len(PAD)]):
+            if len(padded) > _MAX_EVENT:
+                raise _Malformed(f"no readable event in {len(padded) >> 20} MB")
+            self.carry = padded[:-len(PAD)]
             return
         self.carry = b""
 
 
-def _read_blocks(blocks: Iterator[bytes], b: _Builder, meta: dict[str, Any], fast: bool,
-                 pool: ThreadPoolExecutor | None = None, threads: int = 1) -> bool:
+def _read_blocks(blocks: Iterator[bytes], b: _Builder, meta: dict[str, Any], fast: bool) -> bool:
     """Feed every event to `b` (through trace_scan when `fast`, else the regex/orjson path);
     fill `meta` with the other top-level keys. False when the document has no traceEvents."""
     buf = b""
@@ -597,20 +595,22 @@ def _read_blocks(blocks: Iterator[bytes], b: _Builder, meta: dict[str, Any], fas
         pass  # a damaged head shows up below as a damaged body
     body = buf[m.end():]
     del buf
-    runs = _Runs(b, fast, pool, 2 * threads)
+    runs = _Runs(b, fast)
     while True:
         data = next(it, b"")
         if not data:
             break
         meta["_bytes"] += len(data)
-        body += data
-        cut = _cut(body, len(body))
-        if cut is not None:
-            runs.add(body[:cut])
-            body = body[body.find(b"{", cut):]
-        elif len(body) > _MAX_EVENT:
-            raise _Malformed(f"no complete event in {len(body) >> 20} MB")
-    carry = runs.finish()
+        cut = _cut(data, len(data))  # the last event boundary in the new data, if any
+        if cut is None or cut <= 0:
+            body += data
+            if len(body) > _MAX_EVENT:
+                raise _Malformed(f"no complete event in {len(body) >> 20} MB")
+            continue
+        # the run: what was left of the previous data, and this data up to the cut
+        runs.add(b"".join((body, memoryview(data)[:cut], PAD)))
+        body = data[data.find(b"{", cut):]
+    carry = runs.carry
     # the last events, the end of the array and the keys after it
     try:
         doc = orjson.loads(b'{"traceEvents":[' + (carry + b"," if carry else b"") + body)
@@ -644,17 +644,19 @@ def rank_from_name(path: Path) -> int | None:
     return None
 
 
-def _read_file(path: Path, b: _Builder, meta: dict[str, Any], fast: bool, threads: int) -> bool:
+def _inline(raw: IO[bytes]) -> Iterator[bytes]:
+    while data := raw.read(_BLOCK):
+        yield data
+
+
+def _read_file(path: Path, b: _Builder, meta: dict[str, Any], fast: bool, ahead: bool) -> bool:
     raw = _open(path)
-    blocks = _Blocks(raw)
-    pool = ThreadPoolExecutor(threads, thread_name_prefix="trace-scan") if fast and threads > 1 \
-        else None
+    blocks = _Blocks(raw) if ahead else None
     try:
-        return _read_blocks(blocks, b, meta, fast, pool, threads)
+        return _read_blocks(blocks if blocks is not None else _inline(raw), b, meta, fast)
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-        blocks.close()
+        if blocks is not None:
+            blocks.close()
         raw.close()
 
 
@@ -692,14 +694,15 @@ def _keep_freed_memory() -> None:
         pass
 
 
-def read_trace(path: Path | str, classifier: Classifier, threads: int = 1) -> RankTrace:
+def read_trace(path: Path | str, classifier: Classifier, ahead: bool = True) -> RankTrace:
     """Stream one Kineto trace file into a RankTrace.
 
     Args:
         path: the trace (plain or gzipped JSON).
         classifier: kernel-name classes.
-        threads: threads scanning blocks (numpy releases the interpreter lock, so a process that
-            reads one trace alone gains from a second core); 1 scans in the calling thread.
+        ahead: read and decompress on a helper thread, ahead of the parser (zlib releases the
+            interpreter lock: a second core does it meanwhile). False when every core already
+            runs a reader: the thread would only add switching.
 
     Raises:
         BadInput: the file is not JSON, is truncated, or is not a Kineto trace.
@@ -715,12 +718,12 @@ def read_trace(path: Path | str, classifier: Classifier, threads: int = 1) -> Ra
         if READER == "ijson":
             found, info, nbytes = _read_ijson(path, b)
         else:
-            found = _read_file(path, b, meta, READER == "scan", threads)
+            found = _read_file(path, b, meta, READER == "scan", ahead)
             if found and READER == "scan" and b.n_gpu == 0:
                 # No GPU events: the CPU ops, which the scan skips, are what attribution counts.
                 b = _Builder(classifier)
                 meta = {}
-                found = _read_file(path, b, meta, False, 1)
+                found = _read_file(path, b, meta, False, ahead)
             info = meta.get("distributedInfo")
             nbytes = int(meta.get("_bytes", 0))
     except _Malformed as exc:

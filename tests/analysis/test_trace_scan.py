@@ -17,7 +17,7 @@ import pytest
 
 from pcieprof.analysis import trace_stream
 from pcieprof.analysis.classify import Classifier
-from pcieprof.analysis.trace_scan import scan
+from pcieprof.analysis.trace_scan import PAD, scan
 
 NCCL_DATA = "traces/hta_nccl_single_rank/nccl_data.json.gz"
 REAL = [NCCL_DATA, "traces/hta_trace_filter_2rank/sampled_rank-0.json.gz",
@@ -139,7 +139,7 @@ def test_numbers_are_read_as_float_reads_them() -> None:
         y = rng.expovariate(1 / 50)
         dur.append(rng.choice([f"{y:.3f}", repr(y), repr(y * 1e-9), str(int(y)), "0.0",
                                f"{y:.17f}", f"{y:.1f}"]))
-    sc = scan(_kernel_block(ts, dur))
+    sc = scan(_kernel_block(ts, dur) + PAD)
     assert sc is not None
     assert sc.g_ts.tolist() == [float(t) for t in ts]
     assert sc.g_dur.tolist() == [float(d) for d in dur]
@@ -157,7 +157,7 @@ def test_only_the_selected_events_are_decoded() -> None:
            "tid": 1, "ts": 1.0, "dur": 9.0, "args": {}},
           {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 9, "ts": 3.0,
            "dur": 0.5, "args": {"device": 0, "correlation": 5}}]
-    sc = scan(json.dumps(ev)[1:-1].encode())
+    sc = scan(json.dumps(ev)[1:-1].encode() + PAD)
     assert sc is not None and sc.n_x == 4
     assert sc.g_name == [b"Memcpy HtoD"] and sc.g_stream.tolist() == [9]  # no args.stream: tid
     assert sc.l_corr.tolist() == [5] and sc.l_graph.tolist() == [True]
