@@ -56,8 +56,8 @@ _ARG_AT = {b"correlation": (6, 12, 8, 10, 4), b"stream": (10, 6, 8, 4)}
 _NUM_RX = re.compile(rb"\s*(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)")
 _DELIM = np.zeros(256, dtype=bool)  # what may follow a JSON number
 _DELIM[list(b", \t\r\n}]")] = True
-_COLS = np.arange(_ROW)
-_INSIDE = _COLS[None, :] >= (_ROW - np.arange(_ROW + 1))[:, None]  # [length]: the number's columns
+# [width][length]: the columns of a number of that length, right-aligned in a row of that width
+_INSIDE = {w: np.arange(w)[None, :] >= (w - np.arange(w + 1))[:, None] for w in (16, _ROW)}
 _P10 = 10.0 ** np.arange(_ROW)
 _U10 = np.array([10 ** i for i in range(20)] + [1] * (_ROW + 1 - 20), dtype=np.uint64)
 _M8, _M16, _M32 = (np.uint64(m) for m in (0x00FF00FF00FF00FF, 0x0000FFFF0000FFFF, 0xFFFFFFFF))
@@ -137,6 +137,7 @@ class _Block:
         self.gap = np.diff(q)
         # _ROW bytes, or one 64-bit word, from any offset (fancy indexing copies whole rows)
         self.rows = sliding_window_view(self.a, _ROW)
+        self.rows16 = sliding_window_view(self.a, 16)
         self.w8 = np.ndarray((self.a.size - 7,), dtype="<u8", buffer=self.a, strides=(1,))
 
     def words(self, p: np.ndarray) -> np.ndarray:
@@ -171,12 +172,12 @@ class _Block:
         """Offset of the value of the key whose opening quote is j (`"key": value`)."""
         return self.q[np.minimum(j + 1, self.q.size - 1)] + 2 + sp
 
-    def numbers(self, pos: np.ndarray) -> np.ndarray:
+    def numbers(self, pos: np.ndarray, width: int = 16) -> np.ndarray:
         """The JSON numbers at byte offsets `pos`, as float64, exactly as float() reads them.
 
         A number's length runs to the first byte that is not a digit, '.' or '-'. Read again
-        right-aligned in a row of _ROW bytes, with the dot and the bytes before the number
-        zeroed, the row's three 64-bit words each turn their eight digits into an integer by
+        right-aligned in a row of `width` bytes (16 or 24), with the dot and the bytes before
+        the number zeroed, each 64-bit word of the row turns its eight digits into an integer by
         three multiply-and-shift steps; the dot (counted as a zero digit) is then taken out by a
         division, which leaves the digits as one integer, exact below 2**53, and one division by
         a power of ten gives the correctly rounded value. Other forms (negative, exponents,
@@ -188,27 +189,30 @@ class _Block:
         k = pos.size
         if k == 0:
             return np.empty(0, dtype=np.float64)
-        left = self.rows[pos]
+        rows_w = self.rows if width == _ROW else self.rows16
+        left = rows_w[pos]
         length = np.argmin(left - np.uint8(0x2D) < 13, axis=1)  # first byte not in '-./0-9'
         dot = np.argmax(left == 0x2E, axis=1)
         rows = np.arange(k)
         has_dot = (dot < length) & (left[rows, dot] == 0x2E)
         frac = np.where(has_dot, length - 1 - dot, 0)
-        right = self.rows[np.maximum(pos + length - _ROW, 0)]  # the number in the last columns
+        right = rows_w[np.maximum(pos + length - width, 0)]  # the number in the last columns
         d = right - np.uint8(0x30)
-        dig = ((d < 10) & _INSIDE[length]).view(np.uint8)
+        dig = ((d < 10) & _INSIDE[width][length]).view(np.uint8)
         n_other = length - dig.sum(axis=1, dtype=np.uint8)  # bytes of the number not digits
         w = (d * dig).view(np.uint64)  # little-endian: the leftmost digit in the lowest byte
         w = (w & _M8) * np.uint64(10) + ((w >> np.uint64(8)) & _M8)
         w = (w & _M16) * np.uint64(100) + ((w >> np.uint64(16)) & _M16)
         w = (w & _M32) * np.uint64(10000) + (w >> np.uint64(32))
-        v = w[:, 0] * np.uint64(10 ** 16) + w[:, 1] * np.uint64(10 ** 8) + w[:, 2]
+        v = w[:, -2] * np.uint64(10 ** 8) + w[:, -1]
+        if width == _ROW:
+            v += w[:, 0] * np.uint64(10 ** 16)
         p = _U10[frac + has_dot.view(np.uint8)]  # the dot's column and the fraction digits
         total = np.where(has_dot, (v // p) * _U10[frac] + v % p, v)
         out = total.astype(np.float64) / _P10[frac]
-        ok = ((length > 0) & (length < 20) & (pos + length >= _ROW) & (n_other == has_dot)
-              & (~has_dot | (frac > 0)) & (total < _TWO53) & (d[:, -1] < 10)
-              & _DELIM[self.a[pos + length]])
+        ok = ((length > 0) & (length < min(width, 20)) & (pos + length >= width)
+              & (n_other == has_dot) & (~has_dot | (frac > 0)) & (total < _TWO53)
+              & (d[:, -1] < 10) & _DELIM[self.a[pos + length]])
         for i in np.flatnonzero(~ok).tolist():  # negative, exponents, long: float() the text
             hit = _NUM_RX.match(self.raw, int(pos[i]))
             if hit is None:
@@ -277,7 +281,7 @@ def _scan(bk: _Block) -> Scanned:
     if ((gpu | launch) & ~has_args).any():
         raise _Misfit("a GPU event or launch without args")
 
-    # every number of the block in one read: ts, dur (not of launches), args.correlation and
+    # the numbers: ts (long), then in one read dur (not of launches), args.correlation and
     # args.stream
     corr_at = _arg_key(bk, b"correlation", ja, bound_k, gpu | launch)
     stream_at = _arg_key(bk, b"stream", ja, bound_k, gpu)
@@ -285,15 +289,15 @@ def _scan(bk: _Block) -> Scanned:
     timed = ~launch
     n_dur = int(timed.sum())
     n_corr = int((corr_at >= 0).sum())
+    ts = bk.numbers(bk.value_at(j, sp), _ROW)
     nums = bk.numbers(np.concatenate([
-        bk.value_at(j, sp), bk.value_at(j[timed] + 2, sp[timed]),
+        bk.value_at(j[timed] + 2, sp[timed]),
         bk.value_at(corr_at[corr_at >= 0], sp[corr_at >= 0]),
         bk.value_at(stream_at[stream_at >= 0], sp[stream_at >= 0])]))
-    ts = nums[:m]
     dur = np.zeros(m)
-    dur[timed] = nums[m:m + n_dur]
-    corr = _ints(nums[m + n_dur:], corr_at)
-    stream = _ints(nums[m + n_dur + n_corr:], stream_at)
+    dur[timed] = nums[:n_dur]
+    corr = _ints(nums[n_dur:], corr_at)
+    stream = _ints(nums[n_dur + n_corr:], stream_at)
 
     g = np.flatnonzero(gpu)
     name0, name1 = q[kc + 6] + 1, q[kc + 7]
