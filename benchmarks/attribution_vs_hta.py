@@ -18,20 +18,22 @@ shared after fork counted once) of the whole process tree, sampled every 20 ms. 
 is repeated (--repeat, at least 2); the fastest wall and the largest peak count, and the 1-minute
 load average (/proc/loadavg) before each run is reported, since the machine may be shared.
 
-Where the time went (cProfile of `pcieprof attribute` on a 474 MB synthetic trace, 39 s under
-the profiler; 9.3 s wall without it, `zcat` 1.2 s, Python's zlib 0.5 s of it):
-- before: the regex over every event's fixed key order (`findall`, 33 %); per-event Python to
-  pull correlation and stream out of each args body (`re.search` per event and three list
-  comprehensions, 25 %); bytes-to-float conversion of the captured numbers (6 %); per-block
-  interning and classification (19 %); gzip inflate and CRC only 3 %. Every event, CPU op or
-  kernel, went through the regex and became Python objects.
-- after (trace_scan): one numpy pass finds the quotes of a 1 MB block; the "cat" keys locate
-  the events, and only kernels, memcpy/memset, runtime launches and step annotations are read,
-  by index arithmetic over all of them at once, numbers by integer arithmetic on byte rows.
-  Per 1 MB block: finding the quotes ~15 %, the keys ~15 %, numbers ~30 %, the rest gathers and
-  the per-GPU-event name lookup; glibc returning each block's temporaries to the kernel cost a
-  further third in page faults until trace_stream kept freed memory for reuse. Inflating runs on
-  a second thread (zlib releases the interpreter lock), so on two cores it overlaps the scan.
+Where the time went (profiled with cProfile, and with callgrind for instruction counts, which a
+shared machine does not disturb):
+- before (the regex reader, 9.3 s for a 474 MB synthetic trace, `zcat` 1.2 s, Python's zlib
+  0.5 s of it): the regex over every event's fixed key order (`findall`, 33 % under cProfile);
+  per-event Python to pull correlation and stream out of each args body (`re.search` per event
+  and three list comprehensions, 25 %); bytes-to-float conversion of the captured numbers
+  (6 %); per-block interning and classification (19 %); gzip inflate and CRC 3 %. Every event,
+  CPU op or kernel, went through the regex and became Python objects.
+- after (trace_scan; about 45 M instructions per MB of JSON against 11 M for zlib's inflate
+  with its CRC): finding the quotes of a 1 MB block (`flatnonzero`, ~20 %), reading the numbers
+  (~25 %: fixed-width byte rows, 64-bit word arithmetic), checking keys and gathering by index
+  (~25 %), the per-event Python left (GPU event names to intern, collective args cached per
+  distinct text: ~10 %), inflate and CRC (~15 %). glibc returning every block's temporaries to
+  the kernel had cost a further third in page faults (1,200 per block) until trace_stream kept
+  freed memory for reuse; blocks of 8 MB ran slower than 1 MB ones (the temporaries left the
+  2nd-level cache); a second scanning thread lost more to the interpreter lock than it gained.
 
 HTA is installed into its own virtual environment (system site packages visible, so the same
 pandas/numpy), with `pip install holistictraceanalysis==0.5.0 psutil` (0.5.0 imports psutil

@@ -1,13 +1,13 @@
 """Stream a PyTorch-profiler (Kineto) Chrome trace into compact columns, without loading it whole.
 
 Three interchangeable event sources, all incremental, over the same blocks:
-- `scan` (default): the file is read in blocks of a few MB by a helper thread (zlib releases the
-  interpreter lock, so decompression runs on the second core while the first parses), each block
-  is cut after the last complete event of the traceEvents array, and trace_scan reads the GPU
-  events, kernel launches and step annotations of the whole block with numpy, leaving CPU ops
-  and Python frames undecoded. A block it cannot read (an unusual layout) goes to `chunked`.
-  A trace without any GPU event is read again by `chunked`, since its CPU ops are then what
-  attribution counts.
+- `scan` (default): the file is read in 1 MB blocks (by a helper thread when the process has a
+  second core to itself: zlib releases the interpreter lock, so decompression runs there while
+  the first core parses), each block is cut after the last complete event of the traceEvents
+  array, and trace_scan reads the GPU events, kernel launches and step annotations of the whole
+  block with numpy, leaving CPU ops and Python frames undecoded. A block it cannot read (an
+  unusual layout) goes to `chunked`. A trace without any GPU event is read again by `chunked`,
+  since its CPU ops are then what attribution counts.
 - `chunked`: the fields attribution needs are read from each block by one regex over Kineto's
   fixed key order (ph, cat, name, pid, tid, ts, dur, args), column-wise; a run whose layout is
   unusual (the match count differs from its number of `"ph": "X"` events) is parsed with orjson
@@ -381,6 +381,7 @@ class _Builder:
         return out
 
     def _comm_miss(self, block: bytes, start: int, end: int, i: int) -> int:
+        """_comm_ids for args not seen before (i: where "Collective name" starts, or -1)."""
         try:
             obj, _ = _JSON.raw_decode(block[start:end].decode("utf-8", "replace"))
         except ValueError:
