@@ -1,4 +1,4 @@
-"""Model cards: the served models as readable data files (pcieprof/serve/cards/<name>.toml).
+"""Model cards: the served models as readable data files (pcieprof/cards/<name>.toml).
 
 A card holds what the analysis needs (layers, dense/MoE split, hidden size, experts, attention
 shape, vocab), the weight bytes per parameter group, the KV-cache bytes per token per layer, and

@@ -180,7 +180,7 @@ def count_collectives(card: Any, layout: Layout, batch: int) -> list[Collective]
     """The collectives of one decode step at batch size `batch` (requests decoding together).
 
     Args:
-        card: a pcieprof.serve.cards.ModelCard (num_layers, num_dense_layers, num_moe_layers,
+        card: a pcieprof.cards.ModelCard (num_layers, num_dense_layers, num_moe_layers,
             hidden_size, vocab_size, experts_per_token, mtp_layers).
         layout: the parallel layout.
         batch: requests in the step (each decodes one token, or draft_tokens when speculative).

@@ -45,11 +45,11 @@ class DecodeBand:
 
 
 def band_for(model: str | None = None, batch_min: int = 1, batch_max: int = 64) -> DecodeBand:
-    """The band for `model`, from its card when pcieprof.serve.cards has it, else GLM-5's."""
+    """The band for `model`, from its card when pcieprof.cards has it, else GLM-5's."""
     name = model or DEFAULT_MODEL
     hidden = DEFAULT_HIDDEN
     try:
-        from pcieprof.serve.cards import load_card
+        from pcieprof.cards import load_card
 
         card = load_card(name)
         hidden = int(_get(card, "hidden_size") or _get(card, "hidden") or hidden)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pcieprof.tune.matrices import gpu_indices, pair_matrix
+from pcieprof.analysis.matrices import gpu_indices, pair_matrix
 
 #: Relative jump between *adjacent* sorted pair values that starts a new level. Within one level
 #: real measurements spread by a few percent overall, but neighbouring sorted values differ by far

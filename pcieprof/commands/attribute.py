@@ -121,7 +121,7 @@ def _model_table(bundle: Bundle, model: str, topology: Path, serve_dir: Path | N
                  deepep: bool, mtp: bool, variant: str, batches: list[int]) -> list[dict[str, Any]]:
     from pcieprof.analysis.comm_model import Layout, comparison_table, predict_step_comm
     from pcieprof.analysis.attribution import _table
-    from pcieprof.serve.cards import load_card
+    from pcieprof.cards import load_card
 
     card = load_card(model)
     layout = Layout(tp=tp, ep=ep, pp=pp, dp_attention=dp_attention,

@@ -71,8 +71,8 @@ def command(bundle: Path, model: str, batch_max: int, context: int, no_layouts: 
     messages; a setting the measurements do not support is never recommended (the output says
     what would need measuring instead).
     """
-    from pcieprof.report.decode_band import band_for
-    from pcieprof.serve.cards import load_card
+    from pcieprof.analysis.decode_band import band_for
+    from pcieprof.cards import load_card
     from pcieprof.tune.recommend import recommend, write_outputs
 
     b = Bundle.open(bundle)

@@ -31,7 +31,7 @@ def command(bundles: tuple[Path, ...], out: Path | None, model: str, batch_max: 
     """
     from pcieprof.bundle import Bundle, default_out_dir
     from pcieprof.report import ReportContext, write_report
-    from pcieprof.report.decode_band import band_for
+    from pcieprof.analysis.decode_band import band_for
 
     opened = [Bundle.open(b) for b in bundles]
     if out is None:

@@ -129,7 +129,7 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str]:
 @verbosity
 def command(**kw: Any) -> None:
     """See the module docstring (shown as --help)."""
-    from pcieprof.serve.cards import load_card
+    from pcieprof.cards import load_card
     from pcieprof.serve.launcher import free_port
     from pcieprof.serve.sglang_cmd import LaunchConfig, load_parser
 

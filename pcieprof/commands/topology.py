@@ -314,7 +314,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
         signal.signal(signal.SIGTERM, old)
         if runner is not None:
             runner.cleanup()
-    from pcieprof.summary import summarize
+    from pcieprof.report.console import summarize
 
     click.echo(summarize(bundle))
     click.echo("")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pcieprof.report.decode_band import DecodeBand, band_for
+from pcieprof.analysis.decode_band import DecodeBand, band_for
 
 
 @dataclass

@@ -19,9 +19,9 @@ import math
 from typing import Any
 
 from pcieprof.bundle import Bundle
-from pcieprof.report.decode_band import DecodeBand, band_for
+from pcieprof.analysis.decode_band import DecodeBand, band_for
 from pcieprof.report.figures import size_label
-from pcieprof.tune import curves as C
+from pcieprof.analysis import curves as C
 
 _BATCHES = (1, 8, 32, 64)
 

@@ -20,7 +20,7 @@ from pcieprof import progress
 from pcieprof.bundle import Bundle
 from pcieprof.errors import ExitCode, PcieprofError
 from pcieprof.serve import decode_curve, profiling
-from pcieprof.serve.cards import ModelCard
+from pcieprof.cards import ModelCard
 from pcieprof.serve.client import LoadSpec, run_load
 from pcieprof.serve.launcher import ServerProcess, http_get
 from pcieprof.serve.metrics import FORMULAS, RequestRecord, summarize

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pcieprof.errors import BadInput, EnvironmentMissing
-from pcieprof.serve.cards import ModelCard
+from pcieprof.cards import ModelCard
 
 #: The SGLang release whose flag spelling the builder writes and the parser test pins.
 PINNED_SGLANG = "0.5.23"

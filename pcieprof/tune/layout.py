@@ -235,7 +235,7 @@ def rank_layouts(bundle: Bundle, model: str, *, env: dict[str, str] | None = Non
         BadInput: no card, or no all-reduce rows to price communication with.
     """
     from pcieprof.analysis.comm_model import Layout, predict_step_comm
-    from pcieprof.serve.cards import load_card
+    from pcieprof.cards import load_card
 
     card = load_card(model)
     topo = bundle.read_json("topology.json", {}) or {}

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
-from pcieprof.tune.infer import InferredTopology
+from pcieprof.analysis.infer import InferredTopology
 from pcieprof.tune.ring import Ring
 
 RING_PATTERN = 4  # NCCL_TOPO_PATTERN_RING

@@ -16,10 +16,10 @@ from typing import Any, Callable
 import numpy as np
 
 from pcieprof.bundle import Bundle
-from pcieprof.report.decode_band import DecodeBand, band_for
-from pcieprof.tune import curves as C
-from pcieprof.tune.infer import infer
-from pcieprof.tune.matrices import gpu_indices, pair_matrix
+from pcieprof.analysis.decode_band import DecodeBand, band_for
+from pcieprof.analysis import curves as C
+from pcieprof.analysis.infer import infer
+from pcieprof.analysis.matrices import gpu_indices, pair_matrix
 from pcieprof.tune.nccl_files import graph_xml, topo_xml
 from pcieprof.tune.ring import best_ring, ring_of_order
 from pcieprof.tune.rules import RULES
@@ -78,7 +78,7 @@ def _finite(obj: Any) -> Any:
 
 def _card(model: str) -> Any:
     try:
-        from pcieprof.serve.cards import load_card
+        from pcieprof.cards import load_card
 
         return load_card(model)
     except Exception:  # no card: per-step gains are left out, not invented

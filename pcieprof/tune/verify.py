@@ -24,9 +24,9 @@ from typing import Any
 from pcieprof import progress
 from pcieprof.bundle import Bundle
 from pcieprof.errors import BadInput
-from pcieprof.report.decode_band import DecodeBand
+from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.schema import source_of
-from pcieprof.tune import curves as C
+from pcieprof.analysis import curves as C
 from pcieprof.tune.rules.base import MIN_GAIN, Recommendation
 from probes import variants as V
 from probes.plan import Plan, build_plan

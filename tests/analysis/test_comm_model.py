@@ -13,7 +13,7 @@ from pcieprof.analysis.comm_model import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, P2
 from pcieprof.bundle import Bundle
 from pcieprof.errors import BadInput
 from pcieprof.schema import busbw_factor_allreduce
-from pcieprof.serve.cards import load_card
+from pcieprof.cards import load_card
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "comm_model_rtx6kpro_8gpu"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pcieprof.bundle import Bundle
-from pcieprof.summary import summarize
+from pcieprof.report.console import summarize
 
 
 def test_summary_shows_the_matrix_statuses_and_decode_latency(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pcieprof.errors import BadInput
-from pcieprof.serve.cards import available_cards, load_card
+from pcieprof.cards import available_cards, load_card
 
 
 def test_glm5_card_numbers_match_public_config() -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from tune_fixtures import two_switch, write_matrix_bundle
 
-from pcieprof.tune.infer import infer
-from pcieprof.tune.matrices import gpu_indices, pair_matrix
+from pcieprof.analysis.infer import infer
+from pcieprof.analysis.matrices import gpu_indices, pair_matrix
 from pcieprof.tune.nccl_files import graph_xml, topo_xml, write_files
 from pcieprof.tune.ring import best_ring
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from tune_fixtures import add_allreduce, two_switch, write_matrix_bundle
 
-from pcieprof.serve.cards import load_card
+from pcieprof.cards import load_card
 from pcieprof.tune import layout as L
 
 # WRX90 8-GPU ring (calibration README), size -> time_us; TP4 group: assumed 0.8x (no published

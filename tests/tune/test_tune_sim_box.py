@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pcieprof.bundle import Bundle
-from pcieprof.tune.infer import infer
-from pcieprof.tune.matrices import gpu_indices, pair_matrix
+from pcieprof.analysis.infer import infer
+from pcieprof.analysis.matrices import gpu_indices, pair_matrix
 from pcieprof.tune.ring import best_ring
 
 

@@ -12,7 +12,7 @@ import pytest
 from tune_fixtures import run_cli
 
 from pcieprof.bundle import Bundle
-from pcieprof.report.decode_band import band_for
+from pcieprof.analysis.decode_band import band_for
 from pcieprof.tune.rules.base import Recommendation
 from pcieprof.tune.verify import CPU_NOTE, verify
 from probes.variants import GLOO_IGNORES_NCCL

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text, size_label
 from pcieprof.report.model import BundleView, Note, Section, Table
-from pcieprof.tune.curves import Curve
+from pcieprof.analysis.curves import Curve
 
 _TICKS = [8, 1 << 10, 16 << 10, 256 << 10, 4 << 20, 64 << 20, 1 << 30]
 

@@ -125,7 +125,7 @@ def _pricing_bundle(view: BundleView, ctx: ReportContext) -> BundleView | None:
 def _comparison(view: BundleView, doc: dict[str, Any], pricer: BundleView) -> list[dict[str, Any]]:
     """The trace-vs-analytic comparison table, priced with `pricer`'s all-reduce rows."""
     from pcieprof.analysis.comm_model import Layout, comparison_table
-    from pcieprof.serve.cards import load_card
+    from pcieprof.cards import load_card
 
     summary = view.json("serve/summary.json") or {}
     card_name = summary.get("model") or (view.json("serve/card.json") or {}).get("name")

@@ -8,7 +8,7 @@ from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text, size_label
 from pcieprof.report.metrics import bundle_metrics, higher_is_better
 from pcieprof.report.model import BundleView, Section, Table
-from pcieprof.tune import curves as C
+from pcieprof.analysis import curves as C
 
 _TICKS = [8, 1 << 10, 16 << 10, 256 << 10, 4 << 20, 64 << 20]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from pcieprof.tune import curves as C
+from pcieprof.analysis import curves as C
 from pcieprof.tune.rules.base import Recommendation, RuleContext
 
 BAD = ("hang", "error")

@@ -9,9 +9,9 @@ from typing import Any, Callable
 import pandas as pd
 
 from pcieprof.bundle import Bundle
-from pcieprof.report.decode_band import DecodeBand
-from pcieprof.tune.curves import Curve
-from pcieprof.tune.infer import InferredTopology
+from pcieprof.analysis.decode_band import DecodeBand
+from pcieprof.analysis.curves import Curve
+from pcieprof.analysis.infer import InferredTopology
 from pcieprof.tune.ring import Ring
 
 #: A difference smaller than this (relative) is within measurement spread: no recommendation.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pcieprof.tune.matrices import gpu_indices, pair_matrix
+from pcieprof.analysis.matrices import gpu_indices, pair_matrix
 from pcieprof.tune.rules.base import Recommendation, RuleContext
 
 #: P2P slower than this share of host-to-device bandwidth means the peer path costs (translation,

@@ -7,7 +7,7 @@ large-message busbw from 22.2 to 37.6 GB/s.
 from __future__ import annotations
 
 from pcieprof.report.figures import size_label
-from pcieprof.tune import curves as C
+from pcieprof.analysis import curves as C
 from pcieprof.tune.rules.base import MIN_GAIN, Recommendation, RuleContext, priority_of
 
 

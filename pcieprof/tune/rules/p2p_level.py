@@ -8,7 +8,7 @@ copies measured over P2P are fast.
 
 from __future__ import annotations
 
-from pcieprof.tune import curves as C
+from pcieprof.analysis import curves as C
 from pcieprof.tune.rules.base import MIN_GAIN, Recommendation, RuleContext, fmt_gain, priority_of
 
 

@@ -8,7 +8,7 @@ NCCL_PROTO=LL (or a graph file) took 32-256 KB all-reduces from ~48-56 us to 26-
 from __future__ import annotations
 
 from pcieprof.report.figures import size_label
-from pcieprof.tune import curves as C
+from pcieprof.analysis import curves as C
 from pcieprof.tune.rules.base import MIN_GAIN, Recommendation, RuleContext, fmt_gain, priority_of
 
 

@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from pcieprof.tune import curves as C
-from pcieprof.tune.infer import InferredTopology
+from pcieprof.analysis import curves as C
+from pcieprof.analysis.infer import InferredTopology
 from pcieprof.tune.ring import Ring
 from pcieprof.tune.rules.base import MIN_GAIN, Recommendation, RuleContext, fmt_gain, priority_of
 
