@@ -35,6 +35,9 @@ from typing import Any, Callable
 
 from pcieprof import progress
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices, NcclParsed
+from pcieprof.bundle.rows import AllReduceRow
+from pcieprof.importers.nccl_log import parse_nccl_log
 from probes.plan import AllReduceCase, Plan, P2PCase
 from probes.variants import GLOO_IGNORES_NCCL, NCCL_DEBUG_ENV
 
@@ -278,7 +281,7 @@ class ProbeRunner:
 
         Returns per part ("p2p", "concurrent") {status, why, rows, hangs, errors}.
         """
-        from probes.p2p_worker import concurrent_rows, p2p_row
+        from probes.p2p_worker import concurrent_rows, p2p_row  # lazy: torch
 
         nproc = 1 if self.plan.backend == "cuda" else self.plan.nranks
         env: dict[str, str] = {}
@@ -345,7 +348,7 @@ class ProbeRunner:
     def run_allreduce(self) -> dict[str, Any]:
         """Every all-reduce case, each a fresh launch. Returns {status, why, variants, hangs, errors}."""
         out: dict[str, Any] = {"status": "ok", "why": None, "cases": 0, "hangs": 0, "errors": 0}
-        choices: dict[str, Any] = {}
+        choices = NcclChoices()
         whys = []
         for k, case in enumerate(self.plan.allreduce):
             name = case.variant if case.ranks == self.plan.devices else case.label
@@ -368,8 +371,8 @@ class ProbeRunner:
             for ev in r.events:
                 if ev.get("event") == "versions" and ev.get("nccl"):
                     self.bundle.set_versions(nccl=ev["nccl"])
-            choices[name] = self._choices(case, log)
-            self.bundle.write_json("nccl_choices.json", choices)
+            choices.cases[name] = self._choices(case, log)
+            self.bundle.write_doc(choices)
             if r.status != "ok":
                 out["hangs" if r.status == "hang" else "errors"] += 1
                 cur = r.current or {}
@@ -378,33 +381,30 @@ class ProbeRunner:
                 where = f"size {size} B, dtype {dtype}" if cur else "before the first message"
                 detail = (f"{r.why} (variant {case.variant}, {where}, "
                           f"ranks {','.join(map(str, case.ranks))})")
-                self.bundle.append_rows("allreduce", [{
-                    "backend": self.plan.backend, "variant": case.variant,
-                    "env": json.dumps(case.env, sort_keys=True), "nranks": len(case.ranks),
-                    "ranks": ",".join(map(str, case.ranks)), "size_bytes": size, "dtype": dtype,
-                    "iters": 0, "status": r.status, "detail": detail}])
+                self.bundle.append_rows("allreduce", [AllReduceRow(
+                    backend=self.plan.backend, variant=case.variant, env=dict(case.env),
+                    nranks=len(case.ranks), ranks=tuple(case.ranks), size_bytes=size,
+                    dtype=dtype, iters=0, status=r.status, detail=detail)])
                 whys.append(f"{case.label}: {r.status}")
                 progress.warn(f"all-reduce {case.label}: {detail}; going on with the next variant")
         if whys:
             out.update(status="partial", why="; ".join(whys))
         return out
 
-    def _choices(self, case: AllReduceCase, log: Path) -> dict[str, Any]:
-        """What NCCL chose for one case, from its NCCL_DEBUG=INFO log (parsed by pcieprof.importers.nccl_log)."""
-        entry: dict[str, Any] = {"variant": case.variant, "ranks": case.ranks, "env": case.env,
-                                 "log": str(log.relative_to(self.bundle.path)),
-                                 # NCCL's rings are in rank space; rank r drives GPU ranks[r]
-                                 "rank_to_device": {str(r): d for r, d in enumerate(case.ranks)}}
+    def _choices(self, case: AllReduceCase, log: Path) -> NcclCase:
+        """What NCCL chose for one case, from its NCCL_DEBUG=INFO log (parsed by
+        pcieprof.importers.nccl_log). NCCL's rings are in rank space; rank r drives ranks[r]."""
+        entry = NcclCase(variant=case.variant, ranks=tuple(case.ranks), env=dict(case.env),
+                         log=str(log.relative_to(self.bundle.path)))
         if self.plan.backend != "cuda":
-            entry.update(parsed=None, note=f"{self.plan.backend} backend: gloo process group, NCCL "
-                         f"not used" + (f"; {GLOO_IGNORES_NCCL}" if case.env else ""))
+            entry.note = (f"{self.plan.backend} backend: gloo process group, NCCL not used"
+                          + (f"; {GLOO_IGNORES_NCCL}" if case.env else ""))
             return entry
-        from pcieprof.importers.nccl_log import parse_nccl_log
-
         try:
-            entry["parsed"] = parse_nccl_log(log.read_text(encoding="utf-8", errors="replace"))
+            entry.parsed = NcclParsed.from_json(
+                parse_nccl_log(log.read_text(encoding="utf-8", errors="replace")))
         except Exception as exc:  # a log we cannot read must not end the sweep
-            entry.update(parsed=None, note=f"could not parse the NCCL log: {exc}")
+            entry.note = f"could not parse the NCCL log: {exc}"
         return entry
 
 

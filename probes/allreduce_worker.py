@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import statistics
 import time
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from pcieprof.bundle.rows import AllReduceRow
 from pcieprof.schema import busbw_factor_allreduce
 from probes.plan import AllReduceCase, Plan, iters_for
 from probes.rows import RowWriter, die_with_parent, dist_env, exit_now, test_hook
@@ -38,24 +37,22 @@ BUDGET_BYTES = {"cuda": 2 * 1024**3, "cpu": 64 * 1024**2}
 
 def allreduce_row(case: AllReduceCase, backend: str, size: int, dtype: str,
                   times_s: list[float], ok: bool, detail: str = "", world: int = 0
-                  ) -> dict[str, Any]:
+                  ) -> AllReduceRow:
     """The allreduce.csv row of one size from per-iteration times (seconds, slowest rank);
     `world` is the process-group size when it spans several nodes."""
     n = world or len(case.ranks)
     # several nodes: the global ranks (each node runs the case's devices in its ring order)
-    ranks = case.ranks if n == len(case.ranks) else list(range(n))
-    row: dict[str, Any] = {"backend": backend, "variant": case.variant,
-                           "env": json.dumps(case.env, sort_keys=True), "nranks": n,
-                           "ranks": ",".join(map(str, ranks)), "size_bytes": size,
-                           "dtype": dtype, "iters": len(times_s), "detail": detail}
+    ranks = tuple(case.ranks) if n == len(case.ranks) else tuple(range(n))
+    row = AllReduceRow(backend=backend, variant=case.variant, env=dict(case.env), nranks=n,
+                       ranks=ranks, size_bytes=size, dtype=dtype, iters=len(times_s),
+                       detail=detail)
     if not ok:
-        row.update(status="error", detail="all-reduce result is wrong (checked sum of rank+1)")
+        row.status, row.detail = "error", "all-reduce result is wrong (checked sum of rank+1)"
         return row
     t = statistics.median(times_s)
     algbw = size / t / 1e9
-    row.update(status="ok", time_us=t * 1e6, time_us_min=min(times_s) * 1e6,
-               time_us_max=max(times_s) * 1e6, algbw_gbps=algbw,
-               busbw_gbps=algbw * busbw_factor_allreduce(n))
+    row.time_us, row.time_us_min, row.time_us_max = t * 1e6, min(times_s) * 1e6, max(times_s) * 1e6
+    row.algbw_gbps, row.busbw_gbps = algbw, algbw * busbw_factor_allreduce(n)
     return row
 
 

@@ -6,8 +6,9 @@ Runs, with the project's own code (nothing here is a re-implementation):
 1. NVML reads through pynvml: name, bus id, PCIe link (current/max), BAR1, driver version.
 2. Host-to-device and device-to-host copies of 64 MiB through `probes.p2p_worker.CudaCopier`
    (pinned host memory, CUDA-event timing, pattern check), and P2P copies when there are two GPUs.
-3. A one-GPU all-reduce sweep (8 B .. 1 MiB, bf16 and fp32) through `pcieprof.probe_runner`:
-   a real torchrun launch with NCCL_DEBUG=INFO, rows into a bundle, what NCCL chose parsed.
+3. A one-GPU all-reduce sweep (8 B .. 1 MiB, bf16 and fp32) through the measurement session
+   (`pcieprof.measurement`, as `pcieprof topology` runs it): a real torchrun launch with
+   NCCL_DEBUG=INFO, rows into a bundle, what NCCL chose parsed.
 Prints one line per check and `selftest: ok` (exit 0) or `selftest: FAILED` (exit 1); the
 bundle (allreduce.csv, nccl/*.log, nccl_choices.json) and selftest.json land in --out.
 """
@@ -22,11 +23,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pynvml
+import torch
+
+from pcieprof.bundle import Bundle
+from pcieprof.measurement import MeasurementSession
+from probes.p2p_worker import CudaCopier, p2p_row
+from probes.plan import MiB, AllReduceCase, P2PCase, Plan, sizes_pow2
+
 
 def nvml_facts(index: int) -> dict[str, Any]:
     """NVML facts of one GPU; a call that is not supported is recorded, not fatal."""
-    import pynvml
-
     pynvml.nvmlInit()
     try:
         h = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -56,9 +63,6 @@ def nvml_facts(index: int) -> dict[str, Any]:
 
 def copies(index: int, n_gpus: int) -> list[dict[str, Any]]:
     """h2d/d2h (and p2p with a second GPU) rows from the probe's own CudaCopier."""
-    from probes.p2p_worker import CudaCopier, p2p_row
-    from probes.plan import MiB, P2PCase, Plan
-
     devices = [index] + ([1 if index == 0 else 0] if n_gpus > 1 else [])
     cases = [P2PCase(-1, index, "h2d", "uni", "bandwidth", 64 * MiB, 5, 3),
              P2PCase(index, -1, "d2h", "uni", "bandwidth", 64 * MiB, 5, 3),
@@ -83,22 +87,18 @@ def copies(index: int, n_gpus: int) -> list[dict[str, Any]]:
 
 
 def allreduce(index: int, out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """A one-GPU all-reduce sweep through the real runner (torchrun + NCCL) into a bundle."""
-    from pcieprof.bundle import Bundle
-    from pcieprof.probe_runner import ProbeRunner
-    from probes.plan import AllReduceCase, Plan, sizes_pow2
-
+    """A one-GPU all-reduce sweep through the measurement session (torchrun + NCCL) into a
+    bundle."""
     case = AllReduceCase("default", {}, [index], sizes_pow2(8, 1 << 20), ["bf16", "fp32"], 2, 10)
     plan = Plan(backend="cuda", devices=[index], allreduce=[case], timeout_s=120)
     bundle = Bundle.create(out / "bundle", command="gpu_selftest", source="measured",
                            backend="cuda", force=True)
-    runner = ProbeRunner(bundle, plan)
-    try:
-        res = runner.run_allreduce()
-    finally:
-        runner.cleanup()
+    with MeasurementSession(bundle) as session:
+        session.measure(plan)
+    bundle.finish()
     rows = bundle.read_table("allreduce").to_dict("records")
-    return rows, {"result": res, "choices": bundle.read_json("nccl_choices.json", {}),
+    return rows, {"result": bundle.part("allreduce"),
+                  "choices": bundle.read_json("nccl_choices.json", {}),
                   "nccl": bundle.manifest["versions"].get("nccl")}
 
 
@@ -130,8 +130,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {facts.get('name')} {facts.get('bus_id')} PCIe gen {facts.get('pcie_gen_current')}"
               f"/{facts.get('pcie_gen_max')} x{facts.get('pcie_width_current')}"
               f"/{facts.get('pcie_width_max')} driver {facts.get('driver_version')}")
-    import torch
-
     n = torch.cuda.device_count()
     report["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda, "devices": n}
     rows = step("copies", lambda: copies(args.device, n)) or []

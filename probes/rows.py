@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict, is_dataclass
 import sys
 import time
 from pathlib import Path
@@ -40,9 +41,11 @@ class RowWriter:
         self._f.flush()
         os.fsync(self._f.fileno())
 
-    def row(self, table: str, row: dict[str, Any]) -> None:
-        """One row for `<table>.csv` (NaN is written as null)."""
-        self._write({"table": table, "row": {k: _finite(v) for k, v in row.items()}})
+    def row(self, table: str, row: Any) -> None:
+        """One row for a bundle table: a typed row of pcieprof.bundle.rows or a dict of its
+        columns (NaN is written as null)."""
+        cells = asdict(row) if is_dataclass(row) else dict(row)
+        self._write({"table": table, "row": {k: _finite(v) for k, v in cells.items()}})
 
     def event(self, name: str, **fields: Any) -> None:
         """A progress event (e.g. `start` of a case), stamped with the rank and the time."""

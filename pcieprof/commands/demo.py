@@ -21,15 +21,16 @@ from pathlib import Path
 import click
 
 from pcieprof import progress
+from pcieprof.analysis.decode_band import DEFAULT_MODEL
 from pcieprof.bundle import default_out_dir
+from pcieprof.cli import cli
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.errors import BadInput
+from pcieprof.measurement import DEFAULT_SIM_PROFILE
 
 
 def _run(name: str, args: list[str]) -> None:
     """Run one pcieprof subcommand in this process, as if typed."""
-    from pcieprof.cli import cli
-
     click.echo(f"\n$ pcieprof {name} {shlex.join(args)}")
     cmd = cli.get_command(click.Context(cli), name)
     assert cmd is not None, name  # every step names a registered command
@@ -37,11 +38,11 @@ def _run(name: str, args: list[str]) -> None:
 
 
 @click.command("demo")
-@click.option("--profile", default="rtxpro6000-8x-vm", show_default=True,
+@click.option("--profile", default=DEFAULT_SIM_PROFILE, show_default=True,
               help="Fabric profile of the simulated box.")
 @click.option("--baseline", default="rtxpro6000-8x-switch", show_default=True,
               help="Second profile shown side by side ('none' to skip).")
-@click.option("--model", default="glm5-nvfp4", show_default=True,
+@click.option("--model", default=DEFAULT_MODEL, show_default=True,
               help="Model card the tuner advises for.")
 @click.option("--tp", default=2, show_default=True, type=click.IntRange(1, 8),
               help="Tensor-parallel ranks of the reference server (CPU processes).")

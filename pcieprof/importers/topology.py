@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from pcieprof.bundle.topology import Iommu, Topology, Virtualization
 from pcieprof.importers.records import GpuRecord
 
 _PCIE_KEYS = ("gen_current", "gen_max", "gen_max_device", "gen_max_system", "width_current",
@@ -18,23 +19,11 @@ _GPU_FIELDS = ("uuid", "bar1_bytes", "memory_bytes", "numa_node", "cpu_affinity"
 
 
 def skeleton(why: str = "imported: not in the given files") -> dict[str, Any]:
-    """An empty topology.json (docs/bundle.md) with every unknown marked."""
-    return {
-        "source": "imported",
-        "driver": {"driver_version": None, "cuda_driver_version": None, "nvml_version": None,
-                   "status": {"driver_version": "unknown", "cuda_driver_version": "unknown",
-                              "nvml_version": "unknown"}},
-        "gpus": [],
-        "pairs": [],
-        "pcie_tree": {"nodes": [], "gpu_paths": {}},
-        "iommu": {"enabled": None, "mode": "unknown", "cmdline": None, "groups": {},
-                  "evidence": [], "status": {"enabled": "unknown"}},
-        "virtualization": {"is_vm": None, "hypervisor": None, "flat_pcie_tree": None,
-                           "evidence": [], "status": {"is_vm": "unknown"}},
-        "numa": {"nodes": []},
-        "status": {"nvml": f"not_supported: {why}", "sysfs": f"not_supported: {why}",
-                   "lspci": f"not_supported: {why}"},
-    }
+    """An empty topology.json (pcieprof.bundle.topology) with every unknown marked."""
+    return Topology(source="imported", iommu=Iommu(status={"enabled": "unknown"}),
+                    virtualization=Virtualization(status={"is_vm": "unknown"}),
+                    status={k: f"not_supported: {why}" for k in ("nvml", "sysfs", "lspci")}
+                    ).to_json()
 
 
 def _gpu(index: int) -> dict[str, Any]:

@@ -1,105 +1,90 @@
-"""The short console summary of a topology bundle: the P2P matrix and decode-sized all-reduces.
-
-Plain fixed-width text for stdout; the full picture is the report.
+"""The short console summary of a topology bundle: the P2P matrix and the all-reduce at decode
+sizes. Plain fixed-width text for stdout; the full picture is the report.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Iterable
 
+import numpy as np
 import pandas as pd
 
+from pcieprof.analysis.curves import EXTRAPOLATED, Curves
+from pcieprof.analysis.decode_band import DecodeBand
+from pcieprof.analysis.matrices import gpu_indices, pair_matrix, pair_status
+from pcieprof.analysis.provenance import CONSOLE_NOTES
 from pcieprof.bundle import Bundle
-
-#: Decode-sized all-reduce messages: batch x hidden x 2 bytes is about 12 KiB at batch 1 for
-#: GLM-5-class hidden sizes and grows with the batch; the powers of two around 12..256 KiB.
-DECODE_SIZES = [8 * 1024, 16 * 1024, 32 * 1024, 64 * 1024, 128 * 1024, 256 * 1024]
-
-_NOTES = {
-    "cpu": "backend=cpu: processes on this machine and host memory copies; these numbers measure "
-           "this machine and the harness, not a GPU fabric",
-    "sim": "backend=sim: numbers from the fabric model (simulated), not measured",
-}
+from pcieprof.bundle.rows import format_ranks
+from pcieprof.units import size_label
 
 
 def _fmt(v: float, width: int = 7, digits: int = 1) -> str:
     return f"{v:{width}.{digits}f}" if isinstance(v, (int, float)) and not math.isnan(v) else f"{'-':>{width}}"
 
 
-def _size(n: int) -> str:
-    for unit, k in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= k and n % k == 0:
-            return f"{n // k} {unit}"
-    return f"{n} B"
-
-
 def p2p_matrix(df: pd.DataFrame, path: str) -> list[str]:
-    """Lines of the uni-directional bandwidth matrix (GB/s) of one path at its largest size."""
-    bw = df[(df["path"] == path) & (df["direction"] == "uni") & df["bandwidth_gbps"].notna()]
-    bad = df[(df["path"] == path) & ~df["status"].isin(["ok"])]
-    if bw.empty and bad.empty:
+    """Lines of the uni-directional bandwidth matrix (GB/s) of one path (each pair at its largest
+    copy size), with the status of pairs that are not ok."""
+    rows = df[df["path"] == path]
+    if rows.empty:
         return []
-    size = int(bw["size_bytes"].max()) if not bw.empty else 0
-    bw = bw[bw["size_bytes"] == size]
-    devs = sorted(set(df.loc[df["path"] == path, "src"]) | set(df.loc[df["path"] == path, "dst"]))
-    devs = [int(d) for d in devs if int(d) >= 0]
-    lines = [f"{path} bandwidth, GB/s ({_size(size)} copies, src row -> dst column):",
-             "       " + "".join(f"{d:>7}" for d in devs)]
-    for a in devs:
+    gpus = gpu_indices(rows)
+    bw = pair_matrix(df, path=path, metric="bandwidth_gbps", gpus=gpus)
+    status = pair_status(df, path=path, gpus=gpus)
+    sizes = rows.loc[rows["bandwidth_gbps"].notna() & (rows["direction"] == "uni"), "size_bytes"]
+    if np.isnan(bw).all() and not status:
+        return []
+    size = size_label(int(sizes.max())) if len(sizes) else "no"
+    lines = [f"{path} bandwidth, GB/s ({size} copies, src row -> dst column):",
+             "       " + "".join(f"{d:>7}" for d in gpus)]
+    for i, a in enumerate(gpus):
         cells = []
-        for b in devs:
+        for j, b in enumerate(gpus):
             if a == b:
                 cells.append(f"{'X':>7}")
-                continue
-            hit = bw[(bw["src"] == a) & (bw["dst"] == b)]
-            status = bad[(bad["src"] == a) & (bad["dst"] == b)]["status"]
-            if not hit.empty:
-                cells.append(_fmt(float(hit["bandwidth_gbps"].iloc[0])))
-            elif not status.empty:
-                cells.append(f"{str(status.iloc[0])[:6]:>7}")
+            elif not np.isnan(bw[i, j]):
+                cells.append(_fmt(float(bw[i, j])))
+            elif (a, b) in status:
+                cells.append(f"{status[(a, b)][:6]:>7}")
             else:
                 cells.append(_fmt(float("nan")))
         lines.append(f"{a:>7}" + "".join(cells))
     return lines
 
 
-def allreduce_decode(df: pd.DataFrame, nranks: int | None = None,
-                     sizes: Iterable[int] = DECODE_SIZES) -> list[str]:
-    """Lines of the all-reduce time (us) at decode-sized messages per variant (largest group)."""
-    ok = df[df["status"] == "ok"]
-    if ok.empty:
+def allreduce_decode(df: pd.DataFrame, band: DecodeBand) -> list[str]:
+    """Lines of the all-reduce time (us) at the decode band's sizes per variant over the largest
+    group (plain ring order), by pcieprof.analysis.curves' rule; `*` marks an extrapolation."""
+    curves = [c for c in Curves(df).full_group() if c.plain_order]
+    if not curves:
         return []
-    n = nranks or int(ok["nranks"].max())
-    ok = ok[ok["nranks"] == n]
-    dtype = "bf16" if (ok["dtype"] == "bf16").any() else str(ok["dtype"].iloc[0])
-    ok = ok[ok["dtype"] == dtype]
-    sizes = [s for s in sizes if (ok["size_bytes"] == s).any()]
-    if not sizes:
-        return []
-    lines = [f"all-reduce time, us ({n} ranks, {dtype}, decode-sized messages):",
-             f"{'variant':<16}" + "".join(f"{_size(s):>10}" for s in sizes)]
-    for variant, g in ok.groupby("variant", sort=False):
-        ranks = g["ranks"].iloc[0]
-        g = g[g["ranks"] == ranks]
+    sizes = [band.message_bytes(b) for b in band.batches]
+    c0 = curves[0]
+    lines = [f"all-reduce time, us ({c0.nranks} ranks, {c0.dtype}, decode sizes of {band.model}, "
+             f"batch {', '.join(map(str, band.batches))}):",
+             f"{'variant':<16}" + "".join(f"{size_label(s):>10}" for s in sizes)]
+    extrapolated = False
+    for c in curves:
         cells = []
         for s in sizes:
-            hit = g[g["size_bytes"] == s]["time_us"]
-            cells.append(_fmt(float(hit.iloc[0]), 10) if not hit.empty else _fmt(float("nan"), 10))
-        lines.append(f"{str(variant):<16}" + "".join(cells))
-    if ok["detail"].astype(str).str.contains("gloo ignores").any():
+            mark = c.extent(s) == EXTRAPOLATED
+            extrapolated |= mark
+            cells.append(_fmt(c.at(s), 9) + ("*" if mark else " "))
+        lines.append(f"{c.variant:<16}" + "".join(cells))
+    if extrapolated:
+        lines.append("  * above the largest measured size: extrapolated linearly in size")
+    if df["detail"].astype(str).str.contains("gloo ignores").any():
         lines.append("  (NCCL_* variants on gloo: same transport as default, measured again)")
-    bad = df[~df["status"].isin(["ok"])]
-    for _, r in bad.iterrows():
-        lines.append(f"  {r['variant']} ranks {r['ranks']} size {r['size_bytes']} B: "
+    for _, r in df[~df["status"].isin(["ok"])].iterrows():
+        lines.append(f"  {r['variant']} ranks {format_ranks(r['ranks'])} size {r['size_bytes']} B: "
                      f"{r['status']} ({r['detail']})")
     return lines
 
 
-def summarize(bundle: Bundle) -> str:
+def summarize(bundle: Bundle, band: DecodeBand) -> str:
     """The summary text of a topology bundle."""
     out: list[str] = []
-    note = _NOTES.get(bundle.backend)
+    note = CONSOLE_NOTES.get(bundle.backend)
     if note:
         out.append(note)
     p2p = bundle.read_table("p2p")
@@ -110,11 +95,11 @@ def summarize(bundle: Bundle) -> str:
     lat = p2p[(p2p["path"] == "p2p") & p2p["latency_us"].notna()]
     if not lat.empty:
         out.append(f"p2p latency: median {lat['latency_us'].median():.1f} us over "
-                   f"{len(lat)} pairs ({_size(int(lat['size_bytes'].min()))} copies)")
+                   f"{len(lat)} pairs ({size_label(int(lat['size_bytes'].min()))} copies)")
     errors = p2p[p2p["status"].isin(["error", "hang"])]
     if not errors.empty:
         out.append(f"p2p: {len(errors)} case(s) with status error/hang (see p2p.csv)")
-    ar = allreduce_decode(bundle.read_table("allreduce"))
+    ar = allreduce_decode(bundle.read_table("allreduce"), band)
     if ar:
         out += [""] + ar
     cc = bundle.read_table("concurrent")

@@ -42,12 +42,3 @@ def figure(fig: go.Figure, title: str, provenance: str, *, height: int = 380) ->
     div = pio.to_html(fig, include_plotlyjs=False, full_html=False, config=CONFIG,
                       default_width="100%", default_height=f"{height}px")
     return Figure(title=title, html=div, provenance=provenance)
-
-
-def size_label(n: float) -> str:
-    """Bytes as 8 B, 12 KiB, 768 KiB, 64 MiB."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            v = n / scale
-            return f"{v:.0f} {unit}" if v >= 10 or v == int(v) else f"{v:.1f} {unit}"
-    return f"{int(n)} B"

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from pcieprof.analysis.provenance import part_provenance
 from pcieprof.bundle import Bundle
+
+D = TypeVar("D")
 
 
 @dataclass
@@ -105,36 +108,13 @@ class BundleView:
             self._cache[key] = self.bundle.read_json(name, default)
         return self._cache[key]
 
+    def doc(self, cls: type[D]) -> D | None:
+        """`Bundle.read_doc(cls)` (a typed document, None when absent), read once."""
+        key = f"doc:{cls.FILE}"
+        if key not in self._cache:
+            self._cache[key] = self.bundle.read_doc(cls)
+        return self._cache[key]
+
     def provenance(self, part: str | None = None, rows: Any = None) -> str:
-        """Provenance label for a figure: source and backend of a part, or of the rows drawn.
-
-        Args:
-            part: the manifest part the numbers come from (e.g. "p2p").
-            rows: a DataFrame whose `backend` column says which backend produced each row.
-        """
-        m = self.bundle.manifest
-        p = m.get("parts", {}).get(part, {}) if part else {}
-        source = p.get("source") or m.get("source") or "unknown"
-        backends: list[str] = []
-        if rows is not None and "backend" in getattr(rows, "columns", []):
-            backends = sorted({str(b) for b in rows["backend"].dropna() if str(b)})
-        if not backends:
-            backends = [str(p.get("backend") or m.get("backend") or "unknown")]
-        return provenance_text(source, backends)
-
-
-def provenance_text(source: str, backends: list[str]) -> str:
-    """`measured, backend cpu (this machine's CPUs, not GPUs)` and the like."""
-    from pcieprof.schema import source_of
-
-    notes = {"cpu": " (this machine's CPUs and host memory, not GPUs)", "sim": " (fabric model)"}
-    parts = []
-    for b in backends:
-        try:
-            src = source_of(b)
-        except KeyError:
-            src = source
-        parts.append(f"{src}, backend {b}{notes.get(b, '')}")
-    if not parts:
-        parts = [source]
-    return "; ".join(parts)
+        """Provenance label for a figure (pcieprof.analysis.provenance.part_provenance)."""
+        return part_provenance(self.bundle.manifest, part, rows)

@@ -20,12 +20,13 @@ def test_choices_from_a_real_nccl_log(tmp_path: Path, samples: Path) -> None:
         entry = runner._choices(plan.allreduce[0], log)
     finally:
         runner.cleanup()
-    parsed = entry["parsed"]
-    assert parsed["nccl_version"].startswith("2.28.9")
-    assert parsed["peer_transport"]["0->1"] == "P2P/CUMEM"
-    assert parsed["rings"]["0"] == [0, 1, 2, 3]
-    assert entry["rank_to_device"] == {"0": 3, "1": 1, "2": 0, "3": 2}
-    assert entry["log"] == "nccl/default.log"
+    parsed = entry.parsed
+    assert parsed.nccl_version.startswith("2.28.9")
+    assert parsed.peer_transport["0->1"] == "P2P/CUMEM"
+    assert parsed.rings["0"] == [0, 1, 2, 3]
+    # NCCL prints rings in rank space; rank r drives device ranks[r]
+    assert entry.ranks == (3, 1, 0, 2) and entry.ring_devices() == [3, 1, 0, 2]
+    assert entry.log == "nccl/default.log"
 
 
 def test_cpu_choices_say_nccl_was_not_used(tmp_path: Path) -> None:
@@ -38,4 +39,4 @@ def test_cpu_choices_say_nccl_was_not_used(tmp_path: Path) -> None:
         entry = runner._choices(plan.allreduce[2], log)
     finally:
         runner.cleanup()
-    assert entry["parsed"] is None and "gloo ignores NCCL_* settings" in entry["note"]
+    assert entry.parsed is None and "gloo ignores NCCL_* settings" in entry.note

@@ -15,7 +15,11 @@ import json
 from pathlib import Path
 
 
+from pcieprof.analysis.decode_band import band_for
 from pcieprof.bundle import Bundle
+from pcieprof.cards import load_card
+from pcieprof.commands.tuning import for_report
+from pcieprof.report import ReportContext, write_report
 
 GROUPS = ([0, 1, 2, 3], [4, 5, 6, 7])
 #: Real bundles copied into tests/report/data/ (each folder has a NOTE.md).
@@ -114,3 +118,12 @@ def make_bundle(path: Path, *, host: str = "calib-box", gpu_name: str = "NVIDIA 
     b.set_part("allreduce", "ok")
     b.finish()
     return b
+
+
+def report_with_advice(bundles: list[Path], out: Path) -> Path:
+    """The report as `pcieprof report` writes it: the tuner's advice computed by the command
+    for bundles without recommendations.json (GLM-5's decode band)."""
+    band = band_for()
+    opened = [Bundle.open(p) for p in bundles]
+    recs = for_report(opened, load_card(band.model), band)
+    return write_report(opened, out, ctx=ReportContext(band=band, recommendations=recs))

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from pcieprof.report import write_report
+from report_fixtures import report_with_advice
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -25,7 +25,7 @@ def test_report_renders_in_chromium(chromium: str, sim_vm_bundle: Path, bundle_f
     vm = tmp_path / "vm"
     shutil.copytree(sim_vm_bundle, vm)
     calib = bundle_factory("bare-metal", host="<b>hostile</b>")
-    report = write_report([vm, calib.path, serve_bundle], tmp_path / "report.html")
+    report = report_with_advice([vm, calib.path, serve_bundle], tmp_path / "report.html")
     html = report.read_text(encoding="utf-8")
     for section in ('id="summary"', 'id="compare"', 'id="machine"', 'id="p2p"', 'id="allreduce"',
                     'id="serve"', 'id="attribution"', 'id="recommendations"', 'id="tables"'):

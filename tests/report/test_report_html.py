@@ -3,8 +3,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from report_fixtures import report_with_advice
+
 from pcieprof.bundle import Bundle
-from pcieprof.report import ReportContext, write_report
+from pcieprof.report import write_report
 
 HOSTILE = "<script>alert('pwn')</script>"
 
@@ -31,7 +33,7 @@ def test_report_is_self_contained_with_plotly_once(bundle_factory, tmp_path: Pat
 
 def test_bundle_text_is_escaped(bundle_factory, tmp_path: Path) -> None:
     b = bundle_factory("hostile", host=HOSTILE, gpu_name=HOSTILE)
-    html = write_report([b.path], tmp_path / "r.html").read_text(encoding="utf-8")
+    html = report_with_advice([b.path], tmp_path / "r.html").read_text(encoding="utf-8")
     assert 'id="summary"' in html  # the tuner's text (host names in evidence) is escaped too
     assert HOSTILE not in html
     assert "&lt;script&gt;alert(" in html
@@ -47,7 +49,6 @@ def test_absent_parts_say_not_measured(tmp_path: Path) -> None:
 def test_several_bundles_side_by_side(bundle_factory, tmp_path: Path) -> None:
     a = bundle_factory("before")
     b = bundle_factory("after", tuned=True)
-    html = write_report([a.path, b.path], tmp_path / "r.html",
-                        ctx=ReportContext(tune=False)).read_text(encoding="utf-8")
+    html = write_report([a.path, b.path], tmp_path / "r.html").read_text(encoding="utf-8")
     assert "cols-2" in html and 'id="compare"' in html
     assert "calib-box: before" in html and "calib-box: after" in html

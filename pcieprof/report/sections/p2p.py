@@ -6,7 +6,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from pcieprof.report.context import ReportContext
-from pcieprof.report.figures import figure, plot_text, size_label
+from pcieprof.report.figures import figure, plot_text
+from pcieprof.units import size_label
 from pcieprof.report.model import BundleView, Note, Section, Table
 from pcieprof.analysis.matrices import gpu_indices, pair_matrix, pair_status
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from pcieprof.bundle.rows import TABLES, columns, encode
 from pcieprof.report.context import ReportContext
 from pcieprof.report.model import BundleView, Note, Section, Table
-from pcieprof.schema import TABLES
 
 MAX_ROWS = 200
 
@@ -16,10 +16,12 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         if df.empty:
             continue
         shown = df.head(MAX_ROWS)
-        rows = [["" if (isinstance(v, float) and v != v) else v for v in r]
-                for r in shown.itertuples(index=False)]
-        sec.blocks.append(Table(f"{name}.csv ({len(df)} rows{', first ' + str(MAX_ROWS) if len(df) > MAX_ROWS else ''})",
-                                list(df.columns), rows, provenance=view.provenance(None, df)))
+        cols = columns(name)
+        rows = [list(encode(name, {c: rec[c] for c in cols}).values())
+                for rec in shown.to_dict("records")]
+        sec.blocks.append(Table(f"{TABLES[name].FILE} ({len(df)} rows"
+                                f"{', first ' + str(MAX_ROWS) if len(df) > MAX_ROWS else ''})",
+                                cols, rows, provenance=view.provenance(None, df)))
     if not sec.blocks:
         return None
     sec.blocks.append(Note(f"full tables: {view.path}"))
