@@ -13,7 +13,7 @@ from pcieprof.analysis.decode_band import DEFAULT_MODEL, band_for
 from pcieprof.bundle import Bundle
 from pcieprof.commands.options import verbosity
 from pcieprof.errors import BadInput, ExitCode
-from pcieprof.report.metrics import bundle_metrics, higher_is_better
+from pcieprof.analysis.metrics import bundle_metrics, higher_is_better
 
 _EXPR = re.compile(r"^\s*(?P<metric>[A-Za-z0-9_.@*?\-\[\]=,]+)\s*(?P<op>[<>])\s*"
                    r"(?P<num>[+-]?\d+(?:\.\d+)?)\s*(?P<pct>%?)\s*$")

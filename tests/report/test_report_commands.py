@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from pcieprof.analysis.decode_band import band_for
-from pcieprof.report.metrics import bundle_metrics, higher_is_better
+from pcieprof.analysis.metrics import bundle_metrics, higher_is_better
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

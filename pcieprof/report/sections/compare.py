@@ -8,7 +8,7 @@ from pcieprof.analysis.curves import Curves
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
 from pcieprof.units import size_label
-from pcieprof.report.metrics import bundle_metrics, higher_is_better
+from pcieprof.analysis.metrics import bundle_metrics, higher_is_better
 from pcieprof.report.model import BundleView, Section, Table
 
 _TICKS = [8, 1 << 10, 16 << 10, 256 << 10, 4 << 20, 64 << 20]
