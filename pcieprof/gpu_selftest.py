@@ -1,6 +1,6 @@
 """A short proof on a machine with at least one NVIDIA GPU that the cuda paths of the probes work.
 
-    python -m probes.gpu_selftest [--out DIR] [--device 0]
+    python -m pcieprof.gpu_selftest [--out DIR] [--device 0]
 
 Runs, with the project's own code (nothing here is a re-implementation):
 1. NVML reads through pynvml: name, bus id, PCIe link (current/max), BAR1, driver version.

@@ -1,7 +1,7 @@
 """The measurement session: one place that runs a measurement plan into a bundle.
 
 Used by `pcieprof topology`, `pcieprof recommend --verify` (through the command) and
-`python -m probes.gpu_selftest`. It owns what every measuring run needs:
+`python -m pcieprof.gpu_selftest`. It owns what every measuring run needs:
 - backend dispatch: `cuda` and `cpu` run the plan's probes under torchrun
   (pcieprof.probe_runner), `sim` runs it against the fabric model (pcieprof.sim.backend);
   `auto` picks cuda when NVML and torch see GPUs, else cpu, and says so;

@@ -20,6 +20,7 @@ NCCL_DEBUG=INFO captured into `nccl/<variant>.log` and what NCCL chose into nccl
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -38,7 +39,7 @@ from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices, NcclParsed
 from pcieprof.bundle.rows import AllReduceRow
 from pcieprof.importers.nccl_log import parse_nccl_log
-from probes.plan import AllReduceCase, Plan, P2PCase
+from probes.plan import AllReduceCase, P2PCase, Plan
 from probes.variants import GLOO_IGNORES_NCCL, NCCL_DEBUG_ENV
 
 #: Seconds a launch may take before its first event (python + torch import on a busy machine).
@@ -124,8 +125,6 @@ def _new_session_with_parent_death() -> None:
     """preexec for torchrun: own session (killpg reaches all of it), SIGTERM if we die."""
     os.setsid()
     try:
-        import ctypes
-
         ctypes.CDLL(None).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass

@@ -5,10 +5,18 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pcieprof.discover.lspci import parse_lspci
+from pcieprof.discover.smi_query import parse_smi_query
+from pcieprof.discover.topo_matrix import parse_topo_matrix
 from pcieprof.errors import BadInput
-
-from pcieprof.importers import nccl_log, nccl_tests, nccl_xml, nvbandwidth
-from pcieprof.importers import p2p_bandwidth_latency, topo_p2p
+from pcieprof.importers import (
+    nccl_log,
+    nccl_tests,
+    nccl_xml,
+    nvbandwidth,
+    p2p_bandwidth_latency,
+    topo_p2p,
+)
 from pcieprof.importers._text import fail
 from pcieprof.importers.detect import FORMATS, MACHINE_LOGS, detect
 from pcieprof.importers.records import GpuRecord, Parsed
@@ -89,8 +97,6 @@ def _machine_log(text: str, name: str, fmt: str) -> Parsed:
     facts: dict[str, Any] = {}
     parsed = Parsed(format=fmt, name=name)
     if fmt == "lspci":
-        from pcieprof.discover.lspci import parse_lspci
-
         _check_complete(text, name, "a complete last line")
         if not text.endswith("\n\n"):
             # lspci -vvv ends every device with a blank line: the last one may be cut short.
@@ -100,8 +106,6 @@ def _machine_log(text: str, name: str, fmt: str) -> Parsed:
         facts["pci_devices"] = len(devices)
         parsed.summary = f"lspci -vvv: {len(devices)} PCI devices"
     elif fmt == "nvidia-smi-q":
-        from pcieprof.discover.smi_query import parse_smi_query
-
         _check_complete(text, name, "a complete last line")
         q = parse_smi_query(text, source=name)
         if q["attached_gpus"] and len(q["gpus"]) < q["attached_gpus"]:
@@ -113,8 +117,6 @@ def _machine_log(text: str, name: str, fmt: str) -> Parsed:
         parsed.summary = (f"nvidia-smi -q: {len(q['gpus'])} GPUs, driver {q['driver_version']}, "
                           f"CUDA {q['cuda_version']}")
     elif fmt == "nvidia-smi-topo-m":
-        from pcieprof.discover.topo_matrix import parse_topo_matrix
-
         t = parse_topo_matrix(text, source=name)
         parsed.pair_levels = {(p["a"], p["b"]): p["level"] for p in t["pairs"]}
         counts: dict[str, int] = {}

@@ -11,6 +11,7 @@ import copy
 from typing import Any
 
 from pcieprof.bundle.topology import Iommu, Topology, Virtualization
+from pcieprof.discover.from_logs import topology_from_logs
 from pcieprof.importers.records import GpuRecord
 
 _PCIE_KEYS = ("gen_current", "gen_max", "gen_max_device", "gen_max_system", "width_current",
@@ -142,7 +143,6 @@ def from_machine_logs(logs: dict[str, tuple[str, str]]) -> dict[str, Any]:
     """
     kwargs_of = {"lspci": "lspci", "nvidia-smi-q": "smi_q", "nvidia-smi-topo-m": "topo_m",
                  "cmdline": "cmdline", "numactl": "numa", "lscpu": "lscpu", "dmesg": "dmesg"}
-    from pcieprof.discover.from_logs import topology_from_logs
 
     kwargs = {kwargs_of[f]: text for f, (_n, text) in logs.items()}
     names = {kwargs_of[f]: n for f, (n, _t) in logs.items()}

@@ -15,6 +15,7 @@ import jinja2
 
 from pcieprof import __version__
 from pcieprof.bundle import Bundle, atomic_write_text, now_iso
+from pcieprof.errors import BadInput
 from pcieprof.report.context import ReportContext
 from pcieprof.report.model import BundleView, Note, Section
 
@@ -96,7 +97,7 @@ def _env() -> jinja2.Environment:
 
 def plotly_js() -> str:
     """plotly.js from the installed plotly package (inlined into the page once)."""
-    from plotly.offline import get_plotlyjs
+    from plotly.offline import get_plotlyjs  # lazy: plotly
 
     return get_plotlyjs()
 
@@ -129,8 +130,6 @@ def write_report(bundles: Sequence[Path | str | Bundle], out: Path | str,
     """
     views = open_views(bundles)
     if not views:
-        from pcieprof.errors import BadInput
-
         raise BadInput("no bundle given to report on")
     out = Path(out)
     atomic_write_text(out, render_html(views, ctx))

@@ -18,6 +18,7 @@ Renames handled (old spelling <-> new spelling, verified in sgl-project/sglang):
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -27,8 +28,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pcieprof.errors import BadInput, EnvironmentMissing
 from pcieprof.cards import ModelCard
+from pcieprof.errors import BadInput, EnvironmentMissing
 
 #: The SGLang release whose flag spelling the builder writes and the parser test pins.
 PINNED_SGLANG = "0.5.23"
@@ -498,8 +499,6 @@ def parse_many_with_sglang(arg_lists: list[list[str]], path: str | None = None, 
 
 
 def _has_module(name: str) -> bool:
-    import importlib.util
-
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
