@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, TypeVar
 
 from pcieprof import __version__
 from pcieprof.errors import BadInput
+from pcieprof.bundle import contract
 from pcieprof.bundle import rows as R
 from pcieprof.schema import SCHEMA_VERSION, Status
 
@@ -288,6 +289,9 @@ class Bundle:
         Raises:
             ValueError: a column the table does not have (the schema is the contract).
         """
+        rows = list(rows)
+        if not rows:  # no rows, no file: a table that exists has something in it
+            return 0
         name = R.TABLES[table].FILE
         p = self.file(name)
         new = not p.exists() or p.stat().st_size == 0
@@ -329,7 +333,15 @@ class Bundle:
         return [R.row_of(table, rec) for rec in self.read_table(table).to_dict("records")]
 
     def register(self, name: str) -> None:
-        """List a file in the manifest that was written into the bundle directly (logs, traces)."""
+        """List a file in the manifest (write_json, write_text and append_rows do it; a file
+        written into the bundle directly, a log or a trace, is registered by its writer).
+
+        Raises:
+            ValueError: a file the bundle contract (pcieprof.bundle.contract) does not name.
+        """
+        if contract.entry(name) is None:
+            raise ValueError(f"{name} is not a file of the bundle contract "
+                             "(add it to pcieprof/bundle/contract.py and docs/bundle.md)")
         files = self.manifest.setdefault("files", [])
         if name not in files:
             files.append(name)
