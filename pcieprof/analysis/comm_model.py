@@ -71,7 +71,6 @@ class Layout:
         speculative: MTP speculative decoding on.
         spec_steps: draft passes per step (SGLang --speculative-num-steps).
         draft_tokens: tokens verified per request (SGLang --speculative-num-draft-tokens).
-        variant: the allreduce.csv variant to price with ("default").
     """
 
     tp: int = 8
@@ -83,7 +82,6 @@ class Layout:
     speculative: bool = False
     spec_steps: int = 3
     draft_tokens: int = 4
-    variant: str = "default"
 
     def __post_init__(self) -> None:
         if self.tp < 1 or self.ep < 1 or self.pp < 1:

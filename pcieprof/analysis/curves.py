@@ -101,10 +101,6 @@ class Curve:
         """Bus bandwidth (GB/s) at `size`: log-log interpolated, constant beyond the ends."""
         return _interp_loglog(self.busbw_gbps, size)
 
-    def points(self) -> list[tuple[int, float]]:
-        """(size_bytes, median time us) of every measured size, ascending."""
-        return [(int(s), float(t)) for s, t in self.time_us.items()]
-
 
 def _interp_loglog(curve: pd.Series, size: float) -> float:
     c = curve.dropna()

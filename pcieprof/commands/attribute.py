@@ -123,7 +123,7 @@ def _model_table(bundle: Bundle, model: str, topology: Path, serve_dir: Path | N
                  deepep: bool, mtp: bool, variant: str, batches: list[int]) -> list[dict[str, Any]]:
     card = load_card(model)
     layout = Layout(tp=tp, ep=ep, pp=pp, dp_attention=dp_attention,
-                    moe_a2a="deepep" if deepep else "none", speculative=mtp, variant=variant)
+                    moe_a2a="deepep" if deepep else "none", speculative=mtp)
     pricer = Pricer(Bundle.open(topology), variant)
     serve = Bundle.open(serve_dir) if serve_dir else None
     bundle.set_part("comm_model", "running")

@@ -10,8 +10,7 @@ request's tokens and says so in `window`. This is the curve the tuner fits (step
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -98,8 +97,3 @@ async def measure_curve(base_url: str, *, batch_sizes: tuple[int, ...] = DEFAULT
         if failed:
             break  # a failing server will not get better at larger batches
     return rows
-
-
-def run(base_url: str, **kw: Any) -> list[DecodeCurveRow]:
-    """Synchronous wrapper of `measure_curve`."""
-    return asyncio.run(measure_curve(base_url, **kw))

@@ -463,20 +463,6 @@ def load_parser(path: str | None = None, *, python: str | None = None,
     return None
 
 
-def parse_with_sglang(args: list[str], path: str | None = None, *, python: str | None = None,
-                      timeout_s: float = 120.0) -> dict[str, Any]:
-    """Parse server args with the real SGLang parser; returns its namespace as a dict.
-
-    Raises:
-        BadInput: the parser rejected the arguments (its message included).
-        EnvironmentMissing: sglang cannot be imported.
-    """
-    result = parse_many_with_sglang([args], path, python=python, timeout_s=timeout_s)[0]
-    if isinstance(result, str):
-        raise BadInput(f"SGLang rejects the command: {result}")
-    return result
-
-
 def parse_many_with_sglang(arg_lists: list[list[str]], path: str | None = None, *,
                            python: str | None = None,
                            timeout_s: float = 120.0) -> list[dict[str, Any] | str]:

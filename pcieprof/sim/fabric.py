@@ -459,9 +459,6 @@ class _Reader:
 
 # -- topology.json ---------------------------------------------------------------------------------
 
-LEVEL_ORDER = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
-
-
 def pair_level(fabric: Fabric, a: int, b: int, *, guest: bool = False) -> str:
     """The `nvidia-smi topo -m` level between two GPUs, on the real tree or as the guest sees it.
 
