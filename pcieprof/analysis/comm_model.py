@@ -44,6 +44,7 @@ from pcieprof.analysis.curves import Curve, Curves
 from pcieprof.analysis.provenance import part_provenance
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.attribution import Attribution
+from pcieprof.bundle.rows import DecodeCurveRow
 from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput
 
@@ -311,7 +312,7 @@ def measured_decode_steps(serve_bundle: Bundle | None) -> dict[int, float]:
     if serve_bundle is None:
         return {}
     steps: dict[int, list[float]] = {}
-    for r in serve_bundle.rows("decode_curve"):
+    for r in serve_bundle.rows(DecodeCurveRow):
         if r.status == "ok" and r.step_time_ms == r.step_time_ms:
             steps.setdefault(int(r.batch_size), []).append(float(r.step_time_ms))
     return {b: float(np.median(v)) for b, v in sorted(steps.items())}

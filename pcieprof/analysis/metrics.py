@@ -24,6 +24,7 @@ from pcieprof.analysis.curves import Curves
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.attribution import Attribution
+from pcieprof.bundle.rows import DecodeCurveRow
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.units import size_label
 
@@ -78,7 +79,7 @@ def bundle_metrics(bundle: Bundle, band: DecodeBand) -> dict[str, float]:
             for k in ("request_throughput", "output_throughput", "ttft_ms", "tpot_ms",
                       "itl_ms", "e2el_ms", "failed"):
                 _flatten(f"serve.{run.label}.{k}", getattr(run, k), out)
-    for row in bundle.rows("decode_curve"):
+    for row in bundle.rows(DecodeCurveRow):
         if row.status == "ok" and row.step_time_ms == row.step_time_ms:
             out[f"serve.decode.bs{row.batch_size}.step_time_ms"] = float(row.step_time_ms)
     attribution = bundle.read_doc(Attribution)

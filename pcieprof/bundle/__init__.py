@@ -25,6 +25,7 @@ from pcieprof import __version__
 from pcieprof.errors import BadInput
 from pcieprof.bundle import contract
 from pcieprof.bundle import rows as R
+from pcieprof.bundle.document import Readable
 from pcieprof.schema import SCHEMA_VERSION, Status
 
 if TYPE_CHECKING:  # pandas costs ~0.3 s to import; only readers of tables pay for it
@@ -32,7 +33,7 @@ if TYPE_CHECKING:  # pandas costs ~0.3 s to import; only readers of tables pay f
 
 MANIFEST = "manifest.json"
 
-D = TypeVar("D")
+DocT = TypeVar("DocT", bound=Readable)
 
 
 def now_iso() -> str:
@@ -260,7 +261,7 @@ class Bundle:
         """Replace a typed document (pcieprof.bundle.document) atomically, at its FILE."""
         return self.write_json(name or doc.FILE, doc.to_json())
 
-    def read_doc(self, cls: type[D], name: str | None = None) -> D | None:
+    def read_doc(self, cls: type[DocT], name: str | None = None) -> DocT | None:
         """A typed document, or None when the bundle does not have it.
 
         Raises:
@@ -328,9 +329,10 @@ class Bundle:
         except ValueError as exc:
             raise BadInput(f"{p}: {exc}") from None
 
-    def rows(self, table: str) -> list[R.Row]:
-        """A table as typed rows."""
-        return [R.row_of(table, rec) for rec in self.read_table(table).to_dict("records")]
+    def rows(self, cls: type[R.RowT]) -> list[R.RowT]:
+        """A table as typed rows: `bundle.rows(AllReduceRow)`."""
+        table = R.table_of(cls)
+        return [R.row_of(cls, rec) for rec in self.read_table(table).to_dict("records")]
 
     def register(self, name: str) -> None:
         """List a file in the manifest (write_json, write_text and append_rows do it; a file

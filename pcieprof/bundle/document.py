@@ -16,11 +16,20 @@ import math
 import re
 import types
 import typing
-from typing import Any, ClassVar, TypeVar, Union
+from typing import Any, ClassVar, Protocol, TypeVar, Union
 
 from pcieprof.errors import BadInput
 
 T = TypeVar("T", bound="Document")
+
+
+class Readable(Protocol):
+    """What `Bundle.read_doc` needs of a document class: its file and a reader."""
+
+    FILE: ClassVar[str]
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = ...) -> Any: ...
 
 _TAG = re.compile(r"^(?P<name>[\w.]+)/(?P<version>\d+)$")
 
@@ -133,10 +142,10 @@ def _value(hint: Any, value: Any, where: str) -> Any:
         if len(inner) == 1:
             return _value(inner[0], value, where)
         return value  # a union of several types is kept as read
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
             raise BadInput(f"{where}: expected an object")
-        return (hint.from_json(value, where) if isinstance(hint, type) and issubclass(hint, Document)
+        return (hint.from_json(value, where) if issubclass(hint, Document)
                 else decode(hint, value, where))
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):

@@ -10,7 +10,7 @@ case's `parsed` is the NCCL log parser's output (pcieprof.importers.nccl_log, fo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from pcieprof.bundle.document import Document, decode, encode
 from pcieprof.errors import BadInput
@@ -112,7 +112,7 @@ class NcclCase:
 class NcclChoices:
     """nccl_choices.json: case name -> NcclCase."""
 
-    FILE = "nccl_choices.json"
+    FILE: ClassVar[str] = "nccl_choices.json"
 
     cases: dict[str, NcclCase] = field(default_factory=dict)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, TypeVar
 
 if TYPE_CHECKING:  # pandas costs ~0.3 s to import; only readers of tables pay for it
     import pandas as pd
@@ -120,6 +120,7 @@ class DecodeCurveRow:
 
 
 Row = P2PRow | ConcurrentRow | AllReduceRow | DecodeCurveRow
+RowT = TypeVar("RowT", P2PRow, ConcurrentRow, AllReduceRow, DecodeCurveRow)
 
 #: Table name -> its row class (the file is the class's FILE).
 TABLES: dict[str, type[Row]] = {"p2p": P2PRow, "concurrent": ConcurrentRow,
@@ -214,8 +215,12 @@ def decode_frame(table: str, df: "pd.DataFrame") -> "pd.DataFrame":
     return df[list(base) + [c for c in df.columns if c not in base]]
 
 
-def row_of(table: str, record: Mapping[str, Any]) -> Row:
+def table_of(cls: type[RowT]) -> str:
+    """The table name of a row class."""
+    return next(name for name, c in TABLES.items() if c is cls)
+
+
+def row_of(cls: type[RowT], record: Mapping[str, Any]) -> RowT:
     """A typed row from one decoded record (extra columns of newer files are dropped)."""
-    cls = TABLES[table]
     known = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in record.items() if k in known})

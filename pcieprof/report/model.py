@@ -13,8 +13,9 @@ from typing import Any, TypeVar
 
 from pcieprof.analysis.provenance import part_provenance
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.document import Readable
 
-D = TypeVar("D")
+DocT = TypeVar("DocT", bound=Readable)
 
 
 @dataclass
@@ -108,7 +109,7 @@ class BundleView:
             self._cache[key] = self.bundle.read_json(name, default)
         return self._cache[key]
 
-    def doc(self, cls: type[D]) -> D | None:
+    def doc(self, cls: type[DocT]) -> DocT | None:
         """`Bundle.read_doc(cls)` (a typed document, None when absent), read once."""
         key = f"doc:{cls.FILE}"
         if key not in self._cache:

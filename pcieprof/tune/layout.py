@@ -29,6 +29,7 @@ import numpy as np
 from pcieprof.analysis.comm_model import Layout, Pricer, measured_decode_steps, predict_step_comm
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import LayoutAdvice, LayoutPoint
+from pcieprof.bundle.rows import DecodeCurveRow
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard
@@ -162,7 +163,7 @@ def anchor_curve(bundle: Bundle, card: ModelCard) -> tuple[dict[int, float], str
         steps = measured_decode_steps(bundle)
         if steps:
             # the short decode-curve requests: prompt + output tokens of context
-            ctx = max((r.input_len + r.output_len for r in bundle.rows("decode_curve")), default=0)
+            ctx = max((r.input_len + r.output_len for r in bundle.rows(DecodeCurveRow)), default=0)
             return (steps, f"serve/decode_curve.csv of this bundle [{bundle.source}]",
                     summary.tp or card.sglang.tp_default, ctx)
     data = tomllib.loads(ANCHORS.read_text(encoding="utf-8"))
@@ -294,10 +295,10 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
                         f" [{pricer.source}]"))
 
     def key(r: LayoutAdvice) -> tuple[bool, float, float]:
-        best = max((p.tok_s for p in r.per_concurrency if p.fits and p.tok_s == p.tok_s),
-                   default=-1.0)
+        best = max((p.tok_s for p in r.per_concurrency
+                    if p.fits and p.tok_s is not None and p.tok_s == p.tok_s), default=-1.0)
         lat = r.per_concurrency[0].step_ms
-        return (r.fits, best, -(lat if lat == lat else 1e9))
+        return (r.fits, best, -(lat if lat is not None and lat == lat else 1e9))
 
     results.sort(key=key, reverse=True)
     if results:

@@ -71,7 +71,7 @@ def build_context(bundle: Bundle, card: ModelCard, band: DecodeBand) -> RuleCont
             case = choices.default_case()
             nccl = case.ring_devices() if case else None
             known = nccl is not None and sorted(nccl) == sorted(gpus)
-            old = ring_of_order(nccl if known else list(gpus), bw, lat, gpus)
+            old = ring_of_order(nccl if nccl is not None and known else list(gpus), bw, lat, gpus)
     nranks = cs.max_nranks or len(gpus)
     serve_log = ""
     serve_dir = bundle.path / "serve"

@@ -13,7 +13,7 @@ from pcieprof.bundle import Bundle, contract
 from pcieprof.bundle.attribution import Attribution
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.recommendations import Recommendations
-from pcieprof.bundle.rows import TABLES
+from pcieprof.bundle.rows import TABLES, AllReduceRow, DecodeCurveRow
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.bundle.topology import Topology
 from pcieprof.errors import BadInput
@@ -58,12 +58,12 @@ def test_committed_bundles_open_typed(path: Path) -> None:
     for name in on_disk:
         assert contract.entry(name) is not None, f"{path.name}: {name} on disk, not in the contract"
     for table, cls in TABLES.items():
-        rows = b.rows(table)
+        rows = b.rows(cls)
         assert all(isinstance(r, cls) for r in rows)
         if (path / cls.FILE).is_file():
             lines = (path / cls.FILE).read_text().splitlines()
             assert len(rows) == len(lines) - 1, f"{path.name}: {cls.FILE}: rows lost on reading"
-    for r in b.rows("allreduce"):
+    for r in b.rows(AllReduceRow):
         assert isinstance(r.env, dict) and isinstance(r.ranks, tuple) and len(r.ranks) == r.nranks
     for cls in DOCUMENTS:
         doc = b.read_doc(cls)
@@ -87,7 +87,7 @@ def test_typed_documents_of_the_current_schema() -> None:
     serve = Bundle.open(DATA / "bundle_schema2" / "tiny_cpu_serve")
     summary = serve.read_doc(ServeSummary)
     assert summary.model == "tiny-cpu" and summary.tp == 2 and [r.label for r in summary.runs] == ["c=1", "c=2"]
-    assert [r.batch_size for r in serve.rows("decode_curve")] == [1, 2]
+    assert [r.batch_size for r in serve.rows(DecodeCurveRow)] == [1, 2]
     att = serve.read_doc(Attribution)
     assert len(att.ranks) == 2 and att.decode_steps()
 

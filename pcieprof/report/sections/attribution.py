@@ -6,6 +6,8 @@ pcieprof.analysis.comm_model.comparison_table priced with this bundle's all-redu
 
 from __future__ import annotations
 
+from typing import Any
+
 import plotly.graph_objects as go
 
 from pcieprof.analysis.comm_model import Layout, Pricer, comparison_table
@@ -80,7 +82,7 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
     if steps:
         sec.blocks.append(_steps_figure(steps, steps[0].rank, prov))
     pricer = _pricing_bundle(view, ctx)
-    cmp_rows: list[dict[str, object]] = []
+    cmp_rows: list[dict[str, Any]] = []
     if pricer is not None:
         try:
             cmp_rows = _comparison(view, doc, pricer)
@@ -102,10 +104,11 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                    for r in cmp_rows],
             provenance=f"{prov}; predicted from {cmp_rows[0].get('priced_source')}, backend "
                        f"{cmp_rows[0].get('priced_backend')}"))
-        big = [r for r in cmp_rows if r.get("disagreement_pct") is not None and abs(r["disagreement_pct"]) > 25]
-        for r in big:
-            sec.blocks.append(Note(f"batch {r['batch']}: the trace's communication differs from the "
-                                   f"model by {r['disagreement_pct']:+.0f}%", "warn"))
+        big = [c for c in cmp_rows if c.get("disagreement_pct") is not None
+               and abs(c["disagreement_pct"]) > 25]
+        for c in big:
+            sec.blocks.append(Note(f"batch {c['batch']}: the trace's communication differs from the "
+                                   f"model by {c['disagreement_pct']:+.0f}%", "warn"))
     classes = doc.classes
     if classes:
         sec.blocks.append(Table("kernel classification table (data, extensible)",
@@ -131,7 +134,7 @@ def _pricing_bundle(view: BundleView, ctx: ReportContext) -> BundleView | None:
     return None
 
 
-def _comparison(view: BundleView, doc: Attribution, pricer: BundleView) -> list[dict[str, object]]:
+def _comparison(view: BundleView, doc: Attribution, pricer: BundleView) -> list[dict[str, Any]]:
     """The trace-vs-analytic comparison table, priced with `pricer`'s all-reduce curves, for the
     model the serve-bench run served ([] when the bundle names none)."""
     summary = view.doc(ServeSummary)
