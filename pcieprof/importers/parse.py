@@ -9,14 +9,8 @@ from pcieprof.discover.lspci import parse_lspci
 from pcieprof.discover.smi_query import parse_smi_query
 from pcieprof.discover.topo_matrix import parse_topo_matrix
 from pcieprof.errors import BadInput
-from pcieprof.importers import (
-    nccl_log,
-    nccl_tests,
-    nccl_xml,
-    nvbandwidth,
-    p2p_bandwidth_latency,
-    topo_p2p,
-)
+from pcieprof.importers import nccl_log, nccl_tests, nccl_xml, nvbandwidth
+from pcieprof.importers import p2p_bandwidth_latency, simple_p2p, topo_p2p
 from pcieprof.importers._text import fail
 from pcieprof.importers.detect import FORMATS, MACHINE_LOGS, detect
 from pcieprof.importers.records import GpuRecord, Parsed
@@ -43,6 +37,8 @@ def parse_text(text: str, name: str, fmt: str | None = None) -> Parsed:
         return topo_p2p.parse_topo_p2p(text, name)
     if fmt == "p2pBandwidthLatencyTest":
         return p2p_bandwidth_latency.parse_p2p_bandwidth_latency(text, name)
+    if fmt == "simpleP2P":
+        return simple_p2p.parse_simple_p2p(text, name)
     if fmt == "nvbandwidth":
         return nvbandwidth.parse_nvbandwidth_text(text, name)
     if fmt == "nvbandwidth-json":
@@ -119,13 +115,20 @@ def _machine_log(text: str, name: str, fmt: str) -> Parsed:
     elif fmt == "nvidia-smi-topo-m":
         t = parse_topo_matrix(text, source=name)
         parsed.pair_levels = {(p["a"], p["b"]): p["level"] for p in t["pairs"]}
+        if topo_p2p.looks_like(text):
+            # A paste of `topo -m` followed by `topo -p2p X` (one terminal session): keep both.
+            p2p = topo_p2p.parse_topo_p2p(text, name)
+            parsed.pair_p2p = p2p.pair_p2p
+            facts["topo_p2p"] = p2p.facts
+            facts.setdefault("warnings", []).extend(p2p.facts.get("warnings", []))
         counts: dict[str, int] = {}
         for lvl in parsed.pair_levels.values():
             counts[lvl] = counts.get(lvl, 0) + 1
         facts.update(gpus=t["gpus"], levels=counts)
         parsed.documents["topo_m"] = t
         parsed.summary = (f"nvidia-smi topo -m: {t['gpus']} GPUs, "
-                          + ", ".join(f"{v} pairs {k}" for k, v in sorted(counts.items())))
+                          + ", ".join(f"{v} pairs {k}" for k, v in sorted(counts.items()))
+                          + (f"; {p2p.summary}" if parsed.pair_p2p else ""))
     else:
         what = FORMATS[fmt][1]
         parsed.summary = f"{what}: {len(text.splitlines())} lines (machine log)"

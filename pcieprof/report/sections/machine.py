@@ -166,12 +166,11 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         return None
     prov = view.provenance("discovery")
     sec = Section("machine", "The machine")
-    m = view.bundle.manifest
     drv = topo.driver or {}
     iommu = topo.iommu
     virt = topo.virtualization
     facts: list[tuple[str, Any]] = [
-        ("host", m.get("host")),
+        ("host", view.measured_host or view.origin()),
         ("GPUs", (f"{len(topo.gpus)} x {', '.join(sorted({str(g.name) for g in topo.gpus}))}")
          if topo.gpus else "none found"),
         ("driver / CUDA driver", f"{drv.get('driver_version') or 'unknown'} / {drv.get('cuda_driver_version') or 'unknown'}"),
@@ -208,7 +207,8 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                                       "(red: ACS redirect on)", prov, height=420))
     lines = tree_lines(topo)
     if lines:
-        sec.blocks.append(Tree("PCIe tree (root ports, switches, GPUs; by NUMA node)", lines, prov))
+        sec.blocks.append(Tree("PCIe tree as text (root ports, switches, GPUs; links, ACS, IOMMU "
+                               "groups; by NUMA node)", lines, prov, collapsed=fig is not None))
     else:
         sec.blocks.append(Note("PCIe tree: not discovered", "missing"))
     doc = ctx.recommendations_for(view)

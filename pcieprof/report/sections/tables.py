@@ -1,12 +1,12 @@
-"""The raw tables of the bundle (first rows), so every number in the figures can be checked."""
+"""The raw tables of the bundle: the first rows, folded, and a link to the whole CSV file."""
 
 from __future__ import annotations
 
 from pcieprof.bundle.rows import TABLES, columns, encode
 from pcieprof.report.context import ReportContext
-from pcieprof.report.model import BundleView, Note, Section, Table
+from pcieprof.report.model import BundleView, Section, Table
 
-MAX_ROWS = 200
+MAX_ROWS = 5  # a preview: the link under it opens every row
 
 
 def build(view: BundleView, ctx: ReportContext) -> Section | None:
@@ -15,14 +15,12 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         df = view.table(name)
         if df.empty:
             continue
-        shown = df.head(MAX_ROWS)
         cols = columns(name)
         rows = [list(encode(name, {c: rec[c] for c in cols}).values())
-                for rec in shown.to_dict("records")]
-        sec.blocks.append(Table(f"{TABLES[name].FILE} ({len(df)} rows"
-                                f"{', first ' + str(MAX_ROWS) if len(df) > MAX_ROWS else ''})",
-                                cols, rows, provenance=view.provenance(None, df)))
+                for rec in df.head(MAX_ROWS).to_dict("records")]
+        sec.blocks.append(Table(f"{TABLES[name].FILE} ({len(df)} rows)", cols, rows,
+                                provenance=view.provenance(None, df), collapsed=True,
+                                file=view.path / TABLES[name].FILE, total_rows=len(df)))
     if not sec.blocks:
         return None
-    sec.blocks.append(Note(f"full tables: {view.path}"))
     return sec
