@@ -25,12 +25,9 @@ from pcieprof.discover.topology import discover
 from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
 from pcieprof.probe_runner import Launch, ProbeRunner
 from pcieprof.sim.backend import run_plan
-from pcieprof.sim.fabric import Fabric, load_profile
+from pcieprof.sim.fabric import DEFAULT_PROFILE, Fabric, load_profile
 from probes import variants as V
 from probes.plan import Plan, build_plan
-
-#: The fabric profile `--backend sim` (and the demo) use unless told otherwise.
-DEFAULT_SIM_PROFILE = "rtxpro6000-8x-vm"
 
 #: The cpu backend runs one process per rank on this machine; more than this is not a useful
 #: picture of anything and would only thrash the cores.
@@ -86,7 +83,7 @@ def available_devices(backend: str, sim_profile: str | None = None) -> tuple[int
                                      hint="use --backend cpu to run without GPUs")
         return n, None
     if backend == "sim":
-        fabric = load_profile(sim_profile or DEFAULT_SIM_PROFILE)
+        fabric = load_profile(sim_profile or DEFAULT_PROFILE)
         return len(fabric.gpus), fabric
     return MAX_CPU_RANKS, None
 
@@ -159,7 +156,7 @@ class MeasurementSession:
 
     Args:
         bundle: the bundle the rows go into (created by the caller).
-        sim_profile: the fabric profile of the sim backend (DEFAULT_SIM_PROFILE when None).
+        sim_profile: the fabric profile of the sim backend (DEFAULT_PROFILE when None).
         launch: torchrun node/rendezvous options (cuda/cpu).
 
     Inside `with`, SIGTERM raises KeyboardInterrupt; on the way out an interrupt or an error
@@ -169,7 +166,7 @@ class MeasurementSession:
     def __init__(self, bundle: Bundle, *, sim_profile: str | None = None,
                  launch: Launch | None = None) -> None:
         self.bundle = bundle
-        self.sim_profile = sim_profile or DEFAULT_SIM_PROFILE
+        self.sim_profile = sim_profile or DEFAULT_PROFILE
         self.launch = launch
         self._runner: ProbeRunner | None = None
         self._old: Any = None

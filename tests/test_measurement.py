@@ -12,7 +12,8 @@ import pytest
 
 from pcieprof.bundle import Bundle
 from pcieprof.errors import BadInput
-from pcieprof.measurement import DEFAULT_SIM_PROFILE, MeasurementSession, allreduce_plan
+from pcieprof.measurement import MeasurementSession, allreduce_plan
+from pcieprof.sim.fabric import DEFAULT_PROFILE
 from probes.plan import build_plan
 
 
@@ -24,7 +25,7 @@ def test_sim_plan_runs_with_the_default_profile(tmp_path: Path) -> None:
     with MeasurementSession(b) as session:
         session.measure(plan)
     assert b.finish() == "ok"
-    assert b.manifest["versions"]["sim_profile"] == DEFAULT_SIM_PROFILE
+    assert b.manifest["versions"]["sim_profile"] == DEFAULT_PROFILE
     ar = b.read_table("allreduce")
     assert set(ar["variant"]) == {"default", "sys"} and set(ar["size_bytes"]) == {12 << 10, 96 << 10}
     assert set(ar[ar["variant"] == "sys"]["ranks"]) == {(0, 2, 1, 3)}

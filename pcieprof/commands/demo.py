@@ -26,7 +26,7 @@ from pcieprof.bundle import default_out_dir
 from pcieprof.commands import recommend, report, serve_bench, topology
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.errors import BadInput
-from pcieprof.measurement import DEFAULT_SIM_PROFILE
+from pcieprof.sim.fabric import DEFAULT_PROFILE
 
 
 def _run(cmd: click.Command, args: list[str]) -> None:
@@ -36,7 +36,7 @@ def _run(cmd: click.Command, args: list[str]) -> None:
 
 
 @click.command("demo")
-@click.option("--profile", default=DEFAULT_SIM_PROFILE, show_default=True,
+@click.option("--profile", default=DEFAULT_PROFILE, show_default=True,
               help="Fabric profile of the simulated box.")
 @click.option("--baseline", default="rtxpro6000-8x-switch", show_default=True,
               help="Second profile shown side by side ('none' to skip).")

@@ -28,6 +28,7 @@ import click
 
 from pcieprof import progress
 from pcieprof.analysis.attribution import attribute_traces
+from pcieprof.analysis.decode_band import DEFAULT_MODEL
 from pcieprof.bundle import Bundle, default_out_dir
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.cards import ModelCard, load_card
@@ -65,7 +66,7 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 @click.command("serve-bench", help=__doc__, context_settings={"ignore_unknown_options": False})
-@click.option("--model", "model", default="glm5-nvfp4", show_default=True,
+@click.option("--model", "model", default=DEFAULT_MODEL, show_default=True,
               help="Model card name (glm5-nvfp4, tiny-cpu) or a card .toml file.")
 @click.option("--model-path", default="", help="Checkpoint to serve instead of the card's.")
 @click.option("--tp", type=int, default=None, help="--tp-size (default: the card's).")

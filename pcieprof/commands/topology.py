@@ -22,12 +22,17 @@ from pcieprof.cards import load_card
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.commands.tuning import for_report
 from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
-from pcieprof.measurement import (DEFAULT_SIM_PROFILE, MeasurementSession, available_devices,
-                                  resolve_backend, resolve_devices)
+from pcieprof.measurement import (
+    MeasurementSession,
+    available_devices,
+    resolve_backend,
+    resolve_devices,
+)
 from pcieprof.probe_runner import Launch
 from pcieprof.report import ReportContext, write_report
 from pcieprof.report.console import summarize
 from pcieprof.schema import source_of
+from pcieprof.sim.fabric import DEFAULT_PROFILE
 from pcieprof.sim.fabric import topology as fabric_topology
 from probes import variants as V
 from probes.plan import build_plan
@@ -72,7 +77,7 @@ def parse_size(text: str | None) -> int | None:
               show_default=True, help="cuda: real GPUs and NCCL; cpu: gloo and host copies between "
               "local processes (measures this machine); sim: the fabric model.")
 @click.option("--sim-profile", default=None, metavar="NAME|FILE.toml",
-              help=f"Fabric profile for --backend sim (default {DEFAULT_SIM_PROFILE}).")
+              help=f"Fabric profile for --backend sim (default {DEFAULT_PROFILE}).")
 @click.option("--devices", default=None, metavar="0,1,..", help="GPU indices (nvidia-smi order).")
 @click.option("--nranks", type=int, default=None, help="Number of ranks / GPUs (0..N-1).")
 @click.option("--quick", is_flag=True, help="Short plan: all-reduce 8 B..64 MiB, 3 variants.")

@@ -29,7 +29,8 @@ from typing import Any, Mapping, Sequence
 from pcieprof.cards import load_card
 from pcieprof.errors import BadInput
 from pcieprof.sim import collectives, model
-from pcieprof.sim.fabric import Fabric, HostChange, KnownIssue, Mechanism, apply_changes, load_profile
+from pcieprof.sim.fabric import (DEFAULT_PROFILE, Fabric, HostChange, KnownIssue, Mechanism,
+                                  apply_changes, load_profile)
 
 #: GLM-5 TP8 decode (see the module docstring): hidden size, bf16 bytes, all-reduces per step.
 _GLM5 = load_card("glm5-nvfp4")
@@ -251,7 +252,7 @@ def _why(vm: Fabric, basis: str, v: Run, b: Run) -> tuple[str, ...]:
     return tuple(i for i in out if i in ids)
 
 
-def like_for_like(vm: str | Fabric = "rtxpro6000-8x-vm", *, ranks: Sequence[int] | None = None,
+def like_for_like(vm: str | Fabric = DEFAULT_PROFILE, *, ranks: Sequence[int] | None = None,
                   sizes: Sequence[int] = DECODE_SIZES) -> VmCost:
     """The VM against its bare-metal twin under the same NCCL settings, per size and per decode step.
 
@@ -328,7 +329,7 @@ class HostChangeResult:
                 "p2p_same_switch_gbps": list(self.p2p_same_switch_gbps), "source": "simulated"}
 
 
-def host_changes(vm: str | Fabric = "rtxpro6000-8x-vm", *, ranks: Sequence[int] | None = None) -> list[HostChangeResult]:
+def host_changes(vm: str | Fabric = DEFAULT_PROFILE, *, ranks: Sequence[int] | None = None) -> list[HostChangeResult]:
     """The VM profile's host-side changes (`[[host_change]]`), each priced by the model: the GLM-5
     decode step at batch 1 before and after, with NCCL defaults and with the best setting free of
     known issues, and a same-switch P2P copy. A change whose `apply` is empty leaves the guest's
