@@ -25,6 +25,8 @@ status=error with no bandwidth.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import datetime
 import os
 import statistics
@@ -242,21 +244,24 @@ class CpuCopier:
 # cuda backend: one process, every GPU
 
 
-class _Cudart:
+def find_cudart(maps: Path = Path("/proc/self/maps")) -> str | None:
+    """The libcudart this process has mapped (torch's), or None."""
+    with open(maps, encoding="utf-8") as f:
+        for line in f:
+            if "libcudart" in line:
+                return line.split()[-1]
+    return None
+
+
+class Cudart:
     """The few CUDA runtime calls torch does not expose, from the libcudart torch has loaded."""
 
-    def __init__(self) -> None:
-        path = None
-        with open("/proc/self/maps", encoding="utf-8") as f:
-            for line in f:
-                if "libcudart" in line:
-                    path = line.split()[-1]
-                    break
+    def __init__(self, maps: Path = Path("/proc/self/maps")) -> None:
+        path = find_cudart(maps)
         if path is None:
-            import ctypes.util
             path = ctypes.util.find_library("cudart")
         if path is None:
-            raise OSError("libcudart not found in this process")
+            raise OSError("libcudart not found in this process nor on the library path")
         self.lib = ctypes.CDLL(path)
         self.lib.cudaMemcpyPeerAsync.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
                                                  ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p]
@@ -282,7 +287,7 @@ class CudaCopier:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         try:
-            self.rt: _Cudart | None = _Cudart()
+            self.rt: Cudart | None = Cudart()
             self.rt_why = ""
         except OSError as exc:  # host copies still work; peer copies need the runtime calls
             self.rt, self.rt_why = None, f"peer copies need libcudart: {exc}"
