@@ -414,8 +414,9 @@ class ProbeRunner:
             # CUDA ordinals = NVML indices: PCI bus order, every GPU up to the highest one visible
             env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                    "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(max(self.plan.devices) + 1)))}
-        result = {p: {"status": "ok", "why": None, "rows": 0, "hangs": 0, "errors": 0}
-                  for p in ("p2p", "concurrent")}
+        result: dict[str, dict[str, Any]] = {
+            p: {"status": "ok", "why": None, "rows": 0, "hangs": 0, "errors": 0}
+            for p in ("p2p", "concurrent")}
         resume = ""
         n = 0
         while True:

@@ -139,14 +139,14 @@ class CpuCopier:
         dist.barrier()
 
     # one direction of a case, issued by the rank that owns it
-    def _op(self, case: P2PCase, src: int, dst: int) -> Callable[[], None]:
+    def _op(self, case: P2PCase, src: int, dst: int) -> Callable[[], object]:
         s = case.size_bytes
         if case.path == "p2p":
             a, b = self.local_src[:s], self.win[dst][:s]
             return lambda: b.copy_(a)
         if case.path == "host_staged":
             a, m, b = self.local_src[:s], self.stage[src][:s], self.win[dst][:s]
-            return lambda: (m.copy_(a), b.copy_(m))
+            return lambda: b.copy_(m.copy_(a))
         if case.path == "h2d":
             a, b = self.stage[dst][:s], self.local_dst[:s]
             return lambda: b.copy_(a)
@@ -176,8 +176,8 @@ class CpuCopier:
                 checks.append((self.stage[me], seed))
             elif case.path in ("p2p", "host_staged") and b == me:
                 checks.append((self.win[me], seed))
-        for t, seed in checks:
-            poison(t, s, seed)
+        for buf, seed in checks:
+            poison(buf, s, seed)
         mine = [(a, b) for a, b in owners if a == me]
         ops = [self._op(case, a, b) for a, b in mine]
         dist.barrier()  # every receiver has poisoned its buffer before anyone writes into it
@@ -210,14 +210,14 @@ class CpuCopier:
         # flow i moves src's pattern into slot(src) of dst (write: src pushes into dst's window;
         # read: dst pulls from slot(dst) of src's window into its private memory); the receiving
         # slot first holds the complement of the pattern, poisoned before the barrier below
-        jobs: list[tuple[int, Callable[[], None]]] = []
+        jobs: list[tuple[int, Callable[[], object]]] = []
         for i, (a, b) in enumerate(case.flows):
             seed = case_seed("concurrent", idx, i)
             if case.op == "write" and a == me:
                 src_t = self.local_src[devs.index(b) * s:(devs.index(b) + 1) * s]
                 src_t.copy_(pattern(s, seed))
                 dst_t = self.win[b][devs.index(a) * s:(devs.index(a) + 1) * s]
-                jobs.append((i, lambda d=dst_t, x=src_t: d.copy_(x)))
+                jobs.append((i, partial(dst_t.copy_, src_t)))
             if case.op == "write" and b == me:
                 poison(self.win[me][devs.index(a) * s:], s, seed)
             if case.op == "read":
@@ -227,10 +227,10 @@ class CpuCopier:
                     src_t = self.win[a][devs.index(b) * s:(devs.index(b) + 1) * s]
                     dst_t = self.local_dst[devs.index(a) * s:(devs.index(a) + 1) * s]
                     poison(dst_t, s, seed)
-                    jobs.append((i, lambda d=dst_t, x=src_t: d.copy_(x)))
+                    jobs.append((i, partial(dst_t.copy_, src_t)))
         spans = torch.zeros(len(case.flows), 2, dtype=torch.float64)
 
-        def flow(i: int, op: Callable[[], None]) -> None:
+        def flow(i: int, op: Callable[[], object]) -> None:
             t0 = time.perf_counter_ns()  # CLOCK_MONOTONIC: comparable across processes
             for _ in range(case.iters):
                 op()

@@ -301,7 +301,8 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
     cc_iters = 2 if (quick or cpu) else 5
     n = len(devices)
     if n >= 2:
-        ring = [(devices[i], devices[(i + 1) % n]) for i in range(n)] if n > 2 else [tuple(devices)]
+        ring = ([(devices[i], devices[(i + 1) % n]) for i in range(n)] if n > 2
+                else [(devices[0], devices[1])])
         up, up_detail = shared_uplink_flows(devices, topology)
         for op in ("write", "read"):
             concurrent.append(ConcurrentCase("ring", op, list(ring), cc_size, cc_iters))

@@ -260,6 +260,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
         if backend == "sim":  # the fabric's own tree picks the shared-uplink flows
             from pcieprof.sim.fabric import topology as fabric_topology
 
+            assert fabric is not None  # loaded above for the sim backend
             topo: dict[str, Any] = fabric_topology(fabric)
         else:
             topo = discover_into(bundle, backend)

@@ -144,7 +144,7 @@ def manifest_facts(view: BundleView) -> list[tuple[str, Any]]:
     part_txt = ", ".join(f"{k}: {v.get('status')} ({v.get('source')}, {v.get('backend')})"
                          for k, v in parts.items()) or "none"
     return [("source", m.get("source")), ("backend", m.get("backend")),
-            ("status", m.get("status") + (f" ({m['why']})" if m.get("why") else "")),
+            ("status", f"{m.get('status')}" + (f" ({m['why']})" if m.get("why") else "")),
             ("command", " ".join(str(a) for a in m.get("argv") or []) or m.get("command")),
             ("time", f"{m.get('start_time')} .. {m.get('end_time')}"),
             ("versions", ", ".join(f"{k} {v}" for k, v in (m.get("versions") or {}).items() if v)

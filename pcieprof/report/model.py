@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pcieprof.bundle import Bundle
+from pcieprof.report.recs import RecsBlock
 
 
 @dataclass
@@ -65,7 +66,7 @@ class Tree:
     kind: str = "tree"
 
 
-Block = Figure | Table | Note | Facts | Tree
+Block = Figure | Table | Note | Facts | Tree | RecsBlock
 
 
 @dataclass
