@@ -140,7 +140,10 @@ def assemble(*, source: str, nvml_part: dict[str, Any] | None, devices: list[Pci
     flat = pcie_tree.is_flat(tree)
     paths = list(tree["gpu_paths"].values())
     if flat:
-        evidence.append("all GPUs sit directly on one root bus: a flat (virtual) PCIe tree")
+        roots = sorted({p[0].rsplit(":", 1)[0] for p in paths})
+        evidence.append("every GPU sits directly on a root bus, no PCIe port above it (root bus"
+                        f"{'es' if len(roots) > 1 else ''} {', '.join(roots)}): a flat "
+                        "(virtual) PCIe tree")
     elif paths and virt.get("is_vm") and not any(
             nodes[b]["kind"] in ("switch_upstream", "switch_downstream") for p in paths for b in p):
         flat = True

@@ -25,6 +25,7 @@ from pcieprof.errors import BadInput
 from pcieprof.importers import topology as topo_mod
 from pcieprof.importers.detect import FORMATS, MACHINE_LOGS
 from pcieprof.importers.parse import parse_text
+from pcieprof.importers.reading import read_input
 from pcieprof.importers.records import Parsed
 from pcieprof.schema import Backend, Source, Status
 
@@ -40,24 +41,13 @@ class ImportedFile:
     stored_as: str = ""
 
 
-def read_text(path: Path) -> tuple[bytes, str]:
-    """The bytes of `path` and their text (UTF-8; other bytes replaced, never fatal)."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if b"\x00" in raw[:8192]:
-        raise BadInput(f"{path}: expected a text file (tool output), got binary data")
-    return raw, raw.decode("utf-8", errors="replace")
-
-
 def parse_files(paths: list[Path]) -> list[ImportedFile]:
     """Read and parse every file; the first bad one raises its one-line BadInput."""
     if not paths:
         raise BadInput("no files to import", hint="pcieprof import FILE...")
     files = []
     for p in paths:
-        raw, text = read_text(p)
+        raw, text = read_input(p)
         files.append(ImportedFile(p, raw, text, parse_text(text, str(p))))
         progress.info(f"{p}: {FORMATS[files[-1].parsed.format][1]}")
     seen: dict[str, Path] = {}
@@ -103,6 +93,7 @@ def build_topology(files: list[ImportedFile]) -> tuple[dict[str, Any], list[str]
             problems += topo_mod.add_gpus(topo, p.gpus, str(f.path))
         if "nccl_topo" in p.documents:
             topo_mod.merge_nccl_topo(topo, p.documents["nccl_topo"], str(f.path))
+    topo_mod.merge_virtualization(topo, [f.parsed for f in files])
     for f in files:
         problems += f.parsed.facts.get("warnings", [])
     counts = {str(f.path): len(f.parsed.gpus) for f in files if f.parsed.gpus}

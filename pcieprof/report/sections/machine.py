@@ -174,12 +174,11 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         return None
     prov = view.provenance("discovery")
     sec = Section("machine", "The machine")
-    m = view.bundle.manifest
     drv = topo.get("driver") or {}
     iommu = topo.get("iommu") or {}
     virt = topo.get("virtualization") or {}
     facts: list[tuple[str, Any]] = [
-        ("host", m.get("host")),
+        ("host", view.measured_host or view.origin()),
         ("GPUs", (f"{len(topo.get('gpus', []))} x "
                   f"{', '.join(sorted({str(g.get('name')) for g in topo.get('gpus', [])}))}")
          if topo.get("gpus") else "none found"),
@@ -222,7 +221,8 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                                       "(red: ACS redirect on)", prov, height=420))
     lines = tree_lines(topo)
     if lines:
-        sec.blocks.append(Tree("PCIe tree (root ports, switches, GPUs; by NUMA node)", lines, prov))
+        sec.blocks.append(Tree("PCIe tree as text (root ports, switches, GPUs; links, ACS, IOMMU "
+                               "groups; by NUMA node)", lines, prov, collapsed=fig is not None))
     else:
         sec.blocks.append(Note("PCIe tree: not discovered", "missing"))
     inferred = (ctx.recommendations_for(view) or {}).get("inferred")
