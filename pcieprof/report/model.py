@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pcieprof.bundle import Bundle
+from pcieprof.report.recs import RecsBlock
 
 
 @dataclass
@@ -95,7 +96,7 @@ class Tree:
     kind: str = "tree"
 
 
-Block = Figure | Table | Note | NoteGroup | Facts | Tree
+Block = Figure | Table | Note | NoteGroup | Facts | Tree | RecsBlock
 
 
 @dataclass

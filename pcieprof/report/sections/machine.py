@@ -208,7 +208,11 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                          g.get("numa_node"), g.get("cpu_affinity"),
                          round(g["memory_bytes"] / 2**30, 1) if g.get("memory_bytes") else None,
                          g.get("virtualization_mode")])
-        sec.blocks.append(Table("GPUs", ["index", "name", "bus id", "link now", "link max", "NUMA",
+        idle = next(((g.get("pcie") or {}).get("note") for g in gpus
+                     if (g.get("pcie") or {}).get("note")), None)
+        if idle:  # discovery reads the link before any load: a lower gen is power saving
+            sec.blocks.append(Note(idle))
+        sec.blocks.append(Table("GPUs", ["index", "name", "bus id", "link at idle", "link max", "NUMA",
                                          "CPU affinity", "memory GiB", "virtualization"], rows,
                                 provenance=prov))
     fig = tree_figure(topo)
