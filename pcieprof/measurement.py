@@ -1,7 +1,7 @@
 """The measurement session: one place that runs a measurement plan into a bundle.
 
 Used by `pcieprof topology`, `pcieprof recommend --verify` (through the command) and
-`python -m pcieprof.gpu_selftest`. It owns what every measuring run needs:
+`python -m probes.gpu_selftest`. It owns what every measuring run needs:
 - backend dispatch: `cuda` and `cpu` run the plan's probes under torchrun
   (pcieprof.probe_runner), `sim` runs it against the fabric model (pcieprof.sim.backend);
   `auto` picks cuda when NVML and torch see GPUs, else cpu, and says so;
@@ -37,7 +37,7 @@ MAX_CPU_RANKS = 16
 def gpu_count() -> tuple[int, str]:
     """(GPUs that both NVML and torch see, why not when 0)."""
     try:
-        import pynvml  # lazy: loads the NVIDIA driver library
+        import pynvml  # heavy: loads the NVIDIA driver library
 
         pynvml.nvmlInit()
         try:
@@ -47,7 +47,7 @@ def gpu_count() -> tuple[int, str]:
     except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
         return 0, f"NVML not usable ({type(exc).__name__})"
     try:
-        import torch  # lazy: torch
+        import torch  # heavy: torch
 
         n_torch = torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception as exc:

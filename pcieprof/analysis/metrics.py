@@ -86,7 +86,7 @@ def bundle_metrics(bundle: Bundle, band: DecodeBand) -> dict[str, float]:
     if attribution is not None:
         decode = [r.decode_steps for r in attribution.ranks if r.decode_steps]
         for k in sorted({k for d in decode for k in d if k.startswith("mean_")}):
-            vals = [float(d[k]) for d in decode if d.get(k) is not None]
+            vals = [float(v) for d in decode if (v := d.get(k)) is not None]
             if vals:
                 out[f"attribution.decode.{k}"] = sum(vals) / len(vals)
     return out

@@ -313,7 +313,7 @@ class Bundle:
     def read_table(self, table: str) -> "pd.DataFrame":
         """A table as a DataFrame with every column (older files get defaults) and typed cells
         (`env` a dict, `ranks` a tuple). A missing table gives an empty frame of its columns."""
-        import pandas as pd  # lazy: pandas
+        import pandas as pd  # heavy: pandas
 
         p = self.path / R.TABLES[table].FILE
         if not p.is_file() or p.stat().st_size == 0:

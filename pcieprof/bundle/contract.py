@@ -70,7 +70,11 @@ FILES: tuple[BundleFile, ...] = (
     _doc(NcclChoices, "topology (cuda: parsed NCCL logs; sim: the model's assumption), import",
          "what NCCL chose per case: version, transport per peer, channels, rings, tuner"),
     BundleFile("nccl/*.log", "text", "topology (cuda, cpu)",
-               "NCCL_DEBUG=INFO output of each all-reduce case"),
+               "NCCL_DEBUG=INFO output of each timed all-reduce launch (INIT/ENV/GRAPH), and "
+               "`<variant>.tuning.log` of the untimed launch before it (NCCL's TUNING lines)"),
+    BundleFile("nccl/*.graph.xml", "text", "topology (cuda)",
+               "NCCL's own ring graph of the plain order, or the NCCL_GRAPH_FILE written for a "
+               "--ring-order (docs/probes.md)"),
     BundleFile("logs/copies-*.log", "text", "topology (cuda, cpu)", "output of each copy-probe launch"),
     BundleFile("imported/*", "data", "import", "the original bytes of every imported file"),
     BundleFile("nccl_topo*.json", "json", "import",

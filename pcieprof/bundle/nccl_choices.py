@@ -59,13 +59,21 @@ class NcclCase:
 
     Attributes:
         variant: the variant (`default`, `proto_ll`, `imported`, ...).
-        ranks: the case's devices in ring order (rank r drives device ranks[r]).
+        ranks: the case's devices in ring order.
         env: the variant's environment.
-        log: the NCCL log in the bundle, or None.
+        log: the NCCL log of the timed launch in the bundle, or None.
         parsed: what NCCL chose, or None (NCCL did not run, or its log was unreadable).
         note: why `parsed` is None, or what it is (a model's assumption).
+        rank_to_device: {rank: device}: NCCL prints rings in rank space; rank r drove this
+            device (the GPUs in PCI order when a ring order goes through NCCL_GRAPH_FILE, else
+            `ranks`). Empty where an entry does not say: then `ranks`.
+        tuning_log: the untimed launch's log with NCCL's TUNING lines (cuda), or None.
+        tuner: NCCL's algorithm/protocol choice per collective from that log.
+        user_env: the user's NCCL_*/TORCH_NCCL_* variables left out of (or kept in) the launch.
+        ring_graph: the NCCL_GRAPH_FILE written for a ring order, and where its header came from.
+        ring_check: whether NCCL's Channel lines show the requested ring (untimed, timed).
         source, backend: provenance when it differs from the bundle's (the fabric model).
-        model: the fabric model's reasons (sim only).
+        model: the fabric model's reasons and known risks (sim only).
     """
 
     variant: str
@@ -74,10 +82,22 @@ class NcclCase:
     log: str | None = None
     parsed: NcclParsed | None = None
     note: str = ""
+    rank_to_device: dict[str, int] = field(default_factory=dict)
+    tuning_log: str | None = None
+    tuner: list[dict[str, Any]] = field(default_factory=list)
+    user_env: dict[str, Any] | None = None
+    ring_graph: dict[str, Any] | None = None
+    ring_check: dict[str, Any] | None = None
     source: str | None = None
     backend: str | None = None
     model: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def device_of(self, rank: int) -> int:
+        """The device NCCL's rank `rank` drove."""
+        if self.rank_to_device:
+            return int(self.rank_to_device[str(rank)])
+        return int(self.ranks[rank])
 
     def ring_devices(self) -> list[int] | None:
         """Channel 0's ring in devices (NCCL prints rings in rank space), or None."""
@@ -86,8 +106,8 @@ class NcclCase:
             return None
         ring = next(iter(rings.values()))
         try:
-            return [int(self.ranks[int(r)]) for r in ring]
-        except (IndexError, TypeError, ValueError):
+            return [self.device_of(int(r)) for r in ring]
+        except (IndexError, KeyError, TypeError, ValueError):
             return None
 
     def shm_links(self) -> list[str]:

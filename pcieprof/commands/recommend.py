@@ -44,9 +44,9 @@ def summary_lines(result: Recommendations) -> list[str]:
         lines += ["", "parallel layouts (best first):"]
         for lay in result.layouts:
             rows = {x.concurrency: x for x in lay.per_concurrency}
-            c1, cmax = rows.get(1), rows[max(rows)]
+            c1, cmax = rows[min(rows)], rows[max(rows)]
             fit = "fits" if lay.fits else "does not fit"
-            step = f"c=1 {c1.step_ms:.1f} ms/step, " if c1 and c1.step_ms is not None else ""
+            step = f"c={c1.concurrency} {c1.step_ms:.1f} ms/step, " if c1.step_ms is not None else ""
             tok = f"{cmax.tok_s:.0f}" if cmax.tok_s is not None else "-"
             lines.append(f"  {lay.label:<24} {fit:<13} weights {lay.weights_gb:.1f} GB/GPU, "
                          f"max concurrency {lay.max_concurrency}, {step}c={cmax.concurrency} "

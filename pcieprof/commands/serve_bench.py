@@ -228,7 +228,7 @@ def _attribute(bundle: Bundle, summary: ServeSummary) -> None:
 
 def _versions() -> dict[str, str | None]:
     try:
-        import torch  # lazy: torch (seconds to import)
+        import torch  # heavy: torch (seconds to import)
 
         return {"torch": torch.__version__}
     except ImportError:

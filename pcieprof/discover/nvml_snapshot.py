@@ -150,7 +150,7 @@ def record_snapshot(nvml: Any = None) -> dict[str, Any]:
     """
     lib = nvml.lib if isinstance(nvml, Nvml) else nvml
     if lib is None:
-        import pynvml  # lazy: pynvml (the NVIDIA driver library)
+        import pynvml  # heavy: pynvml (the NVIDIA driver library)
 
         lib = pynvml
     rec = _Recorder(lib)
@@ -168,9 +168,10 @@ def record_snapshot(nvml: Any = None) -> dict[str, Any]:
 
 def _nvml_error(code: int) -> Exception:
     try:
-        import pynvml  # lazy: pynvml (the NVIDIA driver library)
+        import pynvml  # heavy: pynvml (the NVIDIA driver library)
 
-        return pynvml.NVMLError(code)
+        err: Exception = pynvml.NVMLError(code)
+        return err
     except ImportError:
         e = RuntimeError(f"NVML error {code}")
         e.value = code  # type: ignore[attr-defined]
@@ -188,9 +189,10 @@ class NvmlReplay:
         if not isinstance(snapshot, dict):
             path = Path(snapshot)
             try:
-                snapshot = json.loads(path.read_text())
+                loaded: dict[str, Any] = json.loads(path.read_text())
             except (OSError, json.JSONDecodeError) as e:
                 raise BadInput(f"{path}: cannot read NVML snapshot: {e}") from e
+            snapshot = loaded
         if snapshot.get("format") != FORMAT:
             raise BadInput(f"not an NVML snapshot (format {snapshot.get('format')!r})",
                            hint=f"expected format {FORMAT!r}")

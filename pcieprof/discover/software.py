@@ -35,7 +35,7 @@ def versions(nvml: Any = None) -> dict[str, Any]:
     if w is not nvml:
         w.shutdown()
     try:
-        import torch  # lazy: torch (seconds to import)
+        import torch  # heavy: torch (seconds to import)
 
         out["torch"] = torch.__version__
         out["torch_cuda"] = torch.version.cuda

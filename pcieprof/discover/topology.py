@@ -133,7 +133,7 @@ def assemble(*, source: str, nvml_part: dict[str, Any] | None, devices: list[Pci
 
     virt = dict(virt)
     evidence = list(virt.get("evidence", []))
-    modes = {g.get("virtualization_mode") for g in gpus} - {None}
+    modes = {str(g["virtualization_mode"]) for g in gpus if g.get("virtualization_mode") is not None}
     for m in sorted(modes):
         evidence.append(f"GPU virtualization mode: {m}")
     if modes & {"passthrough", "vgpu"}:

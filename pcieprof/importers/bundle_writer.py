@@ -116,11 +116,12 @@ def _cuda_to_nvml(topo: dict[str, Any], p: Parsed, source: str) -> list[str]:
     by_bus = {str(g.get("bus_id") or "").lower(): g["index"] for g in topo["gpus"] if g.get("bus_id")}
     if not by_bus or not all(g.bus_id for g in p.gpus):
         return []
-    missing = [g.bus_id for g in p.gpus if g.bus_id.lower() not in by_bus]
+    bus = {g.index: str(g.bus_id).lower() for g in p.gpus}  # every one set (checked above)
+    missing = [b for b in bus.values() if b not in by_bus]
     if missing:
         return [f"{source}: GPUs {', '.join(missing)} are not in the machine logs; "
                 "kept with the tool's own numbering"]
-    mapping = {g.index: by_bus[g.bus_id.lower()] for g in p.gpus}
+    mapping = {i: by_bus[b] for i, b in bus.items()}
     if all(k == v for k, v in mapping.items()):
         return []
     note = "; CUDA device -> nvidia-smi index by bus id: " + ", ".join(
@@ -216,9 +217,9 @@ def _write_documents(bundle: Bundle, files: list[ImportedFile]) -> None:
                 by_kind[kind].append((f, docs[kind]))
     if choices.cases:
         bundle.write_doc(choices)
-    for kind, docs in by_kind.items():
-        for f, doc in docs:
-            name = (f"{kind}.json" if len(docs) == 1
+    for kind, found in by_kind.items():
+        for f, doc in found:
+            name = (f"{kind}.json" if len(found) == 1
                     else f"{kind}-{Path(f.stored_as).name.split('.')[0]}.json")
             bundle.write_json(name, {**doc, "source_file": f.stored_as})
 

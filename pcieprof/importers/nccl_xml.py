@@ -171,6 +171,7 @@ def parse_graph_xml(text: str, name: str = "<graph.xml>") -> dict[str, Any]:
                     fail(name, dev.line, "<gpu dev=...> or <net dev=...> inside <channel>",
                          got=f"<{dev.tag}>")
                 d = _int(dev, "dev", name)
+                assert d is not None  # required: _int raised otherwise
                 (gpus if dev.tag == "gpu" else nets).append(d)
                 if dev.tag == "gpu" and gpus.count(d) > 1:
                     fail(name, dev.line, f"each GPU once per channel (gpu dev={d} repeats)")
@@ -262,7 +263,7 @@ def parse_topo_xml(text: str, name: str = "<topo.xml>") -> dict[str, Any]:
             elif child.tag == "nic":
                 walk(child, numaid, path)
             elif child.tag == "net":
-                rec = {k: child.attrs.get(k) for k in ("name", "guid")}
+                rec: dict[str, Any] = {k: child.attrs.get(k) for k in ("name", "guid")}
                 for k in ("dev", "speed", "port", "maxconn", "gdr"):
                     rec[k] = _int(child, k, name, required=k == "dev")
                 rec["latency"] = _float(child, "latency", name, required=False)

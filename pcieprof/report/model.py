@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from pcieprof.analysis.provenance import measured_host, origin, part_provenance
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.document import Readable
+from pcieprof.report.recs import RecsBlock
 
 DocT = TypeVar("DocT", bound=Readable)
 
@@ -99,7 +100,7 @@ class Tree:
     kind: str = "tree"
 
 
-Block = Figure | Table | Note | NoteGroup | Facts | Tree
+Block = Figure | Table | Note | NoteGroup | Facts | Tree | RecsBlock
 
 
 @dataclass

@@ -84,7 +84,8 @@ def run(bundle: Bundle, opts: BenchOptions) -> ServeSummary | None:
     if opts.url:
         return _attached(bundle, opts)
     if opts.base.node_rank > 0:
-        return _follower_node(bundle, opts)
+        _follower_node(bundle, opts)
+        return None
     entries = entries_from(opts.card, opts.base, opts.sweep_file) if opts.sweep \
         else [SweepEntry(opts.base, why="the given configuration")]
     attempts: list[Attempt] = []

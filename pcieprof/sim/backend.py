@@ -97,6 +97,7 @@ def choices_entry(fabric: Fabric, case: Any, tuner: list[dict[str, Any]]) -> Ncc
     """One nccl_choices.json entry, in the shape of the NCCL log parser's `parsed` output."""
     ranks = list(case.ranks)
     n = len(ranks)
+    c: dict[str, Any] = {}
     if n > 1:
         c = collectives.choices(fabric, ranks, case.env)
         # The parser keys peers by rank; the model by GPU: rank i is ranks[i].
@@ -116,7 +117,7 @@ def choices_entry(fabric: Fabric, case: Any, tuner: list[dict[str, Any]]) -> Ncc
     return NcclCase(variant=case.variant, ranks=tuple(ranks), env=dict(case.env), log=None,
                     parsed=parsed, source=SOURCE, backend=BACKEND,
                     model={"p2p_level": level, "why": why,
-                           "gpu_transport": c["transport"] if n > 1 else {},
+                           "gpu_transport": c.get("transport", {}),
                            "known_risks": [{"id": i.id, "title": i.title, "check": i.check,
                                             "sources": list(i.sources)}
                                            for i in vm_cost.known_risks(fabric, case.env, ranks)]},

@@ -46,10 +46,10 @@ GRAPH_FILE = "nccl_graph.xml"
 
 def _candidates() -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
-    p2p = ({}, {"NCCL_P2P_LEVEL": "SYS"}, {"NCCL_P2P_DISABLE": "1"})
-    proto = ({}, {"NCCL_PROTO": "LL"}, {"NCCL_PROTO": "Simple"})
-    chans = ({}, {"NCCL_MIN_NCHANNELS": "8"})
-    graph = ({}, {"NCCL_GRAPH_FILE": GRAPH_FILE})
+    p2p: tuple[dict[str, str], ...] = ({}, {"NCCL_P2P_LEVEL": "SYS"}, {"NCCL_P2P_DISABLE": "1"})
+    proto: tuple[dict[str, str], ...] = ({}, {"NCCL_PROTO": "LL"}, {"NCCL_PROTO": "Simple"})
+    chans: tuple[dict[str, str], ...] = ({}, {"NCCL_MIN_NCHANNELS": "8"})
+    graph: tuple[dict[str, str], ...] = ({}, {"NCCL_GRAPH_FILE": GRAPH_FILE})
     for parts in itertools.product(p2p, proto, chans, graph):
         env: dict[str, str] = {}
         for part in parts:
@@ -420,5 +420,5 @@ if __name__ == "__main__":  # python -m pcieprof.sim.vm_cost [--readme README.md
     import sys
 
     if "--readme" in sys.argv:
-        update_readme(sys.argv[sys.argv.index("--readme") + 1])
+        update_readme(Path(sys.argv[sys.argv.index("--readme") + 1]))
     print(markdown(), end="")

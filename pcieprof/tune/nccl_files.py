@@ -148,8 +148,8 @@ def topo_xml(inferred: InferredTopology, topology: Topology) -> str:
 
 
 def _numa_of(group: list[int], gpus: dict[int, Gpu], default: int) -> int:
-    nodes = {gpus[g].numa_node for g in group if gpus[g].numa_node not in (None, -1)}
-    return int(nodes.pop()) if len(nodes) == 1 else default
+    nodes = {int(n) for g in group if (n := gpus[g].numa_node) is not None and n != -1}
+    return nodes.pop() if len(nodes) == 1 else default
 
 
 def _synthetic_busids(used: set[str]) -> Iterator[str]:

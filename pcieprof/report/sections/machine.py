@@ -114,7 +114,11 @@ def tree_figure(topo: Topology) -> go.Figure | None:
         return None
     by_bdf = {n["bdf"]: n for n in nodes}
     gpu_by_bdf = {str(g.bus_id or "").lower(): g for g in topo.gpus}
-    ids, labels, parents, colors, hover = [], [], [], [], []
+    ids: list[str] = []
+    labels: list[str] = []
+    parents: list[str] = []
+    colors: list[str] = []
+    hover: list[str] = []
     for numa in sorted({n.get("numa_node") for n in nodes if n.get("parent") not in by_bdf},
                        key=lambda x: (x is None, x)):
         ids.append(f"numa:{numa}")
@@ -123,7 +127,7 @@ def tree_figure(topo: Topology) -> go.Figure | None:
         colors.append(_KIND_COLOR["numa"])
         hover.append("NUMA node")
     for n in nodes:
-        parent = n.get("parent") if n.get("parent") in by_bdf else f"numa:{n.get('numa_node')}"
+        parent = str(n["parent"]) if n.get("parent") in by_bdf else f"numa:{n.get('numa_node')}"
         gpu = gpu_by_bdf.get(str(n["bdf"]).lower())
         kind = n.get("kind", "")
         short = {"root_port": "root port", "switch_upstream": "switch", "switch_downstream": "port",
@@ -198,7 +202,10 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                          g.numa_node, g.cpu_affinity,
                          round(g.memory_bytes / 2**30, 1) if g.memory_bytes else None,
                          g.virtualization_mode])
-        sec.blocks.append(Table("GPUs", ["index", "name", "bus id", "link now", "link max", "NUMA",
+        idle = next((g.pcie.get("note") for g in topo.gpus if g.pcie.get("note")), None)
+        if idle:  # discovery reads the link before any load: a lower gen is power saving
+            sec.blocks.append(Note(idle))
+        sec.blocks.append(Table("GPUs", ["index", "name", "bus id", "link at idle", "link max", "NUMA",
                                          "CPU affinity", "memory GiB", "virtualization"], rows,
                                 provenance=prov))
     fig = tree_figure(topo)
