@@ -31,6 +31,7 @@ and waited for, up to RANK_EXIT_WAIT_S, before the next launch starts.
 from __future__ import annotations
 
 import copy
+import ctypes
 import json
 import os
 import re
@@ -46,9 +47,11 @@ from typing import Any, Callable, Mapping
 
 from pcieprof import progress
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.nccl_choices import NcclChoices
+from pcieprof.bundle.rows import AllReduceRow
 from pcieprof.importers.nccl_log import parse_nccl_log
 from probes.nccl_graph import GraphHeader, check_ring, header_from_dump, ring_graph_xml
-from probes.plan import AllReduceCase, Plan, P2PCase
+from probes.plan import AllReduceCase, P2PCase, Plan
 from probes.variants import GLOO_IGNORES_NCCL, NCCL_DEBUG_ENV, NCCL_TUNING_LOG_ENV
 
 #: Seconds a launch may take before its first event (python + torch import on a busy machine).
@@ -159,8 +162,6 @@ def _new_session_with_parent_death() -> None:
     """preexec for torchrun: own session (killpg reaches all of it), SIGTERM if we die."""
     os.setsid()
     try:
-        import ctypes
-
         ctypes.CDLL(None).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
@@ -406,7 +407,7 @@ class ProbeRunner:
 
         Returns per part ("p2p", "concurrent") {status, why, rows, hangs, errors}.
         """
-        from probes.p2p_worker import concurrent_rows, p2p_row
+        from probes.p2p_worker import concurrent_rows, p2p_row  # heavy: torch
 
         nproc = 1 if self.plan.backend == "cuda" else self.plan.nranks
         env: dict[str, str] = {}
@@ -548,7 +549,7 @@ class ProbeRunner:
                 if ev.get("event") == "versions" and ev.get("nccl"):
                     self.bundle.set_versions(nccl=ev["nccl"])
             choices[name] = entry
-            self.bundle.write_json("nccl_choices.json", choices)
+            self.bundle.write_doc(NcclChoices.from_json(choices, "nccl_choices.json"))
             if r.status != "ok":
                 out["hangs" if r.status == "hang" else "errors"] += 1
                 cur = r.current or {}
@@ -557,11 +558,10 @@ class ProbeRunner:
                 where = f"size {size} B, dtype {dtype}" if cur else "before the first message"
                 detail = (f"{r.why} (variant {case.variant}, {where}, "
                           f"ranks {','.join(map(str, case.ranks))})")
-                self.bundle.append_rows("allreduce", [{
-                    "backend": self.plan.backend, "variant": case.variant,
-                    "env": json.dumps(case.env, sort_keys=True), "nranks": len(case.ranks),
-                    "ranks": ",".join(map(str, case.ranks)), "size_bytes": size, "dtype": dtype,
-                    "iters": 0, "status": r.status, "detail": detail}])
+                self.bundle.append_rows("allreduce", [AllReduceRow(
+                    backend=self.plan.backend, variant=case.variant, env=dict(case.env),
+                    nranks=len(case.ranks), ranks=tuple(case.ranks), size_bytes=size,
+                    dtype=dtype, iters=0, status=r.status, detail=detail)])
                 whys.append(f"{case.label}: {r.status}")
                 progress.warn(f"all-reduce {case.label}: {detail}; going on with the next variant")
         if whys:

@@ -26,17 +26,16 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from pcieprof.bundle.rows import AllReduceRow
 from pcieprof.schema import busbw_factor_allreduce
 from probes.gpu_api import CudaApi, TorchCuda
 from probes.plan import AllReduceCase, Plan, iters_for
@@ -87,25 +86,22 @@ def time_back_to_back(op: Callable[[], object], iters: int, trials: int, *,
 
 def allreduce_row(case: AllReduceCase, backend: str, size: int, dtype: str,
                   times_s: list[float], ok: bool, detail: str = "", world: int = 0,
-                  iters: int = 1) -> dict[str, Any]:
+                  iters: int = 1) -> AllReduceRow:
     """The allreduce.csv row of one size from per-trial times (seconds per all-reduce, slowest
     rank); `iters` all-reduces per trial; `world` is the process-group size when it spans several
     nodes."""
     n = world or len(case.ranks)
     # several nodes: the global ranks (each node runs the case's devices in its ring order)
-    ranks = case.ranks if n == len(case.ranks) else list(range(n))
-    row: dict[str, Any] = {"backend": backend, "variant": case.variant,
-                           "env": json.dumps(case.env, sort_keys=True), "nranks": n,
-                           "ranks": ",".join(map(str, ranks)), "size_bytes": size,
-                           "dtype": dtype, "iters": iters, "detail": detail}
+    ranks = tuple(case.ranks) if n == len(case.ranks) else tuple(range(n))
+    row = AllReduceRow(backend=backend, variant=case.variant, env=dict(case.env), nranks=n,
+                       ranks=ranks, size_bytes=size, dtype=dtype, iters=iters, detail=detail)
     if not ok:
-        row.update(status="error", detail="all-reduce result is wrong (checked sum of rank+1)")
+        row.status, row.detail = "error", "all-reduce result is wrong (checked sum of rank+1)"
         return row
     t = statistics.median(times_s)
     algbw = size / t / 1e9
-    row.update(status="ok", time_us=t * 1e6, time_us_min=min(times_s) * 1e6,
-               time_us_max=max(times_s) * 1e6, algbw_gbps=algbw,
-               busbw_gbps=algbw * busbw_factor_allreduce(n))
+    row.time_us, row.time_us_min, row.time_us_max = t * 1e6, min(times_s) * 1e6, max(times_s) * 1e6
+    row.algbw_gbps, row.busbw_gbps = algbw, algbw * busbw_factor_allreduce(n)
     return row
 
 

@@ -12,7 +12,8 @@ Runs, with the project's own code (nothing here is a re-implementation):
 2. Host-to-device and device-to-host copies of 64 MiB through `probes.p2p_worker.CudaCopier`
    (pinned host memory on the GPU's NUMA node, CUDA-event timing with the stream held until the
    copies are queued, pattern check), and P2P copies when there are two GPUs.
-3. A one-GPU all-reduce sweep (8 B .. 1 MiB, bf16 and fp32) through `pcieprof.probe_runner`:
+3. A one-GPU all-reduce sweep (8 B .. 1 MiB, bf16 and fp32) through the measurement session
+   (`pcieprof.measurement`, which runs `pcieprof.probe_runner`):
    real torchrun launches (untimed with NCCL's tuner log, then timed) with NCCL_DEBUG=INFO, rows
    into a bundle, what NCCL chose parsed.
 Prints one line per check and `selftest: ok` (exit 0) or `selftest: FAILED` (exit 1); the
@@ -32,8 +33,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pcieprof.bundle import Bundle
 from pcieprof.discover.pci import normalize_bdf
+from pcieprof.measurement import MeasurementSession
 from probes.gpu_api import CudaApi
+from probes.plan import AllReduceCase, Plan, sizes_pow2
 
 #: Seconds between NVML reads of the link generation while the copies run.
 LINK_SAMPLE_S = 0.005
@@ -164,22 +168,18 @@ def copies(ordinal: int, n_gpus: int) -> list[dict[str, Any]]:
 
 
 def allreduce(index: int, out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """A one-GPU all-reduce sweep through the real runner (torchrun + NCCL) into a bundle."""
-    from pcieprof.bundle import Bundle
-    from pcieprof.probe_runner import ProbeRunner
-    from probes.plan import AllReduceCase, Plan, sizes_pow2
-
+    """A one-GPU all-reduce sweep through the measurement session (torchrun + NCCL, as
+    `pcieprof topology` runs it) into a bundle."""
     case = AllReduceCase("default", {}, [index], sizes_pow2(8, 1 << 20), ["bf16", "fp32"], 2, 10)
     plan = Plan(backend="cuda", devices=[index], allreduce=[case], timeout_s=120)
     bundle = Bundle.create(out / "bundle", command="gpu_selftest", source="measured",
                            backend="cuda", force=True)
-    runner = ProbeRunner(bundle, plan)
-    try:
-        res = runner.run_allreduce()
-    finally:
-        runner.cleanup()
+    with MeasurementSession(bundle) as session:
+        session.measure(plan)
+    bundle.finish()
     rows = bundle.read_table("allreduce").to_dict("records")
-    return rows, {"result": res, "choices": bundle.read_json("nccl_choices.json", {}),
+    return rows, {"result": bundle.part("allreduce"),
+                  "choices": bundle.read_json("nccl_choices.json", {}),
                   "nccl": bundle.manifest["versions"].get("nccl")}
 
 

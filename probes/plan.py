@@ -22,7 +22,6 @@ MiB = 1024 * 1024
 
 PATHS = ("p2p", "host_staged", "h2d", "d2h")
 DIRECTIONS = ("uni", "bi")
-KINDS = ("bandwidth", "latency")
 OPS = ("write", "read")
 PATTERNS = ("ring", "shared_uplink", "all_to_all")
 DTYPES = ("bf16", "fp32")

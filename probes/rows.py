@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -45,9 +46,11 @@ class RowWriter:
         self._f.flush()
         os.fsync(self._f.fileno())
 
-    def row(self, table: str, row: dict[str, Any]) -> None:
-        """One row for `<table>.csv` (NaN is written as null)."""
-        self._write({"table": table, "row": {k: _finite(v) for k, v in row.items()}})
+    def row(self, table: str, row: Any) -> None:
+        """One row for a bundle table: a typed row of pcieprof.bundle.rows or a dict of its
+        columns (NaN is written as null)."""
+        cells = asdict(row) if is_dataclass(row) and not isinstance(row, type) else dict(row)
+        self._write({"table": table, "row": {k: _finite(v) for k, v in cells.items()}})
 
     def event(self, name: str, **fields: Any) -> None:
         """A progress event (e.g. `start` of a case), stamped with the rank and the time."""

@@ -104,8 +104,3 @@ def split(start: np.ndarray, end: np.ndarray, bits: np.ndarray,
     exclusive = np.bincount(mask[:-1], weights=seg, minlength=8)
     span = (window[1] - window[0]) if window else float(ts[-1] - ts[0])
     return Split(float(span), tuple(float(x) for x in exclusive[:8]))
-
-
-def union_length(start: np.ndarray, end: np.ndarray) -> float:
-    """Total length of the union of intervals (us)."""
-    return split(start, end, np.full(start.size, COMM_BIT, dtype=np.int8)).comm_us

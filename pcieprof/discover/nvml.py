@@ -12,6 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from pcieprof.discover.pci import normalize_bdf
+
 #: One-line hint shown when NVML cannot start.
 NO_DRIVER_HINT = "is the NVIDIA driver installed? use --backend cpu"
 
@@ -71,7 +73,7 @@ def _p2p_index(name: str, default: int) -> int:
     comma); NVML needs the integer.
     """
     try:
-        import pynvml
+        import pynvml  # heavy: pynvml (the NVIDIA driver library, absent on many machines)
 
         value = getattr(pynvml, name, default)
     except ImportError:
@@ -159,7 +161,7 @@ class Nvml:
             return self.status
         if self.lib is None:
             try:
-                import pynvml
+                import pynvml  # heavy: pynvml (the NVIDIA driver library, absent on many machines)
 
                 self.lib = pynvml
             except ImportError as e:
@@ -234,8 +236,6 @@ def _cuda_version(v: int) -> str:
 
 
 def _bus_id(pci: Any) -> str:
-    from pcieprof.discover.pci import normalize_bdf
-
     return normalize_bdf(_text(pci.busId))
 
 

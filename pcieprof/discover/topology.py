@@ -14,6 +14,7 @@ from typing import Any
 from pcieprof.discover import pcie_tree, system
 from pcieprof.discover.lspci import parse_lspci, run_lspci
 from pcieprof.discover.nvml import Nvml, collect
+from pcieprof.discover.nvml_snapshot import NvmlReplay
 from pcieprof.discover.pci import PciDevice
 from pcieprof.discover.sysfs import merge_lspci, read_sysfs_pci
 
@@ -186,8 +187,6 @@ def discover(*, nvml: Any = None, root: str | Path = "/", use_lspci: bool = True
     live = Path(root).resolve() == Path("/")
     status: dict[str, str] = {}
     if isinstance(nvml, (dict, str, Path)):
-        from pcieprof.discover.nvml_snapshot import NvmlReplay
-
         nvml = NvmlReplay(nvml)
     if nvml is None and not live:
         nvml_part = None

@@ -21,6 +21,8 @@ from typing import Any
 
 from pcieprof import progress
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices, NcclParsed
+from pcieprof.bundle.topology import Topology
 from pcieprof.errors import BadInput
 from pcieprof.importers import topology as topo_mod
 from pcieprof.importers.detect import FORMATS, MACHINE_LOGS
@@ -163,7 +165,7 @@ def import_files(paths: list[Path], out: Path, *, force: bool = False,
         f.stored_as = "imported/" + _stored_name(f.path, taken)
         bundle.file(f.stored_as).write_bytes(f.raw)
         bundle.register(f.stored_as)  # the manifest lists every file, as write_json does
-    bundle.write_json("topology.json", topo)
+    bundle.write_doc(Topology.from_json(topo))
     bundle.set_part("discovery", Status.OK.value, files=[str(f.path) for f in files
                                                          if f.parsed.format in MACHINE_LOGS])
     counts = _write_tables(bundle, files)
@@ -200,21 +202,21 @@ def _write_tables(bundle: Bundle, files: list[ImportedFile]) -> dict[str, int]:
 
 
 def _write_documents(bundle: Bundle, files: list[ImportedFile]) -> None:
-    choices: dict[str, Any] = {}
+    choices = NcclChoices()
     by_kind: dict[str, list[tuple[ImportedFile, Any]]] = {"nccl_topo": [], "nccl_graph": []}
     for f in files:
         docs = f.parsed.documents
         if "nccl_choices" in docs:
             parsed = docs["nccl_choices"]
             main = max(parsed["comms"], key=lambda c: c["nranks"], default=None)
-            choices[f"imported:{Path(f.stored_as).name}"] = {
-                "variant": "imported", "ranks": [int(r) for r in main["ranks"]] if main else [],
-                "env": parsed["env"], "log": f.stored_as, "parsed": parsed}
+            choices.cases[f"imported:{Path(f.stored_as).name}"] = NcclCase(
+                variant="imported", ranks=tuple(int(r) for r in main["ranks"]) if main else (),
+                env=dict(parsed["env"]), log=f.stored_as, parsed=NcclParsed.from_json(parsed))
         for kind in by_kind:
             if kind in docs:
                 by_kind[kind].append((f, docs[kind]))
-    if choices:
-        bundle.write_json("nccl_choices.json", choices)
+    if choices.cases:
+        bundle.write_doc(choices)
     for kind, found in by_kind.items():
         for f, doc in found:
             name = (f"{kind}.json" if len(found) == 1

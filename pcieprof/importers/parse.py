@@ -9,7 +9,6 @@ from pcieprof.discover.lspci import parse_lspci
 from pcieprof.discover.smi_query import parse_smi_query
 from pcieprof.discover.topo_matrix import parse_topo_matrix
 from pcieprof.errors import BadInput
-
 from pcieprof.importers import nccl_log, nccl_tests, nccl_xml, nvbandwidth
 from pcieprof.importers import p2p_bandwidth_latency, simple_p2p, topo_p2p
 from pcieprof.importers._text import fail

@@ -24,6 +24,8 @@ from typing import Any
 from pcieprof.errors import BadInput
 
 PROFILE_DIR = "profiles"
+#: The profile `--backend sim`, the demo and the VM pricing use unless told otherwise.
+DEFAULT_PROFILE = "rtxpro6000-8x-vm"
 
 #: PCIe signalling per generation: (GT/s per lane, line-code efficiency).
 PCIE_GEN: dict[int, tuple[float, float]] = {
@@ -625,9 +627,6 @@ class _Reader:
 
 
 # -- topology.json ---------------------------------------------------------------------------------
-
-LEVEL_ORDER = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
-
 
 def pair_level(fabric: Fabric, a: int, b: int, *, guest: bool = False) -> str:
     """The `nvidia-smi topo -m` level between two GPUs, on the real tree or as the guest sees it.

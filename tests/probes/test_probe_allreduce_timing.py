@@ -37,8 +37,8 @@ def test_host_clock_trials_divide_by_the_collectives_in_them() -> None:
 def test_row_keeps_median_over_trials_and_iters_per_trial() -> None:
     case = AllReduceCase("default", {}, [0, 1], [1024], ["bf16"], 2, 10)
     row = allreduce_row(case, "cuda", 1024, "bf16", [3e-6, 1e-6, 2e-6], True, iters=10)
-    assert (row["time_us"], row["time_us_min"], row["time_us_max"]) == pytest.approx((2.0, 1.0, 3.0))
-    assert row["iters"] == 10 and TRIALS >= 3
+    assert (row.time_us, row.time_us_min, row.time_us_max) == pytest.approx((2.0, 1.0, 3.0))
+    assert row.iters == 10 and TRIALS >= 3
 
 
 def test_the_timed_launch_logs_no_line_per_collective() -> None:

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.probe_runner import ProbeRunner
 from probes.plan import build_plan
 
@@ -28,6 +29,9 @@ def test_choices_from_a_real_nccl_log(tmp_path: Path, samples: Path) -> None:
     assert parsed["rings"]["0"] == [0, 1, 2, 3]
     assert entry["rank_to_device"] == {"0": 3, "1": 1, "2": 0, "3": 2}
     assert entry["log"] == "nccl/default.log"
+    # read back through the typed document: NCCL's rank-space ring as devices
+    case = NcclChoices.from_json({"default": {**entry, "parsed": parsed}}).cases["default"]
+    assert case.ring_devices() == [3, 1, 0, 2]
 
 
 def test_cpu_choices_say_nccl_was_not_used(tmp_path: Path) -> None:

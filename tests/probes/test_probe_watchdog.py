@@ -58,7 +58,7 @@ def test_hang_and_dead_rank_are_recorded_and_the_sweep_goes_on(tmp_path: Path,
     hang = df[df["status"] == "hang"]
     assert len(hang) == 1
     h = hang.iloc[0]
-    assert (h["variant"], h["size_bytes"], h["ranks"]) == ("default", 1024, "0,1")
+    assert (h["variant"], h["size_bytes"], h["ranks"]) == ("default", 1024, (0, 1))
     assert "no progress" in h["detail"] and "size 1024" in h["detail"]
     # rows measured before the hang are kept (bf16 8 B .. 512 B)
     ok_default = df[(df["variant"] == "default") & (df["status"] == "ok")]

@@ -1,4 +1,6 @@
-"""Model cards: the served models as readable data files (pcieprof/serve/cards/<name>.toml).
+"""Model cards: the served models as readable data files (pcieprof/cards/<name>.toml).
+
+A foundation module: measuring (serve-bench), analysis, tuning and the report all read cards.
 
 A card holds what the analysis needs (layers, dense/MoE split, hidden size, experts, attention
 shape, vocab), the weight bytes per parameter group, the KV-cache bytes per token per layer, and
@@ -211,9 +213,13 @@ class ModelCard:
             per_layer = per_layer / tp
         return per_layer * self.num_layers / pp
 
-    def allreduce_bytes_per_token(self, dtype_bytes: int = 2) -> int:
-        """Size of one TP all-reduce of the hidden state for one token (bytes)."""
-        return self.hidden_size * dtype_bytes
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes per activation element: 4 when every weight group is fp32 (the reference
+        server computes in fp32), else 2 (bf16, what SGLang all-reduces at decode)."""
+        if self.weights and all(g.dtype == "fp32" for g in self.weights.values()):
+            return 4
+        return 2
 
 
 def available_cards() -> list[str]:
