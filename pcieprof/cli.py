@@ -6,7 +6,7 @@ shows the traceback instead.
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import sys
 import traceback
 from typing import Any
@@ -17,19 +17,20 @@ from pcieprof import __version__, progress
 from pcieprof.commands.options import verbosity
 from pcieprof.errors import ExitCode, PcieprofError
 
-# subcommand name -> module in pcieprof.commands. Imported lazily so that `pcieprof --help` and
-# light commands do not pay for torch or plotly.
-COMMANDS: dict[str, str] = {
-    "topology": "topology",
-    "import": "import_",
-    "sim": "sim",
-    "serve-bench": "serve_bench",
-    "reference-server": "reference_server",
-    "attribute": "attribute",
-    "report": "report",
-    "recommend": "recommend",
-    "compare": "compare",
-    "demo": "demo",
+# subcommand name -> (module in pcieprof.commands, one line for --help). A module is imported
+# only when its command runs, so `pcieprof --help` and light commands do not pay for torch,
+# pandas or plotly.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "topology": ("topology", "Discover GPUs, PCIe tree, IOMMU/ACS/VM; probe P2P and all-reduce."),
+    "import": ("import_", "Import other tools' outputs (nvidia-smi, nccl-tests, ...) as a bundle."),
+    "sim": ("sim", "The PCIe fabric model: profiles, their tree, the calibration table."),
+    "serve-bench": ("serve_bench", "Launch or attach SGLang, drive load, profile and attribute."),
+    "reference-server": ("reference_server", "Run pcieprof's reference server (a test target)."),
+    "attribute": ("attribute", "Split decode time into communication, compute and idle."),
+    "report": ("report", "Write the offline HTML report of one or more bundles."),
+    "recommend": ("recommend", "Recommend NCCL settings, ring order and parallel layout."),
+    "compare": ("compare", "Compare the metrics of two bundles; exit 1 on a regression."),
+    "demo": ("demo", "Everything above on a simulated 8-GPU VM box, no GPU needed."),
 }
 
 
@@ -37,27 +38,22 @@ class LazyGroup(click.Group):
     """A group whose subcommands are imported only when used."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return [name for name in COMMANDS if self._available(name)]
+        return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS:
             return None
-        try:
-            module = importlib.import_module(f"pcieprof.commands.{COMMANDS[name]}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"pcieprof.commands.{COMMANDS[name]}":
-                return None
-            raise
+        module = importlib.import_module(f"pcieprof.commands.{COMMANDS[name][0]}")
         return getattr(module, "command")
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, text) for name, (_, text) in COMMANDS.items()])
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         # Verbosity is process state set by eager options; start each invocation from the default.
         progress.configure(quiet=False, debug=False)
         return super().main(*args, **kwargs)
-
-    @staticmethod
-    def _available(name: str) -> bool:
-        return importlib.util.find_spec(f"pcieprof.commands.{COMMANDS[name]}") is not None
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

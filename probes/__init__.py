@@ -6,5 +6,4 @@
 - allreduce_worker: the all-reduce sweep of one variant over one group.
 - rows: how workers hand rows and heartbeat events to the runner (per-rank JSONL), test hooks.
 - pattern: the byte pattern every copy moves and the receiver checks.
-- gpu_selftest: a short proof script for a machine with a GPU.
 """

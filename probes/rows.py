@@ -11,16 +11,22 @@ size in bytes for the all-reduce worker, the P2P case index for the copy worker,
 a concurrent case), only in the launch called `label` (an all-reduce variant name, or `copies`)
 when given; `PCIEPROF_TEST_DIE` (same syntax) makes it exit with status 17 there, and
 `PCIEPROF_TEST_CORRUPT` (same syntax, copy worker, cpu backend) flips one received byte before
-the check, to prove that wrong bytes become status=error. Both need the guard variable too, so a stray setting cannot trigger them. They exist only
-to test the watchdog (tests/probes/).
+the check, to prove that wrong bytes become status=error; `PCIEPROF_TEST_STUCK` (same syntax)
+makes that rank a process that outlives its launch, as one stuck in the driver does: it stops
+dying with its parent, ignores SIGTERM, SIGINT and SIGHUP, and sleeps (only SIGKILL ends it).
+All need the guard variable too, so a stray setting cannot trigger them. They exist only to test
+the watchdog (tests/probes/).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import sys
 import time
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -40,9 +46,11 @@ class RowWriter:
         self._f.flush()
         os.fsync(self._f.fileno())
 
-    def row(self, table: str, row: dict[str, Any]) -> None:
-        """One row for `<table>.csv` (NaN is written as null)."""
-        self._write({"table": table, "row": {k: _finite(v) for k, v in row.items()}})
+    def row(self, table: str, row: Any) -> None:
+        """One row for a bundle table: a typed row of pcieprof.bundle.rows or a dict of its
+        columns (NaN is written as null)."""
+        cells = asdict(row) if is_dataclass(row) and not isinstance(row, type) else dict(row)
+        self._write({"table": table, "row": {k: _finite(v) for k, v in cells.items()}})
 
     def event(self, name: str, **fields: Any) -> None:
         """A progress event (e.g. `start` of a case), stamped with the rank and the time."""
@@ -69,14 +77,20 @@ def test_hook(rank: int, where: int, label: str) -> None:
     asks for it."""
     if os.environ.get("PCIEPROF_TEST_HOOKS") != _GUARD:
         return
-    for var, act in (("PCIEPROF_TEST_HANG", "hang"), ("PCIEPROF_TEST_DIE", "die")):
+    for var, act in (("PCIEPROF_TEST_HANG", "hang"), ("PCIEPROF_TEST_DIE", "die"),
+                     ("PCIEPROF_TEST_STUCK", "stuck")):
         spec = os.environ.get(var, "")
         if not spec:
             continue
         r, w, lab = (spec.split(":") + ["", ""])[:3]
         if r.strip() == str(rank) and w.strip() == str(where) and lab.strip() in ("", label):
-            if act == "hang":
-                print(f"pcieprof test hook: rank {rank} hangs at {where}", file=sys.stderr, flush=True)
+            if act == "stuck":
+                _set_parent_death_signal(0)
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                    signal.signal(sig, signal.SIG_IGN)
+            if act in ("hang", "stuck"):
+                print(f"pcieprof test hook: rank {rank} {act}s at {where}", file=sys.stderr,
+                      flush=True)
                 while True:
                     time.sleep(3600)
             print(f"pcieprof test hook: rank {rank} dies at {where}", file=sys.stderr, flush=True)
@@ -91,16 +105,17 @@ def test_corrupt(rank: int, where: int, label: str) -> bool:
     return r.strip() == str(rank) and w.strip() == str(where) and lab.strip() in ("", label)
 
 
+def _set_parent_death_signal(sig: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def die_with_parent() -> None:
     """Ask Linux to kill this worker when its parent (the torchrun agent) dies, so a killed run
     never leaves workers behind (PR_SET_PDEATHSIG; a no-op elsewhere)."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    _set_parent_death_signal(int(signal.SIGKILL))
 
 
 def exit_now(code: int) -> None:

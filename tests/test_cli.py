@@ -18,3 +18,15 @@ def test_unknown_command_is_one_line_error() -> None:
     r = run("no-such-command")
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
+
+
+def test_help_imports_no_command_module() -> None:
+    """`pcieprof --help` lists the commands from cli.COMMANDS: no command module, so none of
+    torch, pandas or plotly, is imported for it."""
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "pcieprof", "--help"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "serve-bench" in r.stdout
+    imported = {ln.split("|")[-1].strip() for ln in r.stderr.splitlines() if "|" in ln}
+    heavy = {m for m in imported if m.split(".")[0] in ("torch", "pandas", "plotly")
+             or (m.startswith("pcieprof.commands.") and m != "pcieprof.commands.options")}
+    assert not heavy, sorted(heavy)[:10]

@@ -22,9 +22,10 @@ are all fp32 (the reference server):
   one MTP layer (2 all-reduces of batch x hidden) plus the LM-head all-gather, then the verify
   pass of the whole model over batch x draft_tokens tokens.
 
-Pricing: the allreduce.csv rows of the right group size and variant, interpolated log-log in
-size (below the smallest size: the smallest size's time, the latency floor; above the largest:
-time grows linearly with size). Assumed, and said so in the output: an all-gather of S bytes
+Pricing: the all-reduce curve of the right group size and variant, read by the one rule of
+pcieprof.analysis.curves (log-log between measured sizes, the latency floor below, linear in size
+above the largest; a price that extrapolates says so in `notes`). Assumed, and said so in the
+output: an all-gather of S bytes
 costs half an all-reduce of S (a ring all-gather runs n-1 of the all-reduce's 2(n-1) steps); an
 all-to-all of S bytes in total costs an all-reduce of S/2 (it moves (n-1)/n of S per rank, the
 all-reduce 2(n-1)/n); a P2P send is priced from p2p.csv (latency + size / bandwidth) when the
@@ -38,9 +39,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from pcieprof.analysis.curves import Curve, Curves
+from pcieprof.analysis.provenance import part_provenance
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.attribution import Attribution
+from pcieprof.bundle.rows import DecodeCurveRow
+from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput
 
 ALL_REDUCE, ALL_GATHER, ALL_TO_ALL, P2P = "all_reduce", "all_gather", "all_to_all", "p2p"
@@ -67,7 +72,6 @@ class Layout:
         speculative: MTP speculative decoding on.
         spec_steps: draft passes per step (SGLang --speculative-num-steps).
         draft_tokens: tokens verified per request (SGLang --speculative-num-draft-tokens).
-        variant: the allreduce.csv variant to price with ("default").
     """
 
     tp: int = 8
@@ -79,7 +83,6 @@ class Layout:
     speculative: bool = False
     spec_steps: int = 3
     draft_tokens: int = 4
-    variant: str = "default"
 
     def __post_init__(self) -> None:
         if self.tp < 1 or self.ep < 1 or self.pp < 1:
@@ -133,14 +136,7 @@ class Collective:
     phase: str = "decode"
 
 
-def _act_bytes(card: Any) -> int:
-    weights = getattr(card, "weights", {}) or {}
-    if weights and all(g.dtype == "fp32" for g in weights.values()):
-        return 4
-    return 2
-
-
-def _forward(card: Any, layout: Layout, tokens: int, phase: str, a: int) -> list[Collective]:
+def _forward(card: ModelCard, layout: Layout, tokens: int, phase: str, a: int) -> list[Collective]:
     """Collectives of one forward pass of the whole model over `tokens` tokens."""
     h, tp = card.hidden_size, layout.tp
     out: list[Collective] = []
@@ -176,18 +172,18 @@ def _forward(card: Any, layout: Layout, tokens: int, phase: str, a: int) -> list
     return out
 
 
-def count_collectives(card: Any, layout: Layout, batch: int) -> list[Collective]:
+def count_collectives(card: ModelCard, layout: Layout, batch: int) -> list[Collective]:
     """The collectives of one decode step at batch size `batch` (requests decoding together).
 
     Args:
-        card: a pcieprof.serve.cards.ModelCard (num_layers, num_dense_layers, num_moe_layers,
+        card: a pcieprof.cards.ModelCard (num_layers, num_dense_layers, num_moe_layers,
             hidden_size, vocab_size, experts_per_token, mtp_layers).
         layout: the parallel layout.
         batch: requests in the step (each decodes one token, or draft_tokens when speculative).
     """
     if batch < 1:
         raise BadInput(f"batch must be >= 1 (got {batch})")
-    a = _act_bytes(card)
+    a = card.activation_bytes
     if not layout.speculative:
         return _forward(card, layout, batch, "decode", a)
     if card.mtp_layers < 1:
@@ -205,43 +201,56 @@ def count_collectives(card: Any, layout: Layout, batch: int) -> list[Collective]
 
 
 class Pricer:
-    """Times of collectives from a topology bundle's allreduce.csv (and p2p.csv)."""
+    """Times of collectives from a topology bundle's all-reduce curves (and its p2p.csv).
+
+    Args:
+        bundle: a bundle with allreduce.csv (measured, simulated or imported).
+        variant: the all-reduce variant to price with; when the bundle lacks it, the default
+            curve (said in `notes`).
+
+    Raises:
+        BadInput: the bundle has no usable all-reduce rows.
+    """
 
     def __init__(self, bundle: Bundle, variant: str = "default") -> None:
-        ar = bundle.read_table("allreduce")
-        ar = ar[(ar["status"] == "ok") & ar["time_us"].notna() & (ar["size_bytes"] > 0)]
-        if ar.empty:
+        self.curves = Curves(bundle.read_table("allreduce"))
+        if not len(self.curves):
             raise BadInput(f"{bundle.path}: no usable all-reduce rows in allreduce.csv",
                            hint="run pcieprof topology (or --backend sim) first")
         self.bundle = bundle
-        self.variant = variant if (ar["variant"] == variant).any() else str(ar["variant"].iloc[0])
-        self.ar = ar[ar["variant"] == self.variant]
+        base = self.curves.default()
+        self.variant = variant if any(c.variant == variant for c in self.curves) \
+            else (base.variant if base else next(iter(self.curves)).variant)
         self.p2p = bundle.read_table("p2p")
+        self.source = (bundle.part("allreduce").get("source") or bundle.source)
+        self.backend = (bundle.part("allreduce").get("backend") or bundle.backend)
+        self.provenance = part_provenance(bundle.manifest, "allreduce")
         self.notes: list[str] = []
         if self.variant != variant:
             self.notes.append(f"variant {variant!r} not in the bundle; priced with {self.variant!r}")
 
-    def _curve(self, nranks: int) -> tuple[np.ndarray, np.ndarray, int]:
-        have = sorted(int(n) for n in self.ar["nranks"].unique())
-        n = nranks if nranks in have else min(have, key=lambda k: (abs(k - nranks), -k))
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def curve(self, nranks: int) -> Curve:
+        """The curve priced with for a group of `nranks` (the nearest group size the bundle
+        has when it lacks that one, said in `notes`)."""
+        n = nranks if any(c.nranks == nranks for c in self.curves) \
+            else self.curves.nearest_group(nranks)
         if n != nranks:
-            note = f"no {nranks}-rank all-reduce in the bundle; priced with the {n}-rank curve"
-            if note not in self.notes:
-                self.notes.append(note)
-        rows = self.ar[self.ar["nranks"] == n]
-        if (rows["dtype"] == "bf16").any():
-            rows = rows[rows["dtype"] == "bf16"]
-        g = rows.groupby("size_bytes")["time_us"].median().sort_index()
-        return g.index.to_numpy(dtype=float), g.to_numpy(dtype=float), n
+            self._note(f"no {nranks}-rank all-reduce in the bundle; priced with the {n}-rank curve")
+        return (self.curves.find(variant=self.variant, nranks=n) or self.curves.default(nranks=n)
+                or next(c for c in self.curves if c.nranks == n))
 
     def allreduce_us(self, nranks: int, size_bytes: float) -> tuple[float, int]:
-        """All-reduce time (us) for `size_bytes` over `nranks` and the group size priced with."""
-        sizes, times, n = self._curve(nranks)
-        if size_bytes <= sizes[0]:
-            return float(times[0]), n
-        if size_bytes >= sizes[-1]:
-            return float(times[-1] * size_bytes / sizes[-1]), n
-        return float(np.exp(np.interp(np.log(size_bytes), np.log(sizes), np.log(times)))), n
+        """All-reduce time (us) for `size_bytes` over `nranks`, and the group size priced with."""
+        c = self.curve(nranks)
+        if not c.covers(size_bytes):
+            self._note(f"{c.nranks}-rank all-reduce of {int(size_bytes)} B is outside the measured "
+                       f"sizes ({c.min_size}..{c.max_size} B): priced by the curves' "
+                       f"extrapolation rule")
+        return c.at(size_bytes), c.nranks
 
     def p2p_us(self, size_bytes: float) -> tuple[float, str]:
         p = self.p2p
@@ -269,20 +278,19 @@ class Pricer:
         return {**asdict(c), "time_us_each": t, "time_us": t * c.count, "priced_with": how}
 
 
-def predict_step_comm(card: Any, layout: Layout, batch: int, topology_bundle: Bundle) -> dict[str, Any]:
+def predict_step_comm(card: ModelCard, layout: Layout, batch: int, pricer: Pricer) -> dict[str, Any]:
     """Predicted communication time of one decode step (us), collective by collective.
 
     Args:
-        card: a ModelCard.
+        card: the model.
         layout: the parallel layout.
         batch: requests decoding together.
-        topology_bundle: a bundle with allreduce.csv (measured, simulated or imported).
+        pricer: the topology bundle's curves (`Pricer(bundle, layout.variant)`).
 
     Returns:
         {"total_us", "n_collectives", "collectives": [...], "by_op": {op: us}, "source",
          "backend", "variant", "notes", "assumptions", ...}.
     """
-    pricer = Pricer(topology_bundle, layout.variant)
     rows = [pricer.price(c) for c in count_collectives(card, layout, batch)]
     by_op: dict[str, float] = {}
     for r in rows:
@@ -291,40 +299,37 @@ def predict_step_comm(card: Any, layout: Layout, batch: int, topology_bundle: Bu
         "model": card.name, "layout": asdict(layout), "layout_label": layout.label(),
         "batch": batch, "total_us": float(sum(r["time_us"] for r in rows)),
         "n_collectives": int(sum(r["count"] for r in rows)), "by_op": by_op, "collectives": rows,
-        "source": topology_bundle.part("allreduce").get("source") or topology_bundle.source,
-        "backend": topology_bundle.part("allreduce").get("backend") or topology_bundle.backend,
-        "topology_bundle": str(topology_bundle.path), "variant": pricer.variant,
-        "notes": pricer.notes, "assumptions": ASSUMPTIONS,
+        "source": pricer.source, "backend": pricer.backend,
+        "topology_bundle": str(pricer.bundle.path), "variant": pricer.variant,
+        "notes": list(pricer.notes), "assumptions": ASSUMPTIONS,
     }
 
 
 # -- comparing the model with measurements -------------------------------------------------------
 
 def measured_decode_steps(serve_bundle: Bundle | None) -> dict[int, float]:
-    """Batch size -> measured decode step time (ms) from serve/decode_curve.csv, if present."""
-    if serve_bundle is None or not serve_bundle.has("serve/decode_curve.csv"):
+    """Batch size -> measured decode step time (ms) from serve/decode_curve.csv (ok rows)."""
+    if serve_bundle is None:
         return {}
-    df = pd.read_csv(serve_bundle.path / "serve" / "decode_curve.csv")
-    bcol = next((c for c in ("batch_size", "batch", "bs", "concurrency") if c in df.columns), None)
-    tcol = next((c for c in ("step_ms", "decode_step_ms", "step_time_ms", "tpot_ms", "median_step_ms")
-                 if c in df.columns), None)
-    if bcol is None or tcol is None:
-        return {}
-    if "status" in df.columns:
-        df = df[df["status"].astype(str) == "ok"]
-    return {int(b): float(t) for b, t in df.groupby(bcol)[tcol].median().items()}
+    steps: dict[int, list[float]] = {}
+    for r in serve_bundle.rows(DecodeCurveRow):
+        if r.status == "ok" and r.step_time_ms == r.step_time_ms:
+            steps.setdefault(int(r.batch_size), []).append(float(r.step_time_ms))
+    return {b: float(np.median(v)) for b, v in sorted(steps.items())}
 
 
-def trace_decode_comm(attribution: dict[str, Any] | None) -> dict[int, dict[str, float]]:
+def trace_decode_comm(attribution: Attribution | None) -> dict[int, dict[str, float]]:
     """Batch size -> mean per-step comm/exposed/span (ms) of DECODE steps in attribution.json
     (mean over ranks of the per-rank means)."""
-    if not attribution:
+    if attribution is None:
         return {}
     acc: dict[int, dict[int, list[dict[str, float]]]] = {}
-    for s in attribution.get("steps", []):
-        if s.get("kind") != "DECODE" or s.get("bs") is None:
+    for s in attribution.steps:
+        if s.kind != "DECODE" or s.bs is None:
             continue
-        acc.setdefault(int(s["bs"]), {}).setdefault(int(s["rank"]), []).append(s)
+        acc.setdefault(int(s.bs), {}).setdefault(int(s.rank), []).append(
+            {"comm_us": s.comm_us or 0.0, "exposed_comm_us": s.exposed_comm_us or 0.0,
+             "span_us": s.span_us or 0.0})
     out = {}
     for bs, by_rank in acc.items():
         per = [{k: float(np.mean([x[k] for x in steps])) for k in ("comm_us", "exposed_comm_us", "span_us")}
@@ -334,9 +339,9 @@ def trace_decode_comm(attribution: dict[str, Any] | None) -> dict[int, dict[str,
     return out
 
 
-def comparison_table(card: Any, layout: Layout, batches: list[int], topology_bundle: Bundle,
+def comparison_table(card: ModelCard, layout: Layout, batches: list[int], pricer: Pricer,
                      serve_bundle: Bundle | None = None,
-                     attribution: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                     attribution: Attribution | None = None) -> list[dict[str, Any]]:
     """Per batch size: measured step, predicted comm, trace comm, exposed comm, disagreement.
 
     measured_step_ms comes from serve/decode_curve.csv, else from the trace's DECODE step spans;
@@ -347,7 +352,7 @@ def comparison_table(card: Any, layout: Layout, batches: list[int], topology_bun
     traced = trace_decode_comm(attribution)
     rows = []
     for b in batches:
-        p = predict_step_comm(card, layout, b, topology_bundle)
+        p = predict_step_comm(card, layout, b, pricer)
         pred_ms = p["total_us"] / 1e3
         t = traced.get(b, {})
         step = measured.get(b, t.get("span_ms"))

@@ -60,8 +60,8 @@ class Split:
         """Communication time not hidden by any compute."""
         return float(self.exclusive[1] + self.exclusive[3])
 
-    def as_dict(self) -> dict[str, float]:
-        d = {
+    def as_dict(self) -> dict[str, float | None]:
+        d: dict[str, float | None] = {
             "span_us": self.span_us, "busy_us": self.busy_us, "idle_us": self.idle_us,
             "comm_us": self.comm_us, "compute_us": self.compute_us, "memory_us": self.memory_us,
             "comm_overlap_compute_us": self.comm_overlap_compute_us,
@@ -104,8 +104,3 @@ def split(start: np.ndarray, end: np.ndarray, bits: np.ndarray,
     exclusive = np.bincount(mask[:-1], weights=seg, minlength=8)
     span = (window[1] - window[0]) if window else float(ts[-1] - ts[0])
     return Split(float(span), tuple(float(x) for x in exclusive[:8]))
-
-
-def union_length(start: np.ndarray, end: np.ndarray) -> float:
-    """Total length of the union of intervals (us)."""
-    return split(start, end, np.full(start.size, COMM_BIT, dtype=np.int8)).comm_us

@@ -33,7 +33,7 @@ import queue
 import re
 import threading
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -171,9 +171,10 @@ _PH_X = re.compile(rb'"ph"\s*:\s*"X"')
 # category -> code: 0-2 GPU events (kernel, memcpy, memset), 3 launches, 4 CPU ops and
 # annotations, 5 GPU-timeline annotations, 6 the rest, 7 Python frames (vLLM's execute_model
 # frame can mark steps)
-_CODES = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2, "cuda_runtime": 3, "cuda_driver": 3,
-          "cpu_op": 4, "user_annotation": 4, "gpu_user_annotation": 5, "python_function": 7}
-_CODES.update({k.encode(): v for k, v in list(_CODES.items())})
+_CODES: dict[str | bytes, int] = {
+    "kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2, "cuda_runtime": 3, "cuda_driver": 3,
+    "cpu_op": 4, "user_annotation": 4, "gpu_user_annotation": 5, "python_function": 7}
+_CODES.update({k.encode(): v for k, v in list(_CODES.items()) if isinstance(k, str)})
 
 
 class _Builder:
@@ -564,7 +565,7 @@ class _Runs:
         self.carry = b""
 
 
-def _read_blocks(blocks: Iterator[bytes], b: _Builder, meta: dict[str, Any], fast: bool) -> bool:
+def _read_blocks(blocks: Iterable[bytes], b: _Builder, meta: dict[str, Any], fast: bool) -> bool:
     """Feed every event to `b` (through trace_scan when `fast`, else the regex/orjson path);
     fill `meta` with the other top-level keys. False when the document has no traceEvents."""
     buf = b""

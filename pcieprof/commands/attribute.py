@@ -9,7 +9,11 @@ from typing import Any
 import click
 
 from pcieprof import progress
+from pcieprof.analysis.attribution import _table, attribute_traces
+from pcieprof.analysis.comm_model import Layout, Pricer, comparison_table, predict_step_comm
 from pcieprof.bundle import Bundle, default_out_dir
+from pcieprof.bundle.attribution import Attribution
+from pcieprof.cards import load_card
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.errors import BadInput
 
@@ -96,8 +100,6 @@ def command(traces: tuple[Path, ...], classes: Path | None, drop_last_step: bool
     doc: dict[str, Any] | None = None
     try:
         if paths:
-            from pcieprof.analysis.attribution import attribute_traces
-
             doc = attribute_traces(paths, bundle, classes, drop_last_step=drop_last_step,
                                    workers=workers)
             bundle.manifest["backend"] = bundle.part("attribution").get("backend", "imported")
@@ -120,18 +122,15 @@ def command(traces: tuple[Path, ...], classes: Path | None, drop_last_step: bool
 def _model_table(bundle: Bundle, model: str, topology: Path, serve_dir: Path | None,
                  doc: dict[str, Any] | None, tp: int, ep: int, pp: int, dp_attention: bool,
                  deepep: bool, mtp: bool, variant: str, batches: list[int]) -> list[dict[str, Any]]:
-    from pcieprof.analysis.comm_model import Layout, comparison_table, predict_step_comm
-    from pcieprof.analysis.attribution import _table
-    from pcieprof.serve.cards import load_card
-
     card = load_card(model)
     layout = Layout(tp=tp, ep=ep, pp=pp, dp_attention=dp_attention,
-                    moe_a2a="deepep" if deepep else "none", speculative=mtp, variant=variant)
-    topo = Bundle.open(topology)
+                    moe_a2a="deepep" if deepep else "none", speculative=mtp)
+    pricer = Pricer(Bundle.open(topology), variant)
     serve = Bundle.open(serve_dir) if serve_dir else None
     bundle.set_part("comm_model", "running")
-    rows = comparison_table(card, layout, batches, topo, serve, doc)
-    detail = predict_step_comm(card, layout, batches[0], topo)
+    attribution = Attribution.from_json(doc) if doc else None
+    rows = comparison_table(card, layout, batches, pricer, serve, attribution)
+    detail = predict_step_comm(card, layout, batches[0], pricer)
     bundle.write_json("comm_model.json", {"table": rows, "detail_batch": batches[0],
                                           "detail": detail})
     bundle.write_text("attribution/comm_model.csv", _table(rows))

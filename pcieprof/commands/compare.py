@@ -9,9 +9,11 @@ from pathlib import Path
 
 import click
 
+from pcieprof.analysis.decode_band import DEFAULT_MODEL, band_for
 from pcieprof.bundle import Bundle
 from pcieprof.commands.options import verbosity
 from pcieprof.errors import BadInput, ExitCode
+from pcieprof.analysis.metrics import bundle_metrics, higher_is_better
 
 _EXPR = re.compile(r"^\s*(?P<metric>[A-Za-z0-9_.@*?\-\[\]=,]+)\s*(?P<op>[<>])\s*"
                    r"(?P<num>[+-]?\d+(?:\.\d+)?)\s*(?P<pct>%?)\s*$")
@@ -56,16 +58,17 @@ def _fmt(v: float | None) -> str:
                    'above A; "METRIC<-X%" when more than X% below; no % = absolute units. '
                    'METRIC may use * wildcards.')
 @click.option("--all", "show_all", is_flag=True, help="Show metrics present in only one bundle.")
+@click.option("--model", default=DEFAULT_MODEL, show_default=True,
+              help="Model card whose decode sizes name the all-reduce metrics (time_us@12KiB).")
 @verbosity
-def command(a: Path, b: Path, fail_if: tuple[str, ...], show_all: bool) -> None:
+def command(a: Path, b: Path, fail_if: tuple[str, ...], show_all: bool, model: str) -> None:
     """Show the metrics of bundles A and B side by side (B relative to A).
 
     Exit status 1 when a --fail-if condition holds (a regression), 2 on bad input.
     """
-    from pcieprof.report.metrics import bundle_metrics, higher_is_better
-
     conds = [parse_condition(t) for t in fail_if]
-    ma, mb = bundle_metrics(Bundle.open(a)), bundle_metrics(Bundle.open(b))
+    band = band_for(model)
+    ma, mb = bundle_metrics(Bundle.open(a), band), bundle_metrics(Bundle.open(b), band)
     names = sorted(set(ma) | set(mb)) if show_all else sorted(set(ma) & set(mb))
     width = max([len(n) for n in names] + [6])
     click.echo(f"{'metric':<{width}}  {'A':>10}  {'B':>10}  {'B vs A':>8}")

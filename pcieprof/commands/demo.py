@@ -21,27 +21,26 @@ from pathlib import Path
 import click
 
 from pcieprof import progress
+from pcieprof.analysis.decode_band import DEFAULT_MODEL
 from pcieprof.bundle import default_out_dir
+from pcieprof.commands import recommend, report, serve_bench, topology
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.errors import BadInput
+from pcieprof.sim.fabric import DEFAULT_PROFILE
 
 
-def _run(name: str, args: list[str]) -> None:
+def _run(cmd: click.Command, args: list[str]) -> None:
     """Run one pcieprof subcommand in this process, as if typed."""
-    from pcieprof.cli import cli
-
-    click.echo(f"\n$ pcieprof {name} {shlex.join(args)}")
-    cmd = cli.get_command(click.Context(cli), name)
-    assert cmd is not None, name  # every step names a registered command
-    cmd.main(args=args, prog_name=f"pcieprof {name}", standalone_mode=False)
+    click.echo(f"\n$ pcieprof {cmd.name} {shlex.join(args)}")
+    cmd.main(args=args, prog_name=f"pcieprof {cmd.name}", standalone_mode=False)
 
 
 @click.command("demo")
-@click.option("--profile", default="rtxpro6000-8x-vm", show_default=True,
+@click.option("--profile", default=DEFAULT_PROFILE, show_default=True,
               help="Fabric profile of the simulated box.")
 @click.option("--baseline", default="rtxpro6000-8x-switch", show_default=True,
               help="Second profile shown side by side ('none' to skip).")
-@click.option("--model", default="glm5-nvfp4", show_default=True,
+@click.option("--model", default=DEFAULT_MODEL, show_default=True,
               help="Model card the tuner advises for.")
 @click.option("--tp", default=2, show_default=True, type=click.IntRange(1, 8),
               help="Tensor-parallel ranks of the reference server (CPU processes).")
@@ -65,24 +64,25 @@ def command(profile: str, baseline: str, model: str, tp: int, no_serve: bool, ou
     t0 = time.monotonic()
 
     box = root / f"topology-{profile.removesuffix('.toml').rsplit('/', 1)[-1]}"
-    _run("topology", ["--backend", "sim", "--sim-profile", profile, "--no-report",
+    _run(topology.command, ["--backend", "sim", "--sim-profile", profile, "--no-report",
                       "--out", str(box), *force_args])
     bundles = [box]
     if baseline != "none":
         base = root / f"topology-{baseline.removesuffix('.toml').rsplit('/', 1)[-1]}"
-        _run("topology", ["--backend", "sim", "--sim-profile", baseline, "--no-report",
+        _run(topology.command, ["--backend", "sim", "--sim-profile", baseline, "--no-report",
                           "--out", str(base), *force_args])
         bundles.append(base)
-    _run("recommend", [str(box), "--model", model])
+    _run(recommend.command, [str(box), "--model", model])
     if not no_serve:
         serve = root / "serve-tiny-cpu"
-        _run("serve-bench", ["--model", "tiny-cpu", "--tp", str(tp), "--concurrency", "1,4,8",
-                             "--num-requests", "8", "--output-len", "32",
-                             "--decode-batches", "1,2,4,8", "--out", str(serve), *force_args])
+        _run(serve_bench.command, ["--model", "tiny-cpu", "--tp", str(tp),
+                                   "--concurrency", "1,4,8", "--num-requests", "8",
+                                   "--output-len", "32", "--decode-batches", "1,2,4,8",
+                                   "--out", str(serve), *force_args])
         bundles.append(serve)
-    report = root / "report.html"
-    _run("report", [*map(str, bundles), "-o", str(report), "--model", model])
+    html = root / "report.html"
+    _run(report.command, [*map(str, bundles), "-o", str(html), "--model", model])
     progress.info(f"demo finished in {time.monotonic() - t0:.0f} s")
-    click.echo(f"\ndemo report: {report}")
+    click.echo(f"\ndemo report: {html}")
     click.echo("numbers of the topology bundles are simulated (fabric model); the serving "
                "benchmark is measured on this machine's CPUs (reference server, not a GPU).")

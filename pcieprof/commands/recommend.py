@@ -6,17 +6,28 @@ NCCL graph/topology files (tune/nccl_graph.xml, tune/nccl_topo.xml). Prints the 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
 
 from pcieprof import progress
+from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.recommendations import Recommendations
+from pcieprof.bundle.topology import Topology
+from pcieprof.cards import load_card
 from pcieprof.commands.options import verbosity
+from pcieprof.commands.tuning import tune
 from pcieprof.errors import BadInput
+from pcieprof.measurement import MeasurementSession, allreduce_plan
+from pcieprof.schema import source_of
+from pcieprof.tune.recommend import write_outputs
+from pcieprof.tune.verify import (VerifyPlan, attach, check_verifiable, plan_verify,
+                                  verify_lines, verify_results)
 
 
-def summary_lines(result) -> list[str]:
+def summary_lines(result: Recommendations) -> list[str]:
     """The fixed-width text printed on stdout."""
     lines = [f"principal bottleneck: {result.bottleneck}", ""]
     if not result.recommendations:
@@ -32,15 +43,16 @@ def summary_lines(result) -> list[str]:
     if result.layouts:
         lines += ["", "parallel layouts (best first):"]
         for lay in result.layouts:
-            rows = {x["concurrency"]: x for x in lay["per_concurrency"]}
-            c1, c64 = rows.get(1), rows.get(max(rows))
-            fit = "fits" if lay["fits"] else "does not fit"
-            lines.append(f"  {lay['label']:<24} {fit:<13} weights {lay['weights_gb']:.1f} GB/GPU, "
-                         f"max concurrency {lay['max_concurrency']}, "
-                         f"c=1 {c1['step_ms']:.1f} ms/step, c={c64['concurrency']} "
-                         f"{c64['tok_s']:.0f} tok/s{'' if c64['fits'] else ' (KV over)'}")
-        if result.layouts[0].get("why"):
-            lines.append(f"  why: {result.layouts[0]['why']}")
+            rows = {x.concurrency: x for x in lay.per_concurrency}
+            c1, cmax = rows[min(rows)], rows[max(rows)]
+            fit = "fits" if lay.fits else "does not fit"
+            step = f"c={c1.concurrency} {c1.step_ms:.1f} ms/step, " if c1.step_ms is not None else ""
+            tok = f"{cmax.tok_s:.0f}" if cmax.tok_s is not None else "-"
+            lines.append(f"  {lay.label:<24} {fit:<13} weights {lay.weights_gb:.1f} GB/GPU, "
+                         f"max concurrency {lay.max_concurrency}, {step}c={cmax.concurrency} "
+                         f"{tok} tok/s{'' if cmax.fits else ' (KV over)'}")
+        if result.layouts[0].why:
+            lines.append(f"  why: {result.layouts[0].why}")
     if result.needs_measuring:
         lines += ["", "would need measuring:"] + [f"  - {m}" for m in result.needs_measuring]
     return lines
@@ -48,7 +60,7 @@ def summary_lines(result) -> list[str]:
 
 @click.command("recommend")
 @click.argument("bundle", type=click.Path(path_type=Path))
-@click.option("--model", default="glm5-nvfp4", show_default=True,
+@click.option("--model", default=DEFAULT_MODEL, show_default=True,
               help="Model card for decode message sizes and the layout advice.")
 @click.option("--batch-max", default=64, show_default=True, type=click.IntRange(1, 4096),
               help="Largest decode batch (decode all-reduce = batch x hidden x 2 bytes).")
@@ -71,22 +83,18 @@ def command(bundle: Path, model: str, batch_max: int, context: int, no_layouts: 
     messages; a setting the measurements do not support is never recommended (the output says
     what would need measuring instead).
     """
-    from pcieprof.report.decode_band import band_for
-    from pcieprof.serve.cards import load_card
-    from pcieprof.tune.recommend import recommend, write_outputs
-
     b = Bundle.open(bundle)
-    load_card(model)  # a wrong name is one line, before any work
+    card = load_card(model)  # a wrong name is one line, before any work
+    band = DecodeBand.of_card(card, 1, batch_max)
     if verify:
-        from pcieprof.tune.verify import check_verifiable
-
         check_verifiable(b)
+        if timeout_s <= 0:
+            raise BadInput(f"--timeout {timeout_s:g}: must be positive")
         if verify_out is not None and not _ours(verify_out):
             raise BadInput(f"--verify-out {verify_out} exists and is not empty",
                            hint="choose another directory (an earlier verify bundle is replaced)")
     progress.info(f"tuning {b.path} ({b.source}, backend {b.backend})")
-    result = recommend(b, model=model, batch_max=batch_max, layouts=not no_layouts,
-                       context=context)
+    result = tune(b, card, band, layouts=not no_layouts, context=context)
     try:
         paths = write_outputs(b, result)
     except OSError as exc:
@@ -95,32 +103,49 @@ def command(bundle: Path, model: str, batch_max: int, context: int, no_layouts: 
     click.echo("\n".join(summary_lines(result)))
     click.echo("")
     if verify:
-        paths["verify"] = _verify(b, result, band_for(model, 1, batch_max), verify_out, timeout_s)
+        paths["verify"] = _verify(b, result, band, verify_out, timeout_s)
     for what, p in paths.items():
         click.echo(f"{what}: {p}")
     click.echo(f"report: pcieprof report {b.path}")
 
 
-def _verify(b: Bundle, result, band, out: Path | None, timeout_s: float) -> str:
-    """Run tune.verify, store the blocks in recommendations.json, print the comparison."""
-    from pcieprof.tune.verify import attach, verify, verify_lines
-
-    if timeout_s <= 0:
-        raise BadInput(f"--timeout {timeout_s:g}: must be positive")
-    ring = (result.ring or {}).get("order")
+def _verify(b: Bundle, result: Recommendations, band: DecodeBand, out: Path | None,
+            timeout_s: float) -> str:
+    """Plan the re-run (pcieprof.tune.verify), measure it (pcieprof.measurement), store the
+    verified blocks in recommendations.json and print the comparison."""
+    plan = plan_verify(b, result.recommendations, band,
+                       ring_order=result.ring.order if result.ring else None)
     target = out if out is not None else b.path / "verify"
-    vb, blocks = verify(b, result.recommendations, band, out=target, ring_order=ring,
-                        force=_ours(target), timeout_s=timeout_s)
-    b.write_json("recommendations.json", attach(result.as_dict(), blocks, vb))
+    vb = measure_verify(b, plan, target, timeout_s)
+    blocks = verify_results(b, vb, plan, result.recommendations, band)
+    b.write_doc(attach(result, blocks, vb))
     click.echo("\n".join(verify_lines(result.recommendations, blocks)))
     click.echo("")
     return str(vb.path)
 
 
+def measure_verify(b: Bundle, plan: VerifyPlan, out: Path, timeout_s: float) -> Bundle:
+    """Run a verify plan into a new `recommend-verify` bundle at `out` with the bundle's backend."""
+    vb = Bundle.create(out, command="recommend-verify", source=source_of(plan.backend),
+                       backend=plan.backend, force=_ours(out))
+    topo = b.read_doc(Topology)
+    probe_plan = allreduce_plan(plan.backend, list(plan.devices),
+                                [(c.name, c.env, c.ranks, c.title) for c in plan.cases],
+                                list(plan.sizes), timeout_s=timeout_s, topology=topo)
+    vb.write_json("plan.json", probe_plan.to_dict())
+    if plan.backend != "sim" and topo is not None:  # sim writes the fabric's own topology
+        vb.write_doc(topo)
+    vb.set_versions(verifies=str(b.path.resolve()))
+    progress.info(f"verify: {len(plan.cases) - 1} recommendation(s) + baseline, "
+                  f"{len(plan.sizes)} sizes, backend {plan.backend} -> {vb.path}")
+    with MeasurementSession(vb, sim_profile=plan.sim_profile) as session:
+        session.measure(probe_plan)
+    vb.finish()
+    return vb
+
+
 def _ours(path: Path) -> bool:
     """True when `path` is absent or an earlier verify bundle (safe to replace)."""
-    import json
-
     if not path.exists() or (path.is_dir() and not any(path.iterdir())):
         return True
     try:

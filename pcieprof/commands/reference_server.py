@@ -13,6 +13,8 @@ import sys
 import click
 
 from pcieprof.errors import BadInput, ExitCode
+from pcieprof.refserver.args import ArgsError, parse_args
+from pcieprof.refserver.server import main
 
 
 @click.command(
@@ -27,9 +29,6 @@ def command(server_args: tuple[str, ...]) -> None:
     engine). Takes SGLang's flags: --tp-size N --host H --port P --max-running-requests N
     --random-seed S, plus --inject 'nan-after N' | hang | 'hang-after N' | crash-on-start.
     `pcieprof reference-server --help` lists them all."""
-    from pcieprof.refserver.args import ArgsError, parse_args
-    from pcieprof.refserver.server import main
-
     try:
         parse_args(server_args)  # refuse bad flags the pcieprof way, before starting anything
     except ArgsError as exc:

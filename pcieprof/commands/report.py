@@ -7,7 +7,12 @@ from pathlib import Path
 import click
 
 from pcieprof import progress
+from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand
+from pcieprof.bundle import Bundle, default_out_dir
+from pcieprof.cards import load_card
 from pcieprof.commands.options import verbosity
+from pcieprof.commands.tuning import for_report
+from pcieprof.report import ReportContext, write_report
 
 
 @click.command("report")
@@ -15,7 +20,7 @@ from pcieprof.commands.options import verbosity
 @click.option("--out", "-o", "out", type=click.Path(path_type=Path), default=None,
               help="HTML file to write (default: BUNDLE/report.html for one bundle, "
                    "reports/compare-<time>.html for several).")
-@click.option("--model", default="glm5-nvfp4", show_default=True,
+@click.option("--model", default=DEFAULT_MODEL, show_default=True,
               help="Model card for the decode-message band (batch x hidden x 2 bytes).")
 @click.option("--batch-max", default=64, show_default=True, type=click.IntRange(1, 4096),
               help="Largest decode batch of the band.")
@@ -29,15 +34,13 @@ def command(bundles: tuple[Path, ...], out: Path | None, model: str, batch_max: 
     Plotly is inlined once, so the file opens from disk without a network. Every figure says
     whether its numbers were measured, simulated or imported, and by which backend.
     """
-    from pcieprof.bundle import Bundle, default_out_dir
-    from pcieprof.report import ReportContext, write_report
-    from pcieprof.report.decode_band import band_for
-
     opened = [Bundle.open(b) for b in bundles]
+    card = load_card(model)
+    band = DecodeBand.of_card(card, 1, batch_max)
     if out is None:
         out = (opened[0].path / "report.html" if len(opened) == 1
                else default_out_dir("compare").with_suffix(".html"))
-    ctx = ReportContext(band=band_for(model, 1, batch_max), tune=not no_tune)
+    recs = {} if no_tune else for_report(opened, card, band)
     progress.info(f"report of {len(opened)} bundle(s) -> {out}")
-    path = write_report(opened, out, ctx=ctx)
+    path = write_report(opened, out, ctx=ReportContext(band=band, recommendations=recs))
     click.echo(f"report: {path}")

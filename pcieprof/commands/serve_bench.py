@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shlex
 import signal
 from pathlib import Path
 from typing import Any
@@ -26,10 +27,20 @@ from typing import Any
 import click
 
 from pcieprof import progress
+from pcieprof.analysis.attribution import attribute_traces
+from pcieprof.analysis.decode_band import DEFAULT_MODEL
 from pcieprof.bundle import Bundle, default_out_dir
+from pcieprof.bundle.serve_summary import ServeSummary
+from pcieprof.cards import ModelCard, load_card
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
 from pcieprof.schema import source_of
+from pcieprof.serve.launcher import free_port
+from pcieprof.serve.metrics import format_table
+from pcieprof.serve.run import BenchOptions, decode_traces, run
+from pcieprof.serve.sglang_cmd import (LaunchConfig, ParserSpec, build_command, load_parser,
+                                       recorded_env)
+from pcieprof.serve.sweep import entries_from
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
@@ -55,7 +66,7 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 @click.command("serve-bench", help=__doc__, context_settings={"ignore_unknown_options": False})
-@click.option("--model", "model", default="glm5-nvfp4", show_default=True,
+@click.option("--model", "model", default=DEFAULT_MODEL, show_default=True,
               help="Model card name (glm5-nvfp4, tiny-cpu) or a card .toml file.")
 @click.option("--model-path", default="", help="Checkpoint to serve instead of the card's.")
 @click.option("--tp", type=int, default=None, help="--tp-size (default: the card's).")
@@ -129,10 +140,6 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str]:
 @verbosity
 def command(**kw: Any) -> None:
     """See the module docstring (shown as --help)."""
-    from pcieprof.serve.cards import load_card
-    from pcieprof.serve.launcher import free_port
-    from pcieprof.serve.sglang_cmd import LaunchConfig, load_parser
-
     card = load_card(kw["model"])
     tiny = card.sglang.is_reference
     if kw["inject"] and not tiny:
@@ -167,9 +174,9 @@ def command(**kw: Any) -> None:
     opts = _options(card, base, kw, parser, tiny)
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
-        from pcieprof.serve.run import run
-
         summary = run(bundle, opts)
+        if summary is not None and summary.profile and not kw["no_attribute"]:
+            _attribute(bundle, summary)
     except KeyboardInterrupt:
         bundle.interrupted("interrupted")
         raise
@@ -180,15 +187,13 @@ def command(**kw: Any) -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
     status = bundle.finish()
-    from pcieprof.serve.metrics import format_table
-
-    if summary.get("runs"):
-        click.echo(format_table(summary["runs"]))
-    rows = summary.get("decode_curve") or []
+    if summary is not None and summary.runs:
+        click.echo(format_table(summary.runs))
+    rows = [r for r in summary.decode_curve if r.status == "ok"] if summary is not None else []
     if rows:
         click.echo("decode step (ms) by batch: " + ", ".join(
-            f"{r['batch_size']}: {r['step_time_ms']:.2f}" for r in rows if r["step_time_ms"]))
-    prof = summary.get("profile")
+            f"{r.batch_size}: {r.step_time_ms:.2f}" for r in rows))
+    prof = summary.profile if summary is not None else None
     if prof:
         click.echo(f"traces: {len(prof['files'])} file(s), ranks {prof['ranks']} ({prof['status']})")
     click.echo(f"bundle ({status}): {bundle.path}")
@@ -199,18 +204,39 @@ def _sigterm(_sig: int, _frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+def _attribute(bundle: Bundle, summary: ServeSummary) -> None:
+    """Attribute the captured decode traces into the bundle and note it in summary.json; a
+    failure is recorded (part `attribution` failed), never raised, so the measured serving
+    data is kept whatever the analysis makes of the traces."""
+    profile = summary.profile or {}
+    files = [bundle.path / f for f in profile.get("files") or []]
+    if not files:
+        return
+    try:
+        doc = attribute_traces(decode_traces(files), bundle)
+        profile["attribution"] = {"status": "ok", "keys": sorted(doc)[:12]}
+    except PcieprofError as exc:
+        bundle.set_part("attribution", "failed", why=exc.one_line())
+        profile["attribution"] = {"status": "failed", "why": exc.one_line()}
+    except Exception as exc:  # noqa: BLE001 (attribution must not lose the measured serve data)
+        why = f"{type(exc).__name__}: {exc}"[:300]
+        bundle.set_part("attribution", "failed", why=why)
+        profile["attribution"] = {"status": "failed", "why": why}
+    summary.profile = profile
+    bundle.write_doc(summary)
+
+
 def _versions() -> dict[str, str | None]:
     try:
-        import torch
+        import torch  # heavy: torch (seconds to import)
 
         return {"torch": torch.__version__}
     except ImportError:
         return {"torch": None}
 
 
-def _options(card: Any, base: Any, kw: dict[str, Any], parser: Any, tiny: bool) -> Any:
-    from pcieprof.serve.run import BenchOptions
-
+def _options(card: ModelCard, base: LaunchConfig, kw: dict[str, Any], parser: ParserSpec | None,
+             tiny: bool) -> BenchOptions:
     vocab = card.vocab_size if tiny else min(card.vocab_size, 32000)
     return BenchOptions(
         card=card, base=base, sweep=kw["sweep"] or kw["sweep_file"] is not None,
@@ -221,7 +247,6 @@ def _options(card: Any, base: Any, kw: dict[str, Any], parser: Any, tiny: bool) 
         decode_batches=_ints(kw["decode_batches"], "--decode-batches"),
         decode_output_len=kw["decode_output_len"], profile=not kw["no_profile"],
         profile_steps=kw["profile_steps"], trace_dir=kw["trace_dir"],
-        attribute=not kw["no_attribute"],
         startup_timeout_s=kw["startup_timeout"] or (180.0 if tiny else 1800.0),
         stall_s=kw["stall_timeout"] or (30.0 if tiny else None), probe_tokens=kw["probe_tokens"],
         probe_timeout_s=kw["probe_timeout"] or (20.0 if tiny else 600.0),
@@ -231,10 +256,8 @@ def _options(card: Any, base: Any, kw: dict[str, Any], parser: Any, tiny: bool) 
         vocab_high=vocab)
 
 
-def _dry_run(card: Any, base: Any, kw: dict[str, Any], parser: Any) -> None:
-    from pcieprof.serve.sglang_cmd import build_command, recorded_env
-    from pcieprof.serve.sweep import entries_from
-
+def _dry_run(card: ModelCard, base: LaunchConfig, kw: dict[str, Any],
+             parser: ParserSpec | None) -> None:
     configs = entries_from(card, base, kw["sweep_file"]) if (kw["sweep"] or kw["sweep_file"]) \
         else None
     items = [(e.config, e.why) for e in configs] if configs else [(base, "")]
@@ -261,8 +284,6 @@ def _dry_run(card: Any, base: Any, kw: dict[str, Any], parser: Any) -> None:
 
 
 def _q(s: str) -> str:
-    import shlex
-
     return shlex.quote(s)
 
 

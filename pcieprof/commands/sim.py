@@ -3,21 +3,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from pcieprof.commands.options import verbosity
+from pcieprof.sim import calibration, model
+from pcieprof.sim.fabric import Fabric, list_profiles, load_profile, pair_level, raw_link_gbps
 
 
-def render_tree(fabric: object) -> str:
+def render_tree(fabric: Fabric) -> str:
     """The fabric as an indented tree: sockets, root ports, switches (by chip), GPUs, links.
 
     Args:
         fabric: a `pcieprof.sim.fabric.Fabric`.
     """
-    from pcieprof.sim import model
-    from pcieprof.sim.fabric import Fabric, pair_level, raw_link_gbps
-
-    assert isinstance(fabric, Fabric)
     f = fabric
 
     def link(gen: int, width: int) -> str:
@@ -73,8 +73,8 @@ def render_tree(fabric: object) -> str:
                         lines.append(f"{c2}{'└─ ' if lk else '├─ '}GPU{g.index} {g.bdf}{port} {g.name}, "
                                      f"{link(g.gen, g.width)}")
                 else:
-                    g = node
-                    lines.append(f"{p2}GPU{g.index} {g.bdf} {g.name}, {link(g.gen, g.width)}")  # type: ignore[attr-defined]
+                    gpu: Any = node
+                    lines.append(f"{p2}GPU{gpu.index} {gpu.bdf} {gpu.name}, {link(gpu.gen, gpu.width)}")
     n = len(f.gpus)
     header = "        " + "".join(f"GPU{b:<5d}" for b in range(n))
     lines += ["", "  pair levels (nvidia-smi topo -m), real tree:", "  " + header]
@@ -100,8 +100,6 @@ def command() -> None:
 @verbosity
 def list_cmd() -> None:
     """Name the shipped profiles with a one-line description each."""
-    from pcieprof.sim.fabric import list_profiles, load_profile
-
     for name in list_profiles():
         click.echo(f"{name:24s} {load_profile(name).description}")
 
@@ -112,8 +110,6 @@ def list_cmd() -> None:
 def describe_cmd(profile: str) -> None:
     """Print PROFILE (a name from `pcieprof sim list` or a FILE.toml) as a tree, with the pair
     levels and the predicted P2P bandwidth and latency from GPU0."""
-    from pcieprof.sim.fabric import load_profile
-
     click.echo(render_tree(load_profile(profile)))
 
 
@@ -121,6 +117,4 @@ def describe_cmd(profile: str) -> None:
 @verbosity
 def calibration_cmd() -> None:
     """Print the model's error on every published reference point (markdown table)."""
-    from pcieprof.sim import calibration
-
     click.echo(calibration.markdown(), nl=False)

@@ -9,59 +9,33 @@ see GPUs, else cpu, said in one line).
 from __future__ import annotations
 
 import platform
-import signal
 import sys
 import time
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 import click
 
 from pcieprof import progress
+from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand, band_for
 from pcieprof.bundle import Bundle, default_out_dir
+from pcieprof.cards import load_card
 from pcieprof.commands.options import out_dir, verbosity
-from pcieprof.errors import BadInput, EnvironmentMissing, ExitCode, PcieprofError
+from pcieprof.commands.tuning import for_report
+from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
+from pcieprof.measurement import (
+    MeasurementSession,
+    available_devices,
+    resolve_backend,
+    resolve_devices,
+)
+from pcieprof.probe_runner import Launch
+from pcieprof.report import ReportContext, write_report
+from pcieprof.report.console import summarize
 from pcieprof.schema import source_of
-
-#: The cpu backend runs one process per rank on this machine; more than this is not a useful
-#: picture of anything and would only thrash the cores.
-MAX_CPU_RANKS = 16
-
-
-def gpu_count() -> tuple[int, str]:
-    """(GPUs that both NVML and torch see, why not when 0)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            n_nvml = pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return 0, f"NVML not usable ({type(exc).__name__})"
-    try:
-        import torch
-
-        n_torch = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception as exc:
-        return 0, f"torch.cuda not usable ({exc})"
-    if n_torch == 0:
-        return 0, f"NVML sees {n_nvml} GPU(s) but torch has no CUDA (a CPU build of torch?)"
-    # device numbers are NVML indices; the runner sets CUDA_VISIBLE_DEVICES itself
-    return n_nvml, ""
-
-
-def resolve_backend(backend: str) -> str:
-    """`auto` -> `cuda` or `cpu` (one line on stderr when it falls back)."""
-    if backend != "auto":
-        return backend
-    n, why = gpu_count()
-    if n:
-        return "cuda"
-    progress.info(f"no GPU usable ({why}): running the cpu backend")
-    return "cpu"
+from pcieprof.sim.fabric import DEFAULT_PROFILE
+from pcieprof.sim.fabric import topology as fabric_topology
+from probes import variants as V
+from probes.plan import build_plan
 
 
 def parse_devices(text: str | None) -> list[int] | None:
@@ -98,86 +72,12 @@ def parse_size(text: str | None) -> int | None:
     return n
 
 
-def resolve_devices(backend: str, devices: list[int] | None, nranks: int | None,
-                    available: int) -> list[int]:
-    """The devices of the run.
-
-    Args:
-        backend: `cuda`, `cpu` or `sim`.
-        devices: `--devices` (GPU indices), or None.
-        nranks: `--nranks`, or None.
-        available: GPUs there are (cuda: seen by NVML and torch; sim: in the profile), or the
-            cpu rank limit.
-
-    Raises:
-        BadInput: unknown device index, --nranks < 1 or above what exists, both options given.
-    """
-    if devices is not None and nranks is not None:
-        raise BadInput("give --devices or --nranks, not both")
-    if nranks is not None:
-        if nranks < 1:
-            raise BadInput(f"--nranks {nranks}: needs at least 1")
-        if nranks > available:
-            what = "the cpu backend's limit" if backend == "cpu" else "GPUs here"
-            raise BadInput(f"--nranks {nranks} is more than {what} ({available})")
-        return list(range(nranks))
-    if devices is not None:
-        if backend == "cpu":
-            raise BadInput("the cpu backend has no devices to pick", hint="use --nranks N")
-        unknown = [d for d in devices if d < 0 or d >= available]
-        if unknown:
-            raise BadInput(f"unknown device index {unknown[0]}",
-                           hint=f"this run has devices 0..{available - 1}")
-        return devices
-    return list(range(4 if backend == "cpu" else available))
-
-
-def discover_into(bundle: Bundle, backend: str) -> dict[str, Any]:
-    """Run discovery (pcieprof.discover) into topology.json and the manifest's versions."""
-    bundle.set_part("discovery", "running")
-    versions: dict[str, Any] = {}
-    try:
-        import torch
-
-        versions["torch"] = torch.__version__
-    except ImportError:
-        pass
-    from pcieprof.discover import versions as get_versions
-    from pcieprof.discover.topology import discover
-
-    status, why = "ok", None
-    try:
-        topo = discover()
-    except PcieprofError:
-        raise
-    except Exception as exc:  # a discovery bug must not cost the measurements
-        topo = {"source": "measured", "gpus": [], "pairs": [],
-                "status": {"discovery": f"error: {type(exc).__name__}: {exc}"}}
-        status, why = "partial", f"discovery failed: {exc}"
-    try:
-        versions.update({k: v for k, v in dict(get_versions()).items() if k not in versions})
-    except Exception as exc:
-        progress.warn(f"versions: {exc}")
-    bundle.write_json("topology.json", topo)
-    bundle.set_versions(**versions)
-    bundle.set_part("discovery", status, why=why, gpus=len(topo.get("gpus") or []))
-    return topo
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, handled like Ctrl-C: kill the workers, mark the bundle partial."""
-
-
-def _on_sigterm(_signo: int, _frame: FrameType | None) -> None:
-    raise _Terminated()
-
-
 @click.command("topology")
 @click.option("--backend", type=click.Choice(["auto", "cuda", "cpu", "sim"]), default="auto",
               show_default=True, help="cuda: real GPUs and NCCL; cpu: gloo and host copies between "
               "local processes (measures this machine); sim: the fabric model.")
 @click.option("--sim-profile", default=None, metavar="NAME|FILE.toml",
-              help="Fabric profile for --backend sim (e.g. rtxpro6000-8x-vm).")
+              help=f"Fabric profile for --backend sim (default {DEFAULT_PROFILE}).")
 @click.option("--devices", default=None, metavar="0,1,..", help="GPU indices (nvidia-smi order).")
 @click.option("--nranks", type=int, default=None, help="Number of ranks / GPUs (0..N-1).")
 @click.option("--quick", is_flag=True, help="Short plan: all-reduce 8 B..64 MiB, 3 variants.")
@@ -211,12 +111,19 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     """Discover GPUs, PCIe tree, IOMMU/ACS/VM; probe P2P copies, concurrent traffic and the
     all-reduce sweep; write a bundle and report.html.
 
-    p2p.csv: bandwidth in GB/s (1e9 B/s), latency in us, median of trials with min/max.
-    allreduce.csv: nccl-tests formulas, algbw = bytes / time, busbw = algbw * 2(n-1)/n.
-    """
-    from probes import variants as V
-    from probes.plan import build_plan
+    p2p.csv: bandwidth in GB/s (1e9 B/s), latency in us, median of trials with min/max. On cuda
+    each trial holds its streams with a spin kernel, then times `iters` copies between CUDA
+    events (p2pBandwidthLatencyTest's method: host queueing time stays outside); the copied bytes
+    are checked against a buffer first filled with their complement.
 
+    allreduce.csv: nccl-tests formulas and timing: `iters` all-reduces back to back between one
+    pair of CUDA events, median of 5 trials (min/max the extreme trials); algbw = bytes / time,
+    busbw = algbw * 2(n-1)/n. Each case first runs untimed with NCCL's per-collective TUNING log
+    (nccl/<variant>.tuning.log), then timed with NCCL's init log only (nccl/<variant>.log).
+    --ring-order is applied through NCCL_GRAPH_FILE and checked against the rings NCCL logged.
+    NCCL_* / TORCH_NCCL_* variables of your shell are not passed on (recorded in
+    nccl_choices.json). Details: docs/probes.md.
+    """
     if not sys.platform.startswith("linux"):
         raise EnvironmentMissing(f"pcieprof topology needs Linux (this is {platform.system()})")
     if timeout_s <= 0:
@@ -225,19 +132,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
         raise BadInput("--sim-profile goes with --backend sim")
     backend = resolve_backend(backend)
     devs = parse_devices(devices)
-    fabric = None
-    if backend == "cuda":
-        available, why = gpu_count()
-        if not available:
-            raise EnvironmentMissing(f"--backend cuda: {why}",
-                                     hint="use --backend cpu to run without GPUs")
-    elif backend == "sim":
-        from pcieprof.sim.fabric import load_profile
-
-        fabric = load_profile(sim_profile or "rtxpro6000-8x-vm")
-        available = len(fabric.gpus)
-    else:
-        available = MAX_CPU_RANKS
+    available, fabric = available_devices(backend, sim_profile)
     devs = resolve_devices(backend, devs, nranks, available)
     chosen = V.parse_variants(variants)
     kinds = [k.strip() for k in groups.split(",") if k.strip()] if groups else None
@@ -253,16 +148,11 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     bundle = Bundle.create(out, command="topology", source=source_of(backend), backend=backend,
                            force=force)
     progress.info(f"bundle: {bundle.path}")
-    runner = None
     t0 = time.monotonic()
-    old = signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        if backend == "sim":  # the fabric's own tree picks the shared-uplink flows
-            from pcieprof.sim.fabric import topology as fabric_topology
-
-            topo: dict[str, Any] = fabric_topology(fabric)
-        else:
-            topo = discover_into(bundle, backend)
+    with MeasurementSession(bundle, sim_profile=sim_profile,
+                            launch=Launch(nnodes=nnodes, rdzv_endpoint=rdzv_endpoint)) as session:
+        # sim: the fabric's own tree picks the shared-uplink flows (run_plan writes it)
+        topo = fabric_topology(fabric) if fabric is not None else session.discover().to_json()
         plan = build_plan(backend, devs, quick=quick, variants=chosen, group_kinds=kinds,
                           orders=ring_orders, p2p_sweep=p2p_sweep, timeout_s=timeout_s,
                           topology=topo, max_size=cap)
@@ -271,52 +161,13 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
         if "allreduce" not in wanted:
             plan.allreduce = []
         bundle.write_json("plan.json", plan.to_dict())
-        if backend == "sim":
-            _run_sim(bundle, plan, sim_profile or "rtxpro6000-8x-vm")
-        else:
-            from pcieprof.probe_runner import Launch, ProbeRunner
-
-            runner = ProbeRunner(bundle, plan, Launch(nnodes=nnodes, rdzv_endpoint=rdzv_endpoint))
-            parts = (["p2p", "concurrent"] if plan.p2p else []) + (["allreduce"] if plan.allreduce else [])
-            for part in parts:
-                bundle.set_part(part, "running")
-            if plan.p2p:
-                progress.info(f"copies: {len(plan.p2p)} P2P cases, {len(plan.concurrent)} "
-                              f"concurrent patterns over {plan.nranks} "
-                              f"{'ranks' if backend == 'cpu' else 'GPUs'}")
-                with progress.task("P2P copies", total=len(plan.p2p)) as t:
-                    runner.on_progress = lambda table, n: t.advance(n) if table == "p2p" else None
-                    copies = runner.run_copies()
-                for part, res in copies.items():
-                    bundle.set_part(part, res["status"], why=res["why"], cases=res["rows"],
-                                    hangs=res["hangs"], errors=res["errors"])
-            if plan.allreduce:
-                ar = runner.run_allreduce()
-                bundle.set_part("allreduce", ar["status"], why=ar["why"], cases=ar["cases"],
-                                hangs=ar["hangs"], errors=ar["errors"])
-        wall = time.monotonic() - t0
-        if not no_report:
-            _report(bundle)
-        status = bundle.finish()
-    except KeyboardInterrupt as exc:
-        if runner is not None:
-            runner.kill()
-        how = "SIGTERM" if isinstance(exc, _Terminated) else "Ctrl-C"
-        bundle.interrupted(f"interrupted ({how}); rows measured so far are kept")
-        click.echo(f"pcieprof: interrupted ({how}); partial bundle at {bundle.path}", err=True)
-        sys.exit(ExitCode.INTERRUPTED)
-    except BaseException as exc:
-        if runner is not None:
-            runner.kill()
-        bundle.interrupted(f"stopped by an error: {exc}")
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, old)
-        if runner is not None:
-            runner.cleanup()
-    from pcieprof.summary import summarize
-
-    click.echo(summarize(bundle))
+        session.measure(plan)
+    wall = time.monotonic() - t0
+    status = bundle.finish()
+    band = band_for(DEFAULT_MODEL)
+    if not no_report:  # after finish(): the report shows the bundle as it stays
+        _report(bundle, band)
+    click.echo(summarize(bundle, band))
     click.echo("")
     click.echo(f"bundle ({status}, {wall:.0f} s of probes): {bundle.path}")
     if bundle.has("report.html"):
@@ -324,23 +175,13 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     click.echo(f"rebuild the report: pcieprof report {bundle.path}")
 
 
-def _run_sim(bundle: Bundle, plan: Any, profile: str) -> None:
-    from pcieprof.sim.backend import run_plan
-
-    for part in ("discovery", "p2p", "concurrent", "allreduce"):
-        bundle.set_part(part, "running", source="simulated", backend="sim")
-    run_plan(plan, profile, bundle)
-    for part in ("discovery", "p2p", "concurrent", "allreduce"):
-        if bundle.part(part).get("status") == "running":
-            bundle.set_part(part, "ok")
-
-
-def _report(bundle: Bundle) -> None:
-    from pcieprof.report import write_report
-
-    bundle.set_part("report", "running")
+def _report(bundle: Bundle, band: DecodeBand) -> None:
+    """report.html of the finished bundle (the tuner's advice computed in memory); a report
+    that cannot be written is a warning and a failed `report` part, not a failed run."""
     try:
-        write_report([bundle.path], bundle.path / "report.html")
+        recs = for_report([bundle], load_card(band.model), band)
+        write_report([bundle], bundle.path / "report.html",
+                     ctx=ReportContext(band=band, recommendations=recs))
     except PcieprofError as exc:
         bundle.set_part("report", "failed", why=exc.one_line())
         progress.warn(f"report: {exc.one_line()}")

@@ -14,6 +14,7 @@ from pcieprof.discover.lspci import parse_lspci
 from pcieprof.discover.smi_query import parse_smi_query
 from pcieprof.discover.topo_matrix import parse_topo_matrix
 from pcieprof.discover.topology import assemble
+from pcieprof.errors import BadInput
 
 _GPU_KEYS = ("index", "name", "uuid", "bus_id", "pcie", "bar1_bytes", "memory_bytes",
              "virtualization_mode")
@@ -59,8 +60,6 @@ def topology_from_logs(*, lspci: str | None = None, smi_q: str | None = None,
         BadInput: a given text cannot be parsed (naming the file and line), or the logs disagree
             on the GPUs (a different count or bus ids).
     """
-    from pcieprof.errors import BadInput
-
     names = dict(names or {})
     status: dict[str, str] = {}
     devices = None
@@ -72,7 +71,7 @@ def topology_from_logs(*, lspci: str | None = None, smi_q: str | None = None,
     t = parse_topo_matrix(topo_m, source=names.get("topo_m", "nvidia-smi topo -m")) \
         if topo_m is not None else None
     status["topo_m"] = "ok" if t else "unknown: no nvidia-smi topo -m log"
-    nvml_part = None
+    nvml_part: dict[str, Any] | None = None
     if smi_q is not None:
         q = parse_smi_query(smi_q, source=names.get("smi_q", "nvidia-smi -q"))
         status["smi_q"] = "ok"

@@ -18,13 +18,23 @@ import ctypes
 import json
 import platform
 import sys
+from importlib.metadata import version
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from pcieprof.discover.nvml import (
-    NO_DRIVER_HINT, P2P_CAPS, TOPOLOGY_LEVELS, VIRTUALIZATION_MODES, Nvml, SnapshotMissing, collect, cpu_words,
+    NO_DRIVER_HINT,
+    P2P_CAPS,
+    TOPOLOGY_LEVELS,
+    VIRTUALIZATION_MODES,
+    Nvml,
+    SnapshotMissing,
+    collect,
+    cpu_words,
 )
+from pcieprof.discover.smi_query import parse_smi_query
+from pcieprof.discover.topo_matrix import parse_topo_matrix
 from pcieprof.errors import BadInput
 
 FORMAT = "pcieprof-nvml-snapshot"
@@ -140,7 +150,7 @@ def record_snapshot(nvml: Any = None) -> dict[str, Any]:
     """
     lib = nvml.lib if isinstance(nvml, Nvml) else nvml
     if lib is None:
-        import pynvml
+        import pynvml  # heavy: pynvml (the NVIDIA driver library)
 
         lib = pynvml
     rec = _Recorder(lib)
@@ -148,8 +158,6 @@ def record_snapshot(nvml: Any = None) -> dict[str, Any]:
     collect(wrapper)
     wrapper.shutdown()
     try:
-        from importlib.metadata import version
-
         pyver: str | None = version("nvidia-ml-py")
     except Exception:  # noqa: BLE001 - provenance only
         pyver = None
@@ -160,9 +168,10 @@ def record_snapshot(nvml: Any = None) -> dict[str, Any]:
 
 def _nvml_error(code: int) -> Exception:
     try:
-        import pynvml
+        import pynvml  # heavy: pynvml (the NVIDIA driver library)
 
-        return pynvml.NVMLError(code)
+        err: Exception = pynvml.NVMLError(code)
+        return err
     except ImportError:
         e = RuntimeError(f"NVML error {code}")
         e.value = code  # type: ignore[attr-defined]
@@ -180,9 +189,10 @@ class NvmlReplay:
         if not isinstance(snapshot, dict):
             path = Path(snapshot)
             try:
-                snapshot = json.loads(path.read_text())
+                loaded: dict[str, Any] = json.loads(path.read_text())
             except (OSError, json.JSONDecodeError) as e:
                 raise BadInput(f"{path}: cannot read NVML snapshot: {e}") from e
+            snapshot = loaded
         if snapshot.get("format") != FORMAT:
             raise BadInput(f"not an NVML snapshot (format {snapshot.get('format')!r})",
                            hint=f"expected format {FORMAT!r}")
@@ -240,9 +250,6 @@ def snapshot_from_logs(smi_q: str, topo_m: str, *, smi_q_name: str = "nvidia-smi
     Only answers the logs contain are filled; the rest (NVML version, P2P status, ...) are
     recorded as `unknown` rather than invented. See tests/data/nvml_snapshot_rtxpro6000_8x/NOTE.md.
     """
-    from pcieprof.discover.smi_query import parse_smi_query
-    from pcieprof.discover.topo_matrix import parse_topo_matrix
-
     q = parse_smi_query(smi_q, source=smi_q_name)
     t = parse_topo_matrix(topo_m, source=topo_m_name)
     if t["gpus"] != len(q["gpus"]):

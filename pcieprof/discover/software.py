@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pcieprof.discover.nvml import Missing, Nvml, _cuda_version, _text
+
 
 def versions(nvml: Any = None) -> dict[str, Any]:
     """Driver, CUDA driver and NVML versions (through NVML), torch, its CUDA and NCCL.
@@ -16,8 +18,6 @@ def versions(nvml: Any = None) -> dict[str, Any]:
         "torch_cuda", "nccl", "status": {field: why}} (keys as in the manifest's `versions`);
         a value that cannot be had is None with its status (never an exception).
     """
-    from pcieprof.discover.nvml import Missing, Nvml, _cuda_version, _text
-
     out: dict[str, Any] = {"status": {}}
     w = nvml if isinstance(nvml, Nvml) else Nvml(nvml)
     w.init()
@@ -35,7 +35,7 @@ def versions(nvml: Any = None) -> dict[str, Any]:
     if w is not nvml:
         w.shutdown()
     try:
-        import torch
+        import torch  # heavy: torch (seconds to import)
 
         out["torch"] = torch.__version__
         out["torch_cuda"] = torch.version.cuda

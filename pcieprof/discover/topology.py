@@ -14,6 +14,7 @@ from typing import Any
 from pcieprof.discover import pcie_tree, system
 from pcieprof.discover.lspci import parse_lspci, run_lspci
 from pcieprof.discover.nvml import Nvml, collect
+from pcieprof.discover.nvml_snapshot import NvmlReplay
 from pcieprof.discover.pci import PciDevice
 from pcieprof.discover.sysfs import merge_lspci, read_sysfs_pci
 
@@ -132,7 +133,7 @@ def assemble(*, source: str, nvml_part: dict[str, Any] | None, devices: list[Pci
 
     virt = dict(virt)
     evidence = list(virt.get("evidence", []))
-    modes = {g.get("virtualization_mode") for g in gpus} - {None}
+    modes = {str(g["virtualization_mode"]) for g in gpus if g.get("virtualization_mode") is not None}
     for m in sorted(modes):
         evidence.append(f"GPU virtualization mode: {m}")
     if modes & {"passthrough", "vgpu"}:
@@ -186,8 +187,6 @@ def discover(*, nvml: Any = None, root: str | Path = "/", use_lspci: bool = True
     live = Path(root).resolve() == Path("/")
     status: dict[str, str] = {}
     if isinstance(nvml, (dict, str, Path)):
-        from pcieprof.discover.nvml_snapshot import NvmlReplay
-
         nvml = NvmlReplay(nvml)
     if nvml is None and not live:
         nvml_part = None

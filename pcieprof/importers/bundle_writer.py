@@ -21,6 +21,8 @@ from typing import Any
 
 from pcieprof import progress
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices, NcclParsed
+from pcieprof.bundle.topology import Topology
 from pcieprof.errors import BadInput
 from pcieprof.importers import topology as topo_mod
 from pcieprof.importers.detect import FORMATS, MACHINE_LOGS
@@ -114,11 +116,12 @@ def _cuda_to_nvml(topo: dict[str, Any], p: Parsed, source: str) -> list[str]:
     by_bus = {str(g.get("bus_id") or "").lower(): g["index"] for g in topo["gpus"] if g.get("bus_id")}
     if not by_bus or not all(g.bus_id for g in p.gpus):
         return []
-    missing = [g.bus_id for g in p.gpus if g.bus_id.lower() not in by_bus]
+    bus = {g.index: str(g.bus_id).lower() for g in p.gpus}  # every one set (checked above)
+    missing = [b for b in bus.values() if b not in by_bus]
     if missing:
         return [f"{source}: GPUs {', '.join(missing)} are not in the machine logs; "
                 "kept with the tool's own numbering"]
-    mapping = {g.index: by_bus[g.bus_id.lower()] for g in p.gpus}
+    mapping = {i: by_bus[b] for i, b in bus.items()}
     if all(k == v for k, v in mapping.items()):
         return []
     note = "; CUDA device -> nvidia-smi index by bus id: " + ", ".join(
@@ -162,7 +165,7 @@ def import_files(paths: list[Path], out: Path, *, force: bool = False,
         f.stored_as = "imported/" + _stored_name(f.path, taken)
         bundle.file(f.stored_as).write_bytes(f.raw)
         bundle.register(f.stored_as)  # the manifest lists every file, as write_json does
-    bundle.write_json("topology.json", topo)
+    bundle.write_doc(Topology.from_json(topo))
     bundle.set_part("discovery", Status.OK.value, files=[str(f.path) for f in files
                                                          if f.parsed.format in MACHINE_LOGS])
     counts = _write_tables(bundle, files)
@@ -199,24 +202,24 @@ def _write_tables(bundle: Bundle, files: list[ImportedFile]) -> dict[str, int]:
 
 
 def _write_documents(bundle: Bundle, files: list[ImportedFile]) -> None:
-    choices: dict[str, Any] = {}
+    choices = NcclChoices()
     by_kind: dict[str, list[tuple[ImportedFile, Any]]] = {"nccl_topo": [], "nccl_graph": []}
     for f in files:
         docs = f.parsed.documents
         if "nccl_choices" in docs:
             parsed = docs["nccl_choices"]
             main = max(parsed["comms"], key=lambda c: c["nranks"], default=None)
-            choices[f"imported:{Path(f.stored_as).name}"] = {
-                "variant": "imported", "ranks": [int(r) for r in main["ranks"]] if main else [],
-                "env": parsed["env"], "log": f.stored_as, "parsed": parsed}
+            choices.cases[f"imported:{Path(f.stored_as).name}"] = NcclCase(
+                variant="imported", ranks=tuple(int(r) for r in main["ranks"]) if main else (),
+                env=dict(parsed["env"]), log=f.stored_as, parsed=NcclParsed.from_json(parsed))
         for kind in by_kind:
             if kind in docs:
                 by_kind[kind].append((f, docs[kind]))
-    if choices:
-        bundle.write_json("nccl_choices.json", choices)
-    for kind, docs in by_kind.items():
-        for f, doc in docs:
-            name = (f"{kind}.json" if len(docs) == 1
+    if choices.cases:
+        bundle.write_doc(choices)
+    for kind, found in by_kind.items():
+        for f, doc in found:
+            name = (f"{kind}.json" if len(found) == 1
                     else f"{kind}-{Path(f.stored_as).name.split('.')[0]}.json")
             bundle.write_json(name, {**doc, "source_file": f.stored_as})
 

@@ -27,13 +27,13 @@ from typing import Any
 
 from pcieprof.importers._text import fail
 from pcieprof.importers.topology import flat_tree_evidence
+from pcieprof.schema import NCCL_PATH_TYPES
 
 TOPO_FORMAT = "pcieprof.nccl_topo/1"
 GRAPH_FORMAT = "pcieprof.nccl_graph/1"
 
 PATTERNS = {1: "balanced_tree", 2: "split_tree", 3: "tree", 4: "ring", 5: "nvls",
             6: "collnet_direct"}
-LINK_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "PXN", "P2C", "PHB", "SYS", "NET", "DIS")
 _GRAPH_INT = ("id", "pattern", "crossnic", "nchannels", "samechannels")
 _GRAPH_FLOAT = ("speedintra", "speedinter")
 
@@ -152,8 +152,8 @@ def parse_graph_xml(text: str, name: str = "<graph.xml>") -> dict[str, Any]:
             v = g.attrs.get(k)
             if v is None:
                 fail(name, g.line, f"attribute {k}=\"<link type>\" on <graph>")
-            if v not in LINK_TYPES:
-                fail(name, g.line, f"{k} in {', '.join(LINK_TYPES)}", got=v)
+            if v not in NCCL_PATH_TYPES:
+                fail(name, g.line, f"{k} in {', '.join(NCCL_PATH_TYPES)}", got=v)
             rec[k] = v
         if rec["id"] in ids:
             fail(name, g.line, f"a graph id not used before (id {rec['id']} repeats)")
@@ -171,6 +171,7 @@ def parse_graph_xml(text: str, name: str = "<graph.xml>") -> dict[str, Any]:
                     fail(name, dev.line, "<gpu dev=...> or <net dev=...> inside <channel>",
                          got=f"<{dev.tag}>")
                 d = _int(dev, "dev", name)
+                assert d is not None  # required: _int raised otherwise
                 (gpus if dev.tag == "gpu" else nets).append(d)
                 if dev.tag == "gpu" and gpus.count(d) > 1:
                     fail(name, dev.line, f"each GPU once per channel (gpu dev={d} repeats)")
@@ -262,7 +263,7 @@ def parse_topo_xml(text: str, name: str = "<topo.xml>") -> dict[str, Any]:
             elif child.tag == "nic":
                 walk(child, numaid, path)
             elif child.tag == "net":
-                rec = {k: child.attrs.get(k) for k in ("name", "guid")}
+                rec: dict[str, Any] = {k: child.attrs.get(k) for k in ("name", "guid")}
                 for k in ("dev", "speed", "port", "maxconn", "gdr"):
                     rec[k] = _int(child, k, name, required=k == "dev")
                 rec["latency"] = _float(child, "latency", name, required=False)

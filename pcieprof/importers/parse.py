@@ -9,7 +9,6 @@ from pcieprof.discover.lspci import parse_lspci
 from pcieprof.discover.smi_query import parse_smi_query
 from pcieprof.discover.topo_matrix import parse_topo_matrix
 from pcieprof.errors import BadInput
-
 from pcieprof.importers import nccl_log, nccl_tests, nccl_xml, nvbandwidth
 from pcieprof.importers import p2p_bandwidth_latency, simple_p2p, topo_p2p
 from pcieprof.importers._text import fail
@@ -116,12 +115,14 @@ def _machine_log(text: str, name: str, fmt: str) -> Parsed:
     elif fmt == "nvidia-smi-topo-m":
         t = parse_topo_matrix(text, source=name)
         parsed.pair_levels = {(p["a"], p["b"]): p["level"] for p in t["pairs"]}
+        p2p_summary = ""
         if topo_p2p.looks_like(text):
             # A paste of `topo -m` followed by `topo -p2p X` (one terminal session): keep both.
             p2p = topo_p2p.parse_topo_p2p(text, name)
             parsed.pair_p2p = p2p.pair_p2p
             facts["topo_p2p"] = p2p.facts
             facts.setdefault("warnings", []).extend(p2p.facts.get("warnings", []))
+            p2p_summary = p2p.summary
         counts: dict[str, int] = {}
         for lvl in parsed.pair_levels.values():
             counts[lvl] = counts.get(lvl, 0) + 1
@@ -129,7 +130,7 @@ def _machine_log(text: str, name: str, fmt: str) -> Parsed:
         parsed.documents["topo_m"] = t
         parsed.summary = (f"nvidia-smi topo -m: {t['gpus']} GPUs, "
                           + ", ".join(f"{v} pairs {k}" for k, v in sorted(counts.items()))
-                          + (f"; {p2p.summary}" if parsed.pair_p2p else ""))
+                          + (f"; {p2p_summary}" if parsed.pair_p2p and p2p_summary else ""))
     else:
         what = FORMATS[fmt][1]
         parsed.summary = f"{what}: {len(text.splitlines())} lines (machine log)"

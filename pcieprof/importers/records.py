@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pcieprof.bundle.rows import AllReduceRow
 from pcieprof.schema import Backend
 
 IMPORTED = Backend.IMPORTED.value
@@ -47,7 +48,7 @@ class P2PRecord:
     detail: str = ""
 
     def to_row(self) -> dict[str, Any]:
-        """The p2p.csv row (columns of pcieprof.schema.TABLES['p2p'])."""
+        """The p2p.csv row (columns of pcieprof.bundle.rows.P2PRow)."""
         return {"backend": IMPORTED, "src": self.src, "dst": self.dst, "path": self.path,
                 "direction": self.direction, "size_bytes": self.size_bytes,
                 "bandwidth_gbps": _num(self.bandwidth_gbps), "latency_us": _num(self.latency_us),
@@ -120,14 +121,14 @@ class CollectiveRecord:
     status: str = "ok"
     detail: str = ""
 
-    def to_row(self) -> dict[str, Any]:
-        """The allreduce.csv row."""
-        return {"backend": IMPORTED, "variant": self.variant, "env": "{}",
-                "nranks": self.nranks, "ranks": ",".join(str(r) for r in range(self.nranks)),
-                "size_bytes": self.size_bytes, "dtype": self.dtype,
-                "time_us": _num(self.time_us), "algbw_gbps": _num(self.algbw_gbps),
-                "busbw_gbps": _num(self.busbw_gbps), "iters": self.iters,
-                "status": self.status, "detail": self.detail}
+    def to_row(self) -> AllReduceRow:
+        """The allreduce.csv row (ranks 0..n-1: nccl-tests prints no ring order)."""
+        return AllReduceRow(backend=IMPORTED, variant=self.variant, env={},
+                            nranks=self.nranks, ranks=tuple(range(self.nranks)),
+                            size_bytes=self.size_bytes, dtype=self.dtype,
+                            time_us=_num(self.time_us), algbw_gbps=_num(self.algbw_gbps),
+                            busbw_gbps=_num(self.busbw_gbps), iters=self.iters,
+                            status=self.status, detail=self.detail)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from pcieprof.bundle.topology import Iommu, Topology, Virtualization
+from pcieprof.discover.from_logs import topology_from_logs
 from pcieprof.importers.records import GpuRecord, Parsed
 
 _PCIE_KEYS = ("gen_current", "gen_max", "gen_max_device", "gen_max_system", "width_current",
@@ -18,23 +20,11 @@ _GPU_FIELDS = ("uuid", "bar1_bytes", "memory_bytes", "numa_node", "cpu_affinity"
 
 
 def skeleton(why: str = "imported: not in the given files") -> dict[str, Any]:
-    """An empty topology.json (docs/bundle.md) with every unknown marked."""
-    return {
-        "source": "imported",
-        "driver": {"driver_version": None, "cuda_driver_version": None, "nvml_version": None,
-                   "status": {"driver_version": "unknown", "cuda_driver_version": "unknown",
-                              "nvml_version": "unknown"}},
-        "gpus": [],
-        "pairs": [],
-        "pcie_tree": {"nodes": [], "gpu_paths": {}},
-        "iommu": {"enabled": None, "mode": "unknown", "cmdline": None, "groups": {},
-                  "evidence": [], "status": {"enabled": "unknown"}},
-        "virtualization": {"is_vm": None, "hypervisor": None, "flat_pcie_tree": None,
-                           "evidence": [], "status": {"is_vm": "unknown"}},
-        "numa": {"nodes": []},
-        "status": {"nvml": f"not_supported: {why}", "sysfs": f"not_supported: {why}",
-                   "lspci": f"not_supported: {why}"},
-    }
+    """An empty topology.json (pcieprof.bundle.topology) with every unknown marked."""
+    return Topology(source="imported", iommu=Iommu(status={"enabled": "unknown"}),
+                    virtualization=Virtualization(status={"is_vm": "unknown"}),
+                    status={k: f"not_supported: {why}" for k in ("nvml", "sysfs", "lspci")}
+                    ).to_json()
 
 
 def flat_tree_evidence(bus_ids: list[str | None], name: str) -> list[str]:
@@ -225,7 +215,6 @@ def from_machine_logs(logs: dict[str, tuple[str, str]]) -> dict[str, Any]:
     """
     kwargs_of = {"lspci": "lspci", "nvidia-smi-q": "smi_q", "nvidia-smi-topo-m": "topo_m",
                  "cmdline": "cmdline", "numactl": "numa", "lscpu": "lscpu", "dmesg": "dmesg"}
-    from pcieprof.discover.from_logs import topology_from_logs
 
     kwargs = {kwargs_of[f]: text for f, (_n, text) in logs.items()}
     names = {kwargs_of[f]: n for f, (n, _t) in logs.items()}

@@ -9,7 +9,6 @@ plans, as SGLang keeps a CPU group beside its device group.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -24,16 +23,6 @@ from pcieprof.refserver.model import TinyMoEConfig, TinyMoEModel, TPGroup
 # the client's deadline to judge, and an idle server waits on the next plan indefinitely.
 COLLECTIVE_TIMEOUT = timedelta(days=7)
 RENDEZVOUS_TIMEOUT = timedelta(seconds=120)
-
-
-@dataclass
-class RankContext:
-    """One rank's view of the TP world after startup."""
-
-    rank: int
-    world_size: int
-    cpu_group: Any
-    model: TinyMoEModel
 
 
 def join_group(store: Any, rank: int, world_size: int) -> Any:

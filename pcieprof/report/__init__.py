@@ -1,7 +1,10 @@
 """The HTML report: bundles in, one self-contained offline page out.
 
-`write_report(bundles, out)` is the entry point (used by `pcieprof topology`, `pcieprof report`
-and `pcieprof demo`). Sections live in `pcieprof/report/sections/`, one module each.
+`write_report(bundles, out, ctx=ReportContext(band, recommendations))` is the entry point (used
+by `pcieprof topology`, `pcieprof report` and `pcieprof demo`). Sections live in
+`pcieprof/report/sections/`, one module each. The report only draws: numbers come from
+pcieprof.analysis, advice from the bundle's recommendations.json or from what the command
+computed (ReportContext.recommendations); `console.py` is the plain-text summary for stdout.
 """
 
 from __future__ import annotations

@@ -89,12 +89,3 @@ def round_number(x: float) -> float | int | None:
     if not x.is_integer():
         x = float(f"{x:.{DIGITS}g}")
     return int(x) if x.is_integer() and abs(x) < 2**53 else x
-
-
-def size_label(n: float) -> str:
-    """Bytes as 8 B, 12 KiB, 768 KiB, 64 MiB."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            v = n / scale
-            return f"{v:.0f} {unit}" if v >= 10 or v == int(v) else f"{v:.1f} {unit}"
-    return f"{int(n)} B"

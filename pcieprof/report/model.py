@@ -9,9 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from pcieprof.analysis.provenance import measured_host, origin, part_provenance
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.document import Readable
+from pcieprof.report.recs import RecsBlock
+
+DocT = TypeVar("DocT", bound=Readable)
 
 
 @dataclass
@@ -95,7 +100,7 @@ class Tree:
     kind: str = "tree"
 
 
-Block = Figure | Table | Note | NoteGroup | Facts | Tree
+Block = Figure | Table | Note | NoteGroup | Facts | Tree | RecsBlock
 
 
 @dataclass
@@ -124,29 +129,12 @@ class BundleView:
 
     @property
     def measured_host(self) -> str | None:
-        """The host the bundle's numbers were taken on, from the manifest; None when simulated.
-
-        A simulated bundle ran on some machine but measured none, so it names no host (older
-        bundles recorded one anyway; it is not shown).
-        """
-        if self.bundle.source == "simulated":
-            return None
-        host = self.bundle.manifest.get("host")
-        return str(host) if host and host != "unknown" else None
+        """The host the numbers were taken on (pcieprof.analysis.provenance.measured_host)."""
+        return measured_host(self.bundle.manifest)
 
     def origin(self) -> str:
-        """One line saying where the bundle's numbers come from, e.g. `simulated: fabric model
-        rtxpro6000-8x-vm (not hardware)` or `measured on host gpu-01, backend cuda`."""
-        m = self.bundle.manifest
-        backend = str(m.get("backend") or "unknown")
-        if self.bundle.source == "simulated":
-            profile = ((m.get("versions") or {}).get("sim_profile")
-                       or (m.get("parts", {}).get("discovery") or {}).get("profile"))
-            return f"simulated: fabric model {profile or '(profile not recorded)'} (not hardware)"
-        host = self.measured_host
-        where = f" on host {host}" if host else " (host not recorded)"
-        note = {"cpu": " (CPUs and host memory, not GPUs)"}.get(backend, "")
-        return f"{self.bundle.source}{where}, backend {backend}{note}"
+        """Where the numbers come from, in one line (pcieprof.analysis.provenance.origin)."""
+        return origin(self.bundle.manifest)
 
     def table(self, name: str) -> Any:
         """`Bundle.read_table(name)`, read once."""
@@ -161,36 +149,13 @@ class BundleView:
             self._cache[key] = self.bundle.read_json(name, default)
         return self._cache[key]
 
+    def doc(self, cls: type[DocT]) -> DocT | None:
+        """`Bundle.read_doc(cls)` (a typed document, None when absent), read once."""
+        key = f"doc:{cls.FILE}"
+        if key not in self._cache:
+            self._cache[key] = self.bundle.read_doc(cls)
+        return self._cache[key]
+
     def provenance(self, part: str | None = None, rows: Any = None) -> str:
-        """Provenance label for a figure: source and backend of a part, or of the rows drawn.
-
-        Args:
-            part: the manifest part the numbers come from (e.g. "p2p").
-            rows: a DataFrame whose `backend` column says which backend produced each row.
-        """
-        m = self.bundle.manifest
-        p = m.get("parts", {}).get(part, {}) if part else {}
-        source = p.get("source") or m.get("source") or "unknown"
-        backends: list[str] = []
-        if rows is not None and "backend" in getattr(rows, "columns", []):
-            backends = sorted({str(b) for b in rows["backend"].dropna() if str(b)})
-        if not backends:
-            backends = [str(p.get("backend") or m.get("backend") or "unknown")]
-        return provenance_text(source, backends)
-
-
-def provenance_text(source: str, backends: list[str]) -> str:
-    """`measured, backend cpu (this machine's CPUs, not GPUs)` and the like."""
-    from pcieprof.schema import source_of
-
-    notes = {"cpu": " (this machine's CPUs and host memory, not GPUs)", "sim": " (fabric model)"}
-    parts = []
-    for b in backends:
-        try:
-            src = source_of(b)
-        except KeyError:
-            src = source
-        parts.append(f"{src}, backend {b}{notes.get(b, '')}")
-    if not parts:
-        parts = [source]
-    return "; ".join(parts)
+        """Provenance label for a figure (pcieprof.analysis.provenance.part_provenance)."""
+        return part_provenance(self.bundle.manifest, part, rows)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from pcieprof.bundle.recommendations import Recommendation
 
 
 @dataclass
 class RecsBlock:
-    """Recommendations as dicts (Recommendation.as_dict), rendered by recommendations.html.j2."""
+    """Recommendations, rendered by recommendations.html.j2."""
 
-    items: list[dict[str, Any]]
+    items: list[Recommendation]
     needs_measuring: list[str] = field(default_factory=list)
     compact: bool = False
     kind: str = "recs"

@@ -10,16 +10,14 @@ request's tokens and says so in `window`. This is the curve the tuner fits (step
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
+from pcieprof.bundle.rows import DecodeCurveRow
 from pcieprof.serve.client import LoadSpec, run_load
 from pcieprof.serve.metrics import RequestRecord
 
-COLUMNS = ("backend", "batch_size", "step_time_ms", "step_time_ms_p10", "step_time_ms_p90",
-           "tokens_per_s", "n_samples", "window", "input_len", "output_len", "status", "detail")
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -58,7 +56,8 @@ async def measure_curve(base_url: str, *, batch_sizes: tuple[int, ...] = DEFAULT
                         api: str = "generate", input_len: int = 16, output_len: int = 64,
                         seed: int = 0, vocab_high: int = 256, backend: str = "",
                         timeout_s: float = 300.0,
-                        on_row: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+                        on_row: Callable[[DecodeCurveRow], None] | None = None
+                        ) -> list[DecodeCurveRow]:
     """Measure the per-step decode time at each batch size (one row per size).
 
     Args:
@@ -69,7 +68,7 @@ async def measure_curve(base_url: str, *, batch_sizes: tuple[int, ...] = DEFAULT
         timeout_s: per-request deadline.
         on_row: called with each row as it is measured.
     """
-    rows: list[dict[str, Any]] = []
+    rows: list[DecodeCurveRow] = []
     warm = LoadSpec(api=api, input_len=input_len, output_len=min(8, output_len), num_requests=1,
                     concurrency=1, warmup=0, seed=seed, vocab_high=vocab_high, timeout_s=timeout_s)
     await run_load(base_url, warm)
@@ -80,39 +79,21 @@ async def measure_curve(base_url: str, *, batch_sizes: tuple[int, ...] = DEFAULT
         recs, _ = await run_load(base_url, spec)
         gaps, window = steady_step_times(recs)
         failed = [r for r in recs if not r.ok]
-        row: dict[str, Any] = {"backend": backend, "batch_size": b, "input_len": input_len,
-                               "output_len": output_len, "window": window, "n_samples": len(gaps)}
+        row = DecodeCurveRow(backend=backend, batch_size=b, input_len=input_len,
+                             output_len=output_len, window=window, n_samples=len(gaps))
         if gaps and not failed:
             a = np.asarray(gaps) * 1e3
             med = float(np.median(a))
-            row.update(step_time_ms=med, step_time_ms_p10=float(np.percentile(a, 10)),
-                       step_time_ms_p90=float(np.percentile(a, 90)),
-                       tokens_per_s=b * 1e3 / med if med > 0 else None, status="ok", detail="")
+            row.step_time_ms = med
+            row.step_time_ms_p10 = float(np.percentile(a, 10))
+            row.step_time_ms_p90 = float(np.percentile(a, 90))
+            row.tokens_per_s = b * 1e3 / med if med > 0 else float("nan")
         else:
-            row.update(step_time_ms=None, step_time_ms_p10=None, step_time_ms_p90=None,
-                       tokens_per_s=None, status="error",
-                       detail=(failed[0].error if failed else "no steady-state tokens")[:200])
+            row.status = "error"
+            row.detail = (failed[0].error if failed else "no steady-state tokens")[:200]
         rows.append(row)
         if on_row:
             on_row(row)
         if failed:
             break  # a failing server will not get better at larger batches
     return rows
-
-
-def to_csv(rows: list[dict[str, Any]]) -> str:
-    """The rows as decode_curve.csv text (empty cells for missing numbers)."""
-    import csv
-    import io
-
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(COLUMNS), extrasaction="ignore")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS})
-    return buf.getvalue()
-
-
-def run(base_url: str, **kw: Any) -> list[dict[str, Any]]:
-    """Synchronous wrapper of `measure_curve`."""
-    return asyncio.run(measure_curve(base_url, **kw))

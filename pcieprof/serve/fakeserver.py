@@ -7,6 +7,7 @@ capacity (tokens/s it can time) is what limits a run against it. Never a measure
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import socket
 import threading
@@ -109,8 +110,6 @@ class FakeServer:
 
 def main(argv: list[str] | None = None) -> None:
     """`python -m pcieprof.serve.fakeserver --port P [--token-delay S]`: serve until killed."""
-    import argparse
-
     p = argparse.ArgumentParser(prog="python -m pcieprof.serve.fakeserver")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)

@@ -23,6 +23,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from pcieprof.bundle.serve_summary import RunSummary
+
 #: The formulas, as written into summary.json and --help.
 FORMULAS: dict[str, str] = {
     "ttft_ms": "time from sending the request to the first streamed chunk with text",
@@ -38,7 +40,6 @@ FORMULAS: dict[str, str] = {
     "decode_curve.step_time_ms": "batch of B requests sent at once: median gap between a "
                                  "request's consecutive tokens while all B are decoding",
 }
-METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
 
 
 @dataclass
@@ -120,7 +121,7 @@ def stats(values: Iterable[float]) -> dict[str, float | int | None]:
 
 
 def summarize(records: list[RequestRecord], *, label: str, concurrency: int | None,
-              request_rate: float | None, duration_s: float) -> dict[str, Any]:
+              request_rate: float | None, duration_s: float) -> RunSummary:
     """The summary of one run (warm-up requests are skipped).
 
     Args:
@@ -140,31 +141,24 @@ def summarize(records: list[RequestRecord], *, label: str, concurrency: int | No
         if not r.ok:
             key = (r.error or "no response").splitlines()[0][:120]
             errors[key] = errors.get(key, 0) + 1
-    return {
-        "label": label,
-        "concurrency": concurrency,
-        "request_rate": None if request_rate is None else
+    return RunSummary(
+        label=label, concurrency=concurrency,
+        request_rate=None if request_rate is None else
         ("inf" if math.isinf(request_rate) else request_rate),
-        "num_requests": len(measured),
-        "completed": len(done),
-        "failed": len(measured) - len(done),
-        "errors": errors,
-        "duration_s": duration_s,
-        "total_input_tokens": in_tokens,
-        "total_output_tokens": out_tokens,
-        "output_len_requested": sum(r.output_len_requested for r in done),
-        "output_len_mismatch": sum(1 for r in done if r.output_len != r.output_len_requested),
-        "request_throughput": len(done) / dur,
-        "output_throughput": out_tokens / dur,
-        "input_throughput": in_tokens / dur,
-        "ttft_ms": stats(r.ttft_s * 1e3 for r in done if r.ttft_s is not None),
-        "tpot_ms": stats(t * 1e3 for r in done if (t := r.tpot_s) is not None),
-        "itl_ms": stats(x * 1e3 for r in done for x in r.itl_s()),
-        "e2el_ms": stats(r.e2el_s * 1e3 for r in done if r.e2el_s is not None),
-    }
+        num_requests=len(measured), completed=len(done), failed=len(measured) - len(done),
+        errors=errors, duration_s=duration_s, total_input_tokens=in_tokens,
+        total_output_tokens=out_tokens,
+        output_len_requested=sum(r.output_len_requested for r in done),
+        output_len_mismatch=sum(1 for r in done if r.output_len != r.output_len_requested),
+        request_throughput=len(done) / dur, output_throughput=out_tokens / dur,
+        input_throughput=in_tokens / dur,
+        ttft_ms=stats(r.ttft_s * 1e3 for r in done if r.ttft_s is not None),
+        tpot_ms=stats(t * 1e3 for r in done if (t := r.tpot_s) is not None),
+        itl_ms=stats(x * 1e3 for r in done for x in r.itl_s()),
+        e2el_ms=stats(r.e2el_s * 1e3 for r in done if r.e2el_s is not None))
 
 
-def format_table(runs: list[dict[str, Any]]) -> str:
+def format_table(runs: list[RunSummary]) -> str:
     """A fixed-width table of run summaries for stdout."""
     head = (f"{'run':<10} {'ok/n':>8} {'req/s':>8} {'out tok/s':>10} "
             f"{'TTFT med':>9} {'TTFT p99':>9} {'TPOT med':>9} {'ITL med':>8} {'ITL p99':>8} "
@@ -172,11 +166,11 @@ def format_table(runs: list[dict[str, Any]]) -> str:
     lines = [head, "-" * len(head)]
     for r in runs:
         def f(metric: str, key: str) -> str:
-            v = r[metric][key]
+            v = getattr(r, metric).get(key)
             return "-" if v is None else f"{v:.1f}"
         lines.append(
-            f"{r['label']:<10} {str(r['completed']) + '/' + str(r['num_requests']):>8} "
-            f"{r['request_throughput']:>8.2f} {r['output_throughput']:>10.1f} "
+            f"{r.label:<10} {str(r.completed) + '/' + str(r.num_requests):>8} "
+            f"{r.request_throughput or 0:>8.2f} {r.output_throughput or 0:>10.1f} "
             f"{f('ttft_ms', 'median'):>9} {f('ttft_ms', 'p99'):>9} {f('tpot_ms', 'median'):>9} "
             f"{f('itl_ms', 'median'):>8} {f('itl_ms', 'p99'):>8} {f('e2el_ms', 'median'):>9}")
     lines.append("(times in ms; TPOT = (E2E - TTFT)/(output tokens - 1); ITL per token)")

@@ -1,9 +1,10 @@
-"""The serve-bench pipeline: launch (or attach), load sweep, decode curve, traces, attribution.
+"""The serve-bench pipeline: launch (or attach), load sweep, decode curve, traces.
 
 Everything lands in the bundle as it is measured (serve/attempts.jsonl, serve/server-<n>.log,
 serve/requests.jsonl, serve/summary.json, serve/decode_curve.csv, serve/traces/), so a crash or
 Ctrl-C leaves a partial bundle with all that was measured so far. Every server started here is
-stopped on the way out, whatever happens.
+stopped on the way out, whatever happens. Attributing the traces is analysis: the serve-bench
+command does it after this pipeline (pcieprof.analysis.attribution).
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from typing import Any
 
 from pcieprof import progress
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.rows import DecodeCurveRow
+from pcieprof.bundle.serve_summary import ServeSummary
+from pcieprof.cards import ModelCard
 from pcieprof.errors import ExitCode, PcieprofError
 from pcieprof.serve import decode_curve, profiling
-from pcieprof.serve.cards import ModelCard
 from pcieprof.serve.client import LoadSpec, run_load
 from pcieprof.serve.launcher import ServerProcess, http_get
 from pcieprof.serve.metrics import FORMULAS, RequestRecord, summarize
@@ -51,7 +54,6 @@ class BenchOptions:
     profile: bool = True
     profile_steps: int = 8
     trace_dir: Path | None = None
-    attribute: bool = True
     startup_timeout_s: float = 1800.0
     stall_s: float | None = None
     probe_tokens: int = 32
@@ -71,8 +73,8 @@ class _Stop(Exception):
         self.attempt = attempt
 
 
-def run(bundle: Bundle, opts: BenchOptions) -> dict[str, Any]:
-    """Run serve-bench into `bundle`; returns summary.json's content.
+def run(bundle: Bundle, opts: BenchOptions) -> ServeSummary | None:
+    """Run serve-bench into `bundle`; returns serve/summary.json (None on a follower node).
 
     Raises:
         PcieprofError: no config served (exit 1), or the server crashed during the benchmark.
@@ -82,7 +84,8 @@ def run(bundle: Bundle, opts: BenchOptions) -> dict[str, Any]:
     if opts.url:
         return _attached(bundle, opts)
     if opts.base.node_rank > 0:
-        return _follower_node(bundle, opts)
+        _follower_node(bundle, opts)
+        return None
     entries = entries_from(opts.card, opts.base, opts.sweep_file) if opts.sweep \
         else [SweepEntry(opts.base, why="the given configuration")]
     attempts: list[Attempt] = []
@@ -97,7 +100,7 @@ def run(bundle: Bundle, opts: BenchOptions) -> dict[str, Any]:
 
 
 def _attempt_all(bundle: Bundle, opts: BenchOptions, entries: list[SweepEntry],
-                 attempts: list[Attempt]) -> dict[str, Any]:
+                 attempts: list[Attempt]) -> ServeSummary:
     for i, entry in enumerate(entries):
         cmd = build_command(opts.card, entry.config, parser=opts.parser)
         if i == 0:
@@ -174,7 +177,7 @@ def _write_attempts(bundle: Bundle, attempts: list[Attempt]) -> None:
 # -- attaching / follower nodes -------------------------------------------------------------------
 
 
-def _attached(bundle: Bundle, opts: BenchOptions) -> dict[str, Any]:
+def _attached(bundle: Bundle, opts: BenchOptions) -> ServeSummary:
     url = opts.url.rstrip("/")  # type: ignore[union-attr]
     status, _ = http_get(url + "/health_generate", timeout_s=30)
     if status != 200:
@@ -199,7 +202,7 @@ def _attached(bundle: Bundle, opts: BenchOptions) -> dict[str, Any]:
     return summary
 
 
-def _follower_node(bundle: Bundle, opts: BenchOptions) -> dict[str, Any]:
+def _follower_node(bundle: Bundle, opts: BenchOptions) -> None:
     """Node rank > 0 of a multi-node launch: run this node's server until it exits."""
     cmd = build_command(opts.card, opts.base, parser=opts.parser)
     bundle.write_json("serve/command.json", {**cmd.to_json(), "recorded_env": recorded_env(cmd)})
@@ -214,25 +217,23 @@ def _follower_node(bundle: Bundle, opts: BenchOptions) -> dict[str, Any]:
         server.stop()
     c = server.classify()
     bundle.set_part("serve", "ok" if server.exit_code() == 0 else "failed",
-                    why=None if server.exit_code() == 0 else c.one_line(), node_rank=opts.base.node_rank)
-    return {"node_rank": opts.base.node_rank, "outcome": c.outcome.value}
+                    why=None if server.exit_code() == 0 else c.one_line(), node_rank=opts.base.node_rank,
+                    outcome=c.outcome.value)
 
 
 # -- the measurements ------------------------------------------------------------------------------
 
 
 def _benchmark(bundle: Bundle, opts: BenchOptions, base_url: str, server: ServerProcess | None,
-               att: Attempt, *, nranks: int) -> dict[str, Any]:
+               att: Attempt, *, nranks: int) -> ServeSummary:
     backend = bundle.backend
-    summary: dict[str, Any] = {
-        "model": opts.card.name, "api": opts.api, "base_url": base_url, "attempt": att.name,
-        "backend": backend, "source": bundle.source, "input_len": opts.input_len,
-        "output_len": opts.output_len, "ignore_eos": True, "seed": opts.seed,
-        "warmup_requests": opts.warmup, "formulas": FORMULAS, "runs": [],
-        "client": {"python": platform.python_version(), "timestamps": "time.perf_counter at "
-                   "SSE line arrival"},
-        "status": "running",
-    }
+    summary = ServeSummary(
+        model=opts.card.name, tp=nranks, api=opts.api, base_url=base_url, attempt=att.name,
+        backend=backend, source=bundle.source, input_len=opts.input_len,
+        output_len=opts.output_len, ignore_eos=True, seed=opts.seed,
+        warmup_requests=opts.warmup, formulas=dict(FORMULAS),
+        client={"python": platform.python_version(), "timestamps": "time.perf_counter at "
+                "SSE line arrival"})
     if not bundle.has("serve/requests.jsonl"):
         bundle.write_text("serve/requests.jsonl", "")  # appended to by every benchmarked attempt
     req_path = bundle.file("serve/requests.jsonl")
@@ -248,31 +249,28 @@ def _benchmark(bundle: Bundle, opts: BenchOptions, base_url: str, server: Server
             recs, dur = asyncio.run(run_load(base_url, spec, on_done=on_done))
             s = summarize(recs, label=spec.label, concurrency=spec.concurrency,
                           request_rate=spec.request_rate, duration_s=dur)
-            summary["runs"].append(s)
-            bundle.write_json("serve/summary.json", summary)
+            summary.runs.append(s)
+            bundle.write_doc(summary)
             _check_alive(server, att, f"during the load run {spec.label}")
     if opts.decode_batches:
-        rows: list[dict[str, Any]] = []
-
-        def on_row(row: dict[str, Any]) -> None:
-            rows.append(row)
-            bundle.write_text("serve/decode_curve.csv", decode_curve.to_csv(rows))
-            progress.info(f"decode curve: batch {row['batch_size']}: "
-                          f"{row['step_time_ms'] or float('nan'):.2f} ms/step ({row['window']})")
+        def on_row(row: DecodeCurveRow) -> None:
+            bundle.append_rows("decode_curve", [row])
+            summary.decode_curve.append(row)
+            progress.info(f"decode curve: batch {row.batch_size}: "
+                          f"{row.step_time_ms:.2f} ms/step ({row.window})")
 
         asyncio.run(decode_curve.measure_curve(
             base_url, batch_sizes=opts.decode_batches, api=opts.api, input_len=16,
             output_len=opts.decode_output_len, seed=opts.seed, vocab_high=opts.vocab_high,
             backend=backend, timeout_s=opts.request_timeout_s, on_row=on_row))
-        summary["decode_curve"] = rows
-        bundle.write_json("serve/summary.json", summary)
+        bundle.write_doc(summary)
         _check_alive(server, att, "during the decode curve")
     if opts.profile:
-        summary["profile"] = _profile(bundle, opts, base_url, nranks)
-        bundle.write_json("serve/summary.json", summary)
+        summary.profile = _profile(bundle, opts, base_url, nranks)
+        bundle.write_doc(summary)
         _check_alive(server, att, "during profiling")
-    summary["status"] = "ok"
-    bundle.write_json("serve/summary.json", summary)
+    summary.status = "ok"
+    bundle.write_doc(summary)
     return summary
 
 
@@ -320,9 +318,6 @@ def _profile(bundle: Bundle, opts: BenchOptions, base_url: str, nranks: int) -> 
                   f"({record['status']}{': ' + record['why'] if record['why'] else ''})")
     if record["status"] != "ok":
         bundle.set_part("serve", "partial", why=f"traces: {record['why']}")
-    if opts.attribute and record["files"]:
-        record["attribution"] = _attribute(bundle, decode_traces(
-            [bundle.path / f for f in record["files"]]))
     return record
 
 
@@ -332,21 +327,3 @@ def decode_traces(paths: list[Path]) -> list[Path]:
     All files stay in the bundle."""
     decode = [p for p in paths if "-DECODE." in p.name]
     return decode or paths
-
-
-def _attribute(bundle: Bundle, paths: list[Path]) -> dict[str, Any]:
-    """Attribute the captured traces into this bundle; a failure is recorded, not raised, so the
-    measured serving data is never lost to an analysis problem."""
-    from pcieprof.analysis.attribution import attribute_traces
-
-    try:
-        result = attribute_traces(paths, bundle)
-    except PcieprofError as exc:
-        bundle.set_part("attribution", "failed", why=exc.one_line())
-        return {"status": "failed", "why": exc.one_line()}
-    except Exception as exc:  # noqa: BLE001 (attribution must not lose the measured serve data)
-        bundle.set_part("attribution", "failed", why=f"{type(exc).__name__}: {exc}")
-        return {"status": "failed", "why": f"{type(exc).__name__}: {exc}"[:300]}
-    keys = sorted(result)[:12] if isinstance(result, dict) else []
-    return {"status": "ok", "keys": keys}
-

@@ -18,6 +18,7 @@ Renames handled (old spelling <-> new spelling, verified in sgl-project/sglang):
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -27,8 +28,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput, EnvironmentMissing
-from pcieprof.serve.cards import ModelCard
 
 #: The SGLang release whose flag spelling the builder writes and the parser test pins.
 PINNED_SGLANG = "0.5.23"
@@ -324,11 +325,12 @@ class ParserSpec:
                 continue
             flag = tok
             if not self.knows(flag):
-                flag = self._renamed(tok)
-                if flag is None:
+                renamed = self._renamed(tok)
+                if renamed is None:
                     raise BadInput(f"SGLang {self.version} does not know {tok}",
                                    hint=f"checked against its own parser ({self.source}); "
                                         f"drop it or spell it as that release does")
+                flag = renamed
                 notes.append(f"{tok} -> {flag} (SGLang {self.version} spelling)")
             elif self.deprecated(flag):
                 newf = self.options[flag].get("new_flag")
@@ -462,20 +464,6 @@ def load_parser(path: str | None = None, *, python: str | None = None,
     return None
 
 
-def parse_with_sglang(args: list[str], path: str | None = None, *, python: str | None = None,
-                      timeout_s: float = 120.0) -> dict[str, Any]:
-    """Parse server args with the real SGLang parser; returns its namespace as a dict.
-
-    Raises:
-        BadInput: the parser rejected the arguments (its message included).
-        EnvironmentMissing: sglang cannot be imported.
-    """
-    result = parse_many_with_sglang([args], path, python=python, timeout_s=timeout_s)[0]
-    if isinstance(result, str):
-        raise BadInput(f"SGLang rejects the command: {result}")
-    return result
-
-
 def parse_many_with_sglang(arg_lists: list[list[str]], path: str | None = None, *,
                            python: str | None = None,
                            timeout_s: float = 120.0) -> list[dict[str, Any] | str]:
@@ -498,8 +486,6 @@ def parse_many_with_sglang(arg_lists: list[list[str]], path: str | None = None, 
 
 
 def _has_module(name: str) -> bool:
-    import importlib.util
-
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):

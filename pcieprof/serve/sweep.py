@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pcieprof.errors import BadInput
-from pcieprof.serve.cards import ModelCard
+from pcieprof.cards import ModelCard
 from pcieprof.serve.client import LoadSpec, run_load
 from pcieprof.serve.launcher import ServerProcess, progress_waiter
 from pcieprof.serve.outcomes import Classified, Outcome, classify

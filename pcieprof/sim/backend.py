@@ -13,11 +13,13 @@ against its twin, the mechanisms behind it, the host-side changes priced, the kn
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pcieprof import progress
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices, NcclParsed
+from pcieprof.bundle.rows import AllReduceRow
+from pcieprof.bundle.topology import Topology
 from pcieprof.sim import collectives, model, vm_cost
 from pcieprof.sim.fabric import Fabric, load_profile, topology
 
@@ -71,7 +73,7 @@ def concurrent_rows(fabric: Fabric, case: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def allreduce_rows(fabric: Fabric, case: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def allreduce_rows(fabric: Fabric, case: Any) -> tuple[list[AllReduceRow], list[dict[str, Any]]]:
     """allreduce.csv rows of one AllReduceCase, and the per-size choices the model made."""
     n = len(case.ranks)
     rows, tuner = [], []
@@ -79,24 +81,23 @@ def allreduce_rows(fabric: Fabric, case: Any) -> tuple[list[dict[str, Any]], lis
         t, choice = collectives.predict_allreduce(fabric, case.ranks, size, "bf16", case.env)
         for dtype in case.dtypes:
             algbw = size / (t * 1e3) if t > 0 else NAN
-            rows.append({
-                "backend": BACKEND, "variant": case.variant,
-                "env": json.dumps(case.env, sort_keys=True), "nranks": n,
-                "ranks": ",".join(map(str, case.ranks)), "size_bytes": size, "dtype": dtype,
-                "time_us": t, "algbw_gbps": algbw,
-                "busbw_gbps": collectives.busbw_gbps(size, t, n) if n > 1 else NAN,
-                "iters": case.iters, "status": "ok",
-                "detail": _detail(fabric, f"assumed NCCL choice {choice['algo']}/{choice['proto']}, "
-                                          f"{choice['channels']} channels")})
+            rows.append(AllReduceRow(
+                backend=BACKEND, variant=case.variant, env=dict(case.env), nranks=n,
+                ranks=tuple(case.ranks), size_bytes=size, dtype=dtype, time_us=t,
+                algbw_gbps=algbw, busbw_gbps=collectives.busbw_gbps(size, t, n) if n > 1 else NAN,
+                iters=case.iters, status="ok",
+                detail=_detail(fabric, f"assumed NCCL choice {choice['algo']}/{choice['proto']}, "
+                                       f"{choice['channels']} channels")))
         tuner.append({"coll": "AllReduce", "bytes": size, "algo": choice["algo"],
                       "proto": choice["proto"], "channels": choice["channels"], "time_us": t})
     return rows, tuner
 
 
-def choices_entry(fabric: Fabric, case: Any, tuner: list[dict[str, Any]]) -> dict[str, Any]:
+def choices_entry(fabric: Fabric, case: Any, tuner: list[dict[str, Any]]) -> NcclCase:
     """One nccl_choices.json entry, in the shape of the NCCL log parser's `parsed` output."""
     ranks = list(case.ranks)
     n = len(ranks)
+    c: dict[str, Any] = {}
     if n > 1:
         c = collectives.choices(fabric, ranks, case.env)
         # The parser keys peers by rank; the model by GPU: rank i is ranks[i].
@@ -106,25 +107,22 @@ def choices_entry(fabric: Fabric, case: Any, tuner: list[dict[str, Any]]) -> dic
     else:
         by_rank, nch, level, why = {}, 0, None, ["one rank: no communication"]
     vias = sorted(set(by_rank.values()))
-    parsed = {
-        "format": "pcieprof.nccl_choices/1", "source": f"fabric model {fabric.name}",
-        "nccl_version": fabric.nccl_version, "nccl_versions": [fabric.nccl_version],
-        "cuda_driver_version": fabric.cuda_driver_version, "env": dict(case.env),
-        "nranks": n, "nchannels": nch,
-        "rings": {str(ch): list(range(n)) for ch in range(nch)},
-        "peer_transport": by_rank, "transports": vias,
-        "transport_families": sorted({v.split("/")[0] for v in vias}),
-        "comms": [], "tuner": tuner, "warnings": [], "lines": {},
-    }
-    return {"variant": case.variant, "ranks": ranks, "env": dict(case.env), "log": None,
-            "parsed": parsed, "source": SOURCE, "backend": BACKEND,
-            "model": {"p2p_level": level, "why": why,
-                      "gpu_transport": c["transport"] if n > 1 else {},
-                      "known_risks": [{"id": i.id, "title": i.title, "check": i.check,
-                                       "sources": list(i.sources)}
-                                      for i in vm_cost.known_risks(fabric, case.env, ranks)]},
-            "note": "simulated: the fabric model's assumption of what NCCL would choose, "
-                    "not read from an NCCL log"}
+    parsed = NcclParsed(
+        source=f"fabric model {fabric.name}", nccl_version=fabric.nccl_version,
+        nccl_versions=[fabric.nccl_version], cuda_driver_version=fabric.cuda_driver_version,
+        env=dict(case.env), nranks=n, nchannels=nch,
+        rings={str(ch): list(range(n)) for ch in range(nch)}, peer_transport=by_rank,
+        transports=vias, transport_families=sorted({v.split("/")[0] for v in vias}),
+        tuner=tuner)
+    return NcclCase(variant=case.variant, ranks=tuple(ranks), env=dict(case.env), log=None,
+                    parsed=parsed, source=SOURCE, backend=BACKEND,
+                    model={"p2p_level": level, "why": why,
+                           "gpu_transport": c.get("transport", {}),
+                           "known_risks": [{"id": i.id, "title": i.title, "check": i.check,
+                                            "sources": list(i.sources)}
+                                           for i in vm_cost.known_risks(fabric, case.env, ranks)]},
+                    note="simulated: the fabric model's assumption of what NCCL would choose, "
+                         "not read from an NCCL log")
 
 
 def run_plan(plan: Any, profile: str, bundle: Bundle) -> None:
@@ -154,7 +152,7 @@ def run_plan(plan: Any, profile: str, bundle: Bundle) -> None:
         progress.info(f"sim: {fabric.name} is a VM: pricing it against its bare-metal twin "
                       f"{vm['bare_profile']} (like for like, host-side changes)")
         topo["sim"]["vm"] = vm
-    bundle.write_json("topology.json", topo)
+    bundle.write_doc(Topology.from_json(topo))
     bundle.set_part("discovery", "ok", profile=fabric.name, file=fabric.path,
                     gpus=len(fabric.gpus), **part)
     progress.info(f"sim: fabric model {fabric.name} ({len(fabric.gpus)} GPUs): predicting "
@@ -168,13 +166,13 @@ def run_plan(plan: Any, profile: str, bundle: Bundle) -> None:
         bundle.append_rows("concurrent", concurrent_rows(fabric, case))
     bundle.set_part("concurrent", "ok", cases=len(plan.concurrent), **part)
     bundle.set_part("allreduce", "running", **part)
-    choices: dict[str, Any] = {}
+    choices = NcclChoices()
     with progress.task("sim all-reduce", total=len(plan.allreduce)) as bar:
         for case in plan.allreduce:
             rows, tuner = allreduce_rows(fabric, case)
             bundle.append_rows("allreduce", rows)
             name = case.variant if list(case.ranks) == list(plan.devices) else case.label
-            choices[name] = choices_entry(fabric, case, tuner)
+            choices.cases[name] = choices_entry(fabric, case, tuner)
             bar.advance()
-    bundle.write_json("nccl_choices.json", choices)
+    bundle.write_doc(choices)
     bundle.set_part("allreduce", "ok", cases=len(plan.allreduce), **part)

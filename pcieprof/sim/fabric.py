@@ -24,6 +24,8 @@ from typing import Any
 from pcieprof.errors import BadInput
 
 PROFILE_DIR = "profiles"
+#: The profile `--backend sim`, the demo and the VM pricing use unless told otherwise.
+DEFAULT_PROFILE = "rtxpro6000-8x-vm"
 
 #: PCIe signalling per generation: (GT/s per lane, line-code efficiency).
 PCIE_GEN: dict[int, tuple[float, float]] = {
@@ -359,7 +361,7 @@ class _Reader:
         return BadInput(f"{self.path}: {key}: {why}")
 
     def table(self, doc: dict[str, Any], key: str, allowed: set[str],
-              required: set[str] = frozenset()) -> dict[str, Any]:
+              required: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
         value = doc if key == "" else doc.get(key, {})
         if not isinstance(value, dict):
             raise self.fail(key, "must be a table")
@@ -367,7 +369,7 @@ class _Reader:
         return value
 
     def check_keys(self, value: dict[str, Any], key: str, allowed: set[str],
-                   required: set[str] = frozenset()) -> None:
+                   required: frozenset[str] | set[str] = frozenset()) -> None:
         unknown = sorted(set(value) - allowed)
         if unknown:
             raise self.fail(f"{key}.{unknown[0]}" if key else unknown[0],
@@ -453,9 +455,9 @@ class _Reader:
             sock = self.get(r, "socket", where, int)
             if sock not in socket_ids:
                 raise self.fail(f"{where}.socket", f"no socket with id {sock}")
-            g, w = self.gen_width(r, where, 5, 16)
+            r_gen, r_width = self.gen_width(r, where, 5, 16)
             root_ports[rid] = RootPort(rid, self.get(r, "bdf", where, str, f"0000:{0x10 * i:02x}:01.1"),
-                                       sock, self.get(r, "root_complex", where, str, rid), g, w,
+                                       sock, self.get(r, "root_complex", where, str, rid), r_gen, r_width,
                                        self.get(r, "acs_redirect", where, bool, acs_default))
 
         chips: dict[str, Chip] = {}
@@ -482,11 +484,11 @@ class _Reader:
             chip = self.get(s, "chip", where, str, None)
             if chip is not None and chip not in chips:
                 raise self.fail(f"{where}.chip", f"no chip with id {chip!r}")
-            g, w = self.gen_width(s, where, 5, 16)
+            s_gen, s_width = self.gen_width(s, where, 5, 16)
             hop = self.opt_float(s, "latency_us", where)
             if hop is not None and hop < 0:
                 raise self.fail(f"{where}.latency_us", f"must be >= 0, got {hop:g}")
-            switches[sid] = Switch(sid, chip, up, self.get(s, "bdf", where, str, ""), g, w,
+            switches[sid] = Switch(sid, chip, up, self.get(s, "bdf", where, str, ""), s_gen, s_width,
                                    self.get(s, "acs_redirect", where, bool, acs_default),
                                    self.get(s, "vendor", where, str, ""),
                                    self.get(s, "device", where, str, ""), hop)
@@ -626,9 +628,6 @@ class _Reader:
 
 # -- topology.json ---------------------------------------------------------------------------------
 
-LEVEL_ORDER = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
-
-
 def pair_level(fabric: Fabric, a: int, b: int, *, guest: bool = False) -> str:
     """The `nvidia-smi topo -m` level between two GPUs, on the real tree or as the guest sees it.
 
@@ -680,19 +679,19 @@ def _real_tree(fabric: Fabric) -> dict[str, Any]:
                       "numa_node": numa[rp.socket], "iommu_group": None,
                       "link": _link(sw.gen, sw.width), "acs": None})
     for g in fabric.gpus:
-        sw = fabric.switches.get(g.parent)
+        gsw = fabric.switches.get(g.parent)
         rp = fabric.root_port_of(g.index)
         chain = [g.bdf]
         parent = rp.bdf
-        if sw is not None:
-            port = g.port_bdf or f"{sw.id}-dsp{g.index}"
-            nodes.append({"bdf": port, "parent": sw.bdf or f"{sw.id}-up", "kind": "switch_downstream",
-                          "vendor": sw.vendor, "device": sw.device,
-                          "description": f"{sw.vendor} {sw.device} downstream port".strip(),
+        if gsw is not None:
+            port = g.port_bdf or f"{gsw.id}-dsp{g.index}"
+            nodes.append({"bdf": port, "parent": gsw.bdf or f"{gsw.id}-up", "kind": "switch_downstream",
+                          "vendor": gsw.vendor, "device": gsw.device,
+                          "description": f"{gsw.vendor} {gsw.device} downstream port".strip(),
                           "numa_node": numa[rp.socket], "iommu_group": None,
-                          "link": _link(g.gen, g.width), "acs": _acs(sw.acs_redirect)})
+                          "link": _link(g.gen, g.width), "acs": _acs(gsw.acs_redirect)})
             parent = port
-            chain += [port, sw.bdf or f"{sw.id}-up"]
+            chain += [port, gsw.bdf or f"{gsw.id}-up"]
         chain.append(rp.bdf)
         nodes.append({"bdf": g.bdf, "parent": parent, "kind": "gpu", "vendor": "NVIDIA",
                       "device": g.name, "description": g.name, "numa_node": numa[rp.socket],

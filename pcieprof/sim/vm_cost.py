@@ -15,8 +15,8 @@ never through its data path; `same_choices` shows that.
 
 Message sizes are those of GLM-5 TP8 decode: one all-reduce of batch x hidden 6144 x 2 bytes (bf16)
 after attention and after the MoE of each of its 78 layers, plus the embedding's: 157 per decode
-step (pcieprof/analysis/comm_model.py with pcieprof/serve/cards/glm5-nvfp4.toml; a test checks the
-two agree). Everything here is simulated by the fabric model, never measured.
+step (pcieprof/analysis/comm_model.py with pcieprof/cards/glm5-nvfp4.toml; a test checks the
+two agree). Hidden size and activation bytes are the card's. Everything here is simulated by the fabric model, never measured.
 """
 
 from __future__ import annotations
@@ -26,13 +26,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from pcieprof.cards import load_card
 from pcieprof.errors import BadInput
 from pcieprof.sim import collectives, model
-from pcieprof.sim.fabric import Fabric, HostChange, KnownIssue, Mechanism, apply_changes, load_profile
+from pcieprof.sim.fabric import (DEFAULT_PROFILE, Fabric, HostChange, KnownIssue, Mechanism,
+                                  apply_changes, load_profile)
 
 #: GLM-5 TP8 decode (see the module docstring): hidden size, bf16 bytes, all-reduces per step.
-GLM5_HIDDEN = 6144
-ACT_BYTES = 2
+_GLM5 = load_card("glm5-nvfp4")
+GLM5_HIDDEN = _GLM5.hidden_size
+ACT_BYTES = _GLM5.activation_bytes
 GLM5_STEP_ALLREDUCES = 157
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 DECODE_SIZES = tuple(b * GLM5_HIDDEN * ACT_BYTES for b in DECODE_BATCHES)  # 12 KiB .. 768 KiB
@@ -43,10 +46,10 @@ GRAPH_FILE = "nccl_graph.xml"
 
 def _candidates() -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
-    p2p = ({}, {"NCCL_P2P_LEVEL": "SYS"}, {"NCCL_P2P_DISABLE": "1"})
-    proto = ({}, {"NCCL_PROTO": "LL"}, {"NCCL_PROTO": "Simple"})
-    chans = ({}, {"NCCL_MIN_NCHANNELS": "8"})
-    graph = ({}, {"NCCL_GRAPH_FILE": GRAPH_FILE})
+    p2p: tuple[dict[str, str], ...] = ({}, {"NCCL_P2P_LEVEL": "SYS"}, {"NCCL_P2P_DISABLE": "1"})
+    proto: tuple[dict[str, str], ...] = ({}, {"NCCL_PROTO": "LL"}, {"NCCL_PROTO": "Simple"})
+    chans: tuple[dict[str, str], ...] = ({}, {"NCCL_MIN_NCHANNELS": "8"})
+    graph: tuple[dict[str, str], ...] = ({}, {"NCCL_GRAPH_FILE": GRAPH_FILE})
     for parts in itertools.product(p2p, proto, chans, graph):
         env: dict[str, str] = {}
         for part in parts:
@@ -249,7 +252,7 @@ def _why(vm: Fabric, basis: str, v: Run, b: Run) -> tuple[str, ...]:
     return tuple(i for i in out if i in ids)
 
 
-def like_for_like(vm: str | Fabric = "rtxpro6000-8x-vm", *, ranks: Sequence[int] | None = None,
+def like_for_like(vm: str | Fabric = DEFAULT_PROFILE, *, ranks: Sequence[int] | None = None,
                   sizes: Sequence[int] = DECODE_SIZES) -> VmCost:
     """The VM against its bare-metal twin under the same NCCL settings, per size and per decode step.
 
@@ -326,7 +329,7 @@ class HostChangeResult:
                 "p2p_same_switch_gbps": list(self.p2p_same_switch_gbps), "source": "simulated"}
 
 
-def host_changes(vm: str | Fabric = "rtxpro6000-8x-vm", *, ranks: Sequence[int] | None = None) -> list[HostChangeResult]:
+def host_changes(vm: str | Fabric = DEFAULT_PROFILE, *, ranks: Sequence[int] | None = None) -> list[HostChangeResult]:
     """The VM profile's host-side changes (`[[host_change]]`), each priced by the model: the GLM-5
     decode step at batch 1 before and after, with NCCL defaults and with the best setting free of
     known issues, and a same-switch P2P copy. A change whose `apply` is empty leaves the guest's
@@ -417,5 +420,5 @@ if __name__ == "__main__":  # python -m pcieprof.sim.vm_cost [--readme README.md
     import sys
 
     if "--readme" in sys.argv:
-        update_readme(sys.argv[sys.argv.index("--readme") + 1])
+        update_readme(Path(sys.argv[sys.argv.index("--readme") + 1]))
     print(markdown(), end="")

@@ -1,4 +1,7 @@
-"""The tuner: infer the real fabric, search the ring, write NCCL files, rules, layout advice.
+"""The tuner: decides from a bundle what to change (NCCL settings, ring order, NCCL files,
+parallel layout) and says why, with the gain per decode all-reduce and per decode step.
 
-Everything here reads bundles (through pandas tables and topology.json) and never measures.
+It reads bundles through pcieprof.analysis and writes the Recommendations document; it never
+measures (recommend --verify re-measures through pcieprof.measurement, wired by the command)
+and never launches (layout commands come from the CommandBuilder its caller passes).
 """

@@ -11,22 +11,28 @@ model fits half the GPUs):
     effective memory bandwidth and a fixed per-step cost fitted to a decode curve: this bundle's
     serve/decode_curve.csv when it served the same model, else the published points of
     data/decode_anchors.toml (their comm priced with this bundle's curves: an assumption);
-- the SGLang command (pcieprof.serve.sglang_cmd.build_command) and the recommended environment.
+- the SGLang command and its environment, from the `CommandBuilder` the caller passes (the
+  commands pass pcieprof.serve.sglang_cmd's; the tuner itself knows no launcher).
 Ranked by output tok/s at the highest concurrency that every fitting layout reaches.
 """
 
 from __future__ import annotations
 
 import math
-import shlex
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Callable
 
 import numpy as np
 
+from pcieprof.analysis.comm_model import Layout, Pricer, measured_decode_steps, predict_step_comm
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.recommendations import LayoutAdvice, LayoutPoint
+from pcieprof.bundle.rows import DecodeCurveRow
+from pcieprof.bundle.serve_summary import ServeSummary
+from pcieprof.bundle.topology import Topology
+from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
@@ -52,6 +58,25 @@ class Candidate:
         return self.tp * self.pp * self.replicas
 
 
+@dataclass
+class LaunchCommand:
+    """A server launch for one layout, as the caller's CommandBuilder made it.
+
+    Attributes:
+        command: one copy-pasteable shell line ("" when none could be built).
+        env: the environment it sets.
+        notes: translations, checks, or why there is no command.
+    """
+
+    command: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+#: (card, layout, recommended environment) -> the launch; see LaunchCommand.
+CommandBuilder = Callable[[ModelCard, Candidate, dict[str, str]], LaunchCommand]
+
+
 def candidates(ngpus: int) -> list[Candidate]:
     """The layouts of issue 6 that use all `ngpus` GPUs."""
     out = [Candidate(f"TP{ngpus}", tp=ngpus),
@@ -65,12 +90,12 @@ def candidates(ngpus: int) -> list[Candidate]:
     return out
 
 
-def _group_bytes(card: Any, name: str) -> float:
+def _group_bytes(card: ModelCard, name: str) -> float:
     g = card.weights.get(name)
     return float(g.bytes) if g is not None else 0.0
 
 
-def weights_per_gpu(card: Any, c: Candidate) -> float:
+def weights_per_gpu(card: ModelCard, c: Candidate) -> float:
     """Weight bytes on each GPU of one replica (attention replicated within DP-attention groups)."""
     total = float(card.weight_bytes)
     shards = c.tp * c.pp
@@ -81,7 +106,7 @@ def weights_per_gpu(card: Any, c: Candidate) -> float:
     return total / shards
 
 
-def kv_per_request_per_gpu(card: Any, c: Candidate, context: int) -> float:
+def kv_per_request_per_gpu(card: ModelCard, c: Candidate, context: int) -> float:
     """KV bytes one request of `context` tokens costs on a GPU holding its cache."""
     return card.kv_bytes_per_token_per_gpu(c.tp, c.pp) * context
 
@@ -94,7 +119,7 @@ def requests_per_gpu(c: Candidate, concurrency: int) -> float:
     return per_replica
 
 
-def bytes_read_per_step(card: Any, c: Candidate, batch: float, context: int) -> float:
+def bytes_read_per_step(card: ModelCard, c: Candidate, batch: float, context: int) -> float:
     """Bytes one GPU reads in one decode step of `batch` requests (per replica): the weights it
     touches plus the KV of its requests. Routed experts: the expected number of distinct experts
     the batch selects, E x (1 - (1 - k/E)^(batch)); DSA attention reads at most index_topk
@@ -130,21 +155,19 @@ class ComputeModel:
         return nbytes / (self.eff_gbps * 1e6) + self.fixed_ms
 
 
-def anchor_curve(bundle: Bundle, model: str) -> tuple[dict[int, float], str, int, int]:
-    """(batch -> step ms, source, tp, context) of a decode curve for `model`."""
-    summary = bundle.read_json("serve/summary.json", {}) or {}
-    served = str(summary.get("model") or summary.get("card") or "")
-    if bundle.has("serve/decode_curve.csv") and served == model:
-        try:
-            from pcieprof.analysis.comm_model import measured_decode_steps
-
-            steps = measured_decode_steps(bundle)
-        except Exception:
-            steps = {}
+def anchor_curve(bundle: Bundle, card: ModelCard) -> tuple[dict[int, float], str, int, int]:
+    """(batch -> step ms, source, tp, context tokens) of a decode curve for `card`: this
+    bundle's serve/decode_curve.csv when it served the same model, else the published points."""
+    summary = bundle.read_doc(ServeSummary)
+    if summary is not None and summary.model == card.name:
+        steps = measured_decode_steps(bundle)
         if steps:
-            tp = int(summary.get("tp") or summary.get("tp_size") or 8)
-            return steps, f"serve/decode_curve.csv of this bundle [{bundle.source}]", tp, int(summary.get("context_tokens") or 0)
+            # the short decode-curve requests: prompt + output tokens of context
+            ctx = max((r.input_len + r.output_len for r in bundle.rows(DecodeCurveRow)), default=0)
+            return (steps, f"serve/decode_curve.csv of this bundle [{bundle.source}]",
+                    summary.tp or card.sglang.tp_default, ctx)
     data = tomllib.loads(ANCHORS.read_text(encoding="utf-8"))
+    model = card.name
     if model in data:
         a = data[model]
         steps = {int(c): c / tps * 1000.0 for c, tps in a["points"]}
@@ -152,17 +175,16 @@ def anchor_curve(bundle: Bundle, model: str) -> tuple[dict[int, float], str, int
     return {}, "", 0, 0
 
 
-def fit_compute(card: Any, bundle: Bundle, model: str, ngpus: int) -> ComputeModel | None:
-    """Fit the roofline's bandwidth and fixed cost to the anchor decode curve (least squares)."""
-    from pcieprof.analysis.comm_model import Layout, predict_step_comm
-
-    steps, source, tp, ctx_tokens = anchor_curve(bundle, model)
+def fit_compute(card: ModelCard, pricer: Pricer, bundle: Bundle) -> ComputeModel | None:
+    """Fit the roofline's bandwidth and fixed cost to the anchor decode curve (least squares);
+    the anchor's communication is priced with this bundle's curves (an assumption, stated)."""
+    steps, source, tp, ctx_tokens = anchor_curve(bundle, card)
     if not steps or tp < 1:
         return None
     c = Candidate(f"TP{tp}", tp=tp)
     xs, ys, pts = [], [], []
     for b, ms in sorted(steps.items()):
-        comm = predict_step_comm(card, Layout(tp=tp), b, bundle)["total_us"] / 1e3 if tp > 1 else 0.0
+        comm = predict_step_comm(card, Layout(tp=tp), b, pricer)["total_us"] / 1e3 if tp > 1 else 0.0
         xs.append(bytes_read_per_step(card, c, b, max(ctx_tokens, 1)))
         ys.append(max(ms - comm, 0.05 * ms))
         pts.append((b, ms, comm))
@@ -178,15 +200,15 @@ def fit_compute(card: Any, bundle: Bundle, model: str, ngpus: int) -> ComputeMod
     return ComputeModel(eff_gbps=1.0 / a / 1e6, fixed_ms=float(t0), source=source, points=pts)
 
 
-def gpu_memory_bytes(bundle: Bundle, card: Any) -> tuple[float, str]:
-    topo = bundle.read_json("topology.json", {}) or {}
-    mems = [g.get("memory_bytes") for g in topo.get("gpus", []) if g.get("memory_bytes")]
+def gpu_memory_bytes(topo: Topology, card: ModelCard) -> tuple[float, str]:
+    """The smallest GPU memory of the box (bytes) and where it came from."""
+    mems = [g.memory_bytes for g in topo.gpus if g.memory_bytes]
     if mems:
         return float(min(mems)), "topology.json"
     return float(card.sglang.gpu_memory_gb) * 1e9, f"card {card.name} (gpu_memory_gb)"
 
 
-def _mem_fraction(card: Any) -> float:
+def _mem_fraction(card: ModelCard) -> float:
     flags = list(card.sglang.recommended_flags)
     if "--mem-fraction-static" in flags:
         try:
@@ -196,55 +218,31 @@ def _mem_fraction(card: Any) -> float:
     return DEFAULT_MEM_FRACTION
 
 
-def _command(card: Any, c: Candidate, env: dict[str, str]) -> tuple[str, dict[str, str], list[str]]:
-    try:
-        from pcieprof.serve.sglang_cmd import LaunchConfig, build_command
-
-        dp = c.dp if c.dp_attention else (c.replicas if c.replicas > 1 else None)
-        # "python3", not this interpreter's path: the command runs on the serving box
-        cmd = build_command(card, LaunchConfig(tp=c.tp, pp=c.pp if c.pp > 1 else None,
-                                               ep=c.ep if c.ep > 1 else None, dp=dp,
-                                               dp_attention=c.dp_attention, env=dict(env)),
-                            python="python3")
-        card_env = {k: v for k, v in card.sglang.env.items() if k not in env}
-        notes = list(cmd.notes)
-        if card_env:
-            notes.append("environment from the model card (its public sources), not checked by "
-                         "this bundle: " + " ".join(f"{k}={v}" for k, v in card_env.items()))
-        return " ".join(shlex.quote(a) for a in cmd.argv), dict(cmd.env), notes
-    except BadInput as exc:
-        return "", {}, [f"no SGLang command: {exc.one_line()}"]
-
-
-def rank_layouts(bundle: Bundle, model: str, *, env: dict[str, str] | None = None,
-                 context: int = 8192) -> list[dict[str, Any]]:
-    """Evaluate and rank the candidate layouts for `model` on the bundle's box.
+def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: Topology,
+                 env: dict[str, str] | None = None, context: int = 8192,
+                 command: CommandBuilder | None = None) -> list[LayoutAdvice]:
+    """Evaluate and rank the candidate layouts for `card` on the bundle's box.
 
     Args:
-        bundle: a bundle with allreduce.csv (and topology.json for the GPU count and memory).
-        model: model card name.
+        bundle: the bundle (its serve/decode_curve.csv, when it served `card`, fits compute).
+        card: the model.
+        pricer: the bundle's all-reduce curves, to price communication with.
+        topology: the bundle's topology.json (GPU count and memory).
         env: the recommended environment (added to every command).
         context: tokens per request for the KV-cache fit and reads.
+        command: builds each layout's launch command; None leaves the commands empty.
 
     Returns:
-        One dict per layout, best first: label, fits, weights_gb, kv_gb_per_request, max_concurrency,
-        per_concurrency [{concurrency, step_ms, compute_ms, comm_ms, tok_s, fits}], command, env,
-        notes, why (the ranking reason, on the first).
+        The layouts, best first; the first carries `why`.
 
     Raises:
-        BadInput: no card, or no all-reduce rows to price communication with.
+        BadInput: a box of fewer than 2 GPUs.
     """
-    from pcieprof.analysis.comm_model import Layout, predict_step_comm
-    from pcieprof.serve.cards import load_card
-
-    card = load_card(model)
-    topo = bundle.read_json("topology.json", {}) or {}
-    ar = bundle.read_table("allreduce")
-    ngpus = len(topo.get("gpus") or []) or int(ar["nranks"].max() if not ar.empty else 0)
+    ngpus = len(topology.gpus) or pricer.curves.max_nranks
     if ngpus < 2:
         raise BadInput("layout advice needs a box of at least 2 GPUs")
-    compute = fit_compute(card, bundle, model, ngpus)
-    mem, mem_src = gpu_memory_bytes(bundle, card)
+    compute = fit_compute(card, pricer, bundle)
+    mem, mem_src = gpu_memory_bytes(topology, card)
     frac = _mem_fraction(card)
     results = []
     for c in candidates(ngpus):
@@ -253,15 +251,15 @@ def rank_layouts(bundle: Bundle, model: str, *, env: dict[str, str] | None = Non
         room = mem * frac - w
         per_gpu_reqs = requests_per_gpu(c, 1)
         max_c = int(room / (kv_req * per_gpu_reqs)) if room > 0 and kv_req > 0 else 0
-        rows = []
+        points = []
         notes: list[str] = []
         for conc in CONCURRENCY:
             batch = conc / c.replicas
             b_int = max(1, int(math.ceil(batch)))
             lay = Layout(tp=c.tp, ep=c.ep, pp=c.pp, dp_attention=c.dp_attention, dp=c.dp)
-            pred = predict_step_comm(card, lay, b_int, bundle)
+            pred = predict_step_comm(card, lay, b_int, pricer)
             comm_ms = pred["total_us"] / 1e3
-            for n in pred.get("notes", []):
+            for n in pred["notes"]:
                 if n not in notes:
                     notes.append(n)
             if compute is not None:
@@ -270,9 +268,9 @@ def rank_layouts(bundle: Bundle, model: str, *, env: dict[str, str] | None = Non
                 comp_ms = float("nan")
             step = comp_ms + comm_ms
             tok_s = conc / step * 1000 if step == step and step > 0 else float("nan")
-            rows.append({"concurrency": conc, "batch_per_replica": batch, "step_ms": step,
-                         "compute_ms": comp_ms, "comm_ms": comm_ms, "tok_s": tok_s,
-                         "fits": conc <= max_c})
+            points.append(LayoutPoint(concurrency=conc, batch_per_replica=batch, step_ms=step,
+                                      compute_ms=comp_ms, comm_ms=comm_ms, tok_s=tok_s,
+                                      fits=conc <= max_c))
         if c.ep > 1:
             notes.append("EP with SGLang's default MoE backend: the MoE output is still reduced "
                          "with an all-reduce (no DeepEP all-to-all assumed); compute as TP, expert "
@@ -283,46 +281,47 @@ def rank_layouts(bundle: Bundle, model: str, *, env: dict[str, str] | None = Non
         if c.dp_attention:
             notes.append("DP attention: attention weights replicated in each attention group; each "
                          "GPU holds the KV of its own requests only")
-        cmd, cmd_env, cmd_notes = _command(card, c, env or {})
-        results.append({
-            "label": c.label, "tp": c.tp, "pp": c.pp, "ep": c.ep, "dp_attention": c.dp_attention,
-            "replicas": c.replicas, "fits": max_c >= 1, "weights_gb": w / 1e9,
-            "kv_gb_per_request": kv_req / 1e9, "gpu_memory_gb": mem / 1e9,
-            "memory_source": mem_src, "mem_fraction": frac, "context_tokens": context,
-            "max_concurrency": max_c, "per_concurrency": rows, "command": cmd, "env": cmd_env,
-            "notes": notes + cmd_notes,
-            "compute_source": compute.source if compute else "no decode curve: compute not predicted",
-            "comm_source": f"pcieprof.analysis.comm_model priced with {bundle.path.name}"
-                           f" [{bundle.part('allreduce').get('source') or bundle.source}]"})
+        launch = command(card, c, dict(env or {})) if command is not None else LaunchCommand(
+            notes=["no launch command built (the tuner was run without a launcher)"])
+        results.append(LayoutAdvice(
+            label=c.label, tp=c.tp, pp=c.pp, ep=c.ep, dp_attention=c.dp_attention,
+            replicas=c.replicas, fits=max_c >= 1, weights_gb=w / 1e9,
+            kv_gb_per_request=kv_req / 1e9, gpu_memory_gb=mem / 1e9, memory_source=mem_src,
+            mem_fraction=frac, context_tokens=context, max_concurrency=max_c,
+            per_concurrency=points, command=launch.command, env=launch.env,
+            notes=notes + launch.notes,
+            compute_source=compute.source if compute else "no decode curve: compute not predicted",
+            comm_source=f"pcieprof.analysis.comm_model priced with {bundle.path.name}"
+                        f" [{pricer.source}]"))
 
-    def key(r: dict[str, Any]) -> tuple:
-        fit_rows = [x for x in r["per_concurrency"] if x["fits"]]
-        best = max((x["tok_s"] for x in fit_rows if x["tok_s"] == x["tok_s"]), default=-1.0)
-        lat = r["per_concurrency"][0]["step_ms"]
-        return (r["fits"], best, -(lat if lat == lat else 1e9))
+    def key(r: LayoutAdvice) -> tuple[bool, float, float]:
+        best = max((p.tok_s for p in r.per_concurrency
+                    if p.fits and p.tok_s is not None and p.tok_s == p.tok_s), default=-1.0)
+        lat = r.per_concurrency[0].step_ms
+        return (r.fits, best, -(lat if lat is not None and lat == lat else 1e9))
 
     results.sort(key=key, reverse=True)
     if results:
-        results[0]["why"] = _why(results, compute)
+        results[0].why = _why(results, compute)
     return results
 
 
-def _why(results: list[dict[str, Any]], compute: ComputeModel | None) -> str:
+def _why(results: list[LayoutAdvice], compute: ComputeModel | None) -> str:
     top = results[0]
-    fit_rows = [x for x in top["per_concurrency"] if x["fits"]]
-    if not top["fits"] or not fit_rows:
+    fit_rows = [p for p in top.per_concurrency if p.fits]
+    if not top.fits or not fit_rows:
         return "no layout fits the GPU memory at this context"
     r = fit_rows[-1]
-    parts = [f"{top['label']}: {r['tok_s']:.0f} tok/s at concurrency {r['concurrency']} "
-             f"(step {r['step_ms']:.1f} ms = compute {r['compute_ms']:.1f} + comm {r['comm_ms']:.1f})"]
+    parts = [f"{top.label}: {r.tok_s:.0f} tok/s at concurrency {r.concurrency} "
+             f"(step {r.step_ms:.1f} ms = compute {r.compute_ms:.1f} + comm {r.comm_ms:.1f})"]
     if len(results) > 1:
         nxt = results[1]
-        rr = next((x for x in nxt["per_concurrency"] if x["concurrency"] == r["concurrency"]), None)
+        rr = next((p for p in nxt.per_concurrency if p.concurrency == r.concurrency), None)
         if rr:
-            parts.append(f"next {nxt['label']}: compute {rr['compute_ms']:.1f} + comm "
-                         f"{rr['comm_ms']:.1f} ms{'' if rr['fits'] else ' (KV does not fit)'}")
+            parts.append(f"next {nxt.label}: compute {rr.compute_ms:.1f} + comm "
+                         f"{rr.comm_ms:.1f} ms{'' if rr.fits else ' (KV does not fit)'}")
     parts.append("driven by: " + ("the fitted compute roofline (" + compute.source + ")" if compute
                                   else "communication only (no decode curve)")
                  + ", the model's collective counts priced with this box's curves, and memory fit at "
-                 f"{top['context_tokens']} tokens")
+                 f"{top.context_tokens} tokens")
     return "; ".join(parts)

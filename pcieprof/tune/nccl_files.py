@@ -20,16 +20,22 @@ and clouds ship (../shared/samples/tool-outputs/nccl_graph_azure_ncv4_4xA100pcie
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 from xml.sax.saxutils import quoteattr
 
-from pcieprof.tune.infer import InferredTopology
+from pcieprof.analysis.infer import InferredTopology
+from pcieprof.bundle import Bundle
+from pcieprof.bundle.topology import Gpu, Topology
+from pcieprof.schema import NCCL_PATH_TYPES
 from pcieprof.tune.ring import Ring
+
+#: Where `pcieprof recommend` writes the files inside the bundle.
+GRAPH_FILE = "tune/nccl_graph.xml"
+TOPO_FILE = "tune/nccl_topo.xml"
 
 RING_PATTERN = 4  # NCCL_TOPO_PATTERN_RING
 _PCI_GEN_SPEED = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe",
                   4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe", 6: "64.0 GT/s PCIe"}
-_ORDER = ["LOC", "NVL", "NVB", "PIX", "PXB", "P2C", "PXN", "PHB", "NODE", "SYS"]
 
 
 def _attrs(**kv: Any) -> str:
@@ -37,8 +43,8 @@ def _attrs(**kv: Any) -> str:
 
 
 def link_type(a: int, b: int, inferred: InferredTopology | None) -> str:
-    """NCCL path type of the link a-b from the inferred levels (NODE is written as PHB: NCCL's
-    graph files know LOC, NVL, NVB, PIX, PXB, P2C, PXN, PHB, SYS)."""
+    """NCCL path type of the link a-b from the inferred levels (nvidia-smi's NODE is written as
+    PHB: NCCL has no NODE path type, see pcieprof.schema.NCCL_PATH_TYPES)."""
     if inferred is None:
         return "SYS"
     lv = inferred.levels[inferred.pair_level.get((a, b), len(inferred.levels) - 1)].smi_level
@@ -61,7 +67,7 @@ def graph_xml(ring: Ring, *, nchannels: int = 2, inferred: InferredTopology | No
     worst = "PIX"
     for a, b, _, _ in ring.links:
         t = link_type(a, b, inferred)
-        if _ORDER.index(t) > _ORDER.index(worst):
+        if NCCL_PATH_TYPES.index(t) > NCCL_PATH_TYPES.index(worst):
             worst = t
     speed = speed_gbps if speed_gbps is not None else ring.bottleneck_gbps / nchannels
     head = _attrs(id=0, pattern=RING_PATTERN, crossnic=0, nchannels=nchannels,
@@ -79,15 +85,15 @@ def graph_xml(ring: Ring, *, nchannels: int = 2, inferred: InferredTopology | No
     return "\n".join(lines)
 
 
-def _link_attrs(gpu: dict[str, Any]) -> dict[str, Any]:
-    pcie = gpu.get("pcie") or {}
+def _link_attrs(gpu: Gpu) -> dict[str, Any]:
+    pcie = gpu.pcie or {}
     gen = pcie.get("gen_max") or pcie.get("gen_current")
     width = pcie.get("width_max") or pcie.get("width_current")
     return {"link_speed": _PCI_GEN_SPEED.get(int(gen), "") if gen else "",
             "link_width": int(width) if width else 0}
 
 
-def topo_xml(inferred: InferredTopology, topology: dict[str, Any]) -> str:
+def topo_xml(inferred: InferredTopology, topology: Topology) -> str:
     """The NCCL_TOPO_FILE text for the inferred tree: one <cpu> per socket-level group, one
     synthetic switch per switch-level group (only when the group has more than one GPU).
 
@@ -102,11 +108,11 @@ def topo_xml(inferred: InferredTopology, topology: dict[str, Any]) -> str:
     Raises:
         ValueError: when a GPU has no bus id (NCCL matches GPUs by bus id).
     """
-    gpus = {int(g["index"]): g for g in topology.get("gpus", [])}
-    missing = [i for i in inferred.gpus if not (gpus.get(i) or {}).get("bus_id")]
+    gpus = {g.index: g for g in topology.gpus}
+    missing = [i for i in inferred.gpus if i not in gpus or not gpus[i].bus_id]
     if missing:
         raise ValueError(f"GPU(s) {missing} have no PCI bus id in topology.json")
-    used = {str(gpus[i]["bus_id"]).lower() for i in inferred.gpus}
+    used = {str(gpus[i].bus_id).lower() for i in inferred.gpus}
     switches = inferred.switch_groups()
     if len(inferred.levels) >= 3:
         sockets = inferred.socket_groups()
@@ -131,7 +137,7 @@ def topo_xml(inferred: InferredTopology, topology: dict[str, Any]) -> str:
                 indent = "      "
             for g in grp:
                 gpu = gpus[g]
-                lines.append(f"{indent}<pci {_attrs(busid=str(gpu['bus_id']).lower(), **{'class': '0x030000'}, **_link_attrs(gpu))}>")
+                lines.append(f"{indent}<pci {_attrs(busid=str(gpu.bus_id).lower(), **{'class': '0x030000'}, **_link_attrs(gpu))}>")
                 lines.append(f"{indent}  <gpu {_attrs(dev=format(g, 'x'))}/>")
                 lines.append(f"{indent}</pci>")
             if len(grp) > 1:
@@ -141,12 +147,12 @@ def topo_xml(inferred: InferredTopology, topology: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _numa_of(group: list[int], gpus: dict[int, dict[str, Any]], default: int) -> int:
-    nodes = {gpus[g].get("numa_node") for g in group if gpus[g].get("numa_node") not in (None, -1)}
-    return int(nodes.pop()) if len(nodes) == 1 else default
+def _numa_of(group: list[int], gpus: dict[int, Gpu], default: int) -> int:
+    nodes = {int(n) for g in group if (n := gpus[g].numa_node) is not None and n != -1}
+    return nodes.pop() if len(nodes) == 1 else default
 
 
-def _synthetic_busids(used: set[str]):
+def _synthetic_busids(used: set[str]) -> Iterator[str]:
     """Bus ids for switches the VM hides, chosen not to collide with any real device seen."""
     for bus in range(0xF0, 0xFF):
         bid = f"0000:{bus:02x}:00.0"
@@ -154,22 +160,19 @@ def _synthetic_busids(used: set[str]):
             yield bid
 
 
-def write_files(out_dir: Path, ring: Ring, inferred: InferredTopology | None,
-                topology: dict[str, Any] | None, *, nchannels: int = 2) -> dict[str, Path]:
-    """Write nccl_graph.xml (always) and nccl_topo.xml (when the tree can be described).
+def write_files(bundle: Bundle, ring: Ring, inferred: InferredTopology | None,
+                topology: Topology | None, *, nchannels: int = 2) -> dict[str, Path]:
+    """Write GRAPH_FILE (always) and TOPO_FILE (when the tree can be described) into the bundle.
 
     Returns:
         {"graph": path, "topo": path?}
     """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"graph": out_dir / "nccl_graph.xml"}
-    paths["graph"].write_text(graph_xml(ring, nchannels=nchannels, inferred=inferred),
-                              encoding="utf-8")
-    if inferred is not None and topology and len(inferred.levels) > 1:
+    paths = {"graph": bundle.write_text(GRAPH_FILE, graph_xml(ring, nchannels=nchannels,
+                                                               inferred=inferred))}
+    if inferred is not None and topology is not None and topology.gpus \
+            and len(inferred.levels) > 1:
         try:
-            text = topo_xml(inferred, topology)
-        except ValueError:
-            return paths
-        paths["topo"] = out_dir / "nccl_topo.xml"
-        paths["topo"].write_text(text, encoding="utf-8")
+            paths["topo"] = bundle.write_text(TOPO_FILE, topo_xml(inferred, topology))
+        except ValueError:  # a GPU without a bus id: NCCL could not match the file
+            pass
     return paths

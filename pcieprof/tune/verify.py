@@ -1,35 +1,34 @@
-"""Verify recommendations by re-running the all-reduce sweep with them (`recommend --verify`).
+"""Verify recommendations by re-running the all-reduce with them (`recommend --verify`): what to
+re-run, and what the re-run found. The tuner decides; the measurement session measures.
 
 For each recommendation that carries an NCCL environment (and the ring order, as a GPU order),
-the all-reduce is run again with the backend the bundle was measured with, next to a fresh
-baseline (the default variant), at the decode-sized messages of the model card plus one large
-size, into a new bundle. What it found goes into each recommendation's `verified` block:
+`plan_verify` says what to run again with the backend the bundle was measured with, next to a
+fresh baseline (the default variant), at the decode-sized messages of the model card plus one
+large size. pcieprof.measurement runs it into a new bundle (an ordinary topology bundle, command
+`recommend-verify`, that `pcieprof report` and `compare` read), and `verify_results` turns that
+bundle into each recommendation's `verified` block:
 
 - cuda: real GPUs and NCCL (`measured`);
 - cpu: gloo between local processes, which reads no NCCL_* variable and has no GPU order: the
   times are measured, but no gain is claimed (`gain_us` is None and `note` says why);
 - sim: the fabric model (`simulated`), the same model that wrote the bundle.
-
-The plan comes from probes.plan.build_plan; cuda/cpu run through pcieprof.probe_runner.ProbeRunner,
-sim through pcieprof.sim.backend.run_plan, so the verify bundle is an ordinary topology bundle
-(command `recommend-verify`) that `pcieprof report` and `compare` read.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pcieprof import progress
+from pcieprof.analysis.curves import Curve, Curves
+from pcieprof.analysis.decode_band import DecodeBand
+from pcieprof.analysis.provenance import part_provenance
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.recommendations import Recommendation, Recommendations
 from pcieprof.errors import BadInput
-from pcieprof.report.decode_band import DecodeBand
 from pcieprof.schema import source_of
-from pcieprof.tune import curves as C
-from pcieprof.tune.rules.base import MIN_GAIN, Recommendation
-from probes import variants as V
-from probes.plan import Plan, build_plan
+from pcieprof.tune.rules.base import MIN_GAIN
 
 #: The large message added to the decode band: NCCL's bandwidth regime (capped by what the
 #: bundle measured, so the prediction it is compared with is not an extrapolation).
@@ -65,6 +64,44 @@ def candidates(recs: list[Recommendation], ring_order: list[int] | None) -> list
     return out
 
 
+@dataclass(frozen=True)
+class VerifyCase:
+    """One all-reduce to re-run.
+
+    Attributes:
+        name: the variant name in the verify bundle (`default`, `rec_<rule>`).
+        env: its NCCL_* environment (file paths absolute).
+        ranks: the GPU order to run it over, or None for the plan's devices.
+        title: what it checks.
+    """
+
+    name: str
+    env: dict[str, str]
+    ranks: tuple[int, ...] | None
+    title: str
+
+
+@dataclass(frozen=True)
+class VerifyPlan:
+    """What `recommend --verify` re-runs: cases over devices at sizes (bytes), one dtype (bf16).
+
+    Attributes:
+        backend: the bundle's backend (the re-run uses the same).
+        devices: the devices of the default curve (cpu: process ranks).
+        cases: the baseline first, then one per recommendation.
+        sizes: message sizes, bytes.
+        rules: rule -> case name.
+        sim_profile: the fabric profile of a sim bundle, else None.
+    """
+
+    backend: str
+    devices: tuple[int, ...]
+    cases: tuple[VerifyCase, ...]
+    sizes: tuple[int, ...]
+    rules: dict[str, str]
+    sim_profile: str | None = None
+
+
 def _abs_env(env: dict[str, str], bundle: Bundle) -> dict[str, str]:
     """NCCL_*_FILE values as absolute paths: the launches run with another working directory."""
     out = {}
@@ -80,65 +117,48 @@ def _abs_env(env: dict[str, str], bundle: Bundle) -> dict[str, str]:
     return out
 
 
-def build_verify_plan(bundle: Bundle, recs: list[Recommendation], sizes: list[int],
-                      ring_order: list[int] | None, timeout_s: float) -> tuple[Plan, dict[str, str]]:
-    """The all-reduce-only plan: the default variant and one case per recommendation.
+def plan_verify(bundle: Bundle, recs: list[Recommendation], band: DecodeBand, *,
+                ring_order: list[int] | None = None, large_bytes: int | None = None) -> VerifyPlan:
+    """The re-run for the verifiable recommendations of `recs` (see `candidates`).
 
-    Returns:
-        (plan, {rule: variant name in the verify bundle}).
+    Args:
+        bundle: the measured (cuda/cpu) or simulated (sim) bundle the recommendations came from.
+        recs: the recommendations.
+        band: decode band (message sizes batch x hidden x 2 bytes).
+        ring_order: the recommended GPU order (CUDA_VISIBLE_DEVICES) for the ring recommendation.
+        large_bytes: the one large size (default: 64 MiB, capped at the bundle's largest size).
+
+    Raises:
+        BadInput: an imported bundle (nothing to re-run), no default all-reduce rows, or nothing
+            verifiable.
     """
-    base = C.find(C.curves(bundle.read_table("allreduce")), {})
-    if base is None:
-        raise BadInput(f"{bundle.path}: no all-reduce rows of the default variant to verify against",
-                       hint="run pcieprof topology with the all-reduce probes first")
-    devices = [int(x) for x in base.ranks.split(",")]
-    if bundle.backend == "cpu":
-        devices = list(range(len(devices)))
-    wanted = [V.VARIANTS["default"]]
-    names: dict[str, str] = {}
-    for r in recs:
+    base = check_verifiable(bundle)
+    todo = candidates(recs, ring_order)
+    if not todo:
+        raise BadInput(f"{bundle.path}: nothing to verify: no recommendation sets an NCCL "
+                       "variable or a ring order",
+                       hint="--verify re-runs the all-reduce with NCCL_* / ring recommendations")
+    devices = base.ranks if bundle.backend != "cpu" else tuple(range(base.nranks))
+    cases = [VerifyCase("default", {}, None, "baseline")]
+    rules: dict[str, str] = {}
+    for r in todo:
         name = f"rec_{r.rule}"
-        names[r.rule] = name
+        rules[r.rule] = name
         env = _abs_env({k: v for k, v in r.env.items() if k.startswith("NCCL_")}, bundle)
-        wanted.append(V.Variant(name, env, f"verify: {r.title}"))
-    plan = build_plan(bundle.backend, devices, quick=True, variants=wanted, group_kinds=[],
-                      timeout_s=timeout_s, topology=bundle.read_json("topology.json", {}) or {})
-    plan.p2p, plan.concurrent = [], []
-    for case in plan.allreduce:
-        case.sizes, case.dtypes = list(sizes), ["bf16"]
-        if case.variant == names.get("ring_order") and ring_order and bundle.backend != "cpu":
-            case.ranks = list(ring_order)
-    return plan, names
-
-
-def _run(vb: Bundle, plan: Plan, profile: str | None) -> None:
-    """Run an all-reduce-only plan into `vb` with its backend."""
-    if plan.backend == "sim":
-        from pcieprof.sim.backend import run_plan
-
-        run_plan(plan, profile or "rtxpro6000-8x-vm", vb)
-        return
-    from pcieprof.probe_runner import ProbeRunner
-
-    runner = ProbeRunner(vb, plan)
-    vb.set_part("allreduce", "running")
-    try:
-        ar = runner.run_allreduce()
-    except BaseException:
-        runner.kill()
-        vb.interrupted("verification stopped")
-        raise
-    finally:
-        runner.cleanup()
-    vb.set_part("allreduce", ar["status"], why=ar["why"], cases=ar["cases"], hangs=ar["hangs"],
-                errors=ar["errors"])
+        order = tuple(ring_order) if r.rule == "ring_order" and ring_order \
+            and bundle.backend != "cpu" else None
+        cases.append(VerifyCase(name, env, order, f"verify: {r.title}"))
+    large = min(large_bytes or LARGE_BYTES, base.max_size)
+    return VerifyPlan(backend=bundle.backend, devices=tuple(devices), cases=tuple(cases),
+                      sizes=tuple(band_sizes(band, large)), rules=rules,
+                      sim_profile=(bundle.manifest.get("versions") or {}).get("sim_profile"))
 
 
 def _num(x: float) -> float | None:
     return None if x is None or not math.isfinite(x) else round(float(x), 3)
 
 
-def verified_block(rec: Recommendation, base_old: C.Curve, base: C.Curve, new: C.Curve | None,
+def verified_block(rec: Recommendation, base_old: Curve, base: Curve, new: Curve | None,
                    band: DecodeBand, sizes: list[int], backend: str, provenance: str,
                    out: Path) -> dict[str, Any]:
     """One recommendation's `verified` entry (times in us, sizes in bytes).
@@ -153,7 +173,7 @@ def verified_block(rec: Recommendation, base_old: C.Curve, base: C.Curve, new: C
     d: dict[str, Any] = {
         "backend": backend, "source": source_of(backend), "provenance": provenance,
         "bundle": str(out), "variant": new.variant if new else None,
-        "ranks": new.ranks if new else None, "batch": band.batch_min, "size_bytes": s1,
+        "ranks": list(new.ranks) if new else None, "batch": band.batch_min, "size_bytes": s1,
         "predicted_baseline_us": _num(pred_base),
         "predicted_time_us": _num(pred_base - pred_gain) if pred_gain is not None else None,
         "predicted_gain_us": _num(pred_gain) if pred_gain is not None else None,
@@ -166,7 +186,7 @@ def verified_block(rec: Recommendation, base_old: C.Curve, base: C.Curve, new: C
         d.update(status="failed", note="no ok all-reduce rows with the recommendation (see the "
                                        "verify bundle's allreduce.csv: hang or error)")
         return d
-    per = []
+    per: list[dict[str, Any]] = []
     for s in sizes:
         t0, t1 = base.at(s), new.at(s)
         per.append({"size_bytes": s, "baseline_us": _num(t0), "time_us": _num(t1),
@@ -212,8 +232,8 @@ def verified_text(v: dict[str, Any]) -> str:
             f"; {v.get('note', '')}")
 
 
-def check_verifiable(bundle: Bundle) -> None:
-    """Raise BadInput (one line) when no re-run of `bundle` is possible: checked before tuning.
+def check_verifiable(bundle: Bundle) -> Curve:
+    """The default curve a re-run of `bundle` is compared with; checked before tuning.
 
     Raises:
         BadInput: an imported bundle (nothing to re-run) or no default-variant all-reduce rows.
@@ -221,70 +241,34 @@ def check_verifiable(bundle: Bundle) -> None:
     if bundle.backend not in ("cuda", "cpu", "sim"):
         raise BadInput(f"{bundle.path}: backend {bundle.backend or 'unknown'} has no hardware or "
                        "model to re-run", hint="verify on the box itself (cuda), or a sim bundle")
-    if C.find(C.curves(bundle.read_table("allreduce")), {}) is None:
+    base = Curves(bundle.read_table("allreduce")).default()
+    if base is None:
         raise BadInput(f"{bundle.path}: no all-reduce rows of the default variant to verify against",
                        hint="run pcieprof topology with the all-reduce probes first")
+    return base
 
 
-def verify(bundle: Bundle, recs: list[Recommendation], band: DecodeBand, *, out: Path,
-           ring_order: list[int] | None = None, force: bool = False, timeout_s: float = 60.0,
-           large_bytes: int | None = None) -> tuple[Bundle, dict[str, dict[str, Any]]]:
-    """Re-run the all-reduce with each verifiable recommendation; returns (verify bundle, blocks).
-
-    Args:
-        bundle: the measured (cuda/cpu) or simulated (sim) bundle the recommendations came from.
-        recs: the recommendations (only those of `candidates` are run).
-        band: decode band (message sizes batch x hidden x 2 bytes).
-        out: directory of the new bundle.
-        ring_order: the recommended GPU order (CUDA_VISIBLE_DEVICES) for the ring recommendation.
-        force: reuse a non-empty `out`.
-        timeout_s: deadline per collective, seconds.
-        large_bytes: the one large size (default: 64 MiB, capped at the bundle's largest size).
-
-    Returns:
-        The verify bundle and {rule: verified block} (see `verified_block`).
+def verify_results(bundle: Bundle, verify_bundle: Bundle, plan: VerifyPlan,
+                   recs: list[Recommendation], band: DecodeBand) -> dict[str, dict[str, Any]]:
+    """{rule: verified block} from the verify bundle's curves (see `verified_block`).
 
     Raises:
-        BadInput: an imported bundle (nothing to re-run), no all-reduce rows, nothing verifiable.
+        BadInput: the baseline produced no rows.
     """
-    check_verifiable(bundle)
-    todo = candidates(recs, ring_order)
-    if not todo:
-        raise BadInput(f"{bundle.path}: nothing to verify: no recommendation sets an NCCL "
-                       "variable or a ring order",
-                       hint="--verify re-runs the all-reduce with NCCL_* / ring recommendations")
-    old = C.curves(bundle.read_table("allreduce"))
-    base_old = C.find(old, {})
-    if base_old is None:
-        raise BadInput(f"{bundle.path}: no all-reduce rows of the default variant",
-                       hint="run pcieprof topology with the all-reduce probes first")
-    large = min(large_bytes or LARGE_BYTES, base_old.max_size)
-    sizes = band_sizes(band, large)
-    plan, names = build_verify_plan(bundle, todo, sizes, ring_order, timeout_s)
-    vb = Bundle.create(out, command="recommend-verify", source=bundle.source if bundle.backend
-                       != "sim" else source_of("sim"), backend=bundle.backend, force=force)
-    vb.write_json("plan.json", plan.to_dict())
-    if bundle.backend != "sim":  # sim's run_plan writes the fabric's own topology
-        vb.write_json("topology.json", bundle.read_json("topology.json", {}) or {})
-    vb.set_versions(verifies=str(bundle.path.resolve()))
-    progress.info(f"verify: {len(todo)} recommendation(s) + baseline, {len(sizes)} sizes, "
-                  f"backend {bundle.backend} -> {vb.path}")
-    profile = (bundle.manifest.get("versions") or {}).get("sim_profile")
-    _run(vb, plan, profile)
-    vb.finish()
-    cs = C.curves(vb.read_table("allreduce"))
+    base_old = check_verifiable(bundle)
+    cs = Curves(verify_bundle.read_table("allreduce"))
     base = next((c for c in cs if c.variant == "default"), None)
     if base is None:
-        raise BadInput(f"verify: the baseline all-reduce produced no rows (see {vb.path})",
+        raise BadInput(f"verify: the baseline all-reduce produced no rows (see {verify_bundle.path})",
                        hint="look at the verify bundle's manifest and logs")
-    prov = {"sim": "simulated, backend sim (fabric model)", "cpu": "measured, backend cpu (gloo)",
-            "cuda": "measured, backend cuda (NCCL)"}[bundle.backend]
+    prov = part_provenance(verify_bundle.manifest, "allreduce")
     blocks = {}
-    for r in todo:
-        new = next((c for c in cs if c.variant == names[r.rule]), None)
-        blocks[r.rule] = verified_block(r, base_old, base, new, band, sizes, bundle.backend,
-                                        prov, vb.path)
-    return vb, blocks
+    for r in recs:
+        if r.rule in plan.rules:
+            new = next((c for c in cs if c.variant == plan.rules[r.rule]), None)
+            blocks[r.rule] = verified_block(r, base_old, base, new, band, list(plan.sizes),
+                                            bundle.backend, prov, verify_bundle.path)
+    return blocks
 
 
 def verify_lines(recs: list[Recommendation], blocks: dict[str, dict[str, Any]]) -> list[str]:
@@ -322,12 +306,13 @@ def verify_lines(recs: list[Recommendation], blocks: dict[str, dict[str, Any]]) 
     return lines
 
 
-def attach(doc: dict[str, Any], blocks: dict[str, dict[str, Any]], vb: Bundle) -> dict[str, Any]:
-    """recommendations.json with each verified recommendation's `verified` block, and a
-    top-level `verify` record (the verify bundle, its backend)."""
-    for r in doc.get("recommendations", []):
-        if r.get("rule") in blocks:
-            r["verified"] = blocks[r["rule"]]
-    doc["verify"] = {"bundle": str(vb.path), "backend": vb.backend, "source": vb.source,
-                     "rules": sorted(blocks)}
+def attach(doc: Recommendations, blocks: dict[str, dict[str, Any]],
+           verify_bundle: Bundle) -> Recommendations:
+    """`doc` with each verified recommendation's `verified` block and a top-level `verify`
+    record (the verify bundle, its backend)."""
+    for r in doc.recommendations:
+        if r.rule in blocks:
+            r.verified = blocks[r.rule]
+    doc.verify = {"bundle": str(verify_bundle.path), "backend": verify_bundle.backend,
+                  "source": verify_bundle.source, "rules": sorted(blocks)}
     return doc

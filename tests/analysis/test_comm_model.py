@@ -8,12 +8,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pcieprof.analysis.comm_model import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, P2P, Layout,
+from pcieprof.analysis.comm_model import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, P2P, Layout, Pricer,
                                           comparison_table, count_collectives, predict_step_comm)
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.attribution import Attribution
+from pcieprof.cards import load_card
 from pcieprof.errors import BadInput
 from pcieprof.schema import busbw_factor_allreduce
-from pcieprof.serve.cards import load_card
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "comm_model_rtx6kpro_8gpu"
 
@@ -75,8 +76,6 @@ def test_layouts_change_the_collectives() -> None:
 
 
 def test_pricing_interpolates_log_log(imported: Bundle) -> None:
-    from pcieprof.analysis.comm_model import Pricer
-
     p = Pricer(imported)
     assert p.allreduce_us(8, 65536)[0] == pytest.approx(18.13)
     assert p.allreduce_us(8, 1024)[0] == pytest.approx(23.93)  # latency floor below 4 KB
@@ -88,23 +87,24 @@ def test_pricing_interpolates_log_log(imported: Bundle) -> None:
 
 def test_glm5_tp8_batch1_is_milliseconds(imported: Bundle) -> None:
     card = load_card("glm5-nvfp4")
-    pred = predict_step_comm(card, Layout(tp=8), 1, imported)
+    pred = predict_step_comm(card, Layout(tp=8), 1, Pricer(imported))
     # 157 all-reduces of 12 KiB at ~20 us on the public curve: a few ms of a ~20 ms step
     assert 2.5e3 < pred["total_us"] < 8e3
     assert pred["by_op"][ALL_REDUCE] == pytest.approx(157 * pred["collectives"][0]["time_us_each"], rel=1e-9)
     assert pred["source"] == "imported"
-    big = predict_step_comm(card, Layout(tp=8), 64, imported)
+    big = predict_step_comm(card, Layout(tp=8), 64, Pricer(imported))
     assert big["total_us"] > pred["total_us"]
 
 
 def test_comparison_table_with_measurements(imported: Bundle, tmp_path: Path) -> None:
     card = load_card("glm5-nvfp4")
     serve = Bundle.create(tmp_path / "s", command="serve-bench", source="measured", backend="cuda")
-    serve.write_text("serve/decode_curve.csv", "batch_size,step_ms,status\n1,19.4,ok\n8,28.9,ok\n")
-    attribution = {"steps": [
+    serve.append_rows("decode_curve", [{"batch_size": 1, "step_time_ms": 19.4},
+                                       {"batch_size": 8, "step_time_ms": 28.9}])
+    attribution = Attribution.from_json({"steps": [
         {"rank": r, "kind": "DECODE", "bs": 1, "comm_us": 4000.0 + r, "exposed_comm_us": 3500.0,
-         "span_us": 19000.0} for r in range(8)]}
-    rows = comparison_table(card, Layout(tp=8), [1, 8], imported, serve, attribution)
+         "span_us": 19000.0} for r in range(8)]})
+    rows = comparison_table(card, Layout(tp=8), [1, 8], Pricer(imported), serve, attribution)
     r1, r8 = rows
     assert r1["measured_step_ms"] == 19.4 and r1["measured_step_from"] == "decode_curve.csv"
     assert r1["trace_comm_ms"] == pytest.approx(4.0035)

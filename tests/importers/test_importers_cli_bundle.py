@@ -97,7 +97,7 @@ def test_all_reduce_perf(samples: Path, tmp_path: Path, capsys) -> None:
     row = next(l for l in f.read_text().splitlines() if l.strip().startswith("33554432")).split()
     got = {r["variant"]: r for r in df.to_dict("records")}
     o, i = got["imported:out_of_place"], got["imported:in_place"]
-    assert (o["size_bytes"], o["nranks"], o["ranks"], o["dtype"]) == (33554432, 6, "0,1,2,3,4,5", "fp32")
+    assert (o["size_bytes"], o["nranks"], o["ranks"], o["dtype"]) == (33554432, 6, (0, 1, 2, 3, 4, 5), "fp32")
     assert (o["time_us"], o["algbw_gbps"], o["busbw_gbps"]) == tuple(map(float, row[5:8]))
     assert (i["time_us"], i["algbw_gbps"], i["busbw_gbps"]) == tuple(map(float, row[9:12]))
     assert o["iters"] == 20 and o["status"] == "ok"

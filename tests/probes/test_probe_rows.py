@@ -33,12 +33,12 @@ def test_allreduce_row_uses_nccl_tests_formulas() -> None:
     case = AllReduceCase("proto_ll", {"NCCL_PROTO": "LL"}, [3, 1, 0, 2], [1 << 20], ["bf16"], 1, 5)
     row = allreduce_row(case, "cuda", 1 << 20, "bf16", [1e-4, 2e-4, 1.5e-4], True)
     algbw = (1 << 20) / 1.5e-4 / 1e9
-    assert math.isclose(row["algbw_gbps"], algbw)
-    assert math.isclose(row["busbw_gbps"], algbw * 2 * 3 / 4)
-    assert math.isclose(row["time_us"], 150.0)
-    assert row["ranks"] == "3,1,0,2" and row["nranks"] == 4
-    assert json.loads(row["env"]) == {"NCCL_PROTO": "LL"}
-    assert allreduce_row(case, "cuda", 8, "fp32", [1e-5], False)["status"] == "error"
+    assert math.isclose(row.algbw_gbps, algbw)
+    assert math.isclose(row.busbw_gbps, algbw * 2 * 3 / 4)
+    assert math.isclose(row.time_us, 150.0)
+    assert row.ranks == (3, 1, 0, 2) and row.nranks == 4
+    assert row.env == {"NCCL_PROTO": "LL"}
+    assert allreduce_row(case, "cuda", 8, "fp32", [1e-5], False).status == "error"
 
 
 def test_concurrent_aggregate_spans_all_flows() -> None:

@@ -175,7 +175,7 @@ def test_bad_input_gets_one_line_and_a_nonzero_exit(tmp_path: Path,
 
 def test_cuda_backend_without_a_gpu_says_so(capsys: pytest.CaptureFixture[str],
                                             tmp_path: Path) -> None:
-    from pcieprof.commands.topology import gpu_count
+    from pcieprof.measurement import gpu_count
 
     if gpu_count()[0]:
         pytest.skip("this machine has a GPU")
@@ -185,7 +185,7 @@ def test_cuda_backend_without_a_gpu_says_so(capsys: pytest.CaptureFixture[str],
 
 
 def test_auto_falls_back_to_cpu_in_one_line(capfd: pytest.CaptureFixture[str]) -> None:
-    from pcieprof.commands.topology import gpu_count, resolve_backend
+    from pcieprof.measurement import gpu_count, resolve_backend
 
     if gpu_count()[0]:
         pytest.skip("this machine has a GPU")

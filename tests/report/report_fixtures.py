@@ -17,7 +17,12 @@ import subprocess
 from pathlib import Path
 
 
+from pcieprof.analysis.decode_band import band_for
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.topology import Gpu, Iommu, Pair, Topology, Virtualization
+from pcieprof.cards import load_card
+from pcieprof.commands.tuning import for_report
+from pcieprof.report import ReportContext, write_report
 
 GROUPS = ([0, 1, 2, 3], [4, 5, 6, 7])
 #: Real bundles copied into tests/report/data/ (each folder has a NOTE.md).
@@ -31,7 +36,7 @@ AR_TURIN_DEFAULT = {32 << 10: 48.16, 64 << 10: 48.69, 128 << 10: 51.56, 256 << 1
 AR_TURIN_LL = {32 << 10: 26.20, 64 << 10: 25.59, 128 << 10: 32.09, 256 << 10: 37.26}
 
 
-def _topology(name: str, host_note: str) -> dict:
+def _topology(name: str, host_note: str) -> Topology:
     gpus, nodes, paths = [], [], {}
     for sw, group in enumerate(GROUPS):
         root = f"0000:{0x00 + sw * 0x80:02x}:01.1"
@@ -51,26 +56,21 @@ def _topology(name: str, host_note: str) -> dict:
             nodes.append({"bdf": bdf, "parent": down, "kind": "gpu", "numa_node": sw,
                           "link": {"gen": 5, "width": 16}, "description": "", "acs": None})
             paths[str(g)] = [bdf, down, up, root]
-            gpus.append({"index": g, "name": name, "uuid": f"GPU-{g}", "bus_id": bdf,
-                         "pcie": {"gen_current": 5, "gen_max": 5, "width_current": 16,
-                                  "width_max": 16}, "numa_node": sw,
-                         "memory_bytes": 97887 << 20, "virtualization_mode": "bare_metal",
-                         "status": {}})
-    pairs = []
-    for a in range(8):
-        for b in range(a + 1, 8):
-            level = "PXB" if (a < 4) == (b < 4) else "SYS"
-            pairs.append({"a": a, "b": b, "level": level,
-                          "p2p": {"read": "OK", "write": "OK", "atomics": "NS"}})
-    return {"source": "imported", "driver": {"driver_version": "580.95.05",
-                                             "cuda_driver_version": "13.0", "status": {}},
-            "gpus": gpus, "pairs": pairs, "pcie_tree": {"nodes": nodes, "gpu_paths": paths},
-            "iommu": {"enabled": False, "mode": "off", "cmdline": "amd_iommu=off iommu=off",
-                      "groups": {}, "evidence": [host_note]},
-            "virtualization": {"is_vm": False, "hypervisor": None, "flat_pcie_tree": False,
-                               "evidence": []},
-            "numa": {"nodes": [{"id": 0, "cpus": "0-63"}, {"id": 1, "cpus": "64-127"}]},
-            "status": {}}
+            gpus.append(Gpu(index=g, name=name, uuid=f"GPU-{g}", bus_id=bdf,
+                            pcie={"gen_current": 5, "gen_max": 5, "width_current": 16,
+                                  "width_max": 16}, numa_node=sw, memory_bytes=97887 << 20,
+                            virtualization_mode="bare_metal"))
+    pairs = [Pair(a=a, b=b, level="PXB" if (a < 4) == (b < 4) else "SYS",
+                  p2p={"read": "OK", "write": "OK", "atomics": "NS"})
+             for a in range(8) for b in range(a + 1, 8)]
+    return Topology(source="imported",
+                    driver={"driver_version": "580.95.05", "cuda_driver_version": "13.0",
+                            "status": {}},
+                    gpus=gpus, pairs=pairs, pcie_tree={"nodes": nodes, "gpu_paths": paths},
+                    iommu=Iommu(enabled=False, mode="off", cmdline="amd_iommu=off iommu=off",
+                                evidence=[host_note]),
+                    virtualization=Virtualization(is_vm=False, flat_pcie_tree=False),
+                    numa={"nodes": [{"id": 0, "cpus": "0-63"}, {"id": 1, "cpus": "64-127"}]})
 
 
 def make_bundle(path: Path, *, host: str = "calib-box", gpu_name: str = "NVIDIA RTX PRO 6000 "
@@ -78,7 +78,7 @@ def make_bundle(path: Path, *, host: str = "calib-box", gpu_name: str = "NVIDIA 
     """An `imported` bundle of the calibration numbers (see the module docstring)."""
     b = Bundle.create(path, command="import", source="imported", backend="imported")
     b.manifest["host"] = host
-    b.write_json("topology.json", _topology(gpu_name, "calibration fixture: published numbers"))
+    b.write_doc(_topology(gpu_name, "calibration fixture: published numbers"))
     b.set_part("discovery", "ok")
     rows = []
     for s in range(8):
@@ -158,3 +158,12 @@ def page_facts(exe: str, report: Path, tmp: Path, *, width: int = 1366) -> dict[
     facts = {k: int(v) for k, v in re.findall(r'data-([a-z-]+)="(\d+)"', body.group(1))}
     facts["console"] = sum(":CONSOLE" in ln for ln in r.stderr.splitlines())
     return facts
+
+
+def report_with_advice(bundles: list[Path], out: Path) -> Path:
+    """The report as `pcieprof report` writes it: the tuner's advice computed by the command
+    for bundles without recommendations.json (GLM-5's decode band)."""
+    band = band_for()
+    opened = [Bundle.open(p) for p in bundles]
+    recs = for_report(opened, load_card(band.model), band)
+    return write_report(opened, out, ctx=ReportContext(band=band, recommendations=recs))

@@ -6,9 +6,8 @@ import re
 import shutil
 from pathlib import Path
 
-from report_fixtures import run_chromium
+from report_fixtures import report_with_advice, run_chromium
 
-from pcieprof.report import write_report
 
 #: Where the screenshot is kept for people to look at (reports/ is ignored by git).
 SHOT = Path(__file__).resolve().parents[2] / "reports" / "browser-test-first-screen.png"
@@ -19,7 +18,7 @@ def test_report_renders_inrun_chromium(chromium: str, sim_vm_bundle: Path, bundl
     vm = tmp_path / "vm"
     shutil.copytree(sim_vm_bundle, vm)
     calib = bundle_factory("bare-metal", host="<b>hostile</b>")
-    report = write_report([vm, calib.path, serve_bundle], tmp_path / "report.html")
+    report = report_with_advice([vm, calib.path, serve_bundle], tmp_path / "report.html")
     html = report.read_text(encoding="utf-8")
     for section in ('id="summary"', 'id="compare"', 'id="machine"', 'id="p2p"', 'id="allreduce"',
                     'id="serve"', 'id="attribution"', 'id="recommendations"', 'id="tables"'):

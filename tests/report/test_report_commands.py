@@ -4,7 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pcieprof.report.metrics import bundle_metrics, higher_is_better
+from pcieprof.analysis.decode_band import band_for
+from pcieprof.analysis.metrics import bundle_metrics, higher_is_better
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -36,10 +37,11 @@ def test_report_command_several_bundles_and_bad_input(bundle_factory, serve_bund
 def test_metrics_of_real_bundles(bundle_factory, serve_bundle: Path) -> None:
     from pcieprof.bundle import Bundle
 
-    m = bundle_metrics(bundle_factory("m"))
+    band = band_for("glm5-nvfp4")
+    m = bundle_metrics(bundle_factory("m"), band)
     assert m["p2p.p2p.bandwidth_gbps.median"] > m["p2p.host_staged.bandwidth_gbps.median"]
     assert "allreduce.default.n8.time_us@96KiB" in m
-    s = bundle_metrics(Bundle.open(serve_bundle))
+    s = bundle_metrics(Bundle.open(serve_bundle), band)
     assert s["serve.c=4.output_throughput"] > 0 and "serve.c=1.tpot_ms.median" in s
     assert "serve.decode.bs2.step_time_ms" in s
     assert higher_is_better("p2p.p2p.bandwidth_gbps.median")

@@ -6,9 +6,10 @@ import zlib
 from pathlib import Path
 
 from plotly.offline import get_plotlyjs
+from report_fixtures import report_with_advice
 
 from pcieprof.bundle import Bundle
-from pcieprof.report import ReportContext, write_report
+from pcieprof.report import write_report
 from pcieprof.report.builder import drop_empty_columns, fold_notes
 from pcieprof.report.model import Note, NoteGroup, Table
 from pcieprof.report.page import unpack7
@@ -47,7 +48,7 @@ def test_report_is_self_contained_with_plotly_once(bundle_factory, tmp_path: Pat
 
 def test_bundle_text_is_escaped(bundle_factory, tmp_path: Path) -> None:
     b = bundle_factory("hostile", host=HOSTILE, gpu_name=HOSTILE)
-    html = write_report([b.path], tmp_path / "r.html").read_text(encoding="utf-8")
+    html = report_with_advice([b.path], tmp_path / "r.html").read_text(encoding="utf-8")
     assert 'id="summary"' in html  # the tuner's text (host names in evidence) is escaped too
     assert HOSTILE not in html
     assert "&lt;script&gt;alert(" in html
@@ -63,8 +64,7 @@ def test_absent_parts_say_not_measured(tmp_path: Path) -> None:
 def test_several_bundles_side_by_side(bundle_factory, tmp_path: Path) -> None:
     a = bundle_factory("before")
     b = bundle_factory("after", tuned=True)
-    html = write_report([a.path, b.path], tmp_path / "r.html",
-                        ctx=ReportContext(tune=False)).read_text(encoding="utf-8")
+    html = write_report([a.path, b.path], tmp_path / "r.html").read_text(encoding="utf-8")
     assert "cols-2" in html and 'id="compare"' in html
     # each bundle is named by its directory, and its provenance says which host it came from
     assert '<h3 class="col-label">before</h3>' in html and '<h3 class="col-label">after</h3>' in html

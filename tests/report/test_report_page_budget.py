@@ -80,11 +80,12 @@ def test_bundles_are_named_by_themselves_and_empty_columns_are_not_drawn(
         assert sec.group(1).count('class="col-label"') == ncols, sid
     assert "not measured in tiny_cpu_serve" in html
     assert ">not measured<" not in html
-    # Raw tables: folded previews that link the bundle's own CSV (relative to the page).
+    # Raw tables: folded previews that link the bundle's own CSV (relative to the page): three
+    # tables of each topology bundle and the serve bundle's serve/decode_curve.csv.
     tables = re.search(r'<section id="tables">(.*?)</section>', html, re.S).group(1)
-    assert tables.count("<details>") == 6
+    assert tables.count("<details>") == 7
     hrefs = re.findall(r'href="([^"]+)"', tables)
-    assert len(hrefs) == 6
+    assert len(hrefs) == 7
     for href in hrefs:
         assert not href.startswith("file:") and (report.parent / href).resolve().is_file(), href
     assert (demo_set[0] / "allreduce.csv").resolve() in {(report.parent / h).resolve() for h in hrefs}

@@ -29,14 +29,14 @@ def test_timings_match_the_servers_pacing(api: str) -> None:
     assert len(recs) == 7 and recs[0].warmup and not any(r.warmup for r in recs[1:])
     assert all(r.ok and r.output_len == 12 for r in recs), [r.error for r in recs]
     s = summarize(recs, label=spec.label, concurrency=3, request_rate=None, duration_s=dur)
-    assert s["completed"] == 6 and s["output_len_mismatch"] == 0
-    assert s["total_output_tokens"] == 72
-    assert 15 <= s["ttft_ms"]["median"] < 60
+    assert s.completed == 6 and s.output_len_mismatch == 0
+    assert s.total_output_tokens == 72
+    assert 15 <= s.ttft_ms["median"] < 60
     # TPOT = (E2E - TTFT) / 11 with 11 gaps of ~10 ms (plus the last delay before [DONE]).
-    assert 9 <= s["tpot_ms"]["median"] < 25
-    assert s["itl_ms"]["n"] == 6 * 11
-    assert 9 <= s["itl_ms"]["median"] < 25
-    assert s["request_throughput"] == pytest.approx(6 / dur)
+    assert 9 <= s.tpot_ms["median"] < 25
+    assert s.itl_ms["n"] == 6 * 11
+    assert 9 <= s.itl_ms["median"] < 25
+    assert s.request_throughput == pytest.approx(6 / dur)
     assert "c=3" in format_table([s])
 
 
@@ -46,7 +46,7 @@ def test_errors_are_recorded_not_raised() -> None:
         recs, dur = asyncio.run(run_load(srv.url, spec))
     assert all(not r.ok and r.error.startswith("HTTP 400") for r in recs)
     s = summarize(recs, label="c=2", concurrency=2, request_rate=None, duration_s=dur)
-    assert s["failed"] == 2 and s["ttft_ms"]["n"] == 0 and s["errors"]
+    assert s.failed == 2 and s.ttft_ms["n"] == 0 and s.errors
 
 
 def test_request_rate_run_and_bad_specs() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pcieprof.errors import BadInput
-from pcieprof.serve.cards import load_card
+from pcieprof.cards import load_card
 from pcieprof.serve.sglang_cmd import LaunchConfig, ParserSpec, build_command, recorded_env
 
 GLM5 = load_card("glm5-nvfp4")

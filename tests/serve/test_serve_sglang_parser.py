@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from pcieprof.errors import BadInput
-from pcieprof.serve.cards import load_card
+from pcieprof.cards import load_card
 from pcieprof.serve.sweep import entries_from
 from pcieprof.serve.sglang_cmd import (PINNED_SGLANG, LaunchConfig, build_command, load_parser,
                                        parse_many_with_sglang, sglang_search_path)

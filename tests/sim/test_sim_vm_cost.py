@@ -9,7 +9,7 @@ import pytest
 
 from pcieprof.analysis.comm_model import ALL_REDUCE, Layout, count_collectives
 from pcieprof.errors import BadInput
-from pcieprof.serve.cards import load_card
+from pcieprof.cards import load_card
 from pcieprof.sim import vm_cost
 from pcieprof.sim.fabric import load_profile
 

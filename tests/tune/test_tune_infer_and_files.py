@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 from tune_fixtures import two_switch, write_matrix_bundle
 
-from pcieprof.tune.infer import infer
-from pcieprof.tune.matrices import gpu_indices, pair_matrix
+from pcieprof.analysis.infer import infer
+from pcieprof.bundle.topology import Topology
+from pcieprof.analysis.matrices import gpu_indices, pair_matrix
 from pcieprof.tune.nccl_files import graph_xml, topo_xml, write_files
 from pcieprof.tune.ring import best_ring
 
@@ -20,14 +21,14 @@ def _ring_and_inference(b):
     gpus = gpu_indices(p2p)
     bw = pair_matrix(p2p, path="p2p", metric="bandwidth_gbps", gpus=gpus)
     lat = pair_matrix(p2p, path="p2p", metric="latency_us", gpus=gpus)
-    return best_ring(bw, lat, gpus), infer(p2p, b.read_table("allreduce"), b.read_json("topology.json"))
+    return best_ring(bw, lat, gpus), infer(p2p, b.read_table("allreduce"), b.read_doc(Topology))
 
 
 def test_infers_hidden_switches_in_a_flat_vm(tmp_path: Path) -> None:
     groups = ([0, 3, 5, 6], [1, 2, 4, 7])
     bw, lat = two_switch(groups, seed=11)
     b = write_matrix_bundle(tmp_path / "vm", bw, lat, flat_vm=True)
-    t = infer(b.read_table("p2p"), b.read_table("allreduce"), b.read_json("topology.json"))
+    t = infer(b.read_table("p2p"), b.read_table("allreduce"), b.read_doc(Topology))
     assert t is not None
     assert t.switch_groups() == [sorted(g) for g in groups]
     assert t.hidden_structure
@@ -66,7 +67,7 @@ def test_sample_graph_passes_our_nccl_check(samples: Path) -> None:
 
 def test_emitted_graph_and_topo_parse_as_nccl_files(vm_bundle, tmp_path: Path, samples: Path) -> None:
     ring, inferred = _ring_and_inference(vm_bundle)
-    paths = write_files(tmp_path / "nccl", ring, inferred, vm_bundle.read_json("topology.json"))
+    paths = write_files(vm_bundle, ring, inferred, vm_bundle.read_doc(Topology))
     root = ET.parse(paths["graph"]).getroot()
     chans = _check_graph_like_nccl(root, 8)
     assert chans[0] == ring.order
@@ -91,7 +92,7 @@ def test_emitted_graph_and_topo_parse_as_nccl_files(vm_bundle, tmp_path: Path, s
 def test_emitted_files_parse_with_the_importer(vm_bundle, tmp_path: Path) -> None:
     nccl_xml = pytest.importorskip("pcieprof.importers.nccl_xml")
     ring, inferred = _ring_and_inference(vm_bundle)
-    paths = write_files(tmp_path / "nccl", ring, inferred, vm_bundle.read_json("topology.json"))
+    paths = write_files(vm_bundle, ring, inferred, vm_bundle.read_doc(Topology))
     doc = nccl_xml.parse_graph_xml(paths["graph"].read_text())
     (graph,) = doc["graphs"]
     assert graph["pattern"] == 4 and graph["channels"][0]["gpus"] == ring.order
@@ -104,8 +105,8 @@ def test_emitted_files_parse_with_the_importer(vm_bundle, tmp_path: Path) -> Non
 
 def test_topo_needs_bus_ids(vm_bundle) -> None:
     ring, inferred = _ring_and_inference(vm_bundle)
-    topo = vm_bundle.read_json("topology.json")
-    topo["gpus"][0]["bus_id"] = None
+    topo = vm_bundle.read_doc(Topology)
+    topo.gpus[0].bus_id = None
     with pytest.raises(ValueError):
         topo_xml(inferred, topo)
     assert "<graphs" in graph_xml(ring, inferred=inferred)

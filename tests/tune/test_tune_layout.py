@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 from tune_fixtures import add_allreduce, two_switch, write_matrix_bundle
 
-from pcieprof.serve.cards import load_card
+from pcieprof.analysis.comm_model import Pricer
+from pcieprof.bundle.topology import Topology
+from pcieprof.cards import load_card
+from pcieprof.commands.tuning import sglang_launch
 from pcieprof.tune import layout as L
 
 # WRX90 8-GPU ring (calibration README), size -> time_us; TP4 group: assumed 0.8x (no published
@@ -37,7 +40,7 @@ def test_memory_fit_matches_published_figures() -> None:
 
 def test_compute_fit_reproduces_the_anchor(box) -> None:
     card = load_card("glm5-nvfp4")
-    cm = L.fit_compute(card, box, "glm5-nvfp4", 8)
+    cm = L.fit_compute(card, Pricer(box), box)
     assert cm is not None and "published" in cm.source
     c = L.Candidate("TP8", tp=8)
     for batch, step_ms, comm_ms in cm.points:
@@ -46,20 +49,31 @@ def test_compute_fit_reproduces_the_anchor(box) -> None:
     assert 300 < cm.eff_gbps < 3000  # an effective memory bandwidth a GDDR7 GPU can have
 
 
+def _rank(box, context: int) -> list:
+    return L.rank_layouts(box, load_card("glm5-nvfp4"), Pricer(box),
+                          topology=box.read_doc(Topology), context=context, command=sglang_launch)
+
+
 def test_rank_layouts_on_the_box(box) -> None:
-    res = L.rank_layouts(box, "glm5-nvfp4", context=8192)
-    labels = [r["label"] for r in res]
+    res = _rank(box, 8192)
+    labels = [r.label for r in res]
     assert set(labels) == {"TP8", "TP8+EP8", "PP2xTP4", "PP4xTP2", "TP8 DP-attention8",
                            "2 replicas x TP4"}
-    by = {r["label"]: r for r in res}
-    assert not by["2 replicas x TP4"]["fits"] and labels[-1] == "2 replicas x TP4"
+    by = {r.label: r for r in res}
+    assert not by["2 replicas x TP4"].fits and labels[-1] == "2 replicas x TP4"
     # TP8 at batch 1: ~157 all-reduces of 12 KiB priced at ~18-24 us each -> a few ms of comm
-    c1 = by["TP8"]["per_concurrency"][0]
-    assert 2.0 < c1["comm_ms"] < 6.0
+    c1 = by["TP8"].per_concurrency[0]
+    assert 2.0 < c1.comm_ms < 6.0
     # PP adds stages one after the other: slower at concurrency 1 than TP8
-    assert by["PP4xTP2"]["per_concurrency"][0]["step_ms"] > c1["step_ms"]
-    assert "--tp-size 8" in by["TP8"]["command"] and "--pp-size 2" in by["PP2xTP4"]["command"]
-    assert res[0]["why"] and "driven by" in res[0]["why"]
+    assert by["PP4xTP2"].per_concurrency[0].step_ms > c1.step_ms
+    assert "--tp-size 8" in by["TP8"].command and "--pp-size 2" in by["PP2xTP4"].command
+    assert res[0].why and "driven by" in res[0].why
     # a short context lets TP8 hold 64 requests
-    short = {r["label"]: r for r in L.rank_layouts(box, "glm5-nvfp4", context=1024)}
-    assert short["TP8"]["max_concurrency"] >= 64
+    short = {r.label: r for r in _rank(box, 1024)}
+    assert short["TP8"].max_concurrency >= 64
+
+
+def test_layouts_without_a_launcher_have_no_command(box) -> None:
+    res = L.rank_layouts(box, load_card("glm5-nvfp4"), Pricer(box), topology=box.read_doc(Topology))
+    assert all(r.command == "" for r in res)
+    assert all(any("no launch command" in n for n in r.notes) for r in res)

@@ -7,7 +7,11 @@ from pathlib import Path
 import pytest
 from tune_fixtures import add_allreduce, two_switch, write_matrix_bundle
 
+from pcieprof.bundle import Bundle
+from pcieprof.cards import load_card
 from pcieprof.tune.recommend import recommend
+
+GLM5 = load_card("glm5-nvfp4")
 
 # dual-Turin published small-message times (calibration README): default vs NCCL_PROTO=LL / graph
 TURIN_DEFAULT = {8: 45.0, 4096: 46.0, 32 << 10: 48.16, 64 << 10: 48.69, 128 << 10: 51.56,
@@ -35,7 +39,7 @@ def test_ll_recommended_with_measured_gain_and_large_message_caveat(tmp_path: Pa
         "parsed": {"nchannels": 2, "rings": {"0": list(range(8))},
                    "tuner": [{"coll": "AllReduce", "bytes": s, "algo": "RING", "proto": "SIMPLE",
                               "channels": 2} for s in (32 << 10, 64 << 10, 128 << 10)]}}})
-    res = recommend(b, layouts=False)
+    res = recommend(b, GLM5, layouts=False)
     ll = _rules(res)["proto_ll"]
     assert any("chose SIMPLE for 3 size(s) (32 KiB..128 KiB)" in e for e in ll.evidence)
     assert any("2 channel(s) by default" in e for e in ll.evidence)
@@ -50,7 +54,7 @@ def test_ll_recommended_with_measured_gain_and_large_message_caveat(tmp_path: Pa
 def test_nothing_recommended_without_measured_variant(tmp_path: Path) -> None:
     b = _bundle(tmp_path)
     add_allreduce(b, "default", {}, TURIN_DEFAULT)
-    res = recommend(b, layouts=False)
+    res = recommend(b, GLM5, layouts=False)
     assert not any(r.env.get("NCCL_PROTO") for r in res.recommendations)
     assert any("NCCL_PROTO=LL" in m for m in res.needs_measuring)
 
@@ -59,7 +63,7 @@ def test_worse_variant_is_not_recommended(tmp_path: Path) -> None:
     b = _bundle(tmp_path)
     add_allreduce(b, "default", {}, TURIN_LL)
     add_allreduce(b, "proto_ll", {"NCCL_PROTO": "LL"}, TURIN_DEFAULT)
-    assert "proto_ll" not in _rules(recommend(b, layouts=False))
+    assert "proto_ll" not in _rules(recommend(b, GLM5, layouts=False))
 
 
 def test_gloo_rows_never_give_nccl_advice(tmp_path: Path) -> None:
@@ -71,7 +75,7 @@ def test_gloo_rows_never_give_nccl_advice(tmp_path: Path) -> None:
     df = pd.read_csv(b.path / "allreduce.csv")
     df["backend"] = "cpu"
     df.to_csv(b.path / "allreduce.csv", index=False)
-    res = recommend(b, layouts=False)
+    res = recommend(b, GLM5, layouts=False)
     assert not any(r.kind == "env" for r in res.recommendations)
 
 
@@ -82,7 +86,7 @@ def test_min_nchannels_from_busbw(tmp_path: Path) -> None:
     t = lambda busbw: big / (busbw * 8 / (2 * 7)) / 1e3  # noqa: E731
     add_allreduce(b, "default", {}, {32 << 10: 48.0, big: t(22.2)})
     add_allreduce(b, "nch8", {"NCCL_MIN_NCHANNELS": "8"}, {32 << 10: 47.0, big: t(37.6)})
-    rec = _rules(recommend(b, layouts=False))["min_nchannels"]
+    rec = _rules(recommend(b, GLM5, layouts=False))["min_nchannels"]
     assert rec.env == {"NCCL_MIN_NCHANNELS": "8"}
     assert rec.gain_fraction == pytest.approx(37.6 / 22.2 - 1, rel=0.01)
 
@@ -92,7 +96,7 @@ def test_p2p_errors_disable_p2p_first(tmp_path: Path) -> None:
     b.append_rows("p2p", [{"backend": "imported", "src": 0, "dst": 5, "path": "p2p",
                            "direction": "uni", "size_bytes": 1 << 20, "status": "error",
                            "detail": "copied bytes differ"}])
-    res = recommend(b, layouts=False)
+    res = recommend(b, GLM5, layouts=False)
     assert res.recommendations[0].rule == "p2p_data_errors"
     assert res.recommendations[0].env == {"NCCL_P2P_DISABLE": "1"}
     assert "broken" in res.bottleneck
@@ -105,7 +109,7 @@ def test_iommu_rule_in_vm_points_to_the_host(tmp_path: Path) -> None:
     b.append_rows("p2p", [{"backend": "imported", "src": -1, "dst": g, "path": "h2d",
                            "direction": "uni", "size_bytes": 1 << 28, "bandwidth_gbps": 55.0}
                           for g in range(8)])
-    rec = _rules(recommend(b, layouts=False))["iommu_acs"]
+    rec = _rules(recommend(b, GLM5, layouts=False))["iommu_acs"]
     assert rec.kind == "host"
     assert "iommu=pt" in rec.action and "guest cannot clear ACS" in rec.action
     assert any("in a VM, ACS cannot be turned off" in c for c in rec.caveats)
@@ -116,7 +120,7 @@ def test_hidden_switches_give_topo_file_and_ring(tmp_path: Path) -> None:
     bw, lat = two_switch(groups, seed=9)
     b = write_matrix_bundle(tmp_path / "vm", bw, lat, flat_vm=True)
     add_allreduce(b, "default", {}, TURIN_DEFAULT)
-    res = recommend(b, layouts=False)
+    res = recommend(b, GLM5, layouts=False)
     rules = _rules(res)
     assert "topo_file" in rules and b.has("tune/nccl_topo.xml")
     ring = rules["ring_order"]
@@ -138,13 +142,13 @@ def test_real_imports_give_honest_bottlenecks(samples: Path, tmp_path: Path) -> 
     r = run_cli("import", str(out / "p2pbwlat_5gpu_5060ti_5070_gen3x4_p2p_patched.txt"),
                 str(out / "topo_m_5gpu_5060ti_5070_proxmox_host.txt"), "-o", str(a), "-q")
     assert r.returncode == 0, r.stderr
-    res = recommend(a, layouts=False)
+    res = recommend(Bundle.open(a), GLM5, layouts=False)
     assert res.bottleneck.startswith("GPU 0 has no working P2P")
     assert "topo_file" not in _rules(res)  # bare-metal host: nothing hidden by a hypervisor
     r = run_cli("import", str(out / "all_reduce_perf_6x4090_tinybox_p2p_patched_driver.txt"),
                 "-o", str(b), "-q")
     assert r.returncode == 0, r.stderr
-    res = recommend(b, layouts=False)
+    res = recommend(Bundle.open(b), GLM5, layouts=False)
     assert res.bottleneck.startswith("not named at decode sizes")
     assert not any(r.gain_us_per_allreduce for r in res.recommendations)
 
@@ -156,7 +160,7 @@ def test_default_hang_points_to_the_variant_that_works(tmp_path: Path) -> None:
                                  "dtype": "bf16", "status": "hang",
                                  "detail": "no progress for 60 s (watchdog)"}])
     add_allreduce(b, "p2p_disable", {"NCCL_P2P_DISABLE": "1"}, TURIN_DEFAULT)
-    res = recommend(b, layouts=False)
+    res = recommend(b, GLM5, layouts=False)
     top = res.recommendations[0]
     assert top.rule == "allreduce_hang" and top.env == {"NCCL_P2P_DISABLE": "1"}
     assert "hangs" in res.bottleneck

@@ -5,15 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from pcieprof.bundle import Bundle
-from pcieprof.tune.infer import infer
-from pcieprof.tune.matrices import gpu_indices, pair_matrix
+from pcieprof.analysis.infer import infer
+from pcieprof.analysis.matrices import gpu_indices, pair_matrix
+from pcieprof.bundle.topology import Topology
 from pcieprof.tune.ring import best_ring
 
 
 def test_sim_vm_switches_found_and_ring_crosses_twice(sim_vm_bundle: Path) -> None:
     b = Bundle.open(sim_vm_bundle)
     p2p = b.read_table("p2p")
-    topo = b.read_json("topology.json")
+    topo = b.read_doc(Topology)
     t = infer(p2p, b.read_table("allreduce"), topo)
     assert t.switch_groups() == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert t.hidden_structure  # the guest sees a flat tree, the copies see two switches

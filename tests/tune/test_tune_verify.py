@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 from tune_fixtures import run_cli
 
+from pcieprof.analysis.decode_band import band_for
 from pcieprof.bundle import Bundle
-from pcieprof.report.decode_band import band_for
-from pcieprof.tune.rules.base import Recommendation
-from pcieprof.tune.verify import CPU_NOTE, verify
+from pcieprof.bundle.recommendations import Recommendation
+from pcieprof.commands.recommend import measure_verify
+from pcieprof.tune.verify import CPU_NOTE, plan_verify, verify_results
 from probes.variants import GLOO_IGNORES_NCCL
 
 CPU_BUNDLE = Path(__file__).resolve().parents[1] / "report" / "data" / "cpu_2rank_topology"
@@ -86,8 +87,9 @@ def test_verify_cpu_runs_gloo_and_claims_no_gain(tmp_path: Path) -> None:
     rec = Recommendation(rule="proto_ll", title="LL at decode sizes", kind="env",
                          env={"NCCL_PROTO": "LL"}, gain_us_per_allreduce={1: 5.0}, gain_fraction=0.1)
     band = band_for("glm5-nvfp4", 1, 2)
-    vb, blocks = verify(bundle, [rec], band, out=b / "verify", large_bytes=256 * KiB,
-                        timeout_s=60.0)
+    plan = plan_verify(bundle, [rec], band, large_bytes=256 * KiB)
+    vb = measure_verify(bundle, plan, b / "verify", timeout_s=60.0)
+    blocks = verify_results(bundle, vb, plan, [rec], band)
     assert (vb.backend, vb.source) == ("cpu", "measured")
     ar = vb.read_table("allreduce")
     ok = ar[ar["status"] == "ok"]

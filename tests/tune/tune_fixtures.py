@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.topology import Gpu, Iommu, Pair, Topology, Virtualization
 
 
 def two_switch(groups: tuple[list[int], ...] = ([0, 1, 2, 3], [4, 5, 6, 7]), seed: int = 7,
@@ -42,21 +43,19 @@ def write_matrix_bundle(path: Path, bw: np.ndarray, lat: np.ndarray, *, flat_vm:
     """An `imported` bundle holding the matrices, with a flat VM tree in topology.json."""
     n = len(bw)
     b = Bundle.create(path, command="import", source="imported", backend="imported")
-    gpus = [{"index": i, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
-             "bus_id": f"0000:00:{0x10 + i:02x}.0", "numa_node": 0 if flat_vm else int(i >= n // 2),
-             "pcie": {"gen_max": 5, "width_max": 16, "gen_current": 5, "width_current": 16},
-             "memory_bytes": 97887 << 20} for i in range(n)]
-    pairs = [{"a": i, "b": j, "level": "PHB" if flat_vm else ("PXB" if (i < n // 2) == (j < n // 2) else "SYS"),
-              "p2p": {"read": "OK", "write": "OK", "atomics": "NS"}}
+    gpus = [Gpu(index=i, name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                bus_id=f"0000:00:{0x10 + i:02x}.0", numa_node=0 if flat_vm else int(i >= n // 2),
+                pcie={"gen_max": 5, "width_max": 16, "gen_current": 5, "width_current": 16},
+                memory_bytes=97887 << 20) for i in range(n)]
+    pairs = [Pair(a=i, b=j, level="PHB" if flat_vm else ("PXB" if (i < n // 2) == (j < n // 2) else "SYS"),
+                  p2p={"read": "OK", "write": "OK", "atomics": "NS"})
              for i in range(n) for j in range(i + 1, n)]
-    topo = {"source": "imported", "gpus": gpus, "pairs": pairs,
-            "pcie_tree": {"nodes": [], "gpu_paths": {}},
-            "iommu": {"enabled": True if flat_vm else False, "mode": "translated" if flat_vm else "off",
-                      "cmdline": None, "groups": {}, "evidence": []},
-            "virtualization": {"is_vm": flat_vm, "hypervisor": "KVM" if flat_vm else None,
-                               "flat_pcie_tree": flat_vm, "evidence": []},
-            "numa": {"nodes": [{"id": 0, "cpus": "0-63"}]}, "status": {}}
-    b.write_json("topology.json", topo)
+    b.write_doc(Topology(
+        source="imported", gpus=gpus, pairs=pairs,
+        iommu=Iommu(enabled=flat_vm, mode="translated" if flat_vm else "off"),
+        virtualization=Virtualization(is_vm=flat_vm, hypervisor="KVM" if flat_vm else None,
+                                      flat_pcie_tree=flat_vm),
+        numa={"nodes": [{"id": 0, "cpus": "0-63"}]}))
     rows = []
     for s in range(n):
         for d in range(n):

@@ -7,10 +7,12 @@ import math
 import pandas as pd
 import plotly.graph_objects as go
 
+from pcieprof.analysis.curves import EXTRAPOLATED, Curve, Curves
+from pcieprof.bundle.rows import format_ranks
 from pcieprof.report.context import ReportContext
-from pcieprof.report.figures import figure, plot_text, size_label
+from pcieprof.report.figures import figure, plot_text
+from pcieprof.units import size_label
 from pcieprof.report.model import BundleView, Note, Section, Table
-from pcieprof.tune.curves import Curve
 
 _TICKS = [8, 1 << 10, 16 << 10, 256 << 10, 4 << 20, 64 << 20, 1 << 30]
 
@@ -33,7 +35,8 @@ def _curve_fig(rows: pd.DataFrame, y: str, ctx: ReportContext, *, log_y: bool) -
     fig = go.Figure()
     for (variant, ranks, dtype), g in rows.groupby(["variant", "ranks", "dtype"], sort=True):
         g = g.groupby("size_bytes", as_index=False)[y].median().sort_values("size_bytes")
-        name = f"{variant} [{ranks}] {dtype}" if rows["ranks"].nunique() > 1 else f"{variant} {dtype}"
+        name = (f"{variant} [{format_ranks(ranks)}] {dtype}" if rows["ranks"].nunique() > 1
+                else f"{variant} {dtype}")
         fig.add_trace(go.Scatter(
             x=g["size_bytes"], y=g[y], mode="lines+markers", name=plot_text(name),
             hovertemplate="%{x:.3s}B: %{y:.4g}<extra>" + plot_text(name) + "</extra>"))
@@ -48,24 +51,28 @@ def _curve_fig(rows: pd.DataFrame, y: str, ctx: ReportContext, *, log_y: bool) -
     return fig
 
 
-def decode_table(rows: pd.DataFrame, ctx: ReportContext) -> Table | None:
-    """Time per variant at the sizes of the decode band (nearest measured size at or above)."""
-    if rows.empty:
+def decode_table(curves: list[Curve], ctx: ReportContext) -> Table | None:
+    """Time per curve at the decode band's batches (pcieprof.analysis.curves' rule; a value
+    above the largest measured size is marked as extrapolated)."""
+    if not curves:
         return None
-    batches = [b for b in (1, 4, 16, 64) if ctx.band.batch_min <= b <= ctx.band.batch_max]
+    batches = ctx.band.batches
     cols = ["variant", "ranks", "dtype"] + [f"bs{b} ({size_label(ctx.band.message_bytes(b))}) us"
                                              for b in batches]
     out = []
-    for (variant, ranks, dtype), g in rows.groupby(["variant", "ranks", "dtype"], sort=True):
-        curve = g.groupby("size_bytes")["time_us"].median().sort_index()
-        c = Curve(variant=str(variant), env={}, nranks=0, ranks=str(ranks), backend="",
-                  time_us=curve, busbw_gbps=curve * float("nan"))
-        vals = []
+    for c in curves:
+        vals: list[object] = []
         for b in batches:
-            t = c.at(ctx.band.message_bytes(b))
-            vals.append(round(t, 2) if math.isfinite(t) else "not measured")
-        out.append([variant, ranks, dtype, *vals])
-    return Table("all-reduce time at decode message sizes, us (log-log interpolation inside the "
+            size = ctx.band.message_bytes(b)
+            t = c.at(size)
+            if not math.isfinite(t):
+                vals.append("not measured")
+            elif c.extent(size) == EXTRAPOLATED:
+                vals.append(f"{t:.2f} (extrapolated)")
+            else:
+                vals.append(round(t, 2))
+        out.append([c.variant, format_ranks(c.ranks), c.dtype, *vals])
+    return Table("all-reduce time at decode message sizes, us (log-log interpolation between "
                  "measured sizes)", cols, out)
 
 
@@ -77,6 +84,7 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
     sec = Section("allreduce", "All-reduce")
     rows = ok_rows(df)
     full = full_group(rows)
+    curves = Curves(df)
     if full.empty:
         sec.blocks.append(Note("no all-reduce completed (every row failed or hung)", "warn"))
     else:
@@ -87,13 +95,13 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         sec.blocks.append(figure(_curve_fig(full, "busbw_gbps", ctx, log_y=False),
                                  f"all-reduce busbw over {n} ranks, GB/s (nccl-tests: "
                                  f"algbw x 2(n-1)/n)", prov))
-        t = decode_table(full, ctx)
+        t = decode_table(curves.full_group(), ctx)
         if t:
             t.provenance = prov
             sec.blocks.append(t)
     sub = rows[rows["nranks"] < (rows["nranks"].max() if not rows.empty else 0)]
     if not sub.empty:
-        t = decode_table(sub, ctx)
+        t = decode_table([c for c in curves if c.nranks < curves.max_nranks], ctx)
         if t:
             t.title = "sub-group all-reduce time at decode sizes (pairs, TP4 groups, orders)"
             t.provenance = view.provenance("allreduce", sub)
@@ -103,6 +111,7 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         summary = bad.groupby(["variant", "ranks", "status"]).agg(
             n=("size_bytes", "size"), first_size=("size_bytes", "min"),
             detail=("detail", "first")).reset_index()
+        summary["ranks"] = [format_ranks(r) for r in summary["ranks"]]
         sec.blocks.append(Table("all-reduce rows not ok (hang = killed by the watchdog)",
                                 list(summary.columns), summary.values.tolist(),
                                 provenance=view.provenance("allreduce", bad)))

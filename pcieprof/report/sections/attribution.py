@@ -10,6 +10,11 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from pcieprof.analysis.comm_model import Layout, Pricer, comparison_table
+from pcieprof.bundle.attribution import Attribution, StepAttribution
+from pcieprof.bundle.serve_summary import ServeSummary
+from pcieprof.cards import load_card
+from pcieprof.errors import PcieprofError
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure
 from pcieprof.report.model import BundleView, Note, Section, Table
@@ -17,14 +22,14 @@ from pcieprof.report.model import BundleView, Note, Section, Table
 MAX_STEPS = 300
 
 
-def _steps_figure(steps: list[dict[str, Any]], rank: Any, prov: str):
-    steps = [s for s in steps if s.get("rank") == rank][:MAX_STEPS]
+def _steps_figure(steps: list[StepAttribution], rank: int, prov: str):
+    steps = [s for s in steps if s.rank == rank][:MAX_STEPS]
     x = list(range(len(steps)))
     fig = go.Figure()
     parts = (("compute_us", "compute", "#4c78a8"), ("exposed_comm_us", "exposed communication", "#e45756"),
              ("memory_us", "memory copies", "#72b7b2"), ("idle_us", "idle", "#bab0ac"))
     for key, name, color in parts:
-        fig.add_trace(go.Bar(x=x, y=[(s.get(key) or 0) / 1e3 for s in steps], name=name,
+        fig.add_trace(go.Bar(x=x, y=[(getattr(s, key) or 0) / 1e3 for s in steps], name=name,
                              marker_color=color))
     fig.update_layout(barmode="stack", bargap=0.05)
     fig.update_xaxes(title="step (in trace order)")
@@ -33,26 +38,26 @@ def _steps_figure(steps: list[dict[str, Any]], rank: Any, prov: str):
 
 
 def build(view: BundleView, ctx: ReportContext) -> Section | None:
-    doc = view.json("attribution.json")
-    if not doc:
+    doc = view.doc(Attribution)
+    if doc is None:
         return None
     prov = view.provenance("attribution")
     sec = Section("attribution", "Decode attribution (where each step's time goes)")
-    ranks = doc.get("ranks") or []
-    steps = doc.get("steps") or []
+    ranks = doc.ranks
+    steps = doc.steps
     if ranks:
         fig = go.Figure()
-        names = [f"rank {r['rank']}" for r in ranks]
+        names = [f"rank {r.rank}" for r in ranks]
         for key, name in (("compute_us", "compute"), ("comm_us", "communication"),
                           ("exposed_comm_us", "exposed comm"), ("memory_us", "memory"),
                           ("idle_us", "idle")):
-            vals = [((r.get("totals") or {}).get(key) or 0) / 1e3 for r in ranks]
+            vals = [(r.totals.get(key) or 0) / 1e3 for r in ranks]
             if any(vals):
                 fig.add_trace(go.Bar(x=names, y=vals, name=name))
         fig.update_layout(barmode="group")
         fig.update_yaxes(title="ms (union over the timeline)")
         sec.blocks.append(figure(fig, "per rank: time per class over the traced window", prov))
-        skew = [(r["rank"], r.get("skew") or {}) for r in ranks]
+        skew = [(r.rank, r.skew or {}) for r in ranks]
         if any(s for _, s in skew):
             fig = go.Figure()
             fig.add_trace(go.Bar(x=[f"rank {k}" for k, _ in skew],
@@ -64,8 +69,8 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
             sec.blocks.append(figure(fig, "skew: communication time split into transfer and waiting", prov))
         rows = []
         for r in ranks:
-            d = r.get("decode_steps") or {}
-            rows.append([r["rank"], r.get("mode"), r.get("n_steps"), d.get("n"),
+            d = r.decode_steps or {}
+            rows.append([r.rank, r.mode, r.n_steps, d.get("n"),
                          round((d.get("median_span_us") or 0) / 1e3, 3),
                          round((d.get("mean_comm_us") or 0) / 1e3, 3),
                          round((d.get("mean_exposed_comm_us") or 0) / 1e3, 3),
@@ -75,15 +80,21 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                                 ["rank", "timeline", "steps", "decode steps", "median step",
                                  "comm", "exposed comm", "compute", "idle"], rows, provenance=prov))
     if steps:
-        sec.blocks.append(_steps_figure(steps, steps[0].get("rank"), prov))
+        sec.blocks.append(_steps_figure(steps, steps[0].rank, prov))
     pricer = _pricing_bundle(view, ctx)
-    cmp_rows = _comparison(view, doc, pricer) if pricer is not None else []
+    cmp_rows: list[dict[str, Any]] = []
+    if pricer is not None:
+        try:
+            cmp_rows = _comparison(view, doc, pricer)
+        except PcieprofError as exc:
+            sec.blocks.append(Note(f"trace vs analytic model: not shown: {exc.one_line()}",
+                                   "missing"))
     if pricer is None:
         sec.blocks.append(Note(
             f"trace vs analytic model: not shown; it needs an all-reduce curve measured on the "
             f"same backend as the trace ({_trace_backend(view)}): report this bundle together "
             f"with a pcieprof topology bundle of that backend", "missing"))
-    if cmp_rows:
+    if cmp_rows and pricer is not None:
         cols = ["batch", "layout", "n_collectives", "measured_step_ms", "predicted_comm_ms",
                 "trace_comm_ms", "exposed_comm_ms", "disagreement_pct"]
         sec.blocks.append(Table(
@@ -93,11 +104,12 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                    for r in cmp_rows],
             provenance=f"{prov}; predicted from {cmp_rows[0].get('priced_source')}, backend "
                        f"{cmp_rows[0].get('priced_backend')}"))
-        big = [r for r in cmp_rows if r.get("disagreement_pct") is not None and abs(r["disagreement_pct"]) > 25]
-        for r in big:
-            sec.blocks.append(Note(f"batch {r['batch']}: the trace's communication differs from the "
-                                   f"model by {r['disagreement_pct']:+.0f}%", "warn"))
-    classes = doc.get("classes") or []
+        big = [c for c in cmp_rows if c.get("disagreement_pct") is not None
+               and abs(c["disagreement_pct"]) > 25]
+        for c in big:
+            sec.blocks.append(Note(f"batch {c['batch']}: the trace's communication differs from the "
+                                   f"model by {c['disagreement_pct']:+.0f}%", "warn"))
+    classes = doc.classes
     if classes:
         sec.blocks.append(Table("kernel classification table (data, extensible)",
                                 list(classes[0].keys()), [list(c.values()) for c in classes[:60]]))
@@ -122,20 +134,15 @@ def _pricing_bundle(view: BundleView, ctx: ReportContext) -> BundleView | None:
     return None
 
 
-def _comparison(view: BundleView, doc: dict[str, Any], pricer: BundleView) -> list[dict[str, Any]]:
-    """The trace-vs-analytic comparison table, priced with `pricer`'s all-reduce rows."""
-    from pcieprof.analysis.comm_model import Layout, comparison_table
-    from pcieprof.serve.cards import load_card
-
-    summary = view.json("serve/summary.json") or {}
-    card_name = summary.get("model") or (view.json("serve/card.json") or {}).get("name")
+def _comparison(view: BundleView, doc: Attribution, pricer: BundleView) -> list[dict[str, Any]]:
+    """The trace-vs-analytic comparison table, priced with `pricer`'s all-reduce curves, for the
+    model the serve-bench run served ([] when the bundle names none)."""
+    summary = view.doc(ServeSummary)
+    card_name = summary.model if summary else (view.json("serve/card.json") or {}).get("name")
     if not card_name:
         return []
-    try:
-        card = load_card(card_name)
-        batches = sorted({int(s["bs"]) for s in doc.get("steps", []) if s.get("bs")}) or [1]
-        tp = max(1, len(doc.get("ranks") or []))
-        return comparison_table(card, Layout(tp=tp), batches[:8], pricer.bundle,
-                                serve_bundle=view.bundle, attribution=doc)
-    except Exception:  # the comparison is an extra; the trace figures stand on their own
-        return []
+    card = load_card(card_name)
+    batches = sorted({int(s.bs) for s in doc.steps if s.bs}) or [1]
+    tp = max(1, len(doc.ranks))
+    return comparison_table(card, Layout(tp=tp), batches[:8], Pricer(pricer.bundle),
+                            serve_bundle=view.bundle, attribution=doc)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from pcieprof.analysis.curves import Curves
 from pcieprof.report.context import ReportContext
-from pcieprof.report.figures import figure, plot_text, size_label
-from pcieprof.report.metrics import bundle_metrics, higher_is_better
+from pcieprof.report.figures import figure, plot_text
+from pcieprof.units import size_label
+from pcieprof.analysis.metrics import bundle_metrics, higher_is_better
 from pcieprof.report.model import BundleView, Section, Table
-from pcieprof.tune import curves as C
 
 _TICKS = [8, 1 << 10, 16 << 10, 256 << 10, 4 << 20, 64 << 20]
 
@@ -21,7 +22,7 @@ def build(views: list[BundleView], ctx: ReportContext) -> Section | None:
     fig = go.Figure()
     provs = []
     for v in views:
-        base = C.find(C.curves(v.table("allreduce")), {})
+        base = Curves(v.table("allreduce")).default()
         if base is None:
             continue
         provs.append(f"{v.label}: {v.provenance('allreduce', v.table('allreduce'))}")

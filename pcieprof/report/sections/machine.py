@@ -7,11 +7,11 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from pcieprof.bundle.topology import Topology, acs_redirect
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
 from pcieprof.report.model import BundleView, Facts, Note, Section, Table, Tree
 
-_ACS_P2P_BITS = ("ReqRedir", "CmpltRedir")  # these force P2P up to the root complex
 
 
 def _link(link: dict[str, Any] | None) -> str:
@@ -32,15 +32,9 @@ def _gen_width(gen: Any, width: Any) -> str:
     return f"Gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
 
 
-def acs_redirect(node: dict[str, Any]) -> list[str]:
-    """ACS control bits set on a bridge that redirect P2P to the root complex."""
-    ctl = (node.get("acs") or {}).get("ctl") or {}
-    return [b for b in _ACS_P2P_BITS if ctl.get(b)]
-
-
-def tree_lines(topo: dict[str, Any]) -> list[tuple[int, str, str, str]]:
+def tree_lines(topo: Topology) -> list[tuple[int, str, str, str]]:
     """The PCIe tree as indented lines, grouped by NUMA node (depth, label, detail, css class)."""
-    nodes = (topo.get("pcie_tree") or {}).get("nodes") or []
+    nodes = topo.tree_nodes()
     if not nodes:
         return []
     by_bdf = {n["bdf"]: n for n in nodes}
@@ -48,7 +42,7 @@ def tree_lines(topo: dict[str, Any]) -> list[tuple[int, str, str, str]]:
     for n in nodes:
         parent = n.get("parent") if n.get("parent") in by_bdf else None
         children[parent].append(n)
-    gpu_by_bdf = {str(g.get("bus_id", "")).lower(): g for g in topo.get("gpus", [])}
+    gpu_by_bdf = {str(g.bus_id or "").lower(): g for g in topo.gpus}
     lines: list[tuple[int, str, str, str]] = []
 
     def walk(n: dict[str, Any], depth: int) -> None:
@@ -56,7 +50,7 @@ def tree_lines(topo: dict[str, Any]) -> list[tuple[int, str, str, str]]:
         label = f"{kind.replace('_', ' ')} {n['bdf']}"
         gpu = gpu_by_bdf.get(str(n["bdf"]).lower())
         if gpu is not None:
-            label = f"GPU{gpu.get('index')} {gpu.get('name', '')} {n['bdf']}"
+            label = f"GPU{gpu.index} {gpu.name or ''} {n['bdf']}"
         detail = " ".join(x for x in [_link(n.get("link")), n.get("description") or ""] if x)
         redirect = acs_redirect(n)
         css = kind
@@ -113,14 +107,18 @@ _KIND_COLOR = {"numa": "#6e7781", "root_port": "#8250df", "switch_upstream": "#0
                "endpoint": "#bf8700"}
 
 
-def tree_figure(topo: dict[str, Any]) -> go.Figure | None:
+def tree_figure(topo: Topology) -> go.Figure | None:
     """The PCIe tree drawn top-down (plotly icicle): NUMA node -> root port -> switches -> GPUs."""
-    nodes = (topo.get("pcie_tree") or {}).get("nodes") or []
+    nodes = topo.tree_nodes()
     if not nodes:
         return None
     by_bdf = {n["bdf"]: n for n in nodes}
-    gpu_by_bdf = {str(g.get("bus_id", "")).lower(): g for g in topo.get("gpus", [])}
-    ids, labels, parents, colors, hover = [], [], [], [], []
+    gpu_by_bdf = {str(g.bus_id or "").lower(): g for g in topo.gpus}
+    ids: list[str] = []
+    labels: list[str] = []
+    parents: list[str] = []
+    colors: list[str] = []
+    hover: list[str] = []
     for numa in sorted({n.get("numa_node") for n in nodes if n.get("parent") not in by_bdf},
                        key=lambda x: (x is None, x)):
         ids.append(f"numa:{numa}")
@@ -129,12 +127,12 @@ def tree_figure(topo: dict[str, Any]) -> go.Figure | None:
         colors.append(_KIND_COLOR["numa"])
         hover.append("NUMA node")
     for n in nodes:
-        parent = n.get("parent") if n.get("parent") in by_bdf else f"numa:{n.get('numa_node')}"
+        parent = str(n["parent"]) if n.get("parent") in by_bdf else f"numa:{n.get('numa_node')}"
         gpu = gpu_by_bdf.get(str(n["bdf"]).lower())
         kind = n.get("kind", "")
         short = {"root_port": "root port", "switch_upstream": "switch", "switch_downstream": "port",
                  "gpu": "GPU", "bridge": "bridge", "endpoint": "device"}.get(kind, kind)
-        label = f"GPU{gpu.get('index')}" if gpu is not None else short
+        label = f"GPU{gpu.index}" if gpu is not None else short
         redirect = acs_redirect(n)
         ids.append(n["bdf"])
         labels.append(plot_text(label + (" (ACS redirect)" if redirect else "")))
@@ -149,19 +147,17 @@ def tree_figure(topo: dict[str, Any]) -> go.Figure | None:
     return fig
 
 
-def level_table(topo: dict[str, Any]) -> Table | None:
+def level_table(topo: Topology) -> Table | None:
     """Pairwise levels as `nvidia-smi topo -m` prints them, with P2P read/write status."""
-    pairs = topo.get("pairs") or []
-    gpus = sorted(int(g["index"]) for g in topo.get("gpus", []) if g.get("index") is not None)
-    if not pairs or not gpus:
+    gpus = sorted(g.index for g in topo.gpus)
+    if not topo.pairs or not gpus:
         return None
     lv = {}
-    for p in pairs:
-        p2p = p.get("p2p") or {}
-        cell = str(p.get("level", "?"))
-        if p2p.get("read") and p2p.get("read") != "OK":
-            cell += f" (P2P read {p2p.get('read')})"
-        lv[(p["a"], p["b"])] = lv[(p["b"], p["a"])] = cell
+    for p in topo.pairs:
+        cell = str(p.level if p.level is not None else "?")
+        if p.p2p.get("read") and p.p2p.get("read") != "OK":
+            cell += f" (P2P read {p.p2p.get('read')})"
+        lv[(p.a, p.b)] = lv[(p.b, p.a)] = cell
     rows = [[f"GPU{a}"] + [("X" if a == b else lv.get((a, b), "")) for b in gpus] for a in gpus]
     return Table("pairwise levels (nvidia-smi topo -m vocabulary: PIX < PXB < PHB < NODE < SYS)",
                  ["", *[f"GPU{b}" for b in gpus]], rows)
@@ -169,46 +165,47 @@ def level_table(topo: dict[str, Any]) -> Table | None:
 
 def build(view: BundleView, ctx: ReportContext) -> Section | None:
     """The machine section from topology.json, or None without one."""
-    topo = view.json("topology.json")
-    if not topo:
+    topo = view.doc(Topology)
+    if topo is None:
         return None
     prov = view.provenance("discovery")
     sec = Section("machine", "The machine")
-    drv = topo.get("driver") or {}
-    iommu = topo.get("iommu") or {}
-    virt = topo.get("virtualization") or {}
+    drv = topo.driver or {}
+    iommu = topo.iommu
+    virt = topo.virtualization
     facts: list[tuple[str, Any]] = [
         ("host", view.measured_host or view.origin()),
-        ("GPUs", (f"{len(topo.get('gpus', []))} x "
-                  f"{', '.join(sorted({str(g.get('name')) for g in topo.get('gpus', [])}))}")
-         if topo.get("gpus") else "none found"),
+        ("GPUs", (f"{len(topo.gpus)} x {', '.join(sorted({str(g.name) for g in topo.gpus}))}")
+         if topo.gpus else "none found"),
         ("driver / CUDA driver", f"{drv.get('driver_version') or 'unknown'} / {drv.get('cuda_driver_version') or 'unknown'}"),
-        ("IOMMU", f"{'on' if iommu.get('enabled') else ('off' if iommu.get('enabled') is False else 'unknown')}, mode {iommu.get('mode', 'unknown')}"),
-        ("kernel command line", iommu.get("cmdline") or "unknown"),
-        ("virtualization", ("VM" if virt.get("is_vm") else ("bare metal" if virt.get("is_vm") is False else "unknown"))
-         + (f" ({virt.get('hypervisor')})" if virt.get("hypervisor") else "")),
+        ("IOMMU", f"{'on' if iommu.enabled else ('off' if iommu.enabled is False else 'unknown')}, mode {iommu.mode}"),
+        ("kernel command line", iommu.cmdline or "unknown"),
+        ("virtualization", ("VM" if virt.is_vm else ("bare metal" if virt.is_vm is False else "unknown"))
+         + (f" ({virt.hypervisor})" if virt.hypervisor else "")),
         ("flat virtual PCIe tree", {True: "yes: the guest cannot see the real switches", False: "no",
-                                     None: "unknown"}.get(virt.get("flat_pcie_tree"))),
+                                     None: "unknown"}.get(virt.flat_pcie_tree)),
     ]
-    nodes = (topo.get("pcie_tree") or {}).get("nodes") or []
-    acs_on = [n["bdf"] for n in nodes if acs_redirect(n)]
+    nodes = topo.tree_nodes()
+    acs_on = topo.acs_redirect_bridges()
     facts.append(("ACS P2P redirect", f"on at {len(acs_on)} bridge(s): {', '.join(acs_on[:8])}"
                   if acs_on else ("off on every bridge" if nodes else "unknown")))
     sec.blocks.append(Facts("state", facts, provenance=prov))
-    for ev in (iommu.get("evidence") or [])[:5] + (virt.get("evidence") or [])[:5]:
+    for ev in iommu.evidence[:5] + virt.evidence[:5]:
         sec.blocks.append(Note(f"evidence: {ev}"))
-    gpus = topo.get("gpus", [])
-    if gpus:
+    if topo.gpus:
         rows = []
-        for g in gpus:
-            pcie = g.get("pcie") or {}
-            rows.append([g.get("index"), g.get("name"), g.get("bus_id"),
+        for g in topo.gpus:
+            pcie = g.pcie or {}
+            rows.append([g.index, g.name, g.bus_id,
                          _gen_width(pcie.get("gen_current"), pcie.get("width_current")),
                          _gen_width(pcie.get("gen_max"), pcie.get("width_max")),
-                         g.get("numa_node"), g.get("cpu_affinity"),
-                         round(g["memory_bytes"] / 2**30, 1) if g.get("memory_bytes") else None,
-                         g.get("virtualization_mode")])
-        sec.blocks.append(Table("GPUs", ["index", "name", "bus id", "link now", "link max", "NUMA",
+                         g.numa_node, g.cpu_affinity,
+                         round(g.memory_bytes / 2**30, 1) if g.memory_bytes else None,
+                         g.virtualization_mode])
+        idle = next((g.pcie.get("note") for g in topo.gpus if g.pcie.get("note")), None)
+        if idle:  # discovery reads the link before any load: a lower gen is power saving
+            sec.blocks.append(Note(idle))
+        sec.blocks.append(Table("GPUs", ["index", "name", "bus id", "link at idle", "link max", "NUMA",
                                          "CPU affinity", "memory GiB", "virtualization"], rows,
                                 provenance=prov))
     fig = tree_figure(topo)
@@ -221,7 +218,8 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                                "groups; by NUMA node)", lines, prov, collapsed=fig is not None))
     else:
         sec.blocks.append(Note("PCIe tree: not discovered", "missing"))
-    inferred = (ctx.recommendations_for(view) or {}).get("inferred")
+    doc = ctx.recommendations_for(view)
+    inferred = doc.inferred if doc else None
     if inferred and inferred.get("hidden_structure") and len(inferred.get("levels", [])) > 1:
         sec.blocks.append(Tree("inferred real tree (from the P2P measurements; the visible tree "
                                "hides it)", inferred_tree_lines(inferred),

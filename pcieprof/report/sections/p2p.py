@@ -6,9 +6,10 @@ import numpy as np
 import plotly.graph_objects as go
 
 from pcieprof.report.context import ReportContext
-from pcieprof.report.figures import figure, plot_text, size_label
+from pcieprof.report.figures import figure, plot_text
+from pcieprof.units import size_label
 from pcieprof.report.model import BundleView, Note, Section, Table
-from pcieprof.tune.matrices import gpu_indices, pair_matrix, pair_status
+from pcieprof.analysis.matrices import gpu_indices, pair_matrix, pair_status
 
 PATH_NAMES = {"p2p": "P2P (peer access on: direct DMA)",
               "host_staged": "host-staged (peer access off: through pinned host memory)"}

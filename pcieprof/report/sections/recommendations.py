@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
 from pcieprof.report.model import BundleView, Facts, Note, Section, Table
 from pcieprof.report.recs import RecsBlock
 
 
-def _layout_figure(layouts: list[dict], prov: str):
+def _layout_figure(layouts: list[LayoutAdvice], prov: str):
     fig = go.Figure()
     for lay in layouts:
-        rows = lay["per_concurrency"]
+        rows = lay.per_concurrency
         fig.add_trace(go.Scatter(
-            x=[r["concurrency"] for r in rows], y=[r["tok_s"] for r in rows],
-            mode="lines+markers", name=plot_text(lay["label"] + ("" if lay["fits"] else " (does not fit)")),
-            marker={"symbol": ["circle" if r["fits"] else "x" for r in rows]},
-            line={"dash": "solid" if lay["fits"] else "dot"}))
+            x=[r.concurrency for r in rows], y=[r.tok_s for r in rows],
+            mode="lines+markers", name=plot_text(lay.label + ("" if lay.fits else " (does not fit)")),
+            marker={"symbol": ["circle" if r.fits else "x" for r in rows]},
+            line={"dash": "solid" if lay.fits else "dot"}))
     fig.update_xaxes(type="log", title="concurrency (requests decoding together)",
                      tickvals=[1, 2, 4, 8, 16, 32, 64])
     fig.update_yaxes(title="output tok/s (predicted)")
@@ -26,52 +27,57 @@ def _layout_figure(layouts: list[dict], prov: str):
                   prov)
 
 
+def _num(x: float | None, digits: int) -> str:
+    """A number with `digits` decimals; empty when unknown (null in the document)."""
+    return "" if x is None or x != x else f"{x:.{digits}f}"
+
+
 def _pct(x: float | None) -> str:
     return "" if x is None else f"{x * 100:+.0f}%"
 
 
-def _verified_table(recs: list[dict]) -> Table:
+def _verified_table(recs: list[Recommendation]) -> Table:
     """`recommend --verify`: predicted vs re-run time at batch 1 and the gains over the band."""
     rows = []
     for r in recs:
-        v = r["verified"]
-        rows.append([r["rule"], v.get("provenance", ""),
+        v = r.verified or {}
+        rows.append([r.rule, v.get("provenance", ""),
                      "" if v.get("predicted_time_us") is None else f"{v['predicted_time_us']:.1f}",
                      "" if v.get("baseline_time_us") is None else f"{v['baseline_time_us']:.1f}",
                      "" if v.get("time_us") is None else f"{v['time_us']:.1f}",
                      _pct(v.get("predicted_gain_fraction")), _pct(v.get("gain_fraction")),
                      _pct(v.get("band_gain_fraction")), _pct(v.get("large_gain_fraction")),
                      v.get("note", "")])
-    size = recs[0]["verified"].get("size_bytes", 0)
+    first = recs[0].verified or {}
+    size = first.get("size_bytes", 0)
     return Table(f"verified by re-running the all-reduce ({size / 1024:g} KiB = batch "
-                 f"{recs[0]['verified'].get('batch', 1)}; bundle {recs[0]['verified'].get('bundle', '')})",
+                 f"{first.get('batch', 1)}; bundle {first.get('bundle', '')})",
                  ["recommendation", "verified with", "predicted us", "baseline us", "with it us",
                   "predicted gain (band mean)", "gain at batch 1", "gain over band",
                   "gain large message", "note"], rows,
-                 provenance="; ".join(sorted({r["verified"].get("provenance", "") for r in recs})))
+                 provenance="; ".join(sorted({(r.verified or {}).get("provenance", "") for r in recs})))
 
 
 def build(view: BundleView, ctx: ReportContext) -> Section | None:
     doc = ctx.recommendations_for(view)
-    if not doc or doc.get("error"):
+    if not doc or doc.error:
         return None
     sec = Section("recommendations", "Recommendations")
-    prov = doc.get("provenance", "")
-    sec.blocks.append(RecsBlock(items=doc.get("recommendations", []),
-                                needs_measuring=doc.get("needs_measuring", [])))
-    verified = [r for r in doc.get("recommendations", []) if r.get("verified")]
+    prov = doc.provenance
+    sec.blocks.append(RecsBlock(items=doc.recommendations, needs_measuring=doc.needs_measuring))
+    verified = [r for r in doc.recommendations if r.verified]
     if verified:
         sec.blocks.append(_verified_table(verified))
-    ring = doc.get("ring")
-    inferred = doc.get("inferred")
+    ring = doc.ring
+    inferred = doc.inferred
     if ring:
         sec.blocks.append(Facts("ring search", [
-            ("ring", " -> ".join(map(str, ring["order"]))),
-            ("CUDA_VISIBLE_DEVICES", ring["cuda_visible_devices"]),
-            ("slowest link", f"{ring['bottleneck_gbps']:.1f} GB/s"),
-            ("summed link latency", "not measured" if ring.get("latency_sum_us") is None
-             else f"{ring['latency_sum_us']:.2f} us"),
-            ("search", "exhaustive" if ring.get("exact") else f"heuristic, gap <= {ring['gap'] * 100:.1f}%")],
+            ("ring", " -> ".join(map(str, ring.order))),
+            ("CUDA_VISIBLE_DEVICES", ring.cuda_visible_devices),
+            ("slowest link", f"{ring.bottleneck_gbps:.1f} GB/s"),
+            ("summed link latency", "not measured" if ring.latency_sum_us is None
+             else f"{ring.latency_sum_us:.2f} us"),
+            ("search", "exhaustive" if ring.exact else f"heuristic, gap <= {(ring.gap or 0) * 100:.1f}%")],
             provenance=prov))
     if inferred:
         sec.blocks.append(Table("inferred fabric (from the measured P2P matrices)",
@@ -83,26 +89,26 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         if inferred.get("hidden_structure"):
             sec.blocks.append(Note("the measured structure is finer than the PCIe tree this "
                                    "machine shows: the switches are hidden (flat virtual tree)", "warn"))
-    layouts = doc.get("layouts") or []
+    layouts = doc.layouts
     if layouts:
-        lprov = f"predicted: compute {layouts[0].get('compute_source')}; comm {layouts[0].get('comm_source')}"
+        lprov = f"predicted: compute {layouts[0].compute_source}; comm {layouts[0].comm_source}"
         sec.blocks.append(_layout_figure(layouts, lprov))
         rows = []
         for lay in layouts:
-            pc = {r["concurrency"]: r for r in lay["per_concurrency"]}
+            pc = {r.concurrency: r for r in lay.per_concurrency}
             c1, cmax = pc.get(1), pc[max(pc)]
-            rows.append([lay["label"], "yes" if lay["fits"] else "no", f"{lay['weights_gb']:.1f}",
-                         f"{lay['kv_gb_per_request']:.2f}", lay["max_concurrency"],
-                         f"{c1['step_ms']:.1f}" if c1 else "", f"{c1['comm_ms']:.1f}" if c1 else "",
-                         f"{cmax['tok_s']:.0f}", lay["command"]])
+            rows.append([lay.label, "yes" if lay.fits else "no", f"{lay.weights_gb:.1f}",
+                         f"{lay.kv_gb_per_request:.2f}", lay.max_concurrency,
+                         _num(c1.step_ms if c1 else None, 1), _num(c1.comm_ms if c1 else None, 1),
+                         _num(cmax.tok_s, 0), lay.command])
         sec.blocks.append(Table(
-            f"parallel layouts, best first (context {layouts[0]['context_tokens']} tokens, "
-            f"{layouts[0]['gpu_memory_gb']:.0f} GB x {layouts[0]['mem_fraction']} per GPU)",
+            f"parallel layouts, best first (context {layouts[0].context_tokens} tokens, "
+            f"{layouts[0].gpu_memory_gb:.0f} GB x {layouts[0].mem_fraction} per GPU)",
             ["layout", "fits", "weights GB/GPU", "KV GB/request", "max concurrency",
-             "step ms c=1", "comm ms c=1", f"tok/s c={max(r['concurrency'] for r in layouts[0]['per_concurrency'])}",
-             "SGLang command"], rows, provenance=lprov,
-            caption=layouts[0].get("why", "")))
-        notes = sorted({n for lay in layouts for n in lay.get("notes", [])})
+             "step ms c=1", "comm ms c=1",
+             f"tok/s c={max(r.concurrency for r in layouts[0].per_concurrency)}",
+             "SGLang command"], rows, provenance=lprov, caption=layouts[0].why))
+        notes = sorted({n for lay in layouts for n in lay.notes})
         for n in notes:
             sec.blocks.append(Note(n, "missing"))
     return sec

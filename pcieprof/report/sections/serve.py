@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pandas as pd
 import plotly.graph_objects as go
 
+from pcieprof.bundle.serve_summary import RunSummary, ServeSummary
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
 from pcieprof.report.model import BundleView, Facts, Note, Section, Table
@@ -36,30 +36,30 @@ def read_jsonl(view: BundleView, name: str) -> list[dict[str, Any]]:
     return out
 
 
-def _stat(run: dict[str, Any], metric: str, key: str) -> Any:
-    v = (run.get(metric) or {}).get(key)
+def _stat(run: RunSummary, metric: str, key: str) -> float | None:
+    v = getattr(run, metric).get(key)
     return None if v is None else round(float(v), 2)
 
 
 def build(view: BundleView, ctx: ReportContext) -> Section | None:
-    summary = view.json("serve/summary.json") or {}
+    summary = view.doc(ServeSummary)
     requests = read_jsonl(view, "serve/requests.jsonl")
     attempts = read_jsonl(view, "serve/attempts.jsonl")
-    curve_path = view.path / "serve" / "decode_curve.csv"
-    if not (summary or requests or attempts or curve_path.is_file()):
+    curve = view.table("decode_curve")
+    if not (summary or requests or attempts or not curve.empty):
         return None
     prov = view.provenance("serve")
     sec = Section("serve", "Serving benchmark")
     if summary:
         sec.blocks.append(Facts("run", [
-            ("model", summary.get("model")), ("api", summary.get("api")),
-            ("attempt benchmarked", summary.get("attempt")),
-            ("input / output tokens", f"{summary.get('input_len')} / {summary.get('output_len')}"),
-            ("status", summary.get("status"))], provenance=prov))
-    runs = [r for r in summary.get("runs", []) if isinstance(r, dict)]
+            ("model", summary.model), ("api", summary.api),
+            ("attempt benchmarked", summary.attempt),
+            ("input / output tokens", f"{summary.input_len} / {summary.output_len}"),
+            ("status", summary.status)], provenance=prov))
+    runs = summary.runs if summary else []
     if runs:
-        rows = [[r.get("label"), r.get("concurrency"), r.get("completed"), r.get("failed"),
-                 round(r.get("request_throughput") or 0, 3), round(r.get("output_throughput") or 0, 1),
+        rows = [[r.label, r.concurrency, r.completed, r.failed,
+                 round(r.request_throughput or 0, 3), round(r.output_throughput or 0, 1),
                  _stat(r, "ttft_ms", "median"), _stat(r, "ttft_ms", "p99"),
                  _stat(r, "tpot_ms", "median"), _stat(r, "tpot_ms", "p99"),
                  _stat(r, "itl_ms", "median"), _stat(r, "itl_ms", "p99")] for r in runs]
@@ -67,13 +67,13 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                                          "output tok/s", "TTFT ms median", "TTFT p99",
                                          "TPOT ms median", "TPOT p99", "ITL ms median", "ITL p99"],
                                 rows, provenance=prov))
-        conc = [r for r in runs if r.get("concurrency")]
+        conc = [r for r in runs if r.concurrency]
         if conc:
             fig = go.Figure()
-            fig.add_trace(go.Scatter(x=[r["concurrency"] for r in conc],
-                                     y=[r.get("output_throughput") for r in conc],
+            fig.add_trace(go.Scatter(x=[r.concurrency for r in conc],
+                                     y=[r.output_throughput for r in conc],
                                      mode="lines+markers", name="output tok/s"))
-            fig.add_trace(go.Scatter(x=[r["concurrency"] for r in conc],
+            fig.add_trace(go.Scatter(x=[r.concurrency for r in conc],
                                      y=[_stat(r, "tpot_ms", "median") for r in conc],
                                      mode="lines+markers", name="TPOT median ms", yaxis="y2"))
             fig.update_layout(yaxis={"title": "output tok/s"},
@@ -100,32 +100,24 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                                          boxpoints=False))
         fig.update_yaxes(type="log", title="ms")
         sec.blocks.append(figure(fig, "TTFT, TPOT and ITL distributions per run", prov, height=420))
-        formulas = summary.get("formulas") or {}
+        formulas = summary.formulas if summary else {}
         if formulas:
             sec.blocks.append(Facts("metric definitions (as computed)",
                                     [(k, v) for k, v in formulas.items() if k in
                                      ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "output_throughput")]))
-    if curve_path.is_file():
-        try:
-            df = pd.read_csv(curve_path)
-        except (ValueError, pd.errors.ParserError):
-            df = pd.DataFrame()
-        tcol = next((c for c in ("step_time_ms", "step_ms") if c in df.columns), None)
-        bcol = next((c for c in ("batch_size", "batch") if c in df.columns), None)
-        if tcol and bcol and df[tcol].notna().any():
-            ok = df[df[tcol].notna()]
-            err = {}
-            if "step_time_ms_p90" in ok and "step_time_ms_p10" in ok:
-                err = {"error_y": {"type": "data", "array": (ok["step_time_ms_p90"] - ok[tcol]).tolist(),
-                                   "arrayminus": (ok[tcol] - ok["step_time_ms_p10"]).tolist()}}
-            fig = go.Figure(go.Scatter(x=ok[bcol], y=ok[tcol], mode="lines+markers",
-                                       name="decode step (median, p10..p90)", **err))
+    if not curve.empty:
+        ok = curve[(curve["status"] == "ok") & curve["step_time_ms"].notna()]
+        if not ok.empty:
+            fig = go.Figure(go.Scatter(
+                x=ok["batch_size"], y=ok["step_time_ms"], mode="lines+markers",
+                name="decode step (median, p10..p90)",
+                error_y={"type": "data", "array": (ok["step_time_ms_p90"] - ok["step_time_ms"]).tolist(),
+                         "arrayminus": (ok["step_time_ms"] - ok["step_time_ms_p10"]).tolist()}))
             fig.update_xaxes(type="log", title="batch size")
             fig.update_yaxes(title="ms per decode step")
-            backend = ok["backend"].iloc[0] if "backend" in ok else view.bundle.backend
             sec.blocks.append(figure(fig, "fixed-batch decode step time (steady state)",
-                                     f"{prov}; rows backend {backend}"))
-        elif not df.empty:
+                                     view.provenance("serve", ok)))
+        else:
             sec.blocks.append(Note("decode curve: no batch size reached a steady state", "warn"))
     if attempts:
         rows = [[a.get("index"), a.get("name"), a.get("outcome"), a.get("summary"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pcieprof.bundle.attribution import Attribution
+from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.report.context import ReportContext
 from pcieprof.report.model import BundleView, Note, Section
 from pcieprof.report.recs import RecsBlock
@@ -11,28 +13,28 @@ TOP = 3
 
 def decode_headline(view: BundleView) -> str | None:
     """'Communication is 47% of a decode step (exposed 46%)' from attribution.json, if any."""
-    doc = view.json("attribution.json") or {}
-    steps = [s for s in doc.get("steps", []) if s.get("kind") == "DECODE" and s.get("span_us")]
-    if not steps:
+    doc = view.doc(Attribution)
+    steps = doc.decode_steps() if doc else []
+    if not doc or not steps:
         return None
-    span = sum(s["span_us"] for s in steps)
-    comm = sum(s.get("comm_us") or 0 for s in steps)
-    exposed = sum(s.get("exposed_comm_us") or 0 for s in steps)
-    idle = sum(s.get("idle_us") or 0 for s in steps)
-    return (f"Decode steps (trace, {len(steps)} steps over {len(doc.get('ranks', []))} rank(s)): "
+    span = sum(s.span_us or 0 for s in steps)
+    comm = sum(s.comm_us or 0 for s in steps)
+    exposed = sum(s.exposed_comm_us or 0 for s in steps)
+    idle = sum(s.idle_us or 0 for s in steps)
+    return (f"Decode steps (trace, {len(steps)} steps over {len(doc.ranks)} rank(s)): "
             f"communication {100 * comm / span:.0f}% of the step, exposed {100 * exposed / span:.0f}%, "
             f"idle {100 * idle / span:.0f}% [{view.provenance('attribution')}]")
 
 
 def serve_headline(view: BundleView) -> str | None:
     """Best measured output throughput and its TPOT from serve/summary.json, if any."""
-    runs = [r for r in (view.json("serve/summary.json") or {}).get("runs", [])
-            if isinstance(r, dict) and r.get("output_throughput")]
+    summary = view.doc(ServeSummary)
+    runs = [r for r in summary.runs if r.output_throughput] if summary else []
     if not runs:
         return None
-    best = max(runs, key=lambda r: r["output_throughput"])
-    tpot = (best.get("tpot_ms") or {}).get("median")
-    return (f"Serving: {best['output_throughput']:.1f} output tok/s at {best.get('label')}"
+    best = max(runs, key=lambda r: r.output_throughput or 0.0)
+    tpot = best.tpot_ms.get("median")
+    return (f"Serving: {best.output_throughput:.1f} output tok/s at {best.label}"
             + (f", TPOT median {tpot:.1f} ms" if tpot else "") + f" [{view.provenance('serve')}]")
 
 
@@ -52,24 +54,24 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
     sec = Section("summary", "Summary")
     for line in lines:
         sec.blocks.append(Note(line))
-    if doc.get("error"):
-        sec.blocks.append(Note(f"the tuner could not run on this bundle: {doc['error']}", "warn"))
+    if doc.error:
+        sec.blocks.append(Note(f"the tuner could not run on this bundle: {doc.error}", "warn"))
         return sec
-    sec.blocks.append(Note(f"Principal bottleneck: {doc.get('bottleneck', 'unknown')}", "headline"))
-    recs = [r for r in doc.get("recommendations", []) if r.get("kind") != "info"][:TOP]
+    sec.blocks.append(Note(f"Principal bottleneck: {doc.bottleneck or 'unknown'}", "headline"))
+    recs = [r for r in doc.recommendations if r.kind != "info"][:TOP]
     if recs:
         sec.blocks.append(Note(f"Top {len(recs)} change(s), most valuable first "
-                               f"(numbers: {doc.get('provenance', '')}):"))
+                               f"(numbers: {doc.provenance}):"))
         sec.blocks.append(RecsBlock(items=recs, needs_measuring=[], compact=True))
     else:
         sec.blocks.append(Note("No change is supported by the measurements in this bundle."))
-    if doc.get("layouts"):
-        top = doc["layouts"][0]
-        sec.blocks.append(Note(f"Best parallel layout: {top.get('why', top.get('label'))}"))
-    if doc.get("needs_measuring"):
-        sec.blocks.append(Note(f"{len(doc['needs_measuring'])} question(s) need more measurements "
+    if doc.layouts:
+        top = doc.layouts[0]
+        sec.blocks.append(Note(f"Best parallel layout: {top.why or top.label}"))
+    if doc.needs_measuring:
+        sec.blocks.append(Note(f"{len(doc.needs_measuring)} question(s) need more measurements "
                                f"(see Recommendations)", "missing"))
-    if doc.get("computed_by_report"):
+    if doc.computed_by_report:
         sec.blocks.append(Note("computed by the report from this bundle; `pcieprof recommend` "
                                "writes the env file, NCCL files and SGLang command", "missing"))
     return sec

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from pcieprof.bundle.rows import TABLES, columns, encode
 from pcieprof.report.context import ReportContext
 from pcieprof.report.model import BundleView, Section, Table
-from pcieprof.schema import TABLES
 
 MAX_ROWS = 5  # a preview: the link under it opens every row
 
@@ -15,12 +15,12 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         df = view.table(name)
         if df.empty:
             continue
-        shown = df.head(MAX_ROWS)
-        rows = [["" if (isinstance(v, float) and v != v) else v for v in r]
-                for r in shown.itertuples(index=False)]
-        sec.blocks.append(Table(f"{name}.csv ({len(df)} rows)", list(df.columns), rows,
+        cols = columns(name)
+        rows = [list(encode(name, {c: rec[c] for c in cols}).values())
+                for rec in df.head(MAX_ROWS).to_dict("records")]
+        sec.blocks.append(Table(f"{TABLES[name].FILE} ({len(df)} rows)", cols, rows,
                                 provenance=view.provenance(None, df), collapsed=True,
-                                file=view.path / f"{name}.csv", total_rows=len(df)))
+                                file=view.path / TABLES[name].FILE, total_rows=len(df)))
     if not sec.blocks:
         return None
     return sec

@@ -21,7 +21,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from pcieprof.sim import collectives, model
 from pcieprof.sim.fabric import Fabric, load_profile
@@ -132,14 +132,18 @@ def predict(p: Point) -> float:
     """The model's value for a point, in the point's unit."""
     f = box(p.box)
     q = p.quantity
+    if q in ("p2p_uni_gbps", "p2p_bi_gbps", "p2p_latency_us", "staged_latency_us", "h2d_gbps",
+             "d2h_gbps") and (p.src is None or p.dst is None):
+        raise ValueError(f"point {p.id}: {q} needs src and dst")
+    src, dst = int(p.src or 0), int(p.dst or 0)  # set for these quantities (checked above)
     if q in ("p2p_uni_gbps", "p2p_bi_gbps", "p2p_latency_us"):
-        bw, lat = model.predict_p2p(f, p.src, p.dst, "p2p", "bi" if q == "p2p_bi_gbps" else "uni",
+        bw, lat = model.predict_p2p(f, src, dst, "p2p", "bi" if q == "p2p_bi_gbps" else "uni",
                                     p.size_bytes)
         return lat if q == "p2p_latency_us" else bw
     if q == "staged_latency_us":
-        return model.predict_p2p(f, p.src, p.dst, "host_staged", "uni", p.size_bytes)[1]
+        return model.predict_p2p(f, src, dst, "host_staged", "uni", p.size_bytes)[1]
     if q in ("h2d_gbps", "d2h_gbps"):
-        return model.predict_p2p(f, p.src, p.dst, q[:3], "uni", p.size_bytes)[0]
+        return model.predict_p2p(f, src, dst, q[:3], "uni", p.size_bytes)[0]
     if q.startswith("concurrent_"):
         op = "read" if "_read_" in q else "write"
         rates = model.predict_concurrent(f, _flows(p.ranks), op, p.size_bytes)
@@ -184,11 +188,11 @@ def error_table(points: Sequence[Point] | None = None) -> list[dict[str, object]
     return rows
 
 
-def _what(r: dict[str, object]) -> str:
+def _what(r: dict[str, Any]) -> str:
     q = str(r["quantity"])
-    size = int(r["size_bytes"])  # type: ignore[arg-type]
+    size = int(r["size_bytes"])
     s = f"{size // (1 << 20)} MiB" if size >= 1 << 20 else (f"{size // 1024} KiB" if size >= 1024 else f"{size} B")
-    env = ",".join(f"{k}={v}" for k, v in dict(r["env"]).items())  # type: ignore[arg-type]
+    env = ",".join(f"{k}={v}" for k, v in dict(r["env"]).items())
     if q.startswith("allreduce"):
         return f"all-reduce {s} ranks {r['ranks']}" + (f" [{env}]" if env else "")
     return {"p2p_uni_gbps": "P2P uni", "p2p_bi_gbps": "P2P bi", "p2p_latency_us": "P2P latency",

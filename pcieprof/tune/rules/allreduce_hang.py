@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 
-from pcieprof.tune import curves as C
-from pcieprof.tune.rules.base import Recommendation, RuleContext
+from pcieprof.analysis.curves import variant_env
+from pcieprof.bundle.rows import format_ranks
+from pcieprof.bundle.recommendations import Recommendation
+from pcieprof.tune.rules.base import RuleContext
 
 BAD = ("hang", "error")
 
@@ -23,8 +25,8 @@ def failing_variants(ctx: RuleContext) -> dict[str, dict]:
     for r in ar[ar["status"].isin(BAD)].itertuples():
         if r.variant not in out:
             out[str(r.variant)] = {"status": r.status, "size_bytes": int(r.size_bytes),
-                                   "ranks": str(r.ranks), "detail": str(r.detail),
-                                   "env": C.parse_env(str(r.env))}
+                                   "ranks": format_ranks(r.ranks), "detail": str(r.detail),
+                                   "env": variant_env(r.env)}
     return out
 
 
@@ -33,7 +35,7 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
     if not bad:
         return []
     default_bad = next((v for v, d in bad.items() if d["env"] == {} or v == "default"), None)
-    working = [c for c in C.full_group(ctx.curves) if c.variant not in bad]
+    working = [c for c in ctx.curves.full_group() if c.variant not in bad]
     ev = [f"allreduce.csv: variant {v} {d['status']} at {d['size_bytes']} B over ranks "
           f"{d['ranks']}" + (f" ({d['detail'][:160]})" if d["detail"] else "")
           for v, d in sorted(bad.items())]

@@ -1,65 +1,24 @@
-"""What a rule sees (RuleContext) and what it returns (Recommendation)."""
+"""What a rule sees (RuleContext) and what it returns (a Recommendation of
+pcieprof.bundle.recommendations), and the gain helpers the rules share."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Callable
 
 import pandas as pd
 
+from pcieprof.analysis.curves import Curve, Curves
+from pcieprof.analysis.decode_band import DecodeBand
+from pcieprof.analysis.infer import InferredTopology
 from pcieprof.bundle import Bundle
-from pcieprof.report.decode_band import DecodeBand
-from pcieprof.tune.curves import Curve
-from pcieprof.tune.infer import InferredTopology
+from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices
+from pcieprof.bundle.topology import Topology
 from pcieprof.tune.ring import Ring
 
 #: A difference smaller than this (relative) is within measurement spread: no recommendation.
 MIN_GAIN = 0.05
-
-
-@dataclass
-class Recommendation:
-    """One change (or one warning) with its evidence and its expected gain.
-
-    Attributes:
-        rule: the rule module that made it.
-        title: one line.
-        kind: `env` (NCCL/SGLang environment), `launch` (CUDA_VISIBLE_DEVICES, files),
-            `host` (kernel/BIOS/hypervisor settings), `warn` (a problem without a setting),
-            `info` (what the stack does anyway).
-        env: environment variables to set.
-        action: the exact lines to apply (shell), if any.
-        gain_us_per_allreduce: {batch: us saved per decode all-reduce}, from the bundle's curves.
-        gain_ms_per_step: {batch: ms saved per decode step} (all-reduces per step x the above).
-        gain_fraction: relative improvement of what the rule changes (at decode sizes), or None.
-        gain_text: one line for people.
-        evidence: what in the bundle supports it (numbers with units and provenance).
-        caveats: what it costs elsewhere, what was assumed.
-        confidence: `measured` (the setting itself was measured in this bundle), `predicted`
-            (from a model of this bundle's numbers), `simulated`, `advice` (no number).
-        priority: ordering key (larger first).
-    """
-
-    rule: str
-    title: str
-    kind: str
-    env: dict[str, str] = field(default_factory=dict)
-    action: str = ""
-    gain_us_per_allreduce: dict[int, float] = field(default_factory=dict)
-    gain_ms_per_step: dict[int, float] = field(default_factory=dict)
-    gain_fraction: float | None = None
-    gain_text: str = ""
-    evidence: list[str] = field(default_factory=list)
-    caveats: list[str] = field(default_factory=list)
-    confidence: str = "measured"
-    priority: float = 0.0
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["gain_us_per_allreduce"] = {str(k): v for k, v in self.gain_us_per_allreduce.items()}
-        d["gain_ms_per_step"] = {str(k): v for k, v in self.gain_ms_per_step.items()}
-        return d
 
 
 @dataclass
@@ -68,10 +27,10 @@ class RuleContext:
 
     Attributes:
         bundle: the bundle.
-        topology: topology.json (or {}).
+        topology: topology.json (empty when the bundle has none).
         p2p: p2p table; allreduce: allreduce table.
-        curves: every all-reduce curve (tune.curves).
-        choices: nccl_choices.json (or {}).
+        curves: every all-reduce curve (pcieprof.analysis.curves).
+        choices: nccl_choices.json (empty when the bundle has none).
         inferred: the inferred hierarchy (or None).
         ring: the best ring (or None without a P2P matrix).
         nccl_ring: the ring NCCL used by default, scored on the same matrices (or None).
@@ -83,11 +42,11 @@ class RuleContext:
     """
 
     bundle: Bundle
-    topology: dict[str, Any]
+    topology: Topology
     p2p: pd.DataFrame
     allreduce: pd.DataFrame
-    curves: list[Curve]
-    choices: dict[str, Any]
+    curves: Curves
+    choices: NcclChoices
     inferred: InferredTopology | None
     ring: Ring | None
     nccl_ring: Ring | None
@@ -100,8 +59,7 @@ class RuleContext:
 
     @property
     def ar_backend(self) -> str:
-        bs = {c.backend for c in self.curves}
-        return bs.pop() if len(bs) == 1 else ("mixed" if bs else "none")
+        return self.curves.backend
 
     @property
     def nccl_measured(self) -> bool:
@@ -114,42 +72,29 @@ class RuleContext:
         """`simulated` for sim bundles, else `measured`."""
         return "simulated" if self.ar_backend == "sim" else "measured"
 
-    def default_choices(self) -> dict[str, Any]:
-        """NCCL's parsed choices (nccl_choices.json) for the default variant over the full group."""
-        best: dict[str, Any] = {}
-        for entry in (self.choices or {}).values():
-            if not isinstance(entry, dict) or (entry.get("env") or {}):
-                continue
-            parsed = entry.get("parsed") or {}
-            if parsed and len(entry.get("ranks") or []) >= len(best.get("_ranks") or []):
-                best = {**parsed, "_ranks": entry.get("ranks") or []}
-        return best
+    def nccl_default(self) -> NcclCase | None:
+        """What NCCL chose with no setting (nccl_choices.json), or None."""
+        return self.choices.default_case()
 
     def chosen_protocols(self) -> dict[str, list[int]]:
         """Protocol NCCL's tuner picked per all-reduce size inside the decode band: {proto: sizes}."""
-        out: dict[str, list[int]] = {}
-        for t in self.default_choices().get("tuner") or []:
-            if str(t.get("coll", "")).lower() != "allreduce":
-                continue
-            size = int(t.get("bytes") or 0)
-            if self.band.lo_bytes <= size <= self.band.hi_bytes:
-                out.setdefault(str(t.get("proto")), []).append(size)
-        return out
+        case = self.nccl_default()
+        return case.protocols(self.band.lo_bytes, self.band.hi_bytes) if case else {}
 
-    def decode_batches(self) -> list[int]:
-        return [b for b in (1, 8, 32, 64) if self.band.batch_min <= b <= self.band.batch_max]
+    def default_nchannels(self) -> int | None:
+        """Channels NCCL used by default, or None when no log says."""
+        case = self.nccl_default()
+        return case.parsed.nchannels if case and case.parsed else None
 
     def gains(self, base: Curve, new: Curve) -> tuple[dict[int, float], dict[int, float], float]:
-        """Per batch: us saved per all-reduce, ms saved per step; and the mean relative gain."""
+        """Per batch of the band: us saved per all-reduce, ms saved per step; and the mean
+        relative gain. Sizes either curve does not cover (an extrapolation) are left out."""
         per_ar, per_step, rel = {}, {}, []
-        top = min(base.max_size, new.max_size)
-        for b in self.decode_batches():
+        for b in self.band.batches:
             size = self.band.message_bytes(b)
-            if size > top:  # no extrapolation above the measured sizes (below: the latency floor)
+            if not (base.covers(size) and new.covers(size)):
                 continue
             t0, t1 = base.at(size), new.at(size)
-            if not (math.isfinite(t0) and math.isfinite(t1)):
-                continue
             per_ar[b] = t0 - t1
             per_step[b] = (t0 - t1) * self.collectives_per_step(b) / 1e3
             rel.append((t0 - t1) / t0 if t0 > 0 else 0.0)

@@ -12,30 +12,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from pcieprof.tune.matrices import gpu_indices, pair_matrix
-from pcieprof.tune.rules.base import Recommendation, RuleContext
+from pcieprof.analysis.matrices import gpu_indices, pair_matrix
+from pcieprof.bundle.recommendations import Recommendation
+from pcieprof.tune.rules.base import RuleContext
 
 #: P2P slower than this share of host-to-device bandwidth means the peer path costs (translation,
 #: redirect to the root complex); bare-metal boxes measure P2P at 93-100% of H2D (calibration).
 SLOW_VS_H2D = 0.85
 
 
-def _acs_bridges(topo: dict) -> list[str]:
-    out = []
-    for n in (topo.get("pcie_tree") or {}).get("nodes") or []:
-        ctl = (n.get("acs") or {}).get("ctl") or {}
-        if ctl.get("ReqRedir") or ctl.get("CmpltRedir"):
-            out.append(str(n["bdf"]))
-    return out
-
-
 def evaluate(ctx: RuleContext) -> list[Recommendation]:
-    topo = ctx.topology or {}
-    iommu = topo.get("iommu") or {}
-    virt = topo.get("virtualization") or {}
-    is_vm = bool(virt.get("is_vm"))
-    acs = _acs_bridges(topo)
-    translated = iommu.get("mode") == "translated" or (iommu.get("enabled") and iommu.get("mode") not in ("passthrough", "off"))
+    iommu = ctx.topology.iommu
+    virt = ctx.topology.virtualization
+    is_vm = bool(virt.is_vm)
+    acs = ctx.topology.acs_redirect_bridges()
+    translated = iommu.translating
     if not (translated or acs):
         return []
     p = ctx.p2p
@@ -56,13 +47,13 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         np.isfinite(med_p2p) and np.isfinite(med_h2d) and med_p2p < SLOW_VS_H2D * med_h2d)
     evidence = []
     if translated:
-        evidence.append(f"topology.json: IOMMU {iommu.get('mode')} (kernel command line: "
-                        f"{iommu.get('cmdline') or 'unknown'})")
+        evidence.append(f"topology.json: IOMMU {iommu.mode} (kernel command line: "
+                        f"{iommu.cmdline or 'unknown'})")
     if acs:
         evidence.append(f"topology.json: ACS ReqRedir/CmpltRedir set on {len(acs)} bridge(s) "
                         f"({', '.join(acs[:6])}): peer writes are redirected to the root complex")
     if is_vm:
-        evidence.append(f"topology.json: running in a VM ({virt.get('hypervisor') or 'hypervisor unknown'})")
+        evidence.append(f"topology.json: running in a VM ({virt.hypervisor or 'hypervisor unknown'})")
     if np.isfinite(med_p2p):
         evidence.append(f"p2p.csv: median P2P {med_p2p:.1f} GB/s (best pair {best:.1f}), "
                         f"host-staged {med_hs:.1f} GB/s, host-to-device {med_h2d:.1f} GB/s "

@@ -6,18 +6,18 @@ large-message busbw from 22.2 to 37.6 GB/s.
 
 from __future__ import annotations
 
-from pcieprof.report.figures import size_label
-from pcieprof.tune import curves as C
-from pcieprof.tune.rules.base import MIN_GAIN, Recommendation, RuleContext, priority_of
+from pcieprof.units import size_label
+from pcieprof.bundle.recommendations import Recommendation
+from pcieprof.tune.rules.base import MIN_GAIN, RuleContext, priority_of
 
 
 def evaluate(ctx: RuleContext) -> list[Recommendation]:
     if not ctx.nccl_measured:
         return []
-    base = C.find(ctx.curves, {})
+    base = ctx.curves.default()
     if base is None:
         return []
-    cands = [c for c in C.full_group(ctx.curves) if set(c.env) == {"NCCL_MIN_NCHANNELS"}]
+    cands = [c for c in ctx.curves.full_group() if set(c.env) == {"NCCL_MIN_NCHANNELS"}]
     if not cands:
         ctx.needs_measuring.append("all-reduce with NCCL_MIN_NCHANNELS=8 (large-message busbw "
                                    "when NCCL picks few channels)")
@@ -41,6 +41,6 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
                       if abs(drel) >= 0.01 else "unchanged")),
         evidence=[f"allreduce.csv: variant {best.variant} vs {base.variant} over {base.nranks} "
                   f"ranks [{ctx.provenance}]"]
-                 + ([f"nccl_choices.json: NCCL used {ctx.default_choices()['nchannels']} channel(s) "
-                     f"by default"] if ctx.default_choices().get("nchannels") else []),
+                 + ([f"nccl_choices.json: NCCL used {ctx.default_nchannels()} channel(s) "
+                     f"by default"] if ctx.default_nchannels() else []),
         confidence=ctx.confidence)]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pcieprof.tune.rules.base import Recommendation, RuleContext
+from pcieprof.bundle.recommendations import Recommendation
+from pcieprof.tune.rules.base import RuleContext
 
 
 def evaluate(ctx: RuleContext) -> list[Recommendation]:

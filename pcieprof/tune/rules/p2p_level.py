@@ -8,28 +8,17 @@ copies measured over P2P are fast.
 
 from __future__ import annotations
 
-from pcieprof.tune import curves as C
-from pcieprof.tune.rules.base import MIN_GAIN, Recommendation, RuleContext, fmt_gain, priority_of
-
-
-def _shm_pairs(ctx: RuleContext) -> list[str]:
-    out = []
-    for entry in (ctx.choices or {}).values():
-        if not isinstance(entry, dict) or (entry.get("env") or {}):
-            continue
-        parsed = entry.get("parsed") or {}
-        for pair, via in (parsed.get("peer_transport") or {}).items():
-            if str(via).upper().startswith("SHM"):
-                out.append(f"{pair} via {via}")
-    return sorted(set(out))
+from pcieprof.bundle.recommendations import Recommendation
+from pcieprof.tune.rules.base import MIN_GAIN, RuleContext, fmt_gain, priority_of
 
 
 def evaluate(ctx: RuleContext) -> list[Recommendation]:
     if not ctx.nccl_measured:
         return []
-    base = C.find(ctx.curves, {})
-    sys_ = C.find(ctx.curves, {"NCCL_P2P_LEVEL": "SYS"})
-    shm = _shm_pairs(ctx)
+    base = ctx.curves.default()
+    sys_ = ctx.curves.find({"NCCL_P2P_LEVEL": "SYS"})
+    case = ctx.nccl_default()
+    shm = case.shm_links() if case else []
     if base is None:
         return []
     if sys_ is None:

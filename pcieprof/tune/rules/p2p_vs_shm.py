@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from pcieprof.tune import curves as C
-from pcieprof.tune.rules.base import MIN_GAIN, Recommendation, RuleContext, fmt_gain, priority_of
+from pcieprof.units import size_label
+from pcieprof.bundle.recommendations import Recommendation
+from pcieprof.tune.rules.base import MIN_GAIN, RuleContext, fmt_gain, priority_of
 
 
 def evaluate(ctx: RuleContext) -> list[Recommendation]:
     if not ctx.nccl_measured:
         return []
-    base = C.find(ctx.curves, {})
-    off = C.find(ctx.curves, {"NCCL_P2P_DISABLE": "1"})
+    base = ctx.curves.default()
+    off = ctx.curves.find({"NCCL_P2P_DISABLE": "1"})
     if base is None:
         return []
     if off is None:
@@ -31,13 +32,7 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
             gain_text=fmt_gain(per_ar, per_step, base, ctx.band),
             evidence=[f"allreduce.csv: variant {off.variant} vs {base.variant} over {base.nranks} "
                       f"ranks at the decode band [{ctx.provenance}]"],
-            caveats=[f"at {C_size(base)}: {base.at(base.max_size):.0f} us default vs "
+            caveats=[f"at {size_label(base.max_size)}: {base.at(base.max_size):.0f} us default vs "
                      f"{off.at(base.max_size):.0f} us without P2P (large messages, prefill)"],
             confidence=ctx.confidence)]
     return []
-
-
-def C_size(c: C.Curve) -> str:
-    from pcieprof.report.figures import size_label
-
-    return size_label(c.max_size)

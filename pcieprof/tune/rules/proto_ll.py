@@ -7,12 +7,13 @@ NCCL_PROTO=LL (or a graph file) took 32-256 KB all-reduces from ~48-56 us to 26-
 
 from __future__ import annotations
 
-from pcieprof.report.figures import size_label
-from pcieprof.tune import curves as C
-from pcieprof.tune.rules.base import MIN_GAIN, Recommendation, RuleContext, fmt_gain, priority_of
+from pcieprof.units import size_label
+from pcieprof.analysis.curves import Curve
+from pcieprof.bundle.recommendations import Recommendation
+from pcieprof.tune.rules.base import MIN_GAIN, RuleContext, fmt_gain, priority_of
 
 
-def crossover(base: C.Curve, ll: C.Curve) -> int | None:
+def crossover(base: Curve, ll: Curve) -> int | None:
     """Largest measured size where LL is still faster than the default (bytes), or None."""
     sizes = [s for s in ll.time_us.index if s in base.time_us.index]
     faster = [s for s in sizes if ll.time_us[s] < base.time_us[s]]
@@ -22,8 +23,8 @@ def crossover(base: C.Curve, ll: C.Curve) -> int | None:
 def evaluate(ctx: RuleContext) -> list[Recommendation]:
     if not ctx.nccl_measured:
         return []
-    base = C.find(ctx.curves, {})
-    ll = C.find(ctx.curves, {"NCCL_PROTO": "LL"})
+    base = ctx.curves.default()
+    ll = ctx.curves.find({"NCCL_PROTO": "LL"})
     if base is None:
         return []
     if ll is None:
@@ -50,7 +51,7 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         evidence.append("nccl_choices.json: by default NCCL's tuner chose " + ", ".join(
             f"{p} for {len(v)} size(s) ({size_label(min(v))}..{size_label(max(v))})"
             for p, v in sorted(protos.items())) + " in the decode band")
-    nch = ctx.default_choices().get("nchannels")
+    nch = ctx.default_nchannels()
     if nch:
         evidence.append(f"nccl_choices.json: {nch} channel(s) by default")
     return [Recommendation(

@@ -15,12 +15,12 @@ import math
 
 import numpy as np
 
-from pcieprof.tune import curves as C
-from pcieprof.tune.infer import InferredTopology
+from pcieprof.analysis.infer import InferredTopology
+from pcieprof.bundle.rows import format_ranks
 from pcieprof.tune.ring import Ring
-from pcieprof.tune.rules.base import MIN_GAIN, Recommendation, RuleContext, fmt_gain, priority_of
-
-GRAPH_FILE = "tune/nccl_graph.xml"
+from pcieprof.tune.nccl_files import GRAPH_FILE
+from pcieprof.bundle.recommendations import Recommendation
+from pcieprof.tune.rules.base import MIN_GAIN, RuleContext, fmt_gain, priority_of
 
 
 def crossings(order: list[int], inferred: InferredTopology | None) -> int:
@@ -71,15 +71,15 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
     per_ar: dict[int, float] = {}
     per_step: dict[int, float] = {}
     if np.isfinite(dlat) and dlat > 0:
-        for b in ctx.decode_batches():
+        for b in ctx.band.batches:
             per_ar[b] = 2 * (n - 1) * dlat
             per_step[b] = per_ar[b] * ctx.collectives_per_step(b) / 1e3
-    base = C.find(ctx.curves, {})
+    base = ctx.curves.default()
     rel_decode = 0.0
     if base is not None and per_ar:
         b0 = min(per_ar)
         rel_decode = per_ar[b0] / base.at(ctx.band.message_bytes(b0))
-    measured = C.find(ctx.curves, ranks=ring.cuda_visible_devices())
+    measured = ctx.curves.find(ranks=tuple(ring.order))
     ev = [f"ring search over p2p.csv ({'exhaustive' if ring.exact else f'heuristic, gap <= {ring.gap * 100:.1f}%'}): "
           f"{' -> '.join(map(str, ring.order))}, slowest link {ring.bottleneck_gbps:.1f} GB/s, "
           f"{crossings(ring.order, ctx.inferred)} switch crossing(s) [{ctx.provenance}]",
@@ -92,8 +92,8 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         m_ar, m_step, m_rel = ctx.gains(base, measured)
         per_ar, per_step, rel_decode = m_ar, m_step, m_rel
         confidence = ctx.confidence
-        ev.append(f"allreduce.csv: measured over the recommended order {measured.ranks} vs "
-                  f"{base.ranks} (variant {measured.variant})")
+        ev.append(f"allreduce.csv: measured over the recommended order "
+                  f"{format_ranks(measured.ranks)} vs {format_ranks(base.ranks)} (variant {measured.variant})")
         mb = measured.busbw_at(base.max_size) / base.busbw_at(base.max_size) - 1
         text_parts.append(f"measured: {fmt_gain(m_ar, m_step, base, ctx.band)}; busbw at large "
                           f"sizes {mb * 100:+.0f}% (predicted {big_gain * 100:+.0f}%)")

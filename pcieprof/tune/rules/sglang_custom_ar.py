@@ -10,7 +10,8 @@ run (if SGLang's P2P check passes).
 
 from __future__ import annotations
 
-from pcieprof.tune.rules.base import Recommendation, RuleContext
+from pcieprof.bundle.recommendations import Recommendation
+from pcieprof.tune.rules.base import RuleContext
 
 WARNING = "Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs"
 SOURCE = ("sgl-project/sglang python/sglang/srt/distributed/device_communicators/"
@@ -18,11 +19,10 @@ SOURCE = ("sgl-project/sglang python/sglang/srt/distributed/device_communicators
 
 
 def evaluate(ctx: RuleContext) -> list[Recommendation]:
-    n = len((ctx.topology or {}).get("gpus") or []) or max((c.nranks for c in ctx.curves), default=0)
+    n = len(ctx.topology.gpus) or ctx.curves.max_nranks
     if n <= 2:
         return []
-    nvlink = any(str(p.get("level", "")).startswith("NV") for p in (ctx.topology or {}).get("pairs") or [])
-    if nvlink:
+    if ctx.topology.has_nvlink():
         return []
     ev = [f"{SOURCE}: custom all-reduce needs world_size == 2 or full NVLink",
           f"this box: {n} GPUs, no NVLink pair in topology.json"]

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pcieprof.tune.rules.base import Recommendation, RuleContext
-
-TOPO_FILE = "tune/nccl_topo.xml"
+from pcieprof.tune.nccl_files import TOPO_FILE
+from pcieprof.bundle.recommendations import Recommendation
+from pcieprof.tune.rules.base import RuleContext
 
 
 def evaluate(ctx: RuleContext) -> list[Recommendation]:
     t = ctx.inferred
-    if t is None or not t.hidden_structure or len(t.levels) < 2 or not (ctx.topology or {}).get("gpus"):
+    if t is None or not t.hidden_structure or len(t.levels) < 2 or not ctx.topology.gpus:
         return []
     groups = " | ".join(",".join(map(str, g)) for g in t.switch_groups())
     path = ctx.bundle.path / TOPO_FILE

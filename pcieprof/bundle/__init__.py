@@ -13,21 +13,27 @@ import json
 import math
 import os
 import platform
+import shutil
 import socket
 import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, TypeVar
 
 from pcieprof import __version__
 from pcieprof.errors import BadInput
-from pcieprof.schema import SCHEMA_VERSION, TABLES, Status
+from pcieprof.bundle import contract
+from pcieprof.bundle import rows as R
+from pcieprof.bundle.document import Readable
+from pcieprof.schema import SCHEMA_VERSION, Status
 
 if TYPE_CHECKING:  # pandas costs ~0.3 s to import; only readers of tables pay for it
     import pandas as pd
 
 MANIFEST = "manifest.json"
+
+DocT = TypeVar("DocT", bound=Readable)
 
 
 def now_iso() -> str:
@@ -252,82 +258,101 @@ class Bundle:
         except ValueError as exc:
             raise BadInput(f"{p}: not valid JSON ({exc})") from None
 
+    def write_doc(self, doc: Any, name: str | None = None) -> Path:
+        """Replace a typed document (pcieprof.bundle.document) atomically, at its FILE."""
+        return self.write_json(name or doc.FILE, doc.to_json())
+
+    def read_doc(self, cls: type[DocT], name: str | None = None) -> DocT | None:
+        """A typed document, or None when the bundle does not have it.
+
+        Raises:
+            BadInput: unreadable JSON, the wrong shape, or a newer format than this pcieprof's.
+        """
+        name = name or cls.FILE
+        data = self.read_json(name)
+        return None if data is None else cls.from_json(data, str(self.path / name))
+
     def write_text(self, name: str, text: str) -> Path:
         p = self.file(name)
         atomic_write_text(p, text)
         self.register(name)
         return p
 
-    def append_rows(self, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
-        """Append rows to `<table>.csv` (header written once), flushed to disk before returning.
+    def append_rows(self, table: str, rows: Iterable[R.Row | Mapping[str, Any]]) -> int:
+        """Append rows to a table (header written once), flushed to disk before returning.
 
-        Unknown columns are an error (the schema is the contract); missing ones get defaults.
-        Returns the number of rows written.
+        Args:
+            table: a name of `pcieprof.bundle.rows.TABLES` (`p2p`, `allreduce`, ...).
+            rows: typed rows, or mappings of column -> value (missing columns get defaults).
+
+        Returns:
+            The number of rows written.
+
+        Raises:
+            ValueError: a column the table does not have (the schema is the contract).
         """
-        columns = list(TABLES[table])
-        p = self.file(f"{table}.csv")
+        rows = list(rows)
+        if not rows:  # no rows, no file: a table that exists has something in it
+            return 0
+        name = R.TABLES[table].FILE
+        p = self.file(name)
         new = not p.exists() or p.stat().st_size == 0
         n = 0
         with p.open("a", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, fieldnames=columns)
+            w = csv.DictWriter(f, fieldnames=R.columns(table))
             if new:
                 w.writeheader()
             for row in rows:
-                extra = set(row) - set(columns)
-                if extra:
-                    raise ValueError(f"{table}.csv has no column(s) {sorted(extra)}")
-                full = {c: row.get(c, TABLES[table][c]) for c in columns}
-                w.writerow({c: _csv_value(v) for c, v in full.items()})
+                w.writerow(R.encode(table, row))
                 n += 1
             f.flush()
             os.fsync(f.fileno())
-        self.register(f"{table}.csv")
+        self.register(name)
         return n
 
     def read_table(self, table: str) -> "pd.DataFrame":
-        """Read `<table>.csv` as a DataFrame with every schema column (older files get defaults).
+        """A table as a DataFrame with every column (older files get defaults) and typed cells
+        (`env` a dict, `ranks` a tuple). A missing table gives an empty frame of its columns."""
+        import pandas as pd  # heavy: pandas
 
-        A missing table gives an empty frame with the schema's columns.
-        """
-        import pandas as pd
-
-        defaults = TABLES[table]
-        p = self.path / f"{table}.csv"
+        p = self.path / R.TABLES[table].FILE
         if not p.is_file() or p.stat().st_size == 0:
-            return pd.DataFrame({c: pd.Series(dtype=type(v) if not isinstance(v, str) else object)
-                                 for c, v in defaults.items()})
+            return R.decode_frame(table, pd.DataFrame({c: pd.Series(dtype=object if isinstance(
+                v, (str, dict, tuple)) else type(v)) for c, v in R.defaults(table).items()}))
         try:
             # A row cut short by a kill mid-write is dropped, not fatal: on_bad_lines="skip".
             df = pd.read_csv(p, keep_default_na=False, na_values=["", "nan", "NaN"],
                              on_bad_lines="skip")
         except (ValueError, pd.errors.ParserError) as exc:
             raise BadInput(f"{p}: unreadable table ({exc})") from None
-        for col, default in defaults.items():
-            if col not in df.columns:
-                df[col] = default
-            elif isinstance(default, str):
-                df[col] = df[col].astype(object).where(df[col].notna(), default).astype(str)
-        return df[list(defaults) + [c for c in df.columns if c not in defaults]]
+        try:
+            return R.decode_frame(table, df)
+        except ValueError as exc:
+            raise BadInput(f"{p}: {exc}") from None
+
+    def rows(self, cls: type[R.RowT]) -> list[R.RowT]:
+        """A table as typed rows: `bundle.rows(AllReduceRow)`."""
+        table = R.table_of(cls)
+        return [R.row_of(cls, rec) for rec in self.read_table(table).to_dict("records")]
 
     def register(self, name: str) -> None:
-        """List a file in the manifest that was written into the bundle directly (logs, traces)."""
+        """List a file in the manifest (write_json, write_text and append_rows do it; a file
+        written into the bundle directly, a log or a trace, is registered by its writer).
+
+        Raises:
+            ValueError: a file the bundle contract (pcieprof.bundle.contract) does not name.
+        """
+        if contract.entry(name) is None:
+            raise ValueError(f"{name} is not a file of the bundle contract "
+                             "(add it to pcieprof/bundle/contract.py and docs/bundle.md)")
         files = self.manifest.setdefault("files", [])
         if name not in files:
             files.append(name)
             self.save_manifest()
 
 
-def _csv_value(v: Any) -> Any:
-    if isinstance(v, float) and math.isnan(v):
-        return ""
-    if hasattr(v, "value"):
-        return v.value
-    return v
-
 
 def _clear_dir(path: Path) -> None:
-    import shutil
-
     for child in path.iterdir():
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child)

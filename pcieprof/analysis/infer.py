@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pcieprof.tune.matrices import gpu_indices, pair_matrix
+from pcieprof.analysis.matrices import gpu_indices, pair_matrix
+from pcieprof.bundle.topology import Topology
 
 #: Relative jump between *adjacent* sorted pair values that starts a new level. Within one level
 #: real measurements spread by a few percent overall, but neighbouring sorted values differ by far
@@ -164,10 +165,9 @@ def allreduce_pair_matrix(ar: pd.DataFrame, gpus: list[int]) -> np.ndarray:
     if "variant" in rows and (rows["variant"] == "default").any():
         rows = rows[rows["variant"] == "default"]
     for ranks, g in rows.groupby("ranks"):
-        try:
-            a, b = (int(x) for x in str(ranks).split(","))
-        except ValueError:
+        if len(ranks) != 2:
             continue
+        a, b = ranks
         if a in pos and b in pos:
             top = g[g["size_bytes"] == g["size_bytes"].max()]["busbw_gbps"].median()
             m[pos[a], pos[b]] = m[pos[b], pos[a]] = float(top)
@@ -175,7 +175,7 @@ def allreduce_pair_matrix(ar: pd.DataFrame, gpus: list[int]) -> np.ndarray:
 
 
 def infer(p2p: pd.DataFrame, allreduce: pd.DataFrame | None = None,
-          topology: dict[str, Any] | None = None) -> InferredTopology | None:
+          topology: Topology | None = None) -> InferredTopology | None:
     """Infer the hierarchy from a bundle's tables (P2P bandwidth, else latency, else pairs' all-reduce).
 
     Args:
@@ -203,7 +203,7 @@ def infer(p2p: pd.DataFrame, allreduce: pd.DataFrame | None = None,
             result = max(cand, key=lambda t: len(t.levels))
     if result is None and allreduce is not None and not allreduce.empty:
         pairs = allreduce[allreduce["nranks"] == 2]
-        ids = sorted({int(x) for r in pairs["ranks"] for x in str(r).split(",") if x.strip().isdigit()})
+        ids = sorted({int(x) for r in pairs["ranks"] for x in r})
         if len(ids) >= 2:
             m = allreduce_pair_matrix(allreduce, ids)
             if not np.isnan(m).all():
@@ -211,26 +211,24 @@ def infer(p2p: pd.DataFrame, allreduce: pd.DataFrame | None = None,
                                            metric="allreduce pairs busbw_gbps")
     if result is None:
         return None
-    _explain(result, topology or {})
+    _explain(result, topology or Topology())
     return result
 
 
-def _explain(t: InferredTopology, topology: dict[str, Any]) -> None:
+def _explain(t: InferredTopology, topology: Topology) -> None:
     for lv in t.levels:
         groups = " | ".join(",".join(str(g) for g in grp) for grp in lv.groups)
         unit = "GB/s" if "gbps" in t.metric else "us"
         t.evidence.append(f"{lv.name} ({lv.smi_level}): groups {groups}; typical pair "
                           f"{lv.value:.3g} {unit} ({t.metric})")
-    visible = {}
-    for p in topology.get("pairs") or []:
-        visible[(int(p["a"]), int(p["b"]))] = visible[(int(p["b"]), int(p["a"]))] = str(p.get("level"))
+    visible = topology.levels()
     t.visible_levels = visible
-    virt = topology.get("virtualization") or {}
+    virt = topology.virtualization
     if len(t.levels) > 1:
         vis_kinds = {v for (a, b), v in visible.items() if a in t.gpus and b in t.gpus}
         measured_classes = len(t.levels)
         finer = not visible or len(vis_kinds) < measured_classes
-        if finer and (virt.get("flat_pcie_tree") or virt.get("is_vm")):
+        if finer and (virt.flat_pcie_tree or virt.is_vm):
             t.hidden_structure = True
             t.evidence.append(
                 f"the visible tree shows {len(vis_kinds) or 'no'} pair level(s) "

@@ -1,4 +1,6 @@
-"""Model cards: the served models as readable data files (pcieprof/serve/cards/<name>.toml).
+"""Model cards: the served models as readable data files (pcieprof/cards/<name>.toml).
+
+A foundation module: measuring (serve-bench), analysis, tuning and the report all read cards.
 
 A card holds what the analysis needs (layers, dense/MoE split, hidden size, experts, attention
 shape, vocab), the weight bytes per parameter group, the KV-cache bytes per token per layer, and
@@ -206,14 +208,18 @@ class ModelCard:
 
     def kv_bytes_per_token_per_gpu(self, tp: int, pp: int = 1) -> float:
         """KV-cache bytes one token costs on each GPU at this layout."""
-        per_layer = self.kv_cache.bytes_per_token_per_layer
+        per_layer: float = self.kv_cache.bytes_per_token_per_layer
         if not self.kv_cache.replicated_across_tp:
             per_layer = per_layer / tp
         return per_layer * self.num_layers / pp
 
-    def allreduce_bytes_per_token(self, dtype_bytes: int = 2) -> int:
-        """Size of one TP all-reduce of the hidden state for one token (bytes)."""
-        return self.hidden_size * dtype_bytes
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes per activation element: 4 when every weight group is fp32 (the reference
+        server computes in fp32), else 2 (bf16, what SGLang all-reduces at decode)."""
+        if self.weights and all(g.dtype == "fp32" for g in self.weights.values()):
+            return 4
+        return 2
 
 
 def available_cards() -> list[str]:

@@ -3,13 +3,15 @@
 Names (units in the name, as in the tables):
   p2p.<path>.bandwidth_gbps.median|min      P2P / host-staged uni bandwidth over all pairs
   p2p.<path>.latency_us.median|max          small-copy latency over all pairs
-  allreduce.<variant>.n<N>.time_us@<size>   time at a decode size (12KiB, 96KiB, 384KiB, 768KiB)
+  allreduce.<variant>.n<N>.time_us@<size>   time at the decode band's sizes (GLM-5: 12KiB, 96KiB,
+                                            384KiB, 768KiB), measured or interpolated only
   allreduce.<variant>.n<N>.busbw_gbps@max   busbw at the largest measured size
   allreduce.<variant>.g<r-r-..>.*           the same for a sub-group (pairs, TP4 groups)
   allreduce.<variant>.order_<r-r-..>.*      the full group in another ring order
   serve.<run label>.<metric>[.stat]         serve/summary.json runs (e.g. serve.c=4.tpot_ms.median)
   serve.decode.bs<B>.step_time_ms           the fixed-batch decode curve
-  attribution.<key path>                    every number in attribution.json "summary" (flattened)
+  attribution.decode.<stat>                 DECODE-step means of attribution.json, averaged over
+                                            ranks (mean_span_us, mean_comm_us, ...)
 `higher_is_better` tells compare which way is a regression.
 """
 
@@ -18,12 +20,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pcieprof.analysis.curves import Curves
+from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.bundle import Bundle
-from pcieprof.report.decode_band import DecodeBand, band_for
-from pcieprof.report.figures import size_label
-from pcieprof.tune import curves as C
-
-_BATCHES = (1, 8, 32, 64)
+from pcieprof.bundle.attribution import Attribution
+from pcieprof.bundle.rows import DecodeCurveRow
+from pcieprof.bundle.serve_summary import ServeSummary
+from pcieprof.units import size_label
 
 
 def _flatten(prefix: str, obj: Any, out: dict[str, float], depth: int = 0) -> None:
@@ -39,9 +42,8 @@ def _flatten(prefix: str, obj: Any, out: dict[str, float], depth: int = 0) -> No
             _flatten(f"{prefix}.{k}", v, out, depth + 1)
 
 
-def bundle_metrics(bundle: Bundle, band: DecodeBand | None = None) -> dict[str, float]:
+def bundle_metrics(bundle: Bundle, band: DecodeBand) -> dict[str, float]:
     """All scalar metrics of one bundle (absent parts give no names)."""
-    band = band or band_for()
     out: dict[str, float] = {}
     p2p = bundle.read_table("p2p")
     for path in ("p2p", "host_staged", "h2d", "d2h"):
@@ -57,34 +59,36 @@ def bundle_metrics(bundle: Bundle, band: DecodeBand | None = None) -> dict[str, 
     bad = p2p[p2p["status"].isin(["error", "hang"])]
     if not p2p.empty:
         out["p2p.bad_rows"] = float(len(bad))
-    cs = C.curves(bundle.read_table("allreduce"))
-    nmax = max((c.nranks for c in cs), default=0)
+    cs = Curves(bundle.read_table("allreduce"))
     for c in cs:
-        dashed = c.ranks.replace(",", "-")
-        if c.nranks < nmax:  # a sub-group: pairs, TP4 groups
+        dashed = "-".join(map(str, c.ranks))
+        if c.nranks < cs.max_nranks:  # a sub-group: pairs, TP4 groups
             key = f"allreduce.{c.variant}.g{dashed}"
-        elif c.ranks != ",".join(str(i) for i in range(c.nranks)):  # the full group in a ring order
+        elif not c.plain_order:  # the full group in another ring order
             key = f"allreduce.{c.variant}.order_{dashed}"
         else:
             key = f"allreduce.{c.variant}.n{c.nranks}"
-        for b in _BATCHES:
+        for b in band.batches:
             size = band.message_bytes(b)
-            if size <= c.max_size:
+            if c.covers(size):  # a metric is never an extrapolation
                 out[f"{key}.time_us@{size_label(size).replace(' ', '')}"] = c.at(size)
         out[f"{key}.busbw_gbps@max"] = float(c.busbw_gbps.iloc[-1])
-    summary = bundle.read_json("serve/summary.json", None)
-    if isinstance(summary, dict):
-        for run in summary.get("runs") or []:
-            if isinstance(run, dict) and run.get("label"):
-                for k in ("request_throughput", "output_throughput", "ttft_ms", "tpot_ms",
-                          "itl_ms", "e2el_ms", "failed"):
-                    _flatten(f"serve.{run['label']}.{k}", run.get(k), out)
-        for row in summary.get("decode_curve") or []:
-            if isinstance(row, dict) and row.get("batch_size") and row.get("step_time_ms"):
-                out[f"serve.decode.bs{row['batch_size']}.step_time_ms"] = float(row["step_time_ms"])
-    attribution = bundle.read_json("attribution.json", None)
-    if isinstance(attribution, dict):
-        _flatten("attribution", attribution.get("summary", {}), out)
+    summary = bundle.read_doc(ServeSummary)
+    if summary is not None:
+        for run in summary.runs:
+            for k in ("request_throughput", "output_throughput", "ttft_ms", "tpot_ms",
+                      "itl_ms", "e2el_ms", "failed"):
+                _flatten(f"serve.{run.label}.{k}", getattr(run, k), out)
+    for row in bundle.rows(DecodeCurveRow):
+        if row.status == "ok" and row.step_time_ms == row.step_time_ms:
+            out[f"serve.decode.bs{row.batch_size}.step_time_ms"] = float(row.step_time_ms)
+    attribution = bundle.read_doc(Attribution)
+    if attribution is not None:
+        decode = [r.decode_steps for r in attribution.ranks if r.decode_steps]
+        for k in sorted({k for d in decode for k in d if k.startswith("mean_")}):
+            vals = [float(v) for d in decode if (v := d.get(k)) is not None]
+            if vals:
+                out[f"attribution.decode.{k}"] = sum(vals) / len(vals)
     return out
 
 

@@ -1,0 +1,82 @@
+"""The decode band: the all-reduce message sizes a decode step sends, from the model card.
+
+At tensor parallelism each layer all-reduces the hidden states of the batch: batch x hidden x
+the activation's bytes (bf16: 2). For GLM-5 (hidden 6144) at batch 1..64 that is 12 KiB ..
+768 KiB. "The decode size" is the message at the smallest batch (`DecodeBand.lo_bytes`); numbers
+quoted "at decode sizes" (console summary, report, tuner gains, compare metrics) are read at the
+band's `batches`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pcieprof.cards import ModelCard, load_card
+from pcieprof.units import size_label
+
+#: The model every command assumes unless told (--model): GLM-5 in NVFP4 (pcieprof/cards).
+DEFAULT_MODEL = "glm5-nvfp4"
+
+#: Batch sizes at which decode numbers are quoted. The compare metric names carry the message
+#: sizes these give (allreduce.<variant>.n8.time_us@12KiB, @96KiB, @384KiB, @768KiB for GLM-5),
+#: so scripts using `compare --fail-if` depend on them.
+QUOTED_BATCHES = (1, 8, 32, 64)
+
+
+@dataclass(frozen=True)
+class DecodeBand:
+    """Message sizes of decode all-reduces for a model and a batch range.
+
+    Attributes:
+        model: the card's name.
+        hidden: the model's hidden size (elements).
+        bytes_per_elem: bytes per activation element (2 for bf16).
+        batch_min, batch_max: the batch range (requests decoding together).
+    """
+
+    model: str
+    hidden: int
+    bytes_per_elem: int = 2
+    batch_min: int = 1
+    batch_max: int = 64
+
+    @classmethod
+    def of_card(cls, card: ModelCard, batch_min: int = 1, batch_max: int = 64) -> "DecodeBand":
+        """The band of `card` over batch_min..batch_max."""
+        return cls(model=card.name, hidden=card.hidden_size, bytes_per_elem=card.activation_bytes,
+                   batch_min=batch_min, batch_max=batch_max)
+
+    @property
+    def lo_bytes(self) -> int:
+        """The decode size: the message at the smallest batch (bytes)."""
+        return self.message_bytes(self.batch_min)
+
+    @property
+    def hi_bytes(self) -> int:
+        """The message at the largest batch (bytes)."""
+        return self.message_bytes(self.batch_max)
+
+    @property
+    def batches(self) -> tuple[int, ...]:
+        """The batches decode numbers are quoted at: the smallest batch and QUOTED_BATCHES inside
+        the range."""
+        inside = {b for b in QUOTED_BATCHES if self.batch_min <= b <= self.batch_max}
+        return tuple(sorted(inside | {self.batch_min}))
+
+    def message_bytes(self, batch: int) -> int:
+        """All-reduce message at batch size `batch`, in bytes."""
+        return batch * self.hidden * self.bytes_per_elem
+
+    def label(self) -> str:
+        return (f"decode band {self.model}: batch {self.batch_min}..{self.batch_max} x hidden "
+                f"{self.hidden} x {self.bytes_per_elem} B = {size_label(self.lo_bytes)}.."
+                f"{size_label(self.hi_bytes)}")
+
+
+def band_for(model: str | None = None, batch_min: int = 1, batch_max: int = 64) -> DecodeBand:
+    """The band of a model card (by name or .toml path; DEFAULT_MODEL when None).
+
+    Raises:
+        BadInput: an unknown model or an unreadable card (one line, exit 2).
+    """
+    return DecodeBand.of_card(load_card(model or DEFAULT_MODEL), batch_min, batch_max)

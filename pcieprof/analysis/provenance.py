@@ -1,0 +1,82 @@
+"""Provenance wording: where a number came from, said the same way everywhere.
+
+`measured, backend cuda`, `simulated, backend sim (fabric model)`, `measured, backend cpu (CPUs
+and host memory, not GPUs)`, `imported, backend imported`: the report's figure titles and
+bundle labels, the tuner's evidence lines, the console summary and the verify blocks use these.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pcieprof.schema import source_of
+
+if TYPE_CHECKING:  # pandas costs ~0.3 s to import
+    import pandas as pd
+
+#: What each backend's numbers are, in a few words after the backend.
+BACKEND_NOTES = {"cpu": "CPUs and host memory, not GPUs", "sim": "fabric model"}
+
+#: One line on stdout above a console summary whose numbers are not from GPUs.
+CONSOLE_NOTES = {
+    "cpu": "backend=cpu: processes on this machine and host memory copies; these numbers measure "
+           "this machine and the harness, not a GPU fabric",
+    "sim": "backend=sim: numbers from the fabric model (simulated), not measured",
+}
+
+
+def provenance_text(source: str, backends: list[str]) -> str:
+    """`measured, backend cpu (CPUs and host memory, not GPUs)` and the like; the
+    source of a known backend is the backend's own (a sim row is simulated in any bundle)."""
+    parts = []
+    for b in backends:
+        try:
+            src = source_of(b)
+        except KeyError:
+            src = source
+        note = f" ({BACKEND_NOTES[b]})" if b in BACKEND_NOTES else ""
+        parts.append(f"{src}, backend {b}{note}")
+    return "; ".join(parts) if parts else source
+
+
+def part_provenance(manifest: dict[str, Any], part: str | None = None,
+                    rows: "pd.DataFrame | None" = None) -> str:
+    """Provenance of a bundle part's numbers, or of the rows drawn.
+
+    Args:
+        manifest: the bundle's manifest.
+        part: the manifest part the numbers come from (e.g. "p2p").
+        rows: a table whose `backend` column says which backend produced each row.
+    """
+    p = manifest.get("parts", {}).get(part, {}) if part else {}
+    source = p.get("source") or manifest.get("source") or "unknown"
+    backends: list[str] = []
+    if rows is not None and "backend" in getattr(rows, "columns", []):
+        backends = sorted({str(b) for b in rows["backend"].dropna() if str(b)})
+    if not backends:
+        backends = [str(p.get("backend") or manifest.get("backend") or "unknown")]
+    return provenance_text(source, backends)
+
+
+def measured_host(manifest: dict[str, Any]) -> str | None:
+    """The host a bundle's numbers were taken on; None when simulated (a simulated bundle ran
+    on some machine but measured none; older ones recorded it anyway) or not recorded."""
+    if manifest.get("source") == "simulated":
+        return None
+    host = manifest.get("host")
+    return str(host) if host and host != "unknown" else None
+
+
+def origin(manifest: dict[str, Any]) -> str:
+    """One line saying where a bundle's numbers come from: `simulated: fabric model
+    rtxpro6000-8x-vm (not hardware)`, `measured on host gpu-01, backend cuda`."""
+    backend = str(manifest.get("backend") or "unknown")
+    source = str(manifest.get("source") or "unknown")
+    if source == "simulated":
+        profile = ((manifest.get("versions") or {}).get("sim_profile")
+                   or (manifest.get("parts", {}).get("discovery") or {}).get("profile"))
+        return f"simulated: fabric model {profile or '(profile not recorded)'} (not hardware)"
+    host = measured_host(manifest)
+    where = f" on host {host}" if host else " (host not recorded)"
+    note = f" ({BACKEND_NOTES[backend]})" if backend in BACKEND_NOTES else ""
+    return f"{source}{where}, backend {backend}{note}"

@@ -1,0 +1,90 @@
+"""attribution.json: where decode time goes, per rank and per step (pcieprof.analysis.attribution
+writes it from Kineto traces; `pcieprof attribute` and serve-bench call that).
+
+Times in microseconds. Definitions (also stored in the file's `definitions`): `comm_us`,
+`compute_us`, `memory_us` are unions over all streams; `exposed_comm_us` is communication with
+no compute running; `idle_us` the window minus busy time; `transfer_us` / `wait_us` split
+communication into moving data and waiting for slower ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pcieprof.bundle.document import Document
+
+
+@dataclass
+class RankAttribution:
+    """One rank (one trace file): totals over the traced window and its decode steps.
+
+    Attributes:
+        rank: the rank.
+        mode: `gpu` or `cpu` timeline.
+        n_steps: steps found.
+        totals: {span_us, busy_us, idle_us, comm_us, compute_us, memory_us, exposed_comm_us, ...}.
+        decode_steps: {n, mean_span_us, median_span_us, mean_comm_us, mean_exposed_comm_us,
+            mean_compute_us, mean_idle_us, ...} over DECODE steps, or None.
+        skew: {transfer_us, wait_us} across ranks, or None.
+    """
+
+    rank: int
+    mode: str = ""
+    n_steps: int = 0
+    totals: dict[str, float | None] = field(default_factory=dict)
+    decode_steps: dict[str, float | None] | None = None
+    skew: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StepAttribution:
+    """One step of one rank.
+
+    Attributes:
+        rank, step: which.
+        name: the annotation (`step[...]`, `ProfilerStep#N`).
+        kind: DECODE | EXTEND | ProfilerStep | graph.
+        bs: batch size when the annotation says it, else None.
+        span_us, comm_us, compute_us, memory_us, exposed_comm_us, idle_us: the split.
+    """
+
+    rank: int
+    step: int = 0
+    name: str = ""
+    kind: str = ""
+    bs: int | None = None
+    span_us: float | None = None
+    comm_us: float | None = None
+    compute_us: float | None = None
+    memory_us: float | None = None
+    exposed_comm_us: float | None = None
+    idle_us: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Attribution(Document):
+    """attribution.json (its version tag is `attribution_version`)."""
+
+    FILE = "attribution.json"
+    FORMAT = "pcieprof.attribution"
+    VERSION = 1
+    TAG_KEY = "attribution_version"
+
+    time_unit: str = "us"
+    timeline: str = ""
+    window: str = ""
+    parser: dict[str, Any] = field(default_factory=dict)
+    definitions: dict[str, str] = field(default_factory=dict)
+    classes: list[dict[str, Any]] = field(default_factory=list)
+    ranks: list[RankAttribution] = field(default_factory=list)
+    steps: list[StepAttribution] = field(default_factory=list)
+    top_kernels: list[dict[str, Any]] = field(default_factory=list)
+    cross_rank: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def decode_steps(self) -> list[StepAttribution]:
+        """Steps of kind DECODE with a span."""
+        return [s for s in self.steps if s.kind == "DECODE" and s.span_us]

@@ -1,0 +1,147 @@
+"""Every file a bundle may hold: its name (a glob), its kind, who writes it, what it holds, and
+the typed row or document class it is read through.
+
+`Bundle.register` refuses a file the contract does not name, so nothing lands in a bundle
+unlisted; docs/bundle.md's file table is `markdown()` (tests/bundle/test_contract.py keeps the two
+equal).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+from pcieprof.bundle import rows
+from pcieprof.bundle.attribution import Attribution
+from pcieprof.bundle.document import Document
+from pcieprof.bundle.nccl_choices import NcclChoices
+from pcieprof.bundle.recommendations import Recommendations
+from pcieprof.bundle.serve_summary import ServeSummary
+from pcieprof.bundle.topology import Topology
+
+
+@dataclass(frozen=True)
+class BundleFile:
+    """One file (or a family of files) of the contract.
+
+    Attributes:
+        name: the path in the bundle, a glob where a family (`nccl/*.log`).
+        kind: `manifest`, `table` (CSV, typed rows), `document` (JSON, typed), `json` (JSON kept
+            as written, described here), `text` (logs, shell, XML, HTML), `data` (bytes kept as
+            they came: imported files, traces).
+        written_by: the command or module that writes it.
+        what: what it holds, in one line.
+        read_as: the class it is read through (rows or a document), or None.
+    """
+
+    name: str
+    kind: str
+    written_by: str
+    what: str
+    read_as: type | None = None
+
+    def matches(self, path: str) -> bool:
+        return fnmatch.fnmatchcase(path, self.name)
+
+
+def _table(table: str, written_by: str, what: str) -> BundleFile:
+    cls = rows.TABLES[table]
+    return BundleFile(cls.FILE, "table", written_by, what, cls)
+
+
+def _doc(cls: type[Document] | type[NcclChoices], written_by: str, what: str) -> BundleFile:
+    return BundleFile(cls.FILE, "document", written_by, what, cls)
+
+
+FILES: tuple[BundleFile, ...] = (
+    BundleFile("manifest.json", "manifest", "every writer (pcieprof.bundle)",
+               "schema_version, command, provenance (source, backend), versions, per-part status, "
+               "the files listed here"),
+    _doc(Topology, "topology (discovery), import, sim",
+         "GPUs, pairwise levels and P2P status, PCIe tree, IOMMU, ACS, virtualization, NUMA"),
+    BundleFile("plan.json", "json", "topology, recommend --verify",
+               "the measurement plan the probes ran (probes.plan.Plan: cases, sizes, variants, "
+               "deadlines)"),
+    _table("p2p", "topology (copy probes), import, sim", "one row per copy measurement"),
+    _table("concurrent", "topology (copy probes), import, sim",
+           "several copies at once: a row per flow and the aggregate"),
+    _table("allreduce", "topology (all-reduce sweep), import, sim, recommend --verify",
+           "one row per variant, group and message size"),
+    _doc(NcclChoices, "topology (cuda: parsed NCCL logs; sim: the model's assumption), import",
+         "what NCCL chose per case: version, transport per peer, channels, rings, tuner"),
+    BundleFile("nccl/*.log", "text", "topology (cuda, cpu)",
+               "NCCL_DEBUG=INFO output of each timed all-reduce launch (INIT/ENV/GRAPH), and "
+               "`<variant>.tuning.log` of the untimed launch before it (NCCL's TUNING lines)"),
+    BundleFile("nccl/*.graph.xml", "text", "topology (cuda)",
+               "NCCL's own ring graph of the plain order, or the NCCL_GRAPH_FILE written for a "
+               "--ring-order (docs/probes.md)"),
+    BundleFile("logs/copies-*.log", "text", "topology (cuda, cpu)", "output of each copy-probe launch"),
+    BundleFile("imported/*", "data", "import", "the original bytes of every imported file"),
+    BundleFile("nccl_topo*.json", "json", "import",
+               "an imported NCCL topology XML, parsed (format pcieprof.nccl_topo/1)"),
+    BundleFile("nccl_graph*.json", "json", "import",
+               "an imported NCCL graph XML, parsed (format pcieprof.nccl_graph/1)"),
+    BundleFile("serve/card.json", "json", "serve-bench", "the model card served: name and file"),
+    BundleFile("serve/command.json", "json", "serve-bench",
+               "the first launch's argv, environment, notes and the recorded environment"),
+    BundleFile("serve/server_info.json", "json", "serve-bench --url",
+               "what an attached server's /get_server_info answered"),
+    BundleFile("serve/attempts.jsonl", "text", "serve-bench",
+               "one JSON line per launch attempt: config, argv, env, outcome, times, log excerpt"),
+    BundleFile("serve/server-*.log", "text", "serve-bench", "each launched server's output"),
+    BundleFile("serve/requests.jsonl", "text", "serve-bench",
+               "one JSON line per request: TTFT, E2E, chunk gaps and tokens, lengths, error"),
+    _doc(ServeSummary, "serve-bench", "per load run mean/median/p90/p99/n of ttft_ms, tpot_ms, "
+         "itl_ms, e2el_ms, throughputs, the formulas used; the decode curve; the profiler capture"),
+    _table("decode_curve", "serve-bench", "the fixed-batch decode step time per batch size"),
+    BundleFile("serve/traces/*", "data", "serve-bench",
+               "one Kineto trace per rank (and stage), and index.json: what was asked and found"),
+    _doc(Attribution, "serve-bench, attribute",
+         "decode time per rank and step: communication, compute, overlap, exposed, idle, skew"),
+    BundleFile("attribution/*.csv", "text", "serve-bench, attribute",
+               "attribution.json's tables (per_rank, per_step, per_class, top_kernels, classes) "
+               "and comm_model.csv"),
+    BundleFile("comm_model.json", "json", "attribute --model --topology",
+               "the analytic model's collectives priced per batch next to the measured step"),
+    _doc(Recommendations, "recommend", "the bottleneck, the recommendations with evidence and "
+         "gains, the ring, the inferred fabric, the parallel layouts, what needs measuring"),
+    BundleFile("tune/nccl_graph.xml", "text", "recommend", "NCCL_GRAPH_FILE with the searched ring"),
+    BundleFile("tune/nccl_topo.xml", "text", "recommend",
+               "NCCL_TOPO_FILE describing the inferred tree (when a VM hides it)"),
+    BundleFile("tune/recommended.env", "text", "recommend",
+               "the recommended environment, each line with its reason"),
+    BundleFile("tune/sglang_command.sh", "text", "recommend",
+               "the SGLang launch of the top-ranked layout with that environment"),
+    BundleFile("report.html", "text", "topology, report", "the offline report (rebuildable)"),
+)
+
+#: Directories a bundle may hold that are not its own files.
+NESTED = {"verify": "recommend --verify: the re-run, itself a bundle (command recommend-verify)"}
+
+
+def entry(path: str) -> BundleFile | None:
+    """The contract entry of a path inside a bundle (`/` separated), or None."""
+    return next((f for f in FILES if f.matches(path)), None)
+
+
+def _type_name(cls: type | None) -> str:
+    if cls is None:
+        return ""
+    tag = getattr(cls, "FORMAT", "")
+    version = getattr(cls, "VERSION", "")
+    if tag:
+        key = getattr(cls, "TAG_KEY", "format")
+        return f"`{cls.__name__}` ({key} {tag}/{version})" if key == "format" else \
+            f"`{cls.__name__}` ({key} {version})"
+    return f"`{cls.__name__}`"
+
+
+def markdown() -> str:
+    """The file table of docs/bundle.md."""
+    lines = ["| file | kind | written by | what | read as |", "|---|---|---|---|---|"]
+    for f in FILES:
+        lines.append(f"| `{f.name}` | {f.kind} | {f.written_by} | {f.what} | "
+                     f"{_type_name(f.read_as)} |")
+    for name, what in NESTED.items():
+        lines.append(f"| `{name}/` | bundle | {what.split(':')[0]} | {what.split(': ', 1)[1]} | |")
+    return "\n".join(lines) + "\n"

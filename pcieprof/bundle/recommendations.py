@@ -1,0 +1,168 @@
+"""recommendations.json: the tuner's output (pcieprof recommend; the report's in-memory run).
+
+The principal bottleneck, the recommendations (each with its evidence and its gain per decode
+all-reduce and per decode step), the searched ring, the inferred fabric, the ranked parallel
+layouts, what would need measuring, and, after `recommend --verify`, what re-running found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pcieprof.bundle.document import Document
+
+
+@dataclass
+class Recommendation:
+    """One change (or one warning) with its evidence and its expected gain.
+
+    Attributes:
+        rule: the rule module that made it.
+        title: one line.
+        kind: `env` (NCCL/SGLang environment), `launch` (CUDA_VISIBLE_DEVICES, files),
+            `host` (kernel/BIOS/hypervisor settings), `warn` (a problem without a setting),
+            `info` (what the stack does anyway).
+        env: environment variables to set.
+        action: the exact lines to apply (shell), if any.
+        gain_us_per_allreduce: {batch: us saved per decode all-reduce}, from the bundle's curves.
+        gain_ms_per_step: {batch: ms saved per decode step} (all-reduces per step x the above).
+        gain_fraction: relative improvement of what the rule changes (at decode sizes), or None.
+        gain_text: one line for people.
+        evidence: what in the bundle supports it (numbers with units and provenance).
+        caveats: what it costs elsewhere, what was assumed.
+        confidence: `measured` (the setting itself was measured in this bundle), `predicted`
+            (from a model of this bundle's numbers), `simulated`, `advice` (no number).
+        priority: ordering key (larger first).
+        verified: what `recommend --verify` found re-running it (pcieprof.tune.verify), or None.
+    """
+
+    rule: str
+    title: str
+    kind: str
+    env: dict[str, str] = field(default_factory=dict)
+    action: str = ""
+    gain_us_per_allreduce: dict[int, float] = field(default_factory=dict)
+    gain_ms_per_step: dict[int, float] = field(default_factory=dict)
+    gain_fraction: float | None = None
+    gain_text: str = ""
+    evidence: list[str] = field(default_factory=list)
+    caveats: list[str] = field(default_factory=list)
+    confidence: str = "measured"
+    priority: float = 0.0
+    verified: dict[str, Any] | None = None
+
+
+@dataclass
+class RingChoice:
+    """The searched ring: GPU order, its slowest link (GB/s), summed link latency (us)."""
+
+    order: list[int]
+    bottleneck_gbps: float
+    latency_sum_us: float | None = None
+    exact: bool = True
+    gap: float | None = 0.0
+    cuda_visible_devices: str = ""
+
+
+@dataclass
+class LayoutPoint:
+    """A layout's predicted decode step at one concurrency (ms, tok/s)."""
+
+    concurrency: int
+    batch_per_replica: float
+    step_ms: float | None
+    compute_ms: float | None
+    comm_ms: float | None
+    tok_s: float | None
+    fits: bool
+
+
+@dataclass
+class LayoutAdvice:
+    """One parallel layout, as ranked by pcieprof.tune.layout.
+
+    Attributes:
+        label: `TP8`, `PP2xTP4`, `2 replicas x TP4`, ...
+        tp, pp, ep, dp_attention, replicas: the layout.
+        fits: the weights and one request's KV fit the GPU memory.
+        weights_gb, kv_gb_per_request, gpu_memory_gb: per GPU, GB (1e9 bytes).
+        memory_source: where the GPU memory came from.
+        mem_fraction: SGLang's --mem-fraction-static assumed.
+        context_tokens: tokens per request of the KV fit.
+        max_concurrency: requests whose KV fits.
+        per_concurrency: the predicted step at each concurrency.
+        command, env: the SGLang launch (empty when none was built) and its environment.
+        notes: assumptions and caveats.
+        compute_source, comm_source: where the compute and communication predictions came from.
+        why: on the first layout, why it ranks first.
+    """
+
+    label: str
+    tp: int
+    pp: int = 1
+    ep: int = 1
+    dp_attention: bool = False
+    replicas: int = 1
+    fits: bool = False
+    weights_gb: float = 0.0
+    kv_gb_per_request: float = 0.0
+    gpu_memory_gb: float = 0.0
+    memory_source: str = ""
+    mem_fraction: float = 0.0
+    context_tokens: int = 0
+    max_concurrency: int = 0
+    per_concurrency: list[LayoutPoint] = field(default_factory=list)
+    command: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    compute_source: str = ""
+    comm_source: str = ""
+    why: str = ""
+
+    def peak(self) -> tuple[float, int]:
+        """(highest predicted tok/s within memory, at which concurrency); (0, 0) when none."""
+        fit = [p for p in self.per_concurrency if p.fits and p.tok_s is not None
+               and p.tok_s == p.tok_s]
+        if not fit:
+            return 0.0, 0
+        best = max(fit, key=lambda p: p.tok_s or 0.0)
+        return float(best.tok_s or 0.0), int(best.concurrency)
+
+
+@dataclass
+class Recommendations(Document):
+    """recommendations.json.
+
+    Attributes:
+        model: the model card used for decode sizes and layouts.
+        bottleneck: one sentence naming the principal bottleneck.
+        provenance: of the all-reduce numbers used.
+        recommendations: most valuable first.
+        needs_measuring: what the data could not decide.
+        ring: the searched ring, or None without a P2P matrix.
+        inferred: the inferred fabric (pcieprof.analysis.infer.InferredTopology.as_dict), or None.
+        layouts: ranked parallel layouts, best first.
+        env: the merged environment of every env/launch recommendation.
+        verify: after --verify: {bundle, backend, source, rules}.
+        computed_by_report: True when `pcieprof report` computed it in memory (no env file,
+            NCCL files or SGLang command were written).
+        error: why the tuner could not run on the bundle (the report shows it), or None.
+    """
+
+    FILE = "recommendations.json"
+    FORMAT = "pcieprof.recommendations"
+    VERSION = 1
+
+    model: str = ""
+    bottleneck: str = ""
+    provenance: str = ""
+    recommendations: list[Recommendation] = field(default_factory=list)
+    needs_measuring: list[str] = field(default_factory=list)
+    ring: RingChoice | None = None
+    inferred: dict[str, Any] | None = None
+    layouts: list[LayoutAdvice] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    verify: dict[str, Any] | None = None
+    computed_by_report: bool = False
+    error: str | None = None

@@ -1,0 +1,251 @@
+"""The measurement session: one place that runs a measurement plan into a bundle.
+
+Used by `pcieprof topology`, `pcieprof recommend --verify` (through the command) and
+`python -m probes.gpu_selftest`. It owns what every measuring run needs:
+- backend dispatch: `cuda` and `cpu` run the plan's probes under torchrun
+  (pcieprof.probe_runner), `sim` runs it against the fabric model (pcieprof.sim.backend);
+  `auto` picks cuda when NVML and torch see GPUs, else cpu, and says so;
+- part status in the manifest (`running`, then `ok` / `partial` / `failed` with why);
+- signals: SIGTERM is handled like Ctrl-C; either kills the running launch, marks the bundle
+  partial (rows measured so far are kept) and ends the command with exit status 130;
+- cleanup of the runner's work directory.
+"""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType, TracebackType
+from typing import Any
+
+from pcieprof import progress
+from pcieprof.bundle import Bundle
+from pcieprof.bundle.topology import Topology
+from pcieprof.discover import versions
+from pcieprof.discover.topology import discover
+from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
+from pcieprof.probe_runner import Launch, ProbeRunner
+from pcieprof.sim.backend import run_plan
+from pcieprof.sim.fabric import DEFAULT_PROFILE, Fabric, load_profile
+from probes import variants as V
+from probes.plan import Plan, build_plan
+
+#: The cpu backend runs one process per rank on this machine; more than this is not a useful
+#: picture of anything and would only thrash the cores.
+MAX_CPU_RANKS = 16
+
+
+def gpu_count() -> tuple[int, str]:
+    """(GPUs that both NVML and torch see, why not when 0)."""
+    try:
+        import pynvml  # heavy: loads the NVIDIA driver library
+
+        pynvml.nvmlInit()
+        try:
+            n_nvml = pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return 0, f"NVML not usable ({type(exc).__name__})"
+    try:
+        import torch  # heavy: torch
+
+        n_torch = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception as exc:
+        return 0, f"torch.cuda not usable ({exc})"
+    if n_torch == 0:
+        return 0, f"NVML sees {n_nvml} GPU(s) but torch has no CUDA (a CPU build of torch?)"
+    # device numbers are NVML indices; the runner sets CUDA_VISIBLE_DEVICES itself
+    return n_nvml, ""
+
+
+def resolve_backend(backend: str) -> str:
+    """`auto` -> `cuda` or `cpu` (one line on stderr when it falls back)."""
+    if backend != "auto":
+        return backend
+    n, why = gpu_count()
+    if n:
+        return "cuda"
+    progress.info(f"no GPU usable ({why}): running the cpu backend")
+    return "cpu"
+
+
+def available_devices(backend: str, sim_profile: str | None = None) -> tuple[int, Fabric | None]:
+    """How many devices a backend can run on (cpu: the rank limit), and the sim fabric.
+
+    Raises:
+        EnvironmentMissing: `cuda` without usable GPUs.
+        BadInput: an unknown sim profile.
+    """
+    if backend == "cuda":
+        n, why = gpu_count()
+        if not n:
+            raise EnvironmentMissing(f"--backend cuda: {why}",
+                                     hint="use --backend cpu to run without GPUs")
+        return n, None
+    if backend == "sim":
+        fabric = load_profile(sim_profile or DEFAULT_PROFILE)
+        return len(fabric.gpus), fabric
+    return MAX_CPU_RANKS, None
+
+
+def resolve_devices(backend: str, devices: list[int] | None, nranks: int | None,
+                    available: int) -> list[int]:
+    """The devices of the run.
+
+    Args:
+        backend: `cuda`, `cpu` or `sim`.
+        devices: `--devices` (GPU indices), or None.
+        nranks: `--nranks`, or None.
+        available: GPUs there are (cuda: seen by NVML and torch; sim: in the profile), or the
+            cpu rank limit.
+
+    Raises:
+        BadInput: unknown device index, --nranks < 1 or above what exists, both options given.
+    """
+    if devices is not None and nranks is not None:
+        raise BadInput("give --devices or --nranks, not both")
+    if nranks is not None:
+        if nranks < 1:
+            raise BadInput(f"--nranks {nranks}: needs at least 1")
+        if nranks > available:
+            what = "the cpu backend's limit" if backend == "cpu" else "GPUs here"
+            raise BadInput(f"--nranks {nranks} is more than {what} ({available})")
+        return list(range(nranks))
+    if devices is not None:
+        if backend == "cpu":
+            raise BadInput("the cpu backend has no devices to pick", hint="use --nranks N")
+        unknown = [d for d in devices if d < 0 or d >= available]
+        if unknown:
+            raise BadInput(f"unknown device index {unknown[0]}",
+                           hint=f"this run has devices 0..{available - 1}")
+        return devices
+    return list(range(4 if backend == "cpu" else available))
+
+
+def allreduce_plan(backend: str, devices: list[int], cases: list[tuple[str, dict[str, str],
+                   tuple[int, ...] | None, str]], sizes: list[int], *, timeout_s: float,
+                   topology: Topology | None = None) -> Plan:
+    """An all-reduce-only plan (bf16): one case per (name, env, ranks or None, description).
+
+    Used by `recommend --verify`: the baseline and one case per recommendation, at the decode
+    sizes plus one large size.
+    """
+    wanted = [V.Variant(name, dict(env), detail) for name, env, _, detail in cases]
+    plan = build_plan(backend, devices, quick=True, variants=wanted, group_kinds=[],
+                      timeout_s=timeout_s,
+                      topology=topology.to_json() if topology is not None else None)
+    plan.p2p, plan.concurrent = [], []
+    orders = {name: ranks for name, _, ranks, _ in cases if ranks}
+    for case in plan.allreduce:
+        case.sizes, case.dtypes = list(sizes), ["bf16"]
+        if case.variant in orders:
+            case.ranks = list(orders[case.variant])
+    return plan
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C."""
+
+
+def _on_sigterm(_signo: int, _frame: FrameType | None) -> None:
+    raise _Terminated()
+
+
+class MeasurementSession:
+    """Runs measurement plans into one bundle (a context manager).
+
+    Args:
+        bundle: the bundle the rows go into (created by the caller).
+        sim_profile: the fabric profile of the sim backend (DEFAULT_PROFILE when None).
+        launch: torchrun node/rendezvous options (cuda/cpu).
+
+    Inside `with`, SIGTERM raises KeyboardInterrupt; on the way out an interrupt or an error
+    kills the running launch and marks the bundle partial, and the runner's files are removed.
+    """
+
+    def __init__(self, bundle: Bundle, *, sim_profile: str | None = None,
+                 launch: Launch | None = None) -> None:
+        self.bundle = bundle
+        self.sim_profile = sim_profile or DEFAULT_PROFILE
+        self.launch = launch
+        self._runner: ProbeRunner | None = None
+        self._old: Any = None
+
+    def __enter__(self) -> "MeasurementSession":
+        self._old = signal.signal(signal.SIGTERM, _on_sigterm)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        try:
+            if exc is not None:
+                if self._runner is not None:
+                    self._runner.kill()
+                if isinstance(exc, KeyboardInterrupt):
+                    how = "SIGTERM" if isinstance(exc, _Terminated) else "Ctrl-C"
+                    self.bundle.interrupted(f"interrupted ({how}); rows measured so far are kept")
+                    progress.warn(f"interrupted ({how}); partial bundle at {self.bundle.path}")
+                else:
+                    self.bundle.interrupted(f"stopped by an error: {exc}")
+        finally:
+            signal.signal(signal.SIGTERM, self._old)
+            if self._runner is not None:
+                self._runner.cleanup()
+                self._runner = None
+
+    def discover(self) -> Topology:
+        """Discovery (pcieprof.discover) into topology.json and the manifest's versions; a
+        discovery bug costs the topology, never the measurements (part `discovery` partial)."""
+        b = self.bundle
+        b.set_part("discovery", "running")
+        status, why = "ok", None
+        try:
+            topo = Topology.from_json(discover())
+        except PcieprofError:
+            raise
+        except Exception as exc:  # a discovery bug must not cost the measurements
+            topo = Topology(source="measured",
+                            status={"discovery": f"error: {type(exc).__name__}: {exc}"})
+            status, why = "partial", f"discovery failed: {exc}"
+        try:
+            b.set_versions(**versions())
+        except Exception as exc:  # versions are facts for the manifest, not measurements
+            progress.warn(f"versions: {exc}")
+        b.write_doc(topo)
+        b.set_part("discovery", status, why=why, gpus=len(topo.gpus))
+        return topo
+
+    def measure(self, plan: Plan) -> None:
+        """Run `plan` with its backend into the bundle, setting the parts it measures."""
+        if plan.backend == "sim":
+            self._simulate(plan)
+        else:
+            self._probe(plan)
+
+    def _simulate(self, plan: Plan) -> None:
+        parts = ["p2p", "concurrent"] * bool(plan.p2p) + ["allreduce"] * bool(plan.allreduce)
+        for part in parts:
+            self.bundle.set_part(part, "running", source="simulated", backend="sim")
+        run_plan(plan, self.sim_profile, self.bundle)
+        for part in parts:
+            if self.bundle.part(part).get("status") == "running":
+                self.bundle.set_part(part, "ok")
+
+    def _probe(self, plan: Plan) -> None:
+        b = self.bundle
+        self._runner = runner = ProbeRunner(b, plan, self.launch)
+        for part in ["p2p", "concurrent"] * bool(plan.p2p) + ["allreduce"] * bool(plan.allreduce):
+            b.set_part(part, "running")
+        if plan.p2p:
+            progress.info(f"copies: {len(plan.p2p)} P2P cases, {len(plan.concurrent)} concurrent "
+                          f"patterns over {plan.nranks} {'ranks' if plan.backend == 'cpu' else 'GPUs'}")
+            with progress.task("P2P copies", total=len(plan.p2p)) as t:
+                runner.on_progress = lambda table, n: t.advance(n) if table == "p2p" else None
+                copies = runner.run_copies()
+            for part, res in copies.items():
+                b.set_part(part, res["status"], why=res["why"], cases=res["rows"],
+                           hangs=res["hangs"], errors=res["errors"])
+        if plan.allreduce:
+            ar = runner.run_allreduce()
+            b.set_part("allreduce", ar["status"], why=ar["why"], cases=ar["cases"],
+                       hangs=ar["hangs"], errors=ar["errors"])

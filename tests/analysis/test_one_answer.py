@@ -1,0 +1,109 @@
+"""One question, one answer: every place that shows "the 8-GPU all-reduce at the decode size"
+gives the same number on the demo's bundles (the simulated rtxpro6000-8x-vm box and its
+bare-metal twin rtxpro6000-8x-switch, made as `pcieprof demo` makes them)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pcieprof.analysis.comm_model import ALL_REDUCE, Layout, Pricer, predict_step_comm
+from pcieprof.analysis.curves import Curves
+from pcieprof.analysis.decode_band import band_for
+from pcieprof.analysis.metrics import bundle_metrics
+from pcieprof.bundle import Bundle
+from pcieprof.cards import load_card
+from pcieprof.commands.tuning import for_report
+from pcieprof.report import ReportContext
+from pcieprof.report.builder import build_sections, open_views
+from pcieprof.report.console import summarize
+from pcieprof.report.model import Note, Table
+
+PROFILES = ("rtxpro6000-8x-vm", "rtxpro6000-8x-switch")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pcieprof", *args], capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def demo_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("demo")
+    out = {}
+    for profile in PROFILES:
+        out[profile] = root / f"topology-{profile}"
+        r = _cli("topology", "--backend", "sim", "--sim-profile", profile, "--no-report", "-q",
+                 "--out", str(out[profile]))
+        assert r.returncode == 0, r.stderr
+    return out
+
+
+def _answers(path: Path, tmp_path: Path) -> dict[str, str | float]:
+    """What each place says, as it says it (numbers, or the text they print)."""
+    band = band_for("glm5-nvfp4")
+    size = band.lo_bytes
+    b = Bundle.open(path)
+    got: dict[str, str | float] = {}
+    # the console summary printed by `pcieprof topology`
+    text = summarize(b, band)
+    head = next(ln for ln in text.splitlines() if ln.startswith("variant"))
+    col = head.split().index("12") if "12" in head.split() else None
+    assert col is not None, head
+    row = next(ln for ln in text.splitlines() if ln.startswith("default "))
+    got["console"] = row.split()[col]  # "12 KiB" is two words in the header, one column
+    # pcieprof recommend: the principal bottleneck on stdout and in recommendations.json
+    r = _cli("recommend", str(path), "--no-layouts", "-q")
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"decode sizes: ([\d.]+) us per 8-GPU all-reduce of 12 KiB", r.stdout)
+    assert m, r.stdout[:400]
+    got["recommend stdout"] = m.group(1)
+    doc = json.loads((path / "recommendations.json").read_text())
+    got["recommendations.json"] = re.search(r"decode sizes: ([\d.]+) us", doc["bottleneck"]).group(1)
+    # the report: the all-reduce section's decode table and the summary's headline
+    views = open_views([path])
+    ctx = ReportContext(band=band, recommendations=for_report([b], load_card(band.model), band))
+    rows = {s.id: s for s in (col for r in build_sections(views, ctx) for _, col in r.columns)}
+    table = next(t for t in rows["allreduce"].blocks
+                 if isinstance(t, Table) and t.title.startswith("all-reduce time at decode"))
+    default = next(r for r in table.rows if r[0] == "default")
+    got["report table"] = float(default[table.columns.index("bs1 (12 KiB) us")])
+    headline = next(n.text for n in rows["summary"].blocks
+                    if isinstance(n, Note) and n.text.startswith("Principal bottleneck"))
+    got["report summary"] = re.search(r"decode sizes: ([\d.]+) us", headline).group(1)
+    # the analytic comm model: the price of one decode all-reduce of GLM-5 at TP8, batch 1
+    pricer = Pricer(b)
+    got["comm model"] = pricer.allreduce_us(8, size)[0]
+    pred = predict_step_comm(load_card("glm5-nvfp4"), Layout(tp=8), 1, pricer)
+    got["comm model step"] = next(c["time_us_each"] for c in pred["collectives"]
+                                  if c["op"] == ALL_REDUCE and c["size_bytes"] == size)
+    # pcieprof compare's metric, in memory and as the command prints it
+    got["compare metric"] = bundle_metrics(b, band)["allreduce.default.n8.time_us@12KiB"]
+    r = _cli("compare", str(path), str(path))
+    assert r.returncode == 0, r.stderr
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("allreduce.default.n8.time_us@12KiB "))
+    got["compare stdout"] = line.split()[1]
+    return got
+
+
+def test_every_place_gives_the_same_decode_allreduce(demo_bundles: dict[str, Path],
+                                                     tmp_path: Path) -> None:
+    values = {}
+    for profile, path in demo_bundles.items():
+        want = Curves(Bundle.open(path).read_table("allreduce")).default().at(12 * 1024)
+        got = _answers(path, tmp_path)
+        shown = {"console": f"{want:.1f}", "recommend stdout": f"{want:.1f}",
+                 "recommendations.json": f"{want:.1f}", "report table": round(want, 2),
+                 "report summary": f"{want:.1f}", "comm model": want, "comm model step": want,
+                 "compare metric": want, "compare stdout": f"{want:.4g}"}
+        assert got == shown, f"{profile}: {got} != {shown}"
+        values[profile] = want
+    # the two boxes answer differently (a check that the places were really asked), and the VM's
+    # answer is the README's 62.9 us
+    assert f"{values['rtxpro6000-8x-vm']:.1f}" == "62.9"
+    assert abs(values["rtxpro6000-8x-switch"] - values["rtxpro6000-8x-vm"]) > 1.0
