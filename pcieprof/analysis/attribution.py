@@ -16,7 +16,9 @@ spans, else the intervals between CUDA graph launches. An event belongs to the s
 CPU launched it (its runtime call's correlation id), so attribution works under CUDA graphs, where
 CPU ops are not re-emitted at replay, from kernel names and GPU times alone.
 
-Each rank file is parsed in its own process (the cores are used; memory stays per file).
+Rank files are parsed by a pool of processes, one per file up to the CPU count (the cores are
+used; each worker holds one file's columns at a time, so memory is bounded by the largest rank,
+not the sum; only the collectives' compact arrays travel back to be matched across ranks).
 """
 
 from __future__ import annotations
@@ -41,7 +43,17 @@ ATTRIBUTION_VERSION = 1
 _BIT_CLASS = {v: k for k, v in CLASS_BIT.items() if v}
 _BS_RX = re.compile(r"bs=(\d+)")
 _KIND_RX = re.compile(r"^step\[(\w+)")
+# vLLM's step annotation (vllm/v1/worker/gpu_worker.py, Worker.annotate_profile):
+# execute_context_<requests>(<tokens>)_generation_<requests>(<tokens>); the token counts may
+# carry more after an underscore (seen in the TraceLens vLLM TP8 trace: "(888_788544)").
+_VLLM_RX = re.compile(r"^execute_context_(\d+)\([^)]*\)_generation_(\d+)\([^)]*\)$")
+#: Step kinds summarised as decode steps (ranks[].decode_steps).
+_DECODE_KINDS = ("DECODE", "ProfilerStep", "graph", "step")
+#: What a rank without any step marker says (attribution.json ranks[].steps_note, and the CLI).
+NO_STEPS = ("no step markers (SGLang step[...], vLLM execute_context_*/execute_model, "
+            "ProfilerStep#N, cudaGraphLaunch): totals only, no per-step split")
 TOP_KERNELS = 25
+_POOL_MIN_BYTES = 8 << 20  # files on disk, all ranks together, below which one process reads them
 
 DEFINITIONS = {
     "comm_us": "union over all streams of communication events",
@@ -53,8 +65,10 @@ DEFINITIONS = {
     "span_us": "rank: first event start to last event end; step: same over the step's events",
     "transfer_us": "per collective, the minimum over ranks of its duration, summed",
     "wait_us": "per collective, a rank's duration minus the minimum over ranks, summed",
-    "steps": "GPU step[...] annotations, else CPU step[...]/ProfilerStep#N spans, else gaps "
-             "between cudaGraphLaunch calls; events join the step whose CPU span launched them",
+    "steps": "SGLang GPU step[...] annotations, else CPU step[...], vLLM execute_context_* "
+             "(kind DECODE/EXTEND/MIXED/IDLE from its request counts), ProfilerStep#N or "
+             "execute_model spans, else gaps between cudaGraphLaunch calls; events join the step "
+             "whose CPU span launched them (GPU spans: in which they start)",
 }
 
 
@@ -74,28 +88,71 @@ def _launch_times(rt: RankTrace) -> np.ndarray:
     return out
 
 
+def _vllm_kind(name: str) -> tuple[str, int | None]:
+    """(kind, batch size) of a vLLM `execute_context_<n>(<tokens>)_generation_<n>(<tokens>)` step:
+    DECODE when only generation requests ran, EXTEND (prefill) when only context ones, MIXED
+    when both, IDLE when none (a step that only polled, e.g. for KV transfers)."""
+    m = _VLLM_RX.match(name)
+    if not m:
+        return "step", None
+    ctx, gen = int(m.group(1)), int(m.group(2))
+    kind = ("MIXED" if ctx and gen else "DECODE" if gen else "EXTEND" if ctx else "IDLE")
+    return kind, ctx + gen
+
+
+def _outermost(spans: list[tuple[str, str, float, float]]) -> list[tuple[str, str, float, float]]:
+    """Spans not nested in an earlier one (vLLM's worker and model runner both have an
+    execute_model frame, one inside the other)."""
+    out: list[tuple[str, str, float, float]] = []
+    for sp in sorted(spans, key=lambda s: (s[2], -s[3])):
+        if out and sp[2] < out[-1][2] + out[-1][3]:
+            continue
+        out.append(sp)
+    return out
+
+
 def _find_steps(rt: RankTrace, gpu_mode: bool) -> tuple[str, list[dict[str, Any]]]:
     """Step windows: (how they were found, [{name, kind, bs, t0, t1, timeline}])."""
     def rows(spans: list[tuple[str, str, float, float]], timeline: str) -> list[dict[str, Any]]:
         out = []
         for name, _cat, ts, dur in sorted(spans, key=lambda s: s[2]):
             m = _KIND_RX.match(name)
-            kind = m.group(1) if m else ("ProfilerStep" if name.startswith("ProfilerStep") else "step")
-            bs = _BS_RX.search(name)
-            out.append({"name": name, "kind": kind, "bs": int(bs.group(1)) if bs else None,
-                        "t0": ts, "t1": ts + dur, "timeline": timeline})
+            bs_m = _BS_RX.search(name)
+            bs = int(bs_m.group(1)) if bs_m else None
+            if m:
+                kind = m.group(1)
+            elif name.startswith("ProfilerStep"):
+                kind = "ProfilerStep"
+            elif name.startswith("execute_context_"):
+                kind, bs = _vllm_kind(name)
+            else:
+                kind = "step"
+            out.append({"name": name, "kind": kind, "bs": bs, "t0": ts, "t1": ts + dur,
+                        "timeline": timeline})
         return out
 
-    gpu_steps = [s for s in rt.spans if s[1] == "gpu_user_annotation" and s[0].startswith("step[")]
+    gpu_spans = [s for s in rt.spans if s[1] == "gpu_user_annotation"]
+    cpu_spans = [s for s in rt.spans if s[1] != "gpu_user_annotation"]
+    gpu_steps = [s for s in gpu_spans if s[0].startswith("step[")]
     if gpu_mode and gpu_steps:
         return "gpu step[] annotations", rows(gpu_steps, "gpu")
-    cpu_spans = [s for s in rt.spans if s[1] != "gpu_user_annotation"]
     sg = [s for s in cpu_spans if s[0].startswith("step[")]
     if sg:
         return "cpu step[] annotations", rows(sg, "cpu")
+    # vLLM: the CPU span of each engine step; its kernels join it by their launch, which also
+    # catches the ones that run after the GPU-side annotation has closed
+    vl = [s for s in cpu_spans if s[0].startswith("execute_context_")]
+    if vl:
+        return "vLLM execute_context annotations", rows(vl, "cpu")
+    vl = [s for s in gpu_spans if s[0].startswith("execute_context_")]
+    if gpu_mode and vl:
+        return "vLLM execute_context annotations (GPU)", rows(vl, "gpu")
     ps = [s for s in cpu_spans if s[0].startswith("ProfilerStep")]
     if ps:
         return "ProfilerStep spans", rows(ps, "cpu")
+    em = _outermost([s for s in cpu_spans if s[0].endswith("execute_model")])
+    if em:
+        return "execute_model spans", rows(em, "cpu")
     if gpu_mode and rt.l_graph.any():
         t = np.sort(rt.l_ts[rt.l_graph])
         ends = np.append(t[1:], np.inf)
@@ -121,7 +178,7 @@ def _assign(points: np.ndarray, steps: list[dict[str, Any]]) -> np.ndarray:
 
 
 def analyze_rank(path: str, classes: str | None = None, drop_last_step: bool = False,
-                 file_index: int = 0) -> dict[str, Any]:
+                 file_index: int = 0, ahead: bool = True) -> dict[str, Any]:
     """Everything attribution computes for one rank file (picklable plain data).
 
     Args:
@@ -130,10 +187,12 @@ def analyze_rank(path: str, classes: str | None = None, drop_last_step: bool = F
         drop_last_step: HTA-compatible window: keep only events launched before the start of
             the last ProfilerStep (HTA 0.5.0 drops the last iteration).
         file_index: position of the file in the input (rank of last resort).
+        ahead: decompress on a second thread (trace_stream.read_trace); for a process that has
+            a core to itself and another free.
     """
     t_start = time.perf_counter()
     clf = Classifier(Path(classes) if classes else None)
-    rt = read_trace(path, clf)
+    rt = read_trace(path, clf, ahead)
     parse_s = time.perf_counter() - t_start
     gpu_mode = rt.g_ts.size > 0
     if gpu_mode:
@@ -302,7 +361,8 @@ def attribute_traces(paths: list[Path], bundle: Any | None = None, classes: Path
         bundle: a pcieprof.bundle.Bundle to write into (part `attribution`), or None.
         classes: a user classification table tried before the built-in one.
         drop_last_step: HTA-compatible window (drop events launched in the last ProfilerStep).
-        workers: processes to use (default: one per file, at most the CPU count).
+        workers: processes to use (default: one per file, at most the CPU count; one for less
+            than 8 MB of files).
 
     Returns:
         The attribution document (what attribution.json holds).
@@ -321,8 +381,14 @@ def attribute_traces(paths: list[Path], bundle: Any | None = None, classes: Path
     if bundle is not None:
         bundle.set_part("attribution", "running", files=len(paths))
     n = min(len(paths), workers or os.cpu_count() or 1)
+    if workers is None and sum(p.stat().st_size for p in paths) < _POOL_MIN_BYTES:
+        n = 1  # small files: starting worker processes costs more than they save
     results: list[dict[str, Any]] = []
-    args = [(str(p), str(classes) if classes else None, drop_last_step, i) for i, p in enumerate(paths)]
+    # one process: decompression on a second thread, if there is a second core; several: each
+    # process has its core
+    ahead = n <= 1 and (os.cpu_count() or 1) > 1
+    args = [(str(p), str(classes) if classes else None, drop_last_step, i, ahead)
+            for i, p in enumerate(paths)]
     with progress.task("attributing traces", total=len(paths)) as bar:
         if n <= 1:
             for a in args:
@@ -363,20 +429,17 @@ def _document(results: list[dict[str, Any]], classes: Path | None, drop_last_ste
     ranks = []
     for r in results:
         steps = r["steps"]
-        decode = [s for s in steps if s["kind"] in ("DECODE", "ProfilerStep", "graph", "step")]
-        summary = None
-        if decode:
-            keys = ("span_us", "comm_us", "compute_us", "memory_us", "exposed_comm_us",
-                    "comm_overlap_compute_us", "idle_us")
-            summary = {f"mean_{k}": float(np.mean([s[k] for s in decode])) for k in keys}
-            summary["n"] = len(decode)
-            summary["median_span_us"] = float(np.median([s["span_us"] for s in decode]))
+        decode = [s for s in steps if s["kind"] in _DECODE_KINDS]
+        summary = _step_summary(decode) if decode else None
+        kinds = {k: _step_summary([s for s in steps if s["kind"] == k])
+                 for k in dict.fromkeys(s["kind"] for s in steps)}
         ranks.append({
             "rank": r["rank"], "rank_source": r["rank_source"], "path": r["path"], "mode": r["mode"],
             "file_bytes": r["file_bytes"], "n_events": r["n_events"],
             "n_gpu_events": r["n_gpu_events"], "n_cpu_ops": r["n_cpu_ops"],
             "n_counted": r["n_counted"], "window": r["window"], "steps_from": r["steps_from"],
             "n_steps": len(steps), "totals": r["totals"], "decode_steps": summary,
+            "step_kinds": kinds, "steps_note": None if r["steps_from"] != "none" else NO_STEPS,
             "skew": wait_of.get(r["rank"]), "families": r["families"],
             "collective_args": r["collective_args"],
             "parse_s": r["parse_s"], "peak_rss_bytes": r["peak_rss_bytes"],
@@ -396,6 +459,16 @@ def _document(results: list[dict[str, Any]], classes: Path | None, drop_last_ste
         "top_kernels": [{"rank": r["rank"], **k} for r in results for k in r["top_kernels"]],
         "cross_rank": xr,
     }
+
+
+def _step_summary(steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean of each figure over the steps (us), their count, and the median span."""
+    keys = ("span_us", "comm_us", "compute_us", "memory_us", "exposed_comm_us",
+            "comm_overlap_compute_us", "idle_us")
+    summary: dict[str, Any] = {f"mean_{k}": float(np.mean([s[k] for s in steps])) for k in keys}
+    summary["n"] = len(steps)
+    summary["median_span_us"] = float(np.median([s["span_us"] for s in steps]))
+    return summary
 
 
 def _table(rows: list[dict[str, Any]]) -> str:

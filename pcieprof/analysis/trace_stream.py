@@ -1,29 +1,39 @@
 """Stream a PyTorch-profiler (Kineto) Chrome trace into compact columns, without loading it whole.
 
-Two interchangeable event sources, both incremental:
-- `chunked` (default): reads the file in blocks of a few MB and cuts each block after the last
-  complete event of the traceEvents array. The fields attribution needs are read from the run of
-  events by one regex over Kineto's fixed key order (ph, cat, name, pid, tid, ts, dur, args),
-  column-wise, without building the events; a run whose layout is unusual (the match count
-  differs from its number of `"ph": "X"` events) is parsed with orjson instead, and a cut that
-  falls inside an event or a string does not parse, so an earlier one is tried. The document's
-  head (keys before traceEvents) and tail (keys after it, e.g. distributedInfo) are parsed as
-  small JSON documents of their own.
+Three interchangeable event sources, all incremental, over the same blocks:
+- `scan` (default): the file is read in 1 MB blocks (by a helper thread when the process has a
+  second core to itself: zlib releases the interpreter lock, so decompression runs there while
+  the first core parses), each block is cut after the last complete event of the traceEvents
+  array, and trace_scan reads the GPU events, kernel launches and step annotations of the whole
+  block with numpy, leaving CPU ops and Python frames undecoded. A block it cannot read (an
+  unusual layout) goes to `chunked`. A trace without any GPU event is read again by `chunked`,
+  since its CPU ops are then what attribution counts.
+- `chunked`: the fields attribution needs are read from each block by one regex over Kineto's
+  fixed key order (ph, cat, name, pid, tid, ts, dur, args), column-wise; a run whose layout is
+  unusual (the match count differs from its number of `"ph": "X"` events) is parsed with orjson
+  instead, and a cut that falls inside an event or a string does not parse, so an earlier one
+  is tried.
 - `ijson`: ijson's incremental parser (C backend yajl2_c when installed), one event at a time;
   `distributedInfo` is picked off the byte stream as it passes.
-benchmarks/attribution_vs_hta.py measures both. Of each event only what attribution needs is
-kept, in typed arrays (about 40 bytes per GPU event, 24 per kernel launch), so memory grows with
-the number of GPU events and not with the size of the file, and stays far below it. Plain and
-gzipped files are accepted (detected by their magic bytes).
+The document's head (keys before traceEvents) and tail (keys after it, e.g. distributedInfo) are
+parsed as small JSON documents of their own. benchmarks/attribution_vs_hta.py measures the
+readers. Of each event only what attribution needs is kept, in typed arrays (about 40 bytes per
+GPU event, 17 per kernel launch), so memory grows with the number of GPU events and not with the
+size of the file, and stays far below it. Plain and gzipped files are accepted (detected by their
+magic bytes).
 """
 
 from __future__ import annotations
 
+import ctypes
 import gzip
 import json
 import os
+import queue
 import re
+import threading
 from array import array
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -33,6 +43,7 @@ import numpy as np
 import orjson
 
 from pcieprof.analysis.classify import CLASS_BIT, COMM, Classifier
+from pcieprof.analysis.trace_scan import PAD, Scanned, scan
 from pcieprof.errors import BadInput
 
 # The C backend (yajl2_c) parses about 10x faster than ijson's pure-Python one (measured by
@@ -41,20 +52,26 @@ _ijson = ijson.get_backend(os.environ["PCIEPROF_IJSON_BACKEND"]) if os.environ.g
     "PCIEPROF_IJSON_BACKEND") else ijson
 #: ijson backend in use; recorded in attribution.json.
 IJSON_BACKEND = _ijson.backend
-#: Event source: "chunked" (regex/orjson on blocks) or "ijson"; PCIEPROF_TRACE_READER overrides.
-READER = os.environ.get("PCIEPROF_TRACE_READER", "chunked")
-_BLOCK = 4 << 20  # bytes read at a time by the chunked reader
+#: Event source: "scan" (vectorised), "chunked" (regex/orjson) or "ijson";
+#: PCIEPROF_TRACE_READER overrides.
+READER = os.environ.get("PCIEPROF_TRACE_READER", "scan")
+READERS = ("scan", "chunked", "ijson")
+_BLOCK = 1 << 20  # bytes read at a time (a block and its temporaries stay in a core's L2 cache)
+_AHEAD = 4  # blocks the reading thread may have decompressed ahead of the parser
 _MAX_EVENT = 64 << 20  # a single event larger than this means the file is not a trace
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
-_GPU_CATS = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}
-_LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
-_STEP_RX = re.compile(r"^(ProfilerStep#\d+|step\[.*\])$")
-_BS_RX = re.compile(r"bs=(\d+)")
+# Step markers: SGLang `step[...]`, torch.profiler `ProfilerStep#N`, vLLM's per-iteration
+# `execute_context_<n>(<tokens>)_generation_<n>(<tokens>)` (vllm/v1/worker/gpu_worker.py,
+# Worker.annotate_profile) and its model runner's `execute_model` (a record_function, or the
+# Python frame `.../gpu_model_runner.py(<line>): execute_model` of a with_stack trace).
+_STEP_RX = re.compile(r"^(ProfilerStep#\d+|step\[.*\]|execute_context_\d+\(.*\)_generation_\d+\(.*\)"
+                      r"|(?:.*: )?execute_model)$")
 _RANK_NAME_RX = (re.compile(r"TP-(\d+)"), re.compile(r"rank[-_]?(\d+)", re.I))
 _DIST_KEY = b'"distributedInfo"'
 _COMM_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size",
               "Process Group Name", "Process Group Ranks")
+_JSON = json.JSONDecoder()
 
 
 @dataclass
@@ -152,9 +169,11 @@ _WITH_CORR = {b"kernel", b"gpu_memcpy", b"gpu_memset", b"cuda_runtime", b"cuda_d
 _WITH_STREAM = {b"kernel", b"gpu_memcpy", b"gpu_memset"}
 _PH_X = re.compile(rb'"ph"\s*:\s*"X"')
 # category -> code: 0-2 GPU events (kernel, memcpy, memset), 3 launches, 4 CPU ops and
-# annotations, 5 GPU-timeline annotations, 6 the rest
-_CODES: dict[str | bytes, int] = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2, "cuda_runtime": 3, "cuda_driver": 3,
-          "cpu_op": 4, "user_annotation": 4, "gpu_user_annotation": 5}
+# annotations, 5 GPU-timeline annotations, 6 the rest, 7 Python frames (vLLM's execute_model
+# frame can mark steps)
+_CODES: dict[str | bytes, int] = {
+    "kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2, "cuda_runtime": 3, "cuda_driver": 3,
+    "cpu_op": 4, "user_annotation": 4, "gpu_user_annotation": 5, "python_function": 7}
 _CODES.update({k.encode(): v for k, v in list(_CODES.items()) if isinstance(k, str)})
 
 
@@ -165,6 +184,7 @@ class _Builder:
         self.clf = classifier
         self.names: list[str] = []
         self.name_ids: dict[Any, int] = {}  # raw name (bytes or str) -> id
+        self.text_ids: dict[str, int] = {}  # decoded name -> id
         self.families: list[str] = []
         self.family_ids: dict[str, int] = {}
         self.gpu_cls: dict[int, tuple[int, int]] = {}  # name id * 4 + kind -> (bit, family)
@@ -177,6 +197,7 @@ class _Builder:
         self.arg_ids: dict[tuple[Any, ...], int] = {}
         self.arg_table: list[dict[str, Any]] = []
         self.spans: list[tuple[str, str, float, float]] = []
+        self.comm_cache: dict[bytes, int] = {}  # args text -> _arg_id
         self.n_gpu = 0
         self.n_x = 0
 
@@ -196,12 +217,16 @@ class _Builder:
                     n = raw_names[i]
                     v = self.name_ids.get(n, -1)
                     if v < 0:
+                        # raw bytes (scan, regex) and decoded text (orjson) of one name: one id
                         text = n if isinstance(n, str) else (json.loads(b'"' + n + b'"') if b"\\" in n
                                                              else n.decode("utf-8", "replace"))
-                        v = self.name_ids[n] = len(self.names)
-                        self.names.append(text)
-                        self.flags.append((1 if _STEP_RX.match(text) else 0)
-                                          | (2 if text.startswith("cudaGraphLaunch") else 0))
+                        v = self.text_ids.get(text, -1)
+                        if v < 0:
+                            v = self.text_ids[text] = len(self.names)
+                            self.names.append(text)
+                            self.flags.append((1 if _STEP_RX.match(text) else 0)
+                                              | (2 if text.startswith("cudaGraphLaunch") else 0))
+                        self.name_ids[n] = v
                     ids[i] = v
         return np.asarray(ids, dtype=np.int64)
 
@@ -221,41 +246,13 @@ class _Builder:
 
         g = np.nonzero(codes <= 2)[0]
         if g.size:
-            keys = nid[g] * 4 + codes[g]
-            uk, inv = np.unique(keys, return_inverse=True)
-            bits_u, fam_u = np.empty(uk.size, np.int8), np.empty(uk.size, np.int32)
-            cat_of = {0: "kernel", 1: "gpu_memcpy", 2: "gpu_memset"}
-            for j, k in enumerate(uk.tolist()):
-                hit = self.gpu_cls.get(k)
-                if hit is None:
-                    cls, fam = self.clf.gpu(self.names[k // 4], cat_of[k % 4])
-                    hit = self.gpu_cls[k] = (CLASS_BIT[cls], self._family(fam))
-                bits_u[j], fam_u[j] = hit
-            bits = bits_u[inv]
             gl = g.tolist()
-            stream = [streams[i] if streams[i] >= 0 else
-                      (tids[i] if isinstance(tids[i], int) else -1) for i in gl]
-            corr = [corrs[i] for i in gl]
-            for j in np.nonzero(bits == CLASS_BIT[COMM])[0].tolist():
-                kept = self._comm_args(args[gl[j]] or (b"" if raw else {}), raw)
-                if kept:
-                    key = tuple((k, v if isinstance(v, (int, float, str)) else json.dumps(v))
-                                for k, v in kept.items())
-                    aid = self.arg_ids.get(key)
-                    if aid is None:
-                        aid = self.arg_ids[key] = len(self.arg_table)
-                        self.arg_table.append(dict(key))
-                    self.comm_event.append(self.n_gpu + j)
-                    self.comm_arg.append(aid)
-            self.n_gpu += g.size
-            c = self.cols
-            c["g_name"].append(nid[g].astype(np.int32))
-            c["g_ts"].append(ts[g])
-            c["g_dur"].append(dur[g])
-            c["g_stream"].append(np.asarray(stream, dtype=np.int32))
-            c["g_corr"].append(np.asarray(corr, dtype=np.int64))
-            c["g_bit"].append(bits)
-            c["g_family"].append(fam_u[inv])
+            stream = np.asarray([streams[i] if streams[i] >= 0 else
+                                 (tids[i] if isinstance(tids[i], int) else -1) for i in gl])
+            self._add_gpu(nid[g], codes[g], ts[g], dur[g], stream,
+                          np.asarray([corrs[i] for i in gl], dtype=np.int64),
+                          lambda js: [self._arg_id(self._comm_args(args[gl[j]] or (b"" if raw else {}),
+                                                                   raw)) for j in js])
 
         la = np.nonzero(codes == 3)[0]
         if la.size:
@@ -268,10 +265,9 @@ class _Builder:
                 self.cols["l_graph"].append((np.asarray(self.flags, dtype=np.int8)[nid[sel]] & 2) > 0)
 
         # CPU ops count only on traces without GPU events; once one is seen, stop keeping them.
-        if self.n_gpu and self.cols["c_ts"]:
-            for k in ("c_name", "c_ts", "c_dur", "c_bit", "c_family"):
-                self.cols[k].clear()
-        cpu = (codes == 4) | (codes == 5)
+        if self.n_gpu:
+            self.drop_cpu_ops()
+        cpu = (codes == 4) | (codes == 5) | (codes == 7)
         if cpu.any():
             step = cpu & ((np.asarray(self.flags, dtype=np.int8)[nid] & 1) > 0)
             for i in np.nonzero(step)[0].tolist():
@@ -301,6 +297,106 @@ class _Builder:
                 self.cols["c_dur"].append(dur[ki])
                 self.cols["c_bit"].append(np.asarray(keep_bit, dtype=np.int8))
                 self.cols["c_family"].append(np.asarray(keep_fam, dtype=np.int32))
+
+    def _add_gpu(self, nid: np.ndarray, kind: np.ndarray, ts: np.ndarray, dur: np.ndarray,
+                 stream: np.ndarray, corr: np.ndarray,
+                 comm_args: Callable[[list[int]], list[int]]) -> None:
+        """GPU events (kind 0 kernel, 1 memcpy, 2 memset): classified once per (name, kind);
+        `comm_args(js)` gives the row of arg_table of each event js (-1: none), asked only for
+        communication events."""
+        keys = nid * 4 + kind
+        uk, inv = np.unique(keys, return_inverse=True)
+        bits_u, fam_u = np.empty(uk.size, np.int8), np.empty(uk.size, np.int32)
+        cat_of = {0: "kernel", 1: "gpu_memcpy", 2: "gpu_memset"}
+        for j, k in enumerate(uk.tolist()):
+            hit = self.gpu_cls.get(k)
+            if hit is None:
+                cls, fam = self.clf.gpu(self.names[k // 4], cat_of[k % 4])
+                hit = self.gpu_cls[k] = (CLASS_BIT[cls], self._family(fam))
+            bits_u[j], fam_u[j] = hit
+        bits = bits_u[inv]
+        js = np.nonzero(bits == CLASS_BIT[COMM])[0].tolist()
+        for j, aid in zip(js, comm_args(js) if js else []):
+            if aid >= 0:
+                self.comm_event.append(self.n_gpu + j)
+                self.comm_arg.append(aid)
+        self.n_gpu += nid.size
+        c = self.cols
+        c["g_name"].append(nid.astype(np.int32))
+        c["g_ts"].append(ts)
+        c["g_dur"].append(dur)
+        c["g_stream"].append(stream.astype(np.int32))
+        c["g_corr"].append(corr)
+        c["g_bit"].append(bits)
+        c["g_family"].append(fam_u[inv])
+
+    def add_scanned(self, sc: Scanned, block: bytes) -> None:
+        """One block read by trace_scan: GPU events, launches, and step annotations."""
+        self.n_x += sc.n_x
+        if sc.g_name:
+            self._add_gpu(self._ids(sc.g_name), sc.g_code.astype(np.int64), sc.g_ts, sc.g_dur,
+                          sc.g_stream, sc.g_corr,
+                          lambda js: self._comm_ids(block, sc.g_args[js].tolist(),
+                                                    sc.g_end[js].tolist()))
+        if sc.l_corr.size:
+            self.cols["l_corr"].append(sc.l_corr)
+            self.cols["l_ts"].append(sc.l_ts)
+            self.cols["l_graph"].append(sc.l_graph)
+        if sc.marks:
+            nid = self._ids([m[0] for m in sc.marks]).tolist()
+            for i, (_, cat, t, d) in zip(nid, sc.marks):
+                if self.flags[i] & 1:
+                    self.spans.append((self.names[i], cat, t, d))
+
+    def drop_cpu_ops(self) -> None:
+        """Forget the CPU ops kept so far (they count only on traces without GPU events)."""
+        for k in ("c_name", "c_ts", "c_dur", "c_bit", "c_family"):
+            self.cols[k].clear()
+
+    def _arg_id(self, kept: dict[str, Any]) -> int:
+        """Row of arg_table holding these collective args (added when new); -1 for none."""
+        if not kept:
+            return -1
+        key = tuple((k, v if isinstance(v, (int, float, str)) else json.dumps(v))
+                    for k, v in kept.items())
+        aid = self.arg_ids.get(key)
+        if aid is None:
+            aid = self.arg_ids[key] = len(self.arg_table)
+            self.arg_table.append(dict(key))
+        return aid
+
+    def _comm_ids(self, block: bytes, starts: list[int], ends: list[int]) -> list[int]:
+        """_arg_id of each event whose args object starts at block[start] (`end`: where the next
+        event starts). Cached by the text from "Collective name" on when that text holds every
+        kept key (then what comes before it, ids and correlation that vary per call, cannot hold
+        one: JSON keys are unique, and the last of a repeated one wins); else by the whole."""
+        find, cache, out = block.find, self.comm_cache, []
+        for start, end in zip(starts, ends):
+            i = find(b'"Collective name"', start, end)
+            aid = cache.get(block[i:end]) if i > 0 else None
+            if aid is None:
+                aid = cache.get(block[start:end])
+            if aid is None:
+                aid = self._comm_miss(block, start, end, i)
+            out.append(aid)
+        return out
+
+    def _comm_miss(self, block: bytes, start: int, end: int, i: int) -> int:
+        """_comm_ids for args not seen before (i: where "Collective name" starts, or -1)."""
+        try:
+            obj, _ = _JSON.raw_decode(block[start:end].decode("utf-8", "replace"))
+        except ValueError:
+            obj = {}
+        aid = self._arg_id(self._comm_args(obj, False))
+        tail: Any = {}
+        if i > 0:
+            try:
+                tail, _ = _JSON.raw_decode("{" + block[i:end].decode("utf-8", "replace"))
+            except ValueError:
+                pass
+        holds_all = isinstance(tail, dict) and all(k in tail for k in _COMM_ARGS)
+        self.comm_cache[block[i:end] if holds_all else block[start:end]] = aid
+        return aid
 
     @staticmethod
     def _comm_args(a: Any, raw: bool) -> dict[str, Any]:
@@ -396,16 +492,90 @@ def _cut(body: bytes, end: int) -> int | None:
     return None
 
 
-def _read_chunked(raw: IO[bytes], b: _Builder, meta: dict[str, Any]) -> bool:
-    """Feed every event to `b`; fill `meta` with the other top-level keys. False when the
-    document has no traceEvents array."""
+class _Blocks:
+    """Blocks of a file, read (and decompressed) by a helper thread up to _AHEAD blocks ahead, so
+    that inflating and parsing overlap on two cores; errors are raised in the consumer."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw = raw
+        self.q: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=_AHEAD)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="trace-reader", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                data = self.raw.read(_BLOCK)
+                self._put(data)
+                if not data:
+                    return
+        except BaseException as exc:  # handed to the consumer, which raises it
+            self._put(exc)
+
+    def _put(self, item: bytes | BaseException) -> None:
+        while not self.stop.is_set():
+            try:
+                self.q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            try:
+                item = self.q.get(timeout=0.5)
+            except queue.Empty:
+                if not self.thread.is_alive() and self.q.empty():
+                    raise _Malformed("the reading thread ended early") from None
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            if not item:
+                return
+            yield item
+
+    def close(self) -> None:
+        """Stop the thread (it ends at its next block boundary) and wait for it."""
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
+class _Runs:
+    """Hands runs of complete events to the builder in file order: scanned by trace_scan, else
+    (a block laid out otherwise) by the regex/orjson path. A run neither can read (a cut that
+    fell inside a string) is joined to the next one. Runs come followed by trace_scan.PAD (one
+    copy makes both)."""
+
+    def __init__(self, b: _Builder, fast: bool) -> None:
+        self.b, self.fast = b, fast
+        self.carry = b""  # unread events (without PAD)
+
+    def add(self, padded: bytes) -> None:
+        if self.carry:
+            padded = self.carry + b"," + padded
+        sc = scan(padded) if self.fast else None
+        if sc is not None:
+            self.b.add_scanned(sc, padded)
+        elif not _add_run(self.b, padded[:-len(PAD)]):
+            if len(padded) > _MAX_EVENT:
+                raise _Malformed(f"no readable event in {len(padded) >> 20} MB")
+            self.carry = padded[:-len(PAD)]
+            return
+        self.carry = b""
+
+
+def _read_blocks(blocks: Iterable[bytes], b: _Builder, meta: dict[str, Any], fast: bool) -> bool:
+    """Feed every event to `b` (through trace_scan when `fast`, else the regex/orjson path);
+    fill `meta` with the other top-level keys. False when the document has no traceEvents."""
     buf = b""
     meta["_bytes"] = 0
+    it = iter(blocks)
     while True:
         m = _EVENTS_KEY.search(buf)
         if m:
             break
-        data = raw.read(_BLOCK)
+        data = next(it, b"")
         if not data:
             try:
                 doc = orjson.loads(buf)
@@ -427,32 +597,32 @@ def _read_chunked(raw: IO[bytes], b: _Builder, meta: dict[str, Any]) -> bool:
         pass  # a damaged head shows up below as a damaged body
     body = buf[m.end():]
     del buf
+    runs = _Runs(b, fast)
     while True:
-        data = raw.read(_BLOCK)
-        meta["_bytes"] += len(data)
+        data = next(it, b"")
         if not data:
-            try:
-                doc = orjson.loads(b'{"traceEvents":[' + body)
-            except orjson.JSONDecodeError as exc:
-                raise _Malformed(str(exc)) from None
-            if not isinstance(doc, dict):
-                raise _Malformed("not a JSON object")
-            _add_dicts(b, doc.pop("traceEvents", []))
-            meta.update(doc)
-            return True
-        body += data
-        end, done = len(body), False
-        for _ in range(8):  # a cut that does not parse: try an earlier one
-            cut = _cut(body, end)
-            if cut is None:
-                break
-            if _add_run(b, body[:cut]):
-                body = body[body.find(b"{", cut):]
-                done = True
-                break
-            end = cut - 1
-        if not done and len(body) > _MAX_EVENT:
-            raise _Malformed(f"no complete event in {len(body) >> 20} MB")
+            break
+        meta["_bytes"] += len(data)
+        cut = _cut(data, len(data))  # the last event boundary in the new data, if any
+        if cut is None or cut <= 0:
+            body += data
+            if len(body) > _MAX_EVENT:
+                raise _Malformed(f"no complete event in {len(body) >> 20} MB")
+            continue
+        # the run: what was left of the previous data, and this data up to the cut
+        runs.add(b"".join((body, memoryview(data)[:cut], PAD)))
+        body = data[data.find(b"{", cut):]
+    carry = runs.carry
+    # the last events, the end of the array and the keys after it
+    try:
+        doc = orjson.loads(b'{"traceEvents":[' + (carry + b"," if carry else b"") + body)
+    except orjson.JSONDecodeError as exc:
+        raise _Malformed(str(exc)) from None
+    if not isinstance(doc, dict):
+        raise _Malformed("not a JSON object")
+    _add_dicts(b, doc.pop("traceEvents", []))
+    meta.update(doc)
+    return True
 
 
 def _open(path: Path) -> IO[bytes]:
@@ -476,32 +646,88 @@ def rank_from_name(path: Path) -> int | None:
     return None
 
 
-def read_trace(path: Path | str, classifier: Classifier) -> RankTrace:
+def _inline(raw: IO[bytes]) -> Iterator[bytes]:
+    while data := raw.read(_BLOCK):
+        yield data
+
+
+def _read_file(path: Path, b: _Builder, meta: dict[str, Any], fast: bool, ahead: bool) -> bool:
+    raw = _open(path)
+    blocks = _Blocks(raw) if ahead else None
+    try:
+        return _read_blocks(blocks if blocks is not None else _inline(raw), b, meta, fast)
+    finally:
+        if blocks is not None:
+            blocks.close()
+        raw.close()
+
+
+def _read_ijson(path: Path, b: _Builder) -> tuple[bool, dict[str, Any] | None, int]:
+    raw = _open(path)
+    tap = _Tap(raw)
+    try:
+        found, batch = False, []
+        for ev in _ijson.items(tap, "traceEvents.item", use_float=True):
+            found = True
+            batch.append(ev)
+            if len(batch) >= 8192:
+                _add_dicts(b, batch)
+                batch = []
+        _add_dicts(b, batch)
+        return found, tap.info, tap.nbytes
+    finally:
+        raw.close()
+
+
+def _keep_freed_memory() -> None:
+    """Let glibc reuse freed memory instead of returning it to the kernel at once.
+
+    The temporaries of each block (a few MB of numpy arrays) are otherwise fresh mmaps whose
+    page faults (about 1,200 per 1 MB block) cost a third of the scan. Arrays under 4 MB then
+    come from the heap, and up to 16 MB of freed heap is kept for the next block (larger arrays,
+    the columns, are still mapped and returned at once). Process-wide, so done only in the
+    process that reads traces; a no-op where malloc is not glibc's.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 4 << 20)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 16 << 20)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
+
+def read_trace(path: Path | str, classifier: Classifier, ahead: bool = True) -> RankTrace:
     """Stream one Kineto trace file into a RankTrace.
+
+    Args:
+        path: the trace (plain or gzipped JSON).
+        classifier: kernel-name classes.
+        ahead: read and decompress on a helper thread, ahead of the parser (zlib releases the
+            interpreter lock: a second core does it meanwhile). False when every core already
+            runs a reader: the thread would only add switching.
 
     Raises:
         BadInput: the file is not JSON, is truncated, or is not a Kineto trace.
     """
     path = Path(path)
+    if READER not in READERS:
+        raise BadInput(f"PCIEPROF_TRACE_READER={READER!r} is not a reader",
+                       hint=f"use one of {', '.join(READERS)}")
+    _keep_freed_memory()
     b = _Builder(classifier)
-    raw = _open(path)
-    tap = _Tap(raw)
     meta: dict[str, Any] = {}
     try:
-        if READER == "chunked":
-            found = _read_chunked(raw, b, meta)
+        if READER == "ijson":
+            found, info, nbytes = _read_ijson(path, b)
+        else:
+            found = _read_file(path, b, meta, READER == "scan", ahead)
+            if found and READER == "scan" and b.n_gpu == 0:
+                # No GPU events: the CPU ops, which the scan skips, are what attribution counts.
+                b = _Builder(classifier)
+                meta = {}
+                found = _read_file(path, b, meta, False, ahead)
             info = meta.get("distributedInfo")
             nbytes = int(meta.get("_bytes", 0))
-        else:
-            found, batch = False, []
-            for ev in _ijson.items(tap, "traceEvents.item", use_float=True):
-                found = True
-                batch.append(ev)
-                if len(batch) >= 8192:
-                    _add_dicts(b, batch)
-                    batch = []
-            _add_dicts(b, batch)
-            info, nbytes = tap.info, tap.nbytes
     except _Malformed as exc:
         raise BadInput(f"{path}: truncated or malformed trace JSON ({exc})",
                        hint="was the profiler stopped before it finished writing?") from None
@@ -515,13 +741,13 @@ def read_trace(path: Path | str, classifier: Classifier) -> RankTrace:
         raise BadInput(f"{path}: truncated or corrupt file ({exc})") from None
     except UnicodeDecodeError as exc:
         raise BadInput(f"{path}: not a text JSON trace ({exc.reason})") from None
-    finally:
-        raw.close()
     if not found:
         raise BadInput(f"{path}: not a Kineto trace (no traceEvents)",
                        hint="pass the files torch.profiler / SGLang /start_profile wrote")
     if b.n_gpu == 0 and not b.cols["c_ts"]:
         raise BadInput(f"{path}: Kineto trace without GPU kernels or CPU ops to attribute")
+    if b.n_gpu:
+        b.drop_cpu_ops()
     if not isinstance(info, dict):
         info = None
     rank: int | None = None

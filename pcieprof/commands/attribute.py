@@ -54,7 +54,8 @@ def _batches(text: str) -> list[int]:
 @click.option("--drop-last-step", is_flag=True,
               help="Count only events launched before the last ProfilerStep (what HTA does).")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Processes (default: one per trace file, at most the CPU count).")
+              help="Processes (default: one per trace file, at most the CPU count; one for "
+                   "less than 8 MB of files).")
 @click.option("--model", "model", default=None,
               help="Model card (e.g. glm5-nvfp4) for the analytic comm model.")
 @click.option("--topology", type=click.Path(path_type=Path, file_okay=False), default=None,
@@ -154,12 +155,17 @@ def _summary(doc: dict[str, Any]) -> None:
                    f"{_fmt(t['memory_us'])} {_fmt(t['exposed_comm_us'])} "
                    f"{'-' if ov is None else f'{ov:9.2f}':>9} {_fmt(t['idle_us'])} "
                    f"{_fmt(sk.get('wait_us'))} {r['n_steps']} ({r['steps_from']})")
+        if r.get("steps_note"):
+            click.echo(f"     rank {r['rank']}: {r['steps_note']}")
         d = r.get("decode_steps")
-        if d:
-            share = 100 * d["mean_comm_us"] / d["mean_span_us"] if d["mean_span_us"] else 0
-            click.echo(f"     per step (n={d['n']}): span {d['mean_span_us'] / 1e3:.3f} ms, comm "
-                       f"{d['mean_comm_us'] / 1e3:.3f} ms ({share:.1f} %), exposed "
-                       f"{d['mean_exposed_comm_us'] / 1e3:.3f} ms")
+        kinds = r.get("step_kinds") or {}
+        shown = [("per step", d)] if d else [(f"per {k} step", v) for k, v in kinds.items()]
+        for label, v in shown:
+            share = 100 * v["mean_comm_us"] / v["mean_span_us"] if v["mean_span_us"] else 0
+            click.echo(f"     {label} (n={v['n']}): span {v['mean_span_us'] / 1e3:.3f} ms, comm "
+                       f"{v['mean_comm_us'] / 1e3:.3f} ms ({share:.1f} %), compute "
+                       f"{v['mean_compute_us'] / 1e3:.3f} ms, exposed "
+                       f"{v['mean_exposed_comm_us'] / 1e3:.3f} ms")
 
 
 def _model_summary(rows: list[dict[str, Any]]) -> None:
