@@ -1,0 +1,560 @@
+"""The launch search: from the attempts so far, the next configuration to launch, and why.
+
+The first attempt is the best-ranked value on every axis (pcieprof.serve.space). After each
+failure the first matching rule of pcieprof.serve.learn says what the failure teaches: values
+that leave the search, which axes to change next, or that no launch choice can help. The search
+is a pure function of the attempts recorded so far, so a search that was interrupted resumes from
+the bundle and picks the same next step it would have picked. It ends at the first configuration
+that serves correct tokens, when a rule stops it, or when no untried configuration is left near
+the attempts made (it then says which axes it exhausted).
+
+The bundle document `serve/search.json` (written by pcieprof.serve.run, read by `SearchDoc`):
+
+    {"schema_version": 1, "card", "arch", "sglang", "status": running|found|exhausted|stopped|
+     interrupted, "why", "axes": [{"name", "only_when", "values": [{"value", "verdict", "why"}]}],
+     "notes", "excluded": [{"axis", "value", "attempt", "rule"}],
+     "attempts": [{"index", "label", "config": {axis: value}, "rule", "parent", "varied", "why",
+                   "changes", "outcome", "deciding_line", "time_to_failure_s", "time_to_ready_s",
+                   "log"}],
+     "winner": {"index", "label", "config", "argv", "env", "command"} | null,
+     "exhausted_axes", "open_axes", "sources": {key: text}}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from pcieprof.errors import BadInput
+from pcieprof.serve.learn import ATTENTION_AXES, RULES, Rule, in_graph_capture, rule_named
+from pcieprof.serve.space import Config, SearchSpace
+
+SEARCH_SCHEMA = 1
+#: Attempt outcomes that are not a result (the attempt is launched again).
+NOT_A_RESULT = ("running", "interrupted")
+
+
+@dataclass(frozen=True)
+class Tried:
+    """One attempt as the search sees it.
+
+    Attributes:
+        index: the attempt's number in the bundle.
+        config: axis -> value.
+        outcome: its outcome value (`ok`, `nan_in_decode`, ...; `interrupted` is no result).
+        excerpt: the log lines around the decisive one (the decisive line starts with ">").
+        last_progress: the last progress line of its log ("" if none).
+        rule: the rule that chose it (`first` for the first).
+        parent: the attempt it was derived from.
+        varied: the axes its rule changed (repairs not counted).
+    """
+
+    index: int
+    config: Config
+    outcome: str
+    excerpt: str = ""
+    last_progress: str = ""
+    rule: str = "first"
+    parent: int | None = None
+    varied: tuple[str, ...] = ()
+
+    @property
+    def deciding_line(self) -> str:
+        for ln in self.excerpt.splitlines():
+            if ln.startswith(">"):
+                return ln[1:].strip()
+        return self.last_progress
+
+
+@dataclass(frozen=True)
+class Step:
+    """The next attempt.
+
+    Attributes:
+        config: axis -> value.
+        rule: the rule that chose it (`first` for the first attempt).
+        parent: the attempt it is derived from (None for the first).
+        varied: the axes the rule changed.
+        why: the reason, one line.
+        changes: one line per changed axis, with the ranking reason or the requirement.
+        sources: the source keys behind the chosen values.
+    """
+
+    config: Config
+    rule: str
+    parent: int | None
+    varied: tuple[str, ...]
+    why: str
+    changes: tuple[str, ...]
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class End:
+    """The search is over without a configuration that serves.
+
+    Attributes:
+        status: `stopped` (a rule or the attempt limit) or `exhausted`.
+        why: one line.
+        hint: what to do next.
+        exhausted_axes: axes every value of which was tried or excluded.
+        open_axes: axes with values never tried.
+    """
+
+    status: str
+    why: str
+    hint: str = ""
+    exhausted_axes: tuple[str, ...] = ()
+    open_axes: tuple[str, ...] = ()
+
+
+@dataclass
+class Learned:
+    """What the attempts so far taught.
+
+    Attributes:
+        excluded: axis -> values out of the search.
+        excluded_by: (axis, value, attempt index, rule name) per exclusion.
+        rules: attempt index -> the rule that matched its failure.
+    """
+
+    excluded: dict[str, set[str]] = field(default_factory=dict)
+    excluded_by: list[tuple[str, str, int, str]] = field(default_factory=list)
+    rules: dict[int, Rule] = field(default_factory=dict)
+
+
+class Search:
+    """The search over one card's space.
+
+    Args:
+        space: the search space (card, architecture, installed SGLang).
+        start: axis -> value the first attempt uses (the backends a user gave); the other axes
+            take their best-ranked values. Later attempts may change them.
+        max_attempts: attempts (results, not interrupted ones) after which it stops.
+
+    Raises:
+        BadInput: `start` names an axis the space lacks, or SGLang refuses it whatever the
+            other axes are.
+    """
+
+    def __init__(self, space: SearchSpace, start: Mapping[str, str] | None = None,
+                 max_attempts: int = 16) -> None:
+        self.space = space
+        self.start = {k: v for k, v in (start or {}).items() if v}
+        self.max_attempts = max_attempts
+        for a in self.start:
+            if not space.has(a):
+                raise BadInput(f"--{a.replace('_', '-')} is not an axis of {space.card}'s search "
+                               f"({', '.join(x.name for x in space.axes)})")
+
+    # -- learning ----------------------------------------------------------------------------------
+
+    def learn(self, history: list[Tried]) -> Learned:
+        """Replay the attempts: which rule each failure matched, what left the search."""
+        done = [t for t in history if t.outcome not in NOT_A_RESULT]
+        out = Learned()
+        for i, t in enumerate(done):
+            if t.outcome == "ok":
+                continue
+            rule = self._match(t, done[:i], out)
+            out.rules[t.index] = rule
+            if rule.action == "exclude":
+                for ax, v in self._blamed(t, rule, done):
+                    if v not in out.excluded.setdefault(ax, set()):
+                        out.excluded[ax].add(v)
+                        out.excluded_by.append((ax, v, t.index, rule.name))
+        return out
+
+    def _match(self, t: Tried, before: list[Tried], learned: Learned) -> Rule:
+        for rule in RULES:
+            if rule.covers(t.outcome) and self._holds(rule, t, before, learned):
+                return rule
+        return RULES[-1]
+
+    def _holds(self, rule: Rule, t: Tried, before: list[Tried], learned: Learned) -> bool:
+        if rule.when == "":
+            return True
+        if rule.when == "names_value":
+            return bool(self.space.named_in(t.excerpt, t.config))
+        if rule.when == "one_axis_changed":
+            return len(_changed_from_parent(t, before)) == 1
+        if rule.when == "in_graph_capture":
+            return in_graph_capture(t.last_progress, t.excerpt)
+        if rule.when == "survived_attention_change":
+            if any(_together(b.rule) for b in [*before, t]):
+                return False  # the GEMM/MoE/KV group was tried once already
+            for b in before:
+                if b.outcome != t.outcome:
+                    continue
+                diff = {a for a in t.config if t.config[a] != b.config.get(a, "")}
+                if diff and diff <= set(ATTENTION_AXES) and "attention_backend" in diff:
+                    return True
+            return False
+        return False
+
+    def _blamed(self, t: Tried, rule: Rule, done: list[Tried]) -> list[tuple[str, str]]:
+        if rule.when == "names_value":
+            return self.space.named_in(t.excerpt, t.config)
+        if rule.when == "one_axis_changed":
+            return [(a, t.config[a]) for a in _changed_from_parent(t, done)]
+        return []
+
+    # -- choosing ------------------------------------------------------------------------------------
+
+    def next(self, history: list[Tried]) -> Step | End:
+        """The next attempt after `history` (None of it `ok`), or the end of the search."""
+        done = [t for t in history if t.outcome not in NOT_A_RESULT]
+        if not done:
+            return self._first()
+        learned = self.learn(done)
+        last = done[-1]
+        rule = learned.rules[last.index]
+        if rule.action == "stop":
+            return End("stopped", f"attempt {last.index} ended {last.outcome}: {rule.why}",
+                       rule.hint, *self.coverage(done, learned))
+        if len(done) >= self.max_attempts:
+            return End("stopped", f"{len(done)} attempts made (the limit, --max-attempts)",
+                       "raise --max-attempts, or pin the axes you know with their flags",
+                       *self.coverage(done, learned))
+        tried = [t.config for t in history if t.outcome not in NOT_A_RESULT]
+        base, base_index = self._base(last, done, learned)
+        first_axes: tuple[str, ...] = rule.axes
+        if rule.action == "exclude":
+            first_axes = tuple(dict.fromkeys(ax for ax, _v, i, _r in learned.excluded_by
+                                             if i == last.index))
+        why = f"attempt {last.index} ended {last.outcome}: {rule.why} (rule {rule.name})"
+        if rule.action == "vary_together":
+            step = self._together(base, base_index, rule, why, learned, tried)
+            if step is not None:
+                return step
+        order = list(first_axes) + [a.name for a in self.space.axes if a.name not in first_axes]
+        alike: dict[str, set[str]] = {}
+        for t in done:
+            if t.outcome == last.outcome:
+                for a, v in t.config.items():
+                    alike.setdefault(a, set()).add(v)
+        step = self._neighbour(base, base_index, order, rule, why, learned, tried, alike)
+        if step is not None:
+            return step
+        for t in reversed(done):  # nothing left next to the last one: next to an earlier one
+            step = self._neighbour(t.config, t.index, order, rule,
+                                   why + f"; nothing untried next to attempt {base_index}, so "
+                                         f"next to attempt {t.index}", learned, tried, alike)
+            if step is not None:
+                return step
+        ex, op = self.coverage(done, learned)
+        return End("exhausted", f"no untried configuration left after {len(done)} attempts "
+                                f"(axes exhausted: {', '.join(ex) or 'none'})",
+                   "pin an axis to a value this card does not list (serve-bench --<axis> ...)"
+                   " or add one to the card's [search]", ex, op)
+
+    def _first(self) -> Step:
+        if self.start:
+            got = self.space.repair(self.start, self.start, {})
+            if got is None:
+                raise BadInput(f"SGLang refuses the backends given ({_show(self.start)}) "
+                               f"whatever the other axes are",
+                               hint="; ".join(r.text() for r in self.space.requirements
+                                              if r.applies({**self.space.first()[0],
+                                                            **self.start})) or None)
+            cfg, repaired = got
+            why = f"the backends given ({_show(self.start)}); the other axes best-ranked"
+        else:
+            cfg, repaired = self.space.first()
+            why = "the best-ranked value on every axis"
+        changes = []
+        sources = []
+        for a in self.space.axes:
+            v = cfg.get(a.name, "")
+            if not v:
+                continue
+            r = self.space.rank_of(a.name, v)
+            if a.name in self.start:
+                reason = "given"
+            elif a.name in repaired:
+                reason = f"({repaired[a.name]})"
+            else:
+                reason = r.why if r else ""
+            changes.append(f"{a.name} = {v}: {reason}")
+            if r and r.source and a.name not in repaired and a.name not in self.start:
+                sources.append(r.source)
+        return Step(cfg, "first", None, tuple(self.start), why, tuple(changes),
+                    tuple(dict.fromkeys(sources)))
+
+    def _base(self, last: Tried, done: list[Tried], learned: Learned) -> tuple[Config, int]:
+        """Where the next change starts: the last attempt, except after a group change that did
+        not help (back to the configuration before it)."""
+        if _together(last.rule) and last.parent is not None:
+            parent = next((t for t in done if t.index == last.parent), None)
+            if parent is not None and parent.outcome == last.outcome:
+                return parent.config, parent.index
+        return last.config, last.index
+
+    def _allowed(self, cfg: Mapping[str, str], learned: Learned, tried: list[Config]) -> bool:
+        if any(cfg.get(a, "") in vals for a, vals in learned.excluded.items()):
+            return False
+        return dict(cfg) not in tried
+
+    def _neighbour(self, base: Config, base_index: int, order: list[str], rule: Rule, why: str,
+                   learned: Learned, tried: list[Config], failed_alike: dict[str, set[str]]
+                   ) -> Step | None:
+        """The first single-axis change of `base`, axes in `order`, values by rank. Values that
+        already ended the same way on that axis come last (they were tried and failed alike)."""
+        for ax in order:
+            if not self.space.has(ax) or not self.space.axis(ax).applies(base):
+                continue
+            ranked = self.space.ranked(ax)
+            seen = failed_alike.get(ax, set())
+            for r in [r for r in ranked if r.value not in seen] + \
+                     [r for r in ranked if r.value in seen]:
+                if r.value == base.get(ax) or r.value in learned.excluded.get(ax, set()):
+                    continue
+                got = self.space.repair({**base, ax: r.value}, (ax,), learned.excluded)
+                if got is None or not self._allowed(got[0], learned, tried):
+                    continue
+                cfg, repaired = got
+                return Step(cfg, rule.name, base_index, (ax,), why,
+                            self._changes(base, cfg, {ax: r.why}, repaired),
+                            (r.source,) if r.source else ())
+        return None
+
+    def _together(self, base: Config, base_index: int, rule: Rule, why: str, learned: Learned,
+                  tried: list[Config]) -> Step | None:
+        cfg = dict(base)
+        reasons, sources = {}, []
+        for ax in rule.axes:
+            if not self.space.has(ax) or not self.space.axis(ax).applies(cfg):
+                continue
+            r = next((r for r in self.space.ranked(ax) if r.value != base.get(ax)
+                      and r.value not in learned.excluded.get(ax, set())), None)
+            if r is None:
+                continue
+            cfg[ax] = r.value
+            reasons[ax] = r.why
+            if r.source:
+                sources.append(r.source)
+        others = [a.name for a in self.space.axes if a.name not in rule.axes]
+        got = self.space.repair(cfg, others, learned.excluded)
+        if got is None or not self._allowed(got[0], learned, tried) or got[0] == base:
+            return None
+        cfg, repaired = got
+        varied = tuple(ax for ax in reasons if cfg.get(ax) != base.get(ax))
+        return Step(cfg, rule.name, base_index, varied, why,
+                    self._changes(base, cfg, reasons, repaired), tuple(dict.fromkeys(sources)))
+
+    def _changes(self, base: Config, cfg: Config, reasons: dict[str, str],
+                 repaired: dict[str, str]) -> tuple[str, ...]:
+        """One line per axis that differs from `base`: the ranking reason for a chosen value, the
+        requirement for one a repair set."""
+        out = []
+        for a in self.space.axes:
+            old, new = base.get(a.name, ""), cfg.get(a.name, "")
+            if old == new:
+                continue
+            reason = reasons.get(a.name) if a.name in reasons and a.name not in repaired \
+                else f"({repaired.get(a.name, 'follows from the other changes')})"
+            out.append(f"{a.name}: {old or '-'} -> {new or '-'}: {reason}")
+        return tuple(out)
+
+    def coverage(self, done: list[Tried], learned: Learned) -> tuple[tuple[str, ...],
+                                                                       tuple[str, ...]]:
+        exhausted, open_ = [], []
+        for a in self.space.axes:
+            seen = {t.config.get(a.name, "") for t in done} | learned.excluded.get(a.name, set())
+            (exhausted if set(a.values) <= seen else open_).append(a.name)
+        return tuple(exhausted), tuple(open_)
+
+    # -- the plan for --dry-run ----------------------------------------------------------------------
+
+    def plan(self, n: int) -> list[Step | End]:
+        """The first `n` attempts when every one ends without a recognised cause (`crashed`):
+        the order the search tries things before it learns anything."""
+        history: list[Tried] = []
+        out: list[Step | End] = []
+        for i in range(n):
+            nxt = self.next(history)
+            out.append(nxt)
+            if isinstance(nxt, End):
+                break
+            history.append(Tried(i, nxt.config, "crashed", rule=nxt.rule, parent=nxt.parent,
+                                 varied=nxt.varied))
+        return out
+
+
+# -- the bundle document -------------------------------------------------------------------------
+
+
+def search_document(search: Search, tried: list[Tried], rows: list[Mapping[str, Any]], *,
+                    status: str, why: str,
+                    winner: Mapping[str, Any] | None, end: End | None,
+                    sources: Mapping[str, str], sglang: str | None) -> dict[str, Any]:
+    """serve/search.json's content (see the module docstring; read back with SearchDoc).
+
+    Args:
+        search: the search.
+        tried: the attempts as the search sees them (to replay what they taught).
+        rows: one dict per attempt (the fields of SearchAttempt, plus parent and varied).
+        status: `running`, `found`, `exhausted`, `stopped` or `interrupted`.
+        why: one line.
+        winner: the winner's fields (see Winner), or None.
+        end: how the search ended without a winner, if it did.
+        sources: the card's source keys.
+        sglang: the SGLang version whose parser the flags were checked against.
+    """
+    sp = search.space
+    done = [t for t in tried if t.outcome not in NOT_A_RESULT]
+    learned = search.learn(done)
+    exhausted, open_ = search.coverage(done, learned)
+    return {
+        "schema_version": SEARCH_SCHEMA, "card": sp.card, "like": sp.like, "arch": sp.arch,
+        "sglang": sglang, "status": status, "why": why,
+        "axes": [{"name": a.name, "only_when": {k: list(v) for k, v in a.only_when.items()},
+                  "values": [{"value": r.value, "verdict": r.verdict, "why": r.why}
+                             for r in sp.ranked(a.name)]} for a in sp.axes],
+        "notes": list(sp.notes),
+        "rules": [{"name": r.name, "outcomes": list(r.outcomes), "when": r.when,
+                   "action": r.action, "axes": list(r.axes), "why": r.why} for r in RULES],
+        "excluded": [{"axis": a, "value": v, "attempt": i, "rule": n}
+                     for a, v, i, n in learned.excluded_by],
+        "attempts": [dict(r) for r in rows],
+        "winner": dict(winner) if winner else None,
+        "end": {"status": end.status, "why": end.why, "hint": end.hint} if end else None,
+        "exhausted_axes": list(end.exhausted_axes if end else exhausted),
+        "open_axes": list(end.open_axes if end else open_),
+        "sources": dict(sources),
+    }
+
+
+@dataclass(frozen=True)
+class SearchAttempt:
+    """One row of search.json's attempts.
+
+    Attributes:
+        index: attempt number (its log is serve/server-<index>.log).
+        label: the short configuration name.
+        config: axis -> value ("" = not given).
+        rule: the rule that chose it (`first` for the first).
+        why: why it was chosen.
+        changes: what changed from its parent, and why each value.
+        outcome: how it ended (`ok`, `nan_in_decode`, ..., `interrupted`).
+        deciding_line: the log line that decided the outcome.
+        time_to_failure_s: seconds from launch to the failure (None when it served).
+        time_to_ready_s: seconds from launch to ready (None when it never was).
+        log: the server log's path.
+    """
+
+    index: int
+    label: str
+    config: dict[str, str]
+    rule: str
+    why: str
+    changes: tuple[str, ...]
+    outcome: str
+    deciding_line: str
+    time_to_failure_s: float | None
+    time_to_ready_s: float | None
+    log: str
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "SearchAttempt":
+        return cls(index=int(d["index"]), label=str(d.get("label", "")),
+                   config={str(k): str(v) for k, v in d.get("config", {}).items()},
+                   rule=str(d.get("rule", "")), why=str(d.get("why", "")),
+                   changes=tuple(str(x) for x in d.get("changes", [])),
+                   outcome=str(d.get("outcome", "")),
+                   deciding_line=str(d.get("deciding_line", "")),
+                   time_to_failure_s=_float(d.get("time_to_failure_s")),
+                   time_to_ready_s=_float(d.get("time_to_ready_s")), log=str(d.get("log", "")))
+
+
+@dataclass(frozen=True)
+class Winner:
+    """The configuration that served correct tokens.
+
+    Attributes:
+        index: its attempt.
+        label: its short name.
+        config: axis -> value.
+        argv: the exact server command (argv[0] is `python3` for SGLang).
+        env: the environment it set for the server.
+        command: the same as one shell line, ready to paste.
+    """
+
+    index: int
+    label: str
+    config: dict[str, str]
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    command: str
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Winner":
+        return cls(index=int(d["index"]), label=str(d.get("label", "")),
+                   config={str(k): str(v) for k, v in d.get("config", {}).items()},
+                   argv=tuple(str(x) for x in d.get("argv", [])),
+                   env={str(k): str(v) for k, v in d.get("env", {}).items()},
+                   command=str(d.get("command", "")))
+
+
+@dataclass(frozen=True)
+class SearchDoc:
+    """serve/search.json: the launch search of one serve-bench bundle.
+
+    Attributes:
+        card: the model card.
+        arch: the GPU architecture searched for.
+        status: `running`, `found`, `exhausted`, `stopped` or `interrupted`.
+        why: one line: what was found, or why the search ended without it.
+        attempts: every attempt, in order.
+        winner: the configuration that served, or None.
+        exhausted_axes: axes every value of which was tried or excluded.
+        open_axes: axes with values never tried.
+        sources: source key -> text (the card's [sources]).
+    """
+
+    card: str
+    arch: str
+    status: str
+    why: str
+    attempts: tuple[SearchAttempt, ...]
+    winner: Winner | None
+    exhausted_axes: tuple[str, ...] = ()
+    open_axes: tuple[str, ...] = ()
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "SearchDoc":
+        """Read the document; fields an older file lacks get their defaults."""
+        w = d.get("winner")
+        return cls(card=str(d.get("card", "")), arch=str(d.get("arch", "")),
+                   status=str(d.get("status", "")), why=str(d.get("why", "")),
+                   attempts=tuple(SearchAttempt.from_json(a) for a in d.get("attempts", [])),
+                   winner=Winner.from_json(w) if w else None,
+                   exhausted_axes=tuple(d.get("exhausted_axes", [])),
+                   open_axes=tuple(d.get("open_axes", [])),
+                   sources={str(k): str(v) for k, v in d.get("sources", {}).items()})
+
+    @property
+    def found(self) -> bool:
+        return self.winner is not None
+
+
+def _changed_from_parent(t: Tried, others: list[Tried]) -> list[str]:
+    """The axes whose value `t` changed from its parent, when the change set a value."""
+    parent = next((b for b in others if b.index == t.parent), None)
+    if parent is None:
+        return []
+    return [a for a, v in t.config.items() if v and v != parent.config.get(a, "")]
+
+
+def _together(rule_name: str) -> bool:
+    r = rule_named(rule_name)
+    return r is not None and r.action == "vary_together"
+
+
+def _show(cfg: Mapping[str, str]) -> str:
+    return ", ".join(f"{a}={v}" for a, v in cfg.items())
+
+
+def _float(x: Any) -> float | None:
+    return None if x is None else float(x)
