@@ -328,7 +328,7 @@ def _options(card: Any, base: Any, kw: dict[str, Any], parser: Any, prefix: Any,
     stall = kw["stall_timeout"] if kw["stall_timeout"] is not None else facts.stall_timeout_s
     return BenchOptions(
         card=card, base=base, search=search, resume=kw["resume"], sweep_file=kw["sweep_file"],
-        prefix=prefix, url=kw["url"], api=kw["api"],
+        prefix=prefix, fresh_port=kw["port"] is None, url=kw["url"], api=kw["api"],
         concurrencies=_ints(kw["concurrency"], "--concurrency") or (1,),
         request_rate=kw["request_rate"], num_requests=kw["num_requests"], warmup=kw["warmup"],
         input_len=kw["input_len"], output_len=kw["output_len"], seed=kw["seed"],

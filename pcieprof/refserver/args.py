@@ -86,8 +86,10 @@ class Injection:
 
     kind: str = "none"
     after_steps: int = 0
-    line: str = ""
-    rule: str = ""
+    # Not in repr: the server logs its args, and the fault's own text must appear in the log
+    # only where the fault happens.
+    line: str = field(default="", repr=False)
+    rule: str = field(default="", repr=False)
 
     def describe(self) -> str:
         if self.kind in ("nan-after", "hang") and self.after_steps:

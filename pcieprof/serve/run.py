@@ -27,7 +27,7 @@ from pcieprof.errors import BadInput, ExitCode, PcieprofError
 from pcieprof.serve import decode_curve, profiling
 from pcieprof.serve.cards import ModelCard
 from pcieprof.serve.client import LoadSpec, run_load
-from pcieprof.serve.launcher import ServerProcess, http_get
+from pcieprof.serve.launcher import ServerProcess, free_port, http_get
 from pcieprof.serve.metrics import FORMULAS, RequestRecord, summarize
 from pcieprof.serve.outcomes import Outcome
 from pcieprof.serve.search import NOT_A_RESULT, End, Search, Tried, search_document
@@ -46,6 +46,7 @@ class BenchOptions:
     resume: bool = False  # continue the search recorded in the bundle
     sweep_file: Path | None = None
     prefix: LaunchPrefix | None = None
+    fresh_port: bool = False  # no --port given: each attempt takes a port free at its start
     url: str | None = None
     api: str = "generate"
     concurrencies: tuple[int, ...] = (1, 4, 16, 64)
@@ -180,7 +181,8 @@ def _row(a: Attempt) -> dict[str, Any]:
     return {"index": a.index, "label": s.get("label", a.name), "config": s.get("config", {}),
             "rule": s.get("rule", ""), "parent": s.get("parent"), "varied": s.get("varied", []),
             "why": s.get("why", ""), "changes": s.get("changes", []), "outcome": a.outcome,
-            "summary": a.summary, "deciding_line": a.deciding_line or a.last_progress,
+            "summary": a.summary,
+            "deciding_line": "" if a.ok else (a.deciding_line or a.last_progress),
             "time_to_failure_s": a.time_to_failure_s, "time_to_ready_s": a.time_to_ready_s,
             "log": a.log}
 
@@ -243,6 +245,8 @@ def _attempt_all(bundle: Bundle, opts: BenchOptions, plan: _Plan,
         if isinstance(entry, End):
             return _none_served(bundle, opts, plan, attempts, entry)
         i = len(attempts)
+        if opts.fresh_port:  # another process may have taken the last one meanwhile
+            entry.config = entry.config.with_(port=free_port(_client_host(entry.config.host)))
         cmd = build_command(opts.card, entry.config, parser=opts.parser, prefix=opts.prefix)
         if not bundle.has("serve/command.json"):
             bundle.write_json("serve/command.json", {**cmd.to_json(),

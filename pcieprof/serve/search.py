@@ -175,7 +175,7 @@ class Search:
         if rule.when == "":
             return True
         if rule.when == "names_value":
-            return bool(self.space.named_in(t.excerpt, t.config))
+            return bool(self.space.named_in(_deciding_text(t.excerpt), t.config))
         if rule.when == "one_axis_changed":
             return len(_changed_from_parent(t, before)) == 1
         if rule.when == "in_graph_capture":
@@ -194,7 +194,7 @@ class Search:
 
     def _blamed(self, t: Tried, rule: Rule, done: list[Tried]) -> list[tuple[str, str]]:
         if rule.when == "names_value":
-            return self.space.named_in(t.excerpt, t.config)
+            return self.space.named_in(_deciding_text(t.excerpt), t.config)
         if rule.when == "one_axis_changed":
             return [(a, t.config[a]) for a in _changed_from_parent(t, done)]
         return []
@@ -537,6 +537,16 @@ class SearchDoc:
     @property
     def found(self) -> bool:
         return self.winner is not None
+
+
+def _deciding_text(excerpt: str) -> str:
+    """The decisive log line and the lines before it in the excerpt (a traceback's frames name
+    the library; what follows is other ranks' noise)."""
+    lines = excerpt.splitlines()
+    for i, ln in enumerate(lines):
+        if ln.startswith(">"):
+            return "\n".join(lines[:i + 1])
+    return ""
 
 
 def _changed_from_parent(t: Tried, others: list[Tried]) -> list[str]:

@@ -25,6 +25,7 @@ report, so that the search has something to learn.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from itertools import combinations, product
 from typing import Any, Callable, Iterable, Mapping
@@ -439,8 +440,9 @@ class SearchSpace:
             if not v:
                 continue
             flag = FLAGS[ax.name]
-            if flag and flag in text and v in text:  # a refusal that quotes the flag and value
-                out.append((ax.name, v))
+            if flag and re.search(re.escape(flag) + r"[\s:=]+(?:invalid choice:\s*)?'?"
+                                  + re.escape(v) + r"\b", text):
+                out.append((ax.name, v))  # a refusal that quotes the flag and its value
                 continue
             words = [w for w in self.log_names.get(v, ()) if w.lower() in low]
             if not words:
