@@ -250,7 +250,8 @@ class Search:
 
     def _first(self) -> Step:
         if self.start:
-            got = self.space.repair(self.start, self.start, {})
+            given = self.space.applicable(self.start)
+            got = self.space.repair(given, given, {})
             if got is None:
                 raise BadInput(f"SGLang refuses the backends given ({_show(self.start)}) "
                                f"whatever the other axes are",

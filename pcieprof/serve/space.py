@@ -350,6 +350,18 @@ class SearchSpace:
                 out[a.name] = best or ""
         return out
 
+    def applicable(self, given: Mapping[str, str]) -> Config:
+        """`given` plus what makes each given axis apply (the DSA backends need
+        `--attention-backend dsa`), at the best value allowed, where not given itself."""
+        out = dict(given)
+        for a in self.axes:
+            if not out.get(a.name):
+                continue
+            for cond, vals in a.only_when.items():
+                if out.get(cond, "") not in vals and cond not in given:
+                    out[cond] = self.best(cond, {}, among=vals) or vals[0]
+        return out
+
     def best(self, axis: str, excluded: Mapping[str, set[str]],
              among: Iterable[str] | None = None) -> str | None:
         """The best-ranked value of `axis` not excluded (and in `among` when given)."""
@@ -382,6 +394,8 @@ class SearchSpace:
         """
         fixed = set(fixed)
         start = self.normalise(cfg, excluded, keep=fixed)
+        if any(start.get(f) != cfg.get(f) for f in fixed if cfg.get(f)):
+            return None  # a fixed value that does not apply with the other fixed ones
         if self.violated(start) is None:
             return start, {}
         free = [a for a in self.axes if a.name not in fixed]
