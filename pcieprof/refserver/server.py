@@ -198,9 +198,9 @@ def _hang_in_capture(steps: int = 6, done: int = 2) -> None:
     `steps` batch sizes, then never finish (as sgl-project/sglang PR #29580 reports for the full
     decode graph on SM120). The HTTP server never starts; SIGTERM still stops everything."""
     sizes = [2 ** i for i in range(steps)][::-1]
-    logs.rank_log.info(f"Capture target decode CUDA graph begin. backend=full, "
-                       f"num_tokens_per_req=1, avail mem=0.00 GB [pcieprof inject] hang-in-capture:"
-                       f" this capture never ends (injected fault)")
+    logs.rank_log.info("Capture target decode CUDA graph begin. backend=full, "
+                       "num_tokens_per_req=1, avail mem=0.00 GB [pcieprof inject] hang-in-capture:"
+                       " this capture never ends (injected fault)")
     for i, bs in enumerate(sizes[:done]):
         time.sleep(0.2)
         logs.rank_log.info(f"Capturing batches (bs={bs} avail_mem=0.00 GB): "
