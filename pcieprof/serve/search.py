@@ -8,7 +8,8 @@ the bundle and picks the same next step it would have picked. It ends at the fir
 that serves correct tokens, when a rule stops it, or when no untried configuration is left near
 the attempts made (it then says which axes it exhausted).
 
-The bundle document `serve/search.json` (written by pcieprof.serve.run, read by `SearchDoc`):
+The bundle document `serve/search.json` (written by pcieprof.serve.run; read it with
+pcieprof.serve.search_doc.SearchDoc):
 
     {"schema_version": 1, "card", "arch", "sglang", "status": running|found|exhausted|stopped|
      interrupted, "why", "axes": [{"name", "only_when", "values": [{"value", "verdict", "why"}]}],
@@ -27,9 +28,9 @@ from typing import Any, Mapping
 
 from pcieprof.errors import BadInput
 from pcieprof.serve.learn import ATTENTION_AXES, RULES, Rule, in_graph_capture, rule_named
+from pcieprof.serve.search_doc import SEARCH_SCHEMA
 from pcieprof.serve.space import Config, SearchSpace
 
-SEARCH_SCHEMA = 1
 #: Attempt outcomes that are not a result (the attempt is launched again).
 NOT_A_RESULT = ("running", "interrupted")
 
@@ -426,120 +427,6 @@ def search_document(search: Search, tried: list[Tried], rows: list[Mapping[str, 
     }
 
 
-@dataclass(frozen=True)
-class SearchAttempt:
-    """One row of search.json's attempts.
-
-    Attributes:
-        index: attempt number (its log is serve/server-<index>.log).
-        label: the short configuration name.
-        config: axis -> value ("" = not given).
-        rule: the rule that chose it (`first` for the first).
-        why: why it was chosen.
-        changes: what changed from its parent, and why each value.
-        outcome: how it ended (`ok`, `nan_in_decode`, ..., `interrupted`).
-        deciding_line: the log line that decided the outcome.
-        time_to_failure_s: seconds from launch to the failure (None when it served).
-        time_to_ready_s: seconds from launch to ready (None when it never was).
-        log: the server log's path.
-    """
-
-    index: int
-    label: str
-    config: dict[str, str]
-    rule: str
-    why: str
-    changes: tuple[str, ...]
-    outcome: str
-    deciding_line: str
-    time_to_failure_s: float | None
-    time_to_ready_s: float | None
-    log: str
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "SearchAttempt":
-        return cls(index=int(d["index"]), label=str(d.get("label", "")),
-                   config={str(k): str(v) for k, v in d.get("config", {}).items()},
-                   rule=str(d.get("rule", "")), why=str(d.get("why", "")),
-                   changes=tuple(str(x) for x in d.get("changes", [])),
-                   outcome=str(d.get("outcome", "")),
-                   deciding_line=str(d.get("deciding_line", "")),
-                   time_to_failure_s=_float(d.get("time_to_failure_s")),
-                   time_to_ready_s=_float(d.get("time_to_ready_s")), log=str(d.get("log", "")))
-
-
-@dataclass(frozen=True)
-class Winner:
-    """The configuration that served correct tokens.
-
-    Attributes:
-        index: its attempt.
-        label: its short name.
-        config: axis -> value.
-        argv: the exact server command (argv[0] is `python3` for SGLang).
-        env: the environment it set for the server.
-        command: the same as one shell line, ready to paste.
-    """
-
-    index: int
-    label: str
-    config: dict[str, str]
-    argv: tuple[str, ...]
-    env: dict[str, str]
-    command: str
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "Winner":
-        return cls(index=int(d["index"]), label=str(d.get("label", "")),
-                   config={str(k): str(v) for k, v in d.get("config", {}).items()},
-                   argv=tuple(str(x) for x in d.get("argv", [])),
-                   env={str(k): str(v) for k, v in d.get("env", {}).items()},
-                   command=str(d.get("command", "")))
-
-
-@dataclass(frozen=True)
-class SearchDoc:
-    """serve/search.json: the launch search of one serve-bench bundle.
-
-    Attributes:
-        card: the model card.
-        arch: the GPU architecture searched for.
-        status: `running`, `found`, `exhausted`, `stopped` or `interrupted`.
-        why: one line: what was found, or why the search ended without it.
-        attempts: every attempt, in order.
-        winner: the configuration that served, or None.
-        exhausted_axes: axes every value of which was tried or excluded.
-        open_axes: axes with values never tried.
-        sources: source key -> text (the card's [sources]).
-    """
-
-    card: str
-    arch: str
-    status: str
-    why: str
-    attempts: tuple[SearchAttempt, ...]
-    winner: Winner | None
-    exhausted_axes: tuple[str, ...] = ()
-    open_axes: tuple[str, ...] = ()
-    sources: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> "SearchDoc":
-        """Read the document; fields an older file lacks get their defaults."""
-        w = d.get("winner")
-        return cls(card=str(d.get("card", "")), arch=str(d.get("arch", "")),
-                   status=str(d.get("status", "")), why=str(d.get("why", "")),
-                   attempts=tuple(SearchAttempt.from_json(a) for a in d.get("attempts", [])),
-                   winner=Winner.from_json(w) if w else None,
-                   exhausted_axes=tuple(d.get("exhausted_axes", [])),
-                   open_axes=tuple(d.get("open_axes", [])),
-                   sources={str(k): str(v) for k, v in d.get("sources", {}).items()})
-
-    @property
-    def found(self) -> bool:
-        return self.winner is not None
-
-
 def _deciding_text(excerpt: str) -> str:
     """The decisive log line and the lines before it in the excerpt (a traceback's frames name
     the library; what follows is other ranks' noise)."""
@@ -565,7 +452,3 @@ def _together(rule_name: str) -> bool:
 
 def _show(cfg: Mapping[str, str]) -> str:
     return ", ".join(f"{a}={v}" for a, v in cfg.items())
-
-
-def _float(x: Any) -> float | None:
-    return None if x is None else float(x)

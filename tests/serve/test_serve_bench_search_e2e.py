@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from pcieprof.serve.cards import load_card
-from pcieprof.serve.search import Search, SearchDoc, Step, Tried
+from pcieprof.serve.search import Search, Step, Tried
+from pcieprof.serve.search_doc import SearchDoc
 from pcieprof.serve.space import SearchSpace
 
 pytest.importorskip("pcieprof.refserver.server")

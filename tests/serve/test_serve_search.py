@@ -14,7 +14,8 @@ from pcieprof.refserver.args import parse_args
 from pcieprof.serve.cards import load_card
 from pcieprof.serve.outcomes import classify
 from pcieprof.serve.run import _launch_config
-from pcieprof.serve.search import (End, Search, SearchDoc, Step, Tried, search_document)
+from pcieprof.serve.search import End, Search, Step, Tried, search_document
+from pcieprof.serve.search_doc import SearchDoc
 from pcieprof.serve.sglang_cmd import LaunchConfig, build_command
 from pcieprof.serve.space import SearchSpace
 
