@@ -389,7 +389,6 @@ def _dry_run_search(card: Any, base: Any, search: Any, parser: Any, prefix: Any,
     """Print the search: its order (each step with reason and sources), the value ranking per
     axis with the claims behind it, the rules, the commands, the sources."""
     from pcieprof.serve.learn import RULES
-    from pcieprof.serve.run import _launch_config
     from pcieprof.serve.search import End
     from pcieprof.serve.sglang_cmd import build_command, recorded_env
 
@@ -431,7 +430,7 @@ def _dry_run_search(card: Any, base: Any, search: Any, parser: Any, prefix: Any,
         click.echo(f"# attempt {i} [{st.rule}]: {st.why}")
         for change in st.changes:
             click.echo(f"#   {change}")
-        cmd = build_command(card, _launch_config(base, st.config, sp.label(st.config)),
+        cmd = build_command(card, base.with_axes(st.config, sp.label(st.config)),
                             parser=parser, prefix=prefix)
         _echo_command(cmd, recorded_env)
     click.echo("")

@@ -16,8 +16,10 @@ condition on the log or the history; its action says what the search does next:
 Conditions: `names_value` (the decisive log lines name a value of this configuration, by its
 log_names or its flag), `one_axis_changed` (this attempt changed one axis from its parent),
 `survived_attention_change` (an earlier attempt with the same outcome differs from this one only
-on attention axes, and the GEMM/MoE/KV group has not been tried yet), `in_graph_capture` (the last
-progress line before the end was CUDA-graph capture).
+on attention axes, `--attention-backend` among them, and the GEMM/MoE/KV group has not been tried
+yet: a change of the DSA decode kernel alone keeps the search on the decode kernel, which is what
+the field report needed), `in_graph_capture` (the last progress line before the end was
+CUDA-graph capture).
 """
 
 from __future__ import annotations

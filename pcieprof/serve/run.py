@@ -147,7 +147,7 @@ class _SearchPlan(_Plan):
         if isinstance(step, End):
             return step
         label = self.search.space.label(step.config)
-        cfg = _launch_config(self.base, step.config, label)
+        cfg = self.base.with_axes(step.config, label)
         return SweepEntry(cfg, why=step.why, source=", ".join(step.sources), search={
             "config": step.config, "label": label, "rule": step.rule, "parent": step.parent,
             "varied": list(step.varied), "why": step.why, "changes": list(step.changes)})
@@ -196,17 +196,6 @@ def _winner(a: Attempt) -> dict[str, Any]:
             "config": a.search.get("config", {}), "argv": argv, "env": env,
             "command": (line + " " if line else "") + shlex.join(argv),
             "launch_prefix": cmd.get("prefix")}
-
-
-def _launch_config(base: LaunchConfig, cfg: dict[str, str], label: str) -> LaunchConfig:
-    """`base` with the search's axis values (axes the search does not have keep base's)."""
-    changes: dict[str, Any] = {"name": label}
-    for axis, value in cfg.items():
-        if axis == "cuda_graph":
-            changes["cuda_graph"] = value != "off"
-        else:
-            changes[axis] = value
-    return base.with_(**changes)
 
 
 def _resumed(bundle: Bundle) -> list[Attempt]:

@@ -92,6 +92,14 @@ class LaunchConfig:
         """A copy with some fields changed."""
         return replace(self, **changes)
 
+    def with_axes(self, axes: dict[str, str], name: str) -> "LaunchConfig":
+        """A copy with a launch search's axis values (pcieprof.serve.space: field names, "" for
+        unset; `cuda_graph` "on"/"off"); fields the search has no axis for stay as they are."""
+        changes: dict[str, Any] = {"name": name}
+        for axis, value in axes.items():
+            changes[axis] = value != "off" if axis == "cuda_graph" else value
+        return replace(self, **changes)
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict (for attempts.jsonl)."""
         d = asdict(self)

@@ -13,7 +13,6 @@ from pcieprof.errors import BadInput
 from pcieprof.refserver.args import parse_args
 from pcieprof.serve.cards import load_card
 from pcieprof.serve.outcomes import classify
-from pcieprof.serve.run import _launch_config
 from pcieprof.serve.search import End, Search, Step, Tried, search_document
 from pcieprof.serve.search_doc import SearchDoc
 from pcieprof.serve.sglang_cmd import LaunchConfig, build_command
@@ -34,8 +33,7 @@ def _space(card: str = "tiny-cpu") -> SearchSpace:
 
 def _launch(step: Step, index: int) -> Tried:
     """What the reference server does with this step's command under the matrix."""
-    cfg = _launch_config(LaunchConfig(extra_args=("--inject-matrix", str(MATRIX))), step.config,
-                         "x")
+    cfg = LaunchConfig(extra_args=("--inject-matrix", str(MATRIX))).with_axes(step.config, "x")
     argv = build_command(TINY, cfg).argv
     assert argv[1:3] == ["-m", "pcieprof.refserver"]
     inj = parse_args(argv[3:]).inject

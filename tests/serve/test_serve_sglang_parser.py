@@ -11,7 +11,6 @@ import pytest
 
 from pcieprof.errors import BadInput
 from pcieprof.serve.cards import load_card
-from pcieprof.serve.run import _launch_config
 from pcieprof.serve.search import End, Search
 from pcieprof.serve.sglang_cmd import (PINNED_SGLANG, LaunchConfig, build_command, load_parser,
                                        parse_many_with_sglang, sglang_search_path)
@@ -39,7 +38,7 @@ def parsed():
                                   choices=spec.choices([f for f in FLAGS.values() if f]),
                                   version=spec.version)
     steps = [st for st in Search(space).plan(12) if not isinstance(st, End)]
-    sweep = [build_command(CARD, _launch_config(LaunchConfig(), st.config, "x"), parser=spec)
+    sweep = [build_command(CARD, LaunchConfig().with_axes(st.config, "x"), parser=spec)
              for st in steps]
     results = parse_many_with_sglang([c.argv[3:] for c in cmds] + [["--tp-size", "x"]]
                                      + [c.argv[3:] for c in sweep], path)
