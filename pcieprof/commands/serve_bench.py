@@ -23,6 +23,7 @@ duration_s; mean, median, p90, p99 and n of each metric. Warm-up requests are no
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -257,6 +258,9 @@ def _check_modes(kw: dict[str, Any]) -> None:
         raise BadInput("--url attaches to a running server: nothing to launch or search")
     if kw["max_attempts"] < 1:
         raise BadInput("--max-attempts must be at least 1")
+    if kw["arch"] is not None and not re.fullmatch(r"sm\d{2,3}", kw["arch"]):
+        raise BadInput(f"--arch {kw['arch']!r}: give a compute capability as smXY (sm120 for "
+                       f"RTX PRO 6000 Blackwell, sm100 for B200, sm90 for H100/H200)")
 
 
 def _sglang_runs_here() -> bool:
