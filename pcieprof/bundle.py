@@ -117,7 +117,8 @@ class Bundle:
             "argv": list(sys.argv if argv is None else argv),
             "start_time": now_iso(),
             "end_time": None,
-            "host": socket.gethostname(),
+            # A simulated bundle measured no machine, so it names none (the report says so too).
+            "host": None if source == "simulated" else socket.gethostname(),
             "platform": platform.platform(),
             "python": platform.python_version(),
             "source": source,

@@ -6,7 +6,7 @@ shows the traceback instead.
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import sys
 import traceback
 from typing import Any

@@ -14,12 +14,23 @@ Several nodes: every node runs `pcieprof topology` with the same --nnodes/--rdzv
 copy probes stay on each node, each all-reduce case is one torchrun job across the nodes (the
 case's ranks on every node), and the node holding global rank 0 writes its rows.
 
-Every all-reduce case is its own launch (fresh process group: NCCL reads its env at init), with
-NCCL_DEBUG=INFO captured into `nccl/<variant>.log` and what NCCL chose into nccl_choices.json.
+Every all-reduce case is its own launch (fresh process group: NCCL reads its env at init). On
+cuda each case runs twice: first untimed, one all-reduce per size, with NCCL's tuner log on
+(`nccl/<variant>.tuning.log`: NCCL_DEBUG_SUBSYS with TUNING prints one line per collective, which
+must not run inside a timed loop), then timed with NCCL's init log only (`nccl/<variant>.log`);
+what NCCL chose goes into nccl_choices.json. A ring order (ranks not in ascending order) is applied
+through NCCL_GRAPH_FILE and checked against the rings NCCL printed (probes.nccl_graph).
+
+The user's NCCL_* and TORCH_NCCL_* variables do not reach any launch, `default` included (a
+variant measures its own settings only), unless the plan keeps them (`Plan.keep_env`); what was
+left out or kept is recorded in nccl_choices.json. After a launch is killed, its ranks (torchrun
+starts them in their own sessions, out of reach of the launch's process group) are killed by pid
+and waited for, up to RANK_EXIT_WAIT_S, before the next launch starts.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -31,12 +42,14 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from pcieprof import progress
 from pcieprof.bundle import Bundle
+from pcieprof.importers.nccl_log import parse_nccl_log
+from probes.nccl_graph import GraphHeader, check_ring, header_from_dump, ring_graph_xml
 from probes.plan import AllReduceCase, Plan, P2PCase
-from probes.variants import GLOO_IGNORES_NCCL, NCCL_DEBUG_ENV
+from probes.variants import GLOO_IGNORES_NCCL, NCCL_DEBUG_ENV, NCCL_TUNING_LOG_ENV
 
 #: Seconds a launch may take before its first event (python + torch import on a busy machine).
 STARTUP_GRACE_S = 120.0
@@ -46,7 +59,32 @@ POLL_S = 0.2
 TEARDOWN_GRACE_S = 3.0
 #: Test-only hook variables (see probes/rows.py); passed through to workers only when set.
 TEST_HOOK_VARS = ("PCIEPROF_TEST_HOOKS", "PCIEPROF_TEST_HANG", "PCIEPROF_TEST_DIE",
-                  "PCIEPROF_TEST_CORRUPT")
+                  "PCIEPROF_TEST_CORRUPT", "PCIEPROF_TEST_STUCK")
+#: Prefixes of the user's environment variables that no launch inherits unless the plan keeps
+#: them by name: they change what NCCL or torch's NCCL process group does.
+NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
+#: Seconds to wait after a kill for the launch's ranks to be gone (a rank stuck in the driver,
+#: e.g. after an IOMMU fault, can hold its GPU); past it the run goes on and says so.
+RANK_EXIT_WAIT_S = 30.0
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW", re.I)
+
+
+def launch_environ(base: Mapping[str, str], keep: list[str] | tuple[str, ...] = ()
+                   ) -> tuple[dict[str, str], dict[str, str]]:
+    """The environment a launch starts from: `base` without its NCCL_* / TORCH_NCCL_* variables
+    (except those named in `keep`). Returns (environment, the variables left out)."""
+    env, dropped = {}, {}
+    for k, v in base.items():
+        if k.startswith(NCCL_PREFIXES) and k not in keep:
+            dropped[k] = v
+        elif k not in TEST_HOOK_VARS or v:
+            env[k] = v
+    return env, dropped
+
+
+def masked(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` as it may be recorded: values of names that look like secrets hidden."""
+    return {k: ("***" if _SECRET.search(k) else v) for k, v in env.items()}
 
 
 @dataclass
@@ -152,6 +190,58 @@ def _killpg(pgid: int, sig: int) -> None:
         pass
 
 
+def _stat(pid: int) -> tuple[int, str, str] | None:
+    """(parent pid, state, start time in clock ticks) from /proc/<pid>/stat, or None."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2:].split()  # after "pid (comm) "
+    return int(fields[1]), fields[0], fields[19]
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every live descendant of `pid`: {pid: start time} (the start time tells a reused pid)."""
+    children: dict[int, list[int]] = {}
+    starts: dict[int, str] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and (st := _stat(int(d.name))) is not None:
+            children.setdefault(st[0], []).append(int(d.name))
+            starts[int(d.name)] = st[2]
+    out: dict[int, str] = {}
+    todo = list(children.get(pid, []))
+    while todo:
+        c = todo.pop()
+        if c not in out and c in starts:
+            out[c] = starts[c]
+            todo += children.get(c, [])
+    return out
+
+
+def alive(pid: int, start: str | None = None) -> bool:
+    """Whether `pid` runs (a zombie holds nothing: not alive), and is the process started at
+    `start` when given."""
+    st = _stat(pid)
+    return st is not None and st[1] not in ("Z", "X") and (start is None or st[2] == start)
+
+
+def reap(procs: Mapping[int, str | None], wait_s: float) -> list[int]:
+    """SIGKILL the processes `procs` ({pid: start time}) that still run, and wait up to `wait_s`
+    for them to be gone. Returns the pids still running after that."""
+    for pid, start in procs.items():
+        if alive(pid, start):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    deadline = time.monotonic() + wait_s
+    left = [p for p, st in procs.items() if alive(p, st)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [p for p in left if alive(p, procs[p])]
+    return left
+
+
 class ProbeRunner:
     """Runs a plan's probes into a bundle.
 
@@ -165,16 +255,34 @@ class ProbeRunner:
     def __init__(self, bundle: Bundle, plan: Plan, launch: Launch | None = None,
                  on_progress: Callable[[str, int], None] | None = None) -> None:
         self.bundle = bundle
-        self.plan = plan
+        self.plan = copy.deepcopy(plan)  # ring orders get their graph file below
         self.launch = launch or Launch()
         self.on_progress = on_progress or (lambda _d, _n: None)
+        kept, dropped = launch_environ(os.environ, self.plan.keep_env)
+        self.env_record = {"left_out": masked(dropped),
+                           "kept": masked({k: v for k, v in kept.items()
+                                           if k.startswith(NCCL_PREFIXES)})}
+        if dropped:
+            progress.warn(f"not passed to the probes: {', '.join(sorted(dropped))} (each variant "
+                          "measures its own NCCL settings only; recorded in nccl_choices.json)")
+        self._graph_dumps: dict[tuple[int, ...], Path] = {}
+        if self.plan.backend == "cuda" and self.launch.nnodes in ("1", "1:1"):
+            for case in self.plan.allreduce:
+                if _is_ring_order(case) and "NCCL_GRAPH_FILE" not in case.env:
+                    case.env = {**case.env, "NCCL_GRAPH_FILE": f"nccl/{self._name(case)}.graph.xml"}
+            if bundle.has("plan.json"):
+                bundle.write_json("plan.json", self.plan.to_dict())
         # inside the bundle directory, so a run killed with SIGKILL leaves its raw per-rank rows
         # with its bundle (not in /tmp); removed by cleanup() after a normal end
         self.work = Path(tempfile.mkdtemp(prefix=".probe-work-", dir=bundle.path))
         self.plan_file = self.work / "plan.json"
-        self.plan_file.write_text(plan.to_json(), encoding="utf-8")
+        self.plan_file.write_text(self.plan.to_json(), encoding="utf-8")
         self._proc: subprocess.Popen[Any] | None = None
         self._nlaunch = 0
+
+    def _name(self, case: AllReduceCase) -> str:
+        """The case's file name stem: the variant over all devices, else variant@group."""
+        return case.variant if case.ranks == self.plan.devices else case.label
 
     # -- one launch ------------------------------------------------------------------------------
 
@@ -187,7 +295,7 @@ class ProbeRunner:
                "--nproc-per-node", str(nproc), "--max-restarts", "0",
                "--monitor-interval", "0.5",
                "-m", module, "--plan", str(self.plan_file), "--rows", str(rows_dir), *args]
-        full_env = {k: v for k, v in os.environ.items() if k not in TEST_HOOK_VARS or v}
+        full_env, _ = launch_environ(os.environ, self.plan.keep_env)
         full_env.update(env)
         full_env.setdefault("OMP_NUM_THREADS", "1")
         # worker modules are imported from this checkout/installation
@@ -200,7 +308,18 @@ class ProbeRunner:
         open_cases: dict[int, dict[str, Any]] = {}
         last: dict[str, Any] | None = None
         finished: set[int] = set()
+        ranks: dict[int, str | None] = {}  # worker pid -> start time, from their `init` events
+        stuck: list[int] = []
         nrows = 0
+
+        def stop(p: subprocess.Popen[Any]) -> None:
+            # torchrun starts its workers in their own sessions: the launch's process group
+            # does not reach them, so they are found (as descendants, and by the pids they
+            # reported) before the agent goes, and killed and waited for by pid
+            procs: dict[int, str | None] = {**ranks, **descendants(p.pid)}
+            kill_group(p)
+            stuck[:] = reap(procs, RANK_EXIT_WAIT_S)
+
         with log.open("wb") as logf:
             self._proc = proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
                                                  stdin=subprocess.DEVNULL, env=full_env,
@@ -226,6 +345,9 @@ class ProbeRunner:
                             open_cases.pop(item["rank"], None)
                         elif item.get("event") == "finished":
                             finished.add(item["rank"])
+                        elif item.get("event") == "init" and isinstance(item.get("pid"), int):
+                            st = _stat(item["pid"])
+                            ranks[item["pid"]] = st[2] if st else None
                     for table, rows in batch.items():
                         nrows += self.bundle.append_rows(table, rows)
                         self.on_progress(table, len(rows))
@@ -243,21 +365,27 @@ class ProbeRunner:
                         limit = TEARDOWN_GRACE_S
                     if time.monotonic() - last_activity > limit and len(finished) >= nproc:
                         progress.debug("launch finished but did not exit; killed")
-                        kill_group(proc)
+                        stop(proc)
                         break
                     if time.monotonic() - last_activity > limit:
                         status = "hang"
                         why = (f"no progress for {limit:g} s; launch killed" if started else
                                f"no worker started within {limit:g} s; launch killed")
-                        kill_group(proc)
+                        stop(proc)
                         for item in tail.read():  # rows that landed during the kill
                             if "table" in item:
                                 nrows += self.bundle.append_rows(item["table"], [item["row"]])
                         break
                     time.sleep(POLL_S)
             finally:
-                kill_group(proc)
+                stop(proc)
                 self._proc = None
+        if stuck:
+            note = (f"{len(stuck)} rank process(es) still running {RANK_EXIT_WAIT_S:g} s after "
+                    f"SIGKILL (pids {', '.join(map(str, stuck))}): the next launch may find "
+                    "their GPUs busy")
+            progress.warn(note)
+            why = f"{why}; {note}" if why else note
         current = None
         if status != "ok":
             current = min(open_cases.values(), key=lambda e: e.get("t", 0)) if open_cases else last
@@ -286,8 +414,9 @@ class ProbeRunner:
             # CUDA ordinals = NVML indices: PCI bus order, every GPU up to the highest one visible
             env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                    "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(max(self.plan.devices) + 1)))}
-        result = {p: {"status": "ok", "why": None, "rows": 0, "hangs": 0, "errors": 0}
-                  for p in ("p2p", "concurrent")}
+        result: dict[str, dict[str, Any]] = {
+            p: {"status": "ok", "why": None, "rows": 0, "hangs": 0, "errors": 0}
+            for p in ("p2p", "concurrent")}
         resume = ""
         n = 0
         while True:
@@ -343,32 +472,82 @@ class ProbeRunner:
     # -- all-reduce ------------------------------------------------------------------------------
 
     def run_allreduce(self) -> dict[str, Any]:
-        """Every all-reduce case, each a fresh launch. Returns {status, why, variants, hangs, errors}."""
+        """Every all-reduce case, each a fresh launch (on cuda: an untimed launch with NCCL's tuner
+        log, then the timed one). Returns {status, why, cases, hangs, errors}."""
         out: dict[str, Any] = {"status": "ok", "why": None, "cases": 0, "hangs": 0, "errors": 0}
         choices: dict[str, Any] = {}
         whys = []
+        cuda = self.plan.backend == "cuda"
         for k, case in enumerate(self.plan.allreduce):
-            name = case.variant if case.ranks == self.plan.devices else case.label
-            log = self.bundle.file(f"nccl/{name}.log")
+            name = self._name(case)
+            log = f"nccl/{name}.log"
             env = dict(case.env)
-            if self.plan.backend == "cuda":
-                env.update(NCCL_DEBUG_ENV)
+            # rank r drives the r-th GPU of the group in PCI order; a ring order is NCCL's graph
+            # file's business (probes/nccl_graph.py says why a permutation is not enough)
+            devices = sorted(case.ranks) if cuda and "NCCL_GRAPH_FILE" in env else list(case.ranks)
+            if cuda:
                 env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, case.ranks))
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+                env = self._bundle_paths(env)
             progress.info(f"all-reduce {k + 1}/{len(self.plan.allreduce)}: {case.label} "
                           f"{' '.join(f'{a}={b}' for a, b in case.env.items()) or '(no env)'}")
             # a rendezvous id per case: every node derives the same one, and consecutive jobs
             # never meet in a finished job's rendezvous
             launch = Launch(self.launch.nnodes, self.launch.rdzv_endpoint,
                             f"{self.launch.rdzv_id}-ar{k}")
-            r = self._run("probes.allreduce_worker", ["--case", str(k)], len(case.ranks), env, log,
-                          launch)
-            self.bundle.register(f"nccl/{name}.log")
+            entry = self._entry(case, log, devices)
+            r: LaunchResult | None = None
+            if cuda:
+                header = self._write_ring_graph(case, env)
+                if header is not None:
+                    entry["ring_graph"] = {"file": case.env["NCCL_GRAPH_FILE"],
+                                           "header": header.source}
+                tuning_env = {**env, **NCCL_TUNING_LOG_ENV}
+                if _plain_default(case):  # NCCL's own ring graph: the header for forced rings
+                    tuning_env["NCCL_GRAPH_DUMP_FILE"] = str(self.bundle.file(f"nccl/{name}.graph.xml"))
+                r = self._run("probes.allreduce_worker", ["--case", str(k), "--untimed"],
+                              len(case.ranks), tuning_env, self.bundle.file(f"nccl/{name}.tuning.log"),
+                              launch)
+                self.bundle.register(f"nccl/{name}.tuning.log")
+                entry["tuning_log"] = f"nccl/{name}.tuning.log"
+                tuned = self._parse(f"nccl/{name}.tuning.log", entry)
+                entry["tuner"] = (tuned or {}).get("tuner") or []
+                if _plain_default(case) and self.bundle.has(f"nccl/{name}.graph.xml"):
+                    self.bundle.register(f"nccl/{name}.graph.xml")
+                    self._graph_dumps[tuple(devices)] = self.bundle.file(f"nccl/{name}.graph.xml")
+                if _is_ring_order(case):
+                    check = check_ring(tuned, case.ranks, entry["rank_to_device"])
+                    entry["ring_check"] = {"untimed": check}
+                    how = ("NCCL_GRAPH_FILE" if "NCCL_GRAPH_FILE" in case.env
+                           else "CUDA_VISIBLE_DEVICES order")
+                    said = (f"ring order applied through {how}: {check['why']} (NCCL's log)"
+                            if check["applied"] else f"ring order NOT applied: {check['why']}")
+                    if not check["applied"]:
+                        progress.warn(f"all-reduce {case.label}: {check['why']}")
+                    # said in every row of the timed launch
+                    case.detail = "; ".join(x for x in (case.detail, said) if x)
+                    self.plan_file.write_text(self.plan.to_json(), encoding="utf-8")
+                if r.status == "ok":
+                    r = None  # the timed launch follows
+                else:
+                    entry["parsed"] = tuned
+                    r.why = f"{r.why} (untimed launch with NCCL's tuner log)"
+            if r is None:
+                r = self._run("probes.allreduce_worker", ["--case", str(k)], len(case.ranks),
+                              {**env, **NCCL_DEBUG_ENV} if cuda else env, self.bundle.file(log),
+                              launch)
+                self.bundle.register(log)
+                if cuda:
+                    parsed = self._parse(log, entry)
+                    entry["parsed"] = {**parsed, "tuner": entry["tuner"]} if parsed else None
+                    if _is_ring_order(case):
+                        entry["ring_check"]["timed"] = check_ring(parsed, case.ranks,
+                                                                  entry["rank_to_device"])
             out["cases"] += 1
             for ev in r.events:
                 if ev.get("event") == "versions" and ev.get("nccl"):
                     self.bundle.set_versions(nccl=ev["nccl"])
-            choices[name] = self._choices(case, log)
+            choices[name] = entry
             self.bundle.write_json("nccl_choices.json", choices)
             if r.status != "ok":
                 out["hangs" if r.status == "hang" else "errors"] += 1
@@ -389,23 +568,59 @@ class ProbeRunner:
             out.update(status="partial", why="; ".join(whys))
         return out
 
-    def _choices(self, case: AllReduceCase, log: Path) -> dict[str, Any]:
-        """What NCCL chose for one case, from its NCCL_DEBUG=INFO log (parsed by pcieprof.importers.nccl_log)."""
-        entry: dict[str, Any] = {"variant": case.variant, "ranks": case.ranks, "env": case.env,
-                                 "log": str(log.relative_to(self.bundle.path)),
-                                 # NCCL's rings are in rank space; rank r drives GPU ranks[r]
-                                 "rank_to_device": {str(r): d for r, d in enumerate(case.ranks)}}
-        if self.plan.backend != "cuda":
-            entry.update(parsed=None, note=f"{self.plan.backend} backend: gloo process group, NCCL "
-                         f"not used" + (f"; {GLOO_IGNORES_NCCL}" if case.env else ""))
-            return entry
-        from pcieprof.importers.nccl_log import parse_nccl_log
+    def _bundle_paths(self, env: dict[str, str]) -> dict[str, str]:
+        """NCCL_*_FILE values relative to the bundle as absolute paths (workers run elsewhere)."""
+        return {k: (str(self.bundle.path / v) if k.startswith("NCCL_") and k.endswith("_FILE")
+                    and v and not Path(v).is_absolute() else v) for k, v in env.items()}
 
-        try:
-            entry["parsed"] = parse_nccl_log(log.read_text(encoding="utf-8", errors="replace"))
-        except Exception as exc:  # a log we cannot read must not end the sweep
-            entry.update(parsed=None, note=f"could not parse the NCCL log: {exc}")
+    def _write_ring_graph(self, case: AllReduceCase, env: dict[str, str]) -> GraphHeader | None:
+        """Write the NCCL_GRAPH_FILE of a ring-order case (not when the case brought its own):
+        channels = the requested ring; count and speeds from NCCL's own graph for the same GPUs
+        in their plain order when that ran first, else assumed."""
+        rel = case.env.get("NCCL_GRAPH_FILE", "")
+        if not _is_ring_order(case) or not rel or Path(rel).is_absolute():
+            return None
+        dump = self._graph_dumps.get(tuple(sorted(case.ranks)))
+        header = GraphHeader()
+        if dump is not None and dump.is_file():
+            try:
+                header = header_from_dump(dump.read_text(encoding="utf-8"),
+                                          str(dump.relative_to(self.bundle.path)))
+            except Exception as exc:  # noqa: BLE001 - a dump we cannot read leaves the default
+                progress.debug(f"NCCL graph dump {dump}: {exc}")
+        self.bundle.write_text(rel, ring_graph_xml(list(case.ranks), header))
+        return header
+
+    def _entry(self, case: AllReduceCase, log: str, devices: list[int]) -> dict[str, Any]:
+        """The nccl_choices.json entry of one case before its launches."""
+        entry: dict[str, Any] = {"variant": case.variant, "ranks": case.ranks, "env": case.env,
+                                 "log": log, "user_env": self.env_record,
+                                 # NCCL's rings are in rank space; rank r drives GPU devices[r]
+                                 "rank_to_device": {str(r): d for r, d in enumerate(devices)},
+                                 "parsed": None, "tuner": []}
+        if self.plan.backend != "cuda":
+            entry["note"] = (f"{self.plan.backend} backend: gloo process group, NCCL not used"
+                             + (f"; {GLOO_IGNORES_NCCL}" if case.env else ""))
         return entry
+
+    def _parse(self, log: str, entry: dict[str, Any]) -> dict[str, Any] | None:
+        """What NCCL chose, from one NCCL_DEBUG=INFO log of the bundle (None when unreadable)."""
+        try:
+            return parse_nccl_log(self.bundle.file(log).read_text(encoding="utf-8",
+                                                                  errors="replace"), log)
+        except Exception as exc:  # noqa: BLE001 - a log we cannot read must not end the sweep
+            entry.setdefault("notes", []).append(f"could not parse {log}: {exc}")
+            return None
+
+
+def _is_ring_order(case: AllReduceCase) -> bool:
+    """A case whose ranks ask for a ring order (not the GPUs' ascending order)."""
+    return list(case.ranks) != sorted(case.ranks)
+
+
+def _plain_default(case: AllReduceCase) -> bool:
+    """NCCL's own choices: the default variant, no settings, GPUs in ascending order."""
+    return case.variant == "default" and not case.env and not _is_ring_order(case)
 
 
 _EXC_LINE = re.compile(r"^(\[[^\]]*\]:?\s*)?[\w.]*(Error|Exception|Interrupt)\w*: ")

@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn,
+                           TimeElapsedColumn)
 
 _state = {"quiet": False, "debug": False}
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -49,13 +50,16 @@ def debug(message: str) -> None:
 class Task:
     """Handle for one progress bar."""
 
-    def __init__(self, progress: Progress | None, task_id: int | None) -> None:
+    def __init__(self, progress: Progress | None, task_id: TaskID | None) -> None:
         self._p = progress
         self._id = task_id
 
     def advance(self, n: float = 1, description: str | None = None) -> None:
         if self._p is not None and self._id is not None:
-            self._p.update(self._id, advance=n, **({"description": description} if description else {}))
+            if description:
+                self._p.update(self._id, advance=n, description=description)
+            else:
+                self._p.update(self._id, advance=n)
 
     def describe(self, description: str) -> None:
         if self._p is not None and self._id is not None:

@@ -7,11 +7,19 @@ One launch is one `AllReduceCase`: a fresh process group, because NCCL reads its
 communicator init. On `cuda` the runner sets CUDA_VISIBLE_DEVICES to the case's ring order, so
 local rank r drives GPU ranks[r]; on `cpu` the group is gloo over N local processes.
 
-Per size and dtype: `warmup` untimed all-reduces, then timed ones (each timed on its own: CUDA
-events on cuda, perf_counter_ns on cpu); a row keeps the median over iterations of the slowest
-rank's time, with min and max. algbw = size / time and busbw = algbw * 2(n-1)/n (nccl-tests).
-After the timed ones, one all-reduce of known values is checked (sum of rank+1 over n ranks);
-a wrong sum gives status=error.
+Per size and dtype, as nccl-tests times: `warmup` untimed all-reduces, then `TRIALS` trials,
+each a barrier (and, on cuda, a device synchronize) followed by `iters` all-reduces back to back
+between one start and one end mark (CUDA events on the current stream on cuda, perf_counter_ns on
+cpu), so the host's time to issue one all-reduce is not inside each measurement. A trial gives
+time / iters; each rank's per-trial times are reduced with MAX (a collective ends with its slowest
+rank) and the row keeps the median over trials, with the fastest and slowest trial as min and max.
+algbw = size / time and busbw = algbw * 2(n-1)/n (nccl-tests). After the timed ones, one
+all-reduce of known values is checked (sum of rank+1 over n ranks); a wrong sum gives
+status=error.
+
+`--untimed`: one all-reduce per size and dtype and no rows. The runner launches each cuda case
+this way first, with NCCL's TUNING log on (one line per collective, written by rank 0 while the
+collective runs), and the timed launch without it.
 """
 
 from __future__ import annotations
@@ -19,8 +27,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,26 +38,66 @@ import torch
 import torch.distributed as dist
 
 from pcieprof.schema import busbw_factor_allreduce
+from probes.gpu_api import CudaApi, TorchCuda
 from probes.plan import AllReduceCase, Plan, iters_for
 from probes.rows import RowWriter, die_with_parent, dist_env, exit_now, test_hook
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 #: Bytes one size may move in timed iterations (fewer iterations at large sizes).
 BUDGET_BYTES = {"cuda": 2 * 1024**3, "cpu": 64 * 1024**2}
+#: Timed trials per size (each `iters` all-reduces back to back).
+TRIALS = 5
+
+
+def time_back_to_back(op: Callable[[], object], iters: int, trials: int, *,
+                      api: CudaApi | None = None, device: int = 0,
+                      start: Callable[[], object] = lambda: None) -> list[float]:
+    """Seconds per operation, one value per trial: `start()` (a barrier), then `iters` calls of
+    `op` back to back between one start and one end mark, as nccl-tests times a collective.
+
+    Args:
+        op: one operation (an all-reduce).
+        iters: operations per trial.
+        trials: trials.
+        api: CUDA calls (events on `device`'s current stream); None: host clock (perf_counter_ns)
+            around blocking operations.
+        device: CUDA ordinal of this rank.
+        start: what begins each trial (a barrier across ranks).
+    """
+    out = []
+    for _ in range(trials):
+        start()
+        if api is None:
+            t0 = time.perf_counter_ns()
+            for _ in range(iters):
+                op()
+            out.append((time.perf_counter_ns() - t0) / 1e9 / iters)
+            continue
+        api.synchronize(device)  # the previous trial's work is done: the trial starts empty
+        stream = api.current_stream(device)
+        e0, e1 = api.event(), api.event()
+        e0.record(stream)
+        for _ in range(iters):
+            api.enqueue(stream, op)
+        e1.record(stream)
+        e1.synchronize()
+        out.append(e0.elapsed_time(e1) / 1e3 / iters)
+    return out
 
 
 def allreduce_row(case: AllReduceCase, backend: str, size: int, dtype: str,
-                  times_s: list[float], ok: bool, detail: str = "", world: int = 0
-                  ) -> dict[str, Any]:
-    """The allreduce.csv row of one size from per-iteration times (seconds, slowest rank);
-    `world` is the process-group size when it spans several nodes."""
+                  times_s: list[float], ok: bool, detail: str = "", world: int = 0,
+                  iters: int = 1) -> dict[str, Any]:
+    """The allreduce.csv row of one size from per-trial times (seconds per all-reduce, slowest
+    rank); `iters` all-reduces per trial; `world` is the process-group size when it spans several
+    nodes."""
     n = world or len(case.ranks)
     # several nodes: the global ranks (each node runs the case's devices in its ring order)
     ranks = case.ranks if n == len(case.ranks) else list(range(n))
     row: dict[str, Any] = {"backend": backend, "variant": case.variant,
                            "env": json.dumps(case.env, sort_keys=True), "nranks": n,
                            "ranks": ",".join(map(str, ranks)), "size_bytes": size,
-                           "dtype": dtype, "iters": len(times_s), "detail": detail}
+                           "dtype": dtype, "iters": iters, "detail": detail}
     if not ok:
         row.update(status="error", detail="all-reduce result is wrong (checked sum of rank+1)")
         return row
@@ -64,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan", required=True, type=Path)
     ap.add_argument("--case", required=True, type=int, help="index into plan.allreduce")
     ap.add_argument("--rows", required=True, type=Path, help="directory for rank<r>.jsonl")
+    ap.add_argument("--untimed", action="store_true",
+                    help="one all-reduce per size and dtype, no rows (the NCCL tuner log run)")
     args = ap.parse_args(argv)
     plan = Plan.from_json(args.plan.read_text(encoding="utf-8"))
     case = plan.allreduce[args.case]
@@ -76,11 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     # hang by the runner rather than aborted by the process group's own timeout
     timeout = datetime.timedelta(seconds=2 * plan.timeout_s + 30)
     cuda = plan.backend == "cuda"
-    out.event("init")
+    out.event("init", pid=os.getpid())
+    api: CudaApi | None = None
     if cuda:
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", timeout=timeout, device_id=device)
+        api = TorchCuda()
         if rank == 0:
             v = torch.cuda.nccl.version()
             out.event("versions", nccl=".".join(map(str, v)) if isinstance(v, tuple) else str(v))
@@ -97,26 +151,19 @@ def main(argv: list[str] | None = None) -> int:
                 out.event("start", case=args.case, variant=case.variant, size=size, dtype=dtype)
                 test_hook(rank, size, case.variant)
                 x = torch.zeros(max(size // esize, 1), dtype=tdt, device=device)
+                if args.untimed:
+                    dist.all_reduce(x)
+                    if api is not None:
+                        api.synchronize(local_rank)
+                    out.event("done", case=args.case, size=size, dtype=dtype)
+                    continue
                 iters = iters_for(size, case.iters, budget)
                 dist.barrier()
                 for _ in range(min(case.warmup, iters)):
                     dist.all_reduce(x)
-                times = torch.zeros(iters, dtype=torch.float64, device=device)
-                if cuda:
-                    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                          for _ in range(iters)]
-                    for e0, e1 in ev:
-                        e0.record()
-                        dist.all_reduce(x)
-                        e1.record()
-                    torch.cuda.synchronize()
-                    for i, (e0, e1) in enumerate(ev):
-                        times[i] = e0.elapsed_time(e1) / 1e3
-                else:
-                    for i in range(iters):
-                        t0 = time.perf_counter_ns()
-                        dist.all_reduce(x)
-                        times[i] = (time.perf_counter_ns() - t0) / 1e9
+                per_trial = time_back_to_back(lambda: dist.all_reduce(x), iters, TRIALS, api=api,
+                                              device=local_rank, start=dist.barrier)
+                times = torch.tensor(per_trial, dtype=torch.float64, device=device)
                 x.fill_(rank + 1)
                 dist.all_reduce(x)
                 # one reduction for both: a collective ends with its slowest rank (MAX of the
@@ -127,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
                 if rank == 0:
                     out.row("allreduce", allreduce_row(case, plan.backend, size, dtype,
                                                        [float(t) for t in stats[:-1].cpu()],
-                                                       float(stats[-1]) == 0.0, case.detail, world))
+                                                       float(stats[-1]) == 0.0, case.detail, world,
+                                                       iters))
                 out.event("done", case=args.case, size=size, dtype=dtype)
         out.event("finished")  # teardown from here on is not a hang
     finally:

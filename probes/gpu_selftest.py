@@ -2,12 +2,19 @@
 
     python -m probes.gpu_selftest [--out DIR] [--device 0]
 
+`--device` is the NVML index (nvidia-smi's numbering). The CUDA ordinal of that GPU is found by
+PCI bus id (CUDA's default order is "fastest first", not NVML's), and the all-reduce launch uses
+CUDA_DEVICE_ORDER=PCI_BUS_ID as `pcieprof topology` does.
+
 Runs, with the project's own code (nothing here is a re-implementation):
-1. NVML reads through pynvml: name, bus id, PCIe link (current/max), BAR1, driver version.
+1. NVML reads through pynvml: name, bus id, PCIe link (at idle, under the copies' load, max),
+   BAR1, driver version.
 2. Host-to-device and device-to-host copies of 64 MiB through `probes.p2p_worker.CudaCopier`
-   (pinned host memory, CUDA-event timing, pattern check), and P2P copies when there are two GPUs.
+   (pinned host memory on the GPU's NUMA node, CUDA-event timing with the stream held until the
+   copies are queued, pattern check), and P2P copies when there are two GPUs.
 3. A one-GPU all-reduce sweep (8 B .. 1 MiB, bf16 and fp32) through `pcieprof.probe_runner`:
-   a real torchrun launch with NCCL_DEBUG=INFO, rows into a bundle, what NCCL chose parsed.
+   real torchrun launches (untimed with NCCL's tuner log, then timed) with NCCL_DEBUG=INFO, rows
+   into a bundle, what NCCL chose parsed.
 Prints one line per check and `selftest: ok` (exit 0) or `selftest: FAILED` (exit 1); the
 bundle (allreduce.csv, nccl/*.log, nccl_choices.json) and selftest.json land in --out.
 """
@@ -16,22 +23,31 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pcieprof.discover.pci import normalize_bdf
+from probes.gpu_api import CudaApi
+
+#: Seconds between NVML reads of the link generation while the copies run.
+LINK_SAMPLE_S = 0.005
+
 
 def nvml_facts(index: int) -> dict[str, Any]:
-    """NVML facts of one GPU; a call that is not supported is recorded, not fatal."""
-    import pynvml
+    """NVML facts of one GPU (NVML index); a call that is not supported is recorded, not fatal."""
+    import pynvml  # heavy: loads the NVIDIA driver's library
 
     pynvml.nvmlInit()
     try:
         h = pynvml.nvmlDeviceGetHandleByIndex(index)
         facts: dict[str, Any] = {}
-        calls = {
+        calls: dict[str, Callable[[], Any]] = {
             "name": lambda: pynvml.nvmlDeviceGetName(h),
             "bus_id": lambda: pynvml.nvmlDeviceGetPciInfo(h).busId,
             "pcie_gen_current": lambda: pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h),
@@ -49,20 +65,85 @@ def nvml_facts(index: int) -> dict[str, Any]:
             except pynvml.NVMLError as exc:
                 facts[key] = None
                 facts.setdefault("status", {})[key] = str(exc)
+        if facts.get("bus_id"):
+            facts["bus_id"] = normalize_bdf(str(facts["bus_id"]))
+        facts["pcie_current_at"] = "idle"
         return facts
     finally:
         pynvml.nvmlShutdown()
 
 
-def copies(index: int, n_gpus: int) -> list[dict[str, Any]]:
+class LinkSampler:
+    """Reads the PCIe generation and width of one GPU (NVML index) in a background thread while
+    a block runs: the highest seen is the link as it trains under load."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.gen: int | None = None
+        self.width: int | None = None
+        self.why = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            import pynvml  # heavy: loads the NVIDIA driver's library
+
+            pynvml.nvmlInit()
+        except Exception as exc:  # noqa: BLE001 - recorded, the copies go on
+            self.why = f"NVML: {exc}"
+            return
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(self.index)
+            while not self._stop.wait(LINK_SAMPLE_S):
+                g = int(pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h))
+                w = int(pynvml.nvmlDeviceGetCurrPcieLinkWidth(h))
+                self.gen = max(self.gen or 0, g)
+                self.width = max(self.width or 0, w)
+        except Exception as exc:  # noqa: BLE001 - recorded, the copies go on
+            self.why = f"NVML: {exc}"
+        finally:
+            pynvml.nvmlShutdown()
+
+    def __enter__(self) -> "LinkSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def cuda_ordinal(bus_id: str | None, api: CudaApi, count: int) -> tuple[int | None, str]:
+    """The CUDA ordinal of the GPU at PCI address `bus_id`, and how it was found.
+
+    Matches the PCI ids torch reports for each ordinal; returns (None, why) when no ordinal has
+    that address or torch reports no PCI ids (then the caller relies on CUDA_DEVICE_ORDER)."""
+    if not bus_id:
+        return None, "NVML gave no bus id"
+    want = normalize_bdf(bus_id)
+    seen = 0
+    for i in range(count):
+        got = api.bus_id(i)
+        if got is None:
+            continue
+        seen += 1
+        if normalize_bdf(got) == want:
+            return i, f"PCI bus id {want}"
+    if not seen:
+        return None, "torch reports no PCI ids for its devices"
+    return None, f"no CUDA device at PCI bus id {want}"
+
+
+def copies(ordinal: int, n_gpus: int) -> list[dict[str, Any]]:
     """h2d/d2h (and p2p with a second GPU) rows from the probe's own CudaCopier."""
     from probes.p2p_worker import CudaCopier, p2p_row
     from probes.plan import MiB, P2PCase, Plan
 
-    devices = [index] + ([1 if index == 0 else 0] if n_gpus > 1 else [])
-    cases = [P2PCase(-1, index, "h2d", "uni", "bandwidth", 64 * MiB, 5, 3),
-             P2PCase(index, -1, "d2h", "uni", "bandwidth", 64 * MiB, 5, 3),
-             P2PCase(-1, index, "h2d", "uni", "latency", 8, 100, 3)]
+    devices = [ordinal] + ([1 if ordinal == 0 else 0] if n_gpus > 1 else [])
+    cases = [P2PCase(-1, ordinal, "h2d", "uni", "bandwidth", 64 * MiB, 5, 3),
+             P2PCase(ordinal, -1, "d2h", "uni", "bandwidth", 64 * MiB, 5, 3),
+             P2PCase(-1, ordinal, "h2d", "uni", "latency", 8, 100, 3)]
     if len(devices) > 1:
         a, b = devices
         cases += [P2PCase(a, b, "p2p", "uni", "bandwidth", 64 * MiB, 5, 3),
@@ -78,7 +159,7 @@ def copies(index: int, n_gpus: int) -> list[dict[str, Any]]:
         elif not ok:
             rows.append(p2p_row(case, "cuda", None, status="error", detail="wrong bytes"))
         else:
-            rows.append(p2p_row(case, "cuda", times))
+            rows.append(p2p_row(case, "cuda", times, detail=why))
     return rows
 
 
@@ -105,15 +186,17 @@ def allreduce(index: int, out: Path) -> tuple[list[dict[str, Any]], dict[str, An
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="pcieprof GPU self-test")
     ap.add_argument("--out", type=Path, default=None, help="where selftest.json and the bundle go")
-    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--device", type=int, default=0, help="NVML index (nvidia-smi numbering)")
     args = ap.parse_args(argv)
+    # before CUDA starts: ordinals in PCI order, as the probes use them
+    os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     out = args.out or Path(tempfile.mkdtemp(prefix="pcieprof-selftest-"))
     out.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {"device": args.device}
     failed = []
     t0 = time.monotonic()
 
-    def step(name: str, fn: Any) -> Any:
+    def step(name: str, fn: Callable[[], Any]) -> Any:
         try:
             v = fn()
             print(f"{name}: ok", flush=True)
@@ -124,17 +207,30 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: FAILED {type(exc).__name__}: {exc}", flush=True)
             return None
 
-    facts = step("nvml", lambda: nvml_facts(args.device))
+    facts = step("nvml", lambda: nvml_facts(args.device)) or {}
     report["nvml"] = facts
-    if facts:
-        print(f"  {facts.get('name')} {facts.get('bus_id')} PCIe gen {facts.get('pcie_gen_current')}"
-              f"/{facts.get('pcie_gen_max')} x{facts.get('pcie_width_current')}"
-              f"/{facts.get('pcie_width_max')} driver {facts.get('driver_version')}")
-    import torch
+    import torch  # heavy: CUDA starts here, after CUDA_DEVICE_ORDER is set
+
+    from probes.gpu_api import TorchCuda
 
     n = torch.cuda.device_count()
     report["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda, "devices": n}
-    rows = step("copies", lambda: copies(args.device, n)) or []
+    ordinal, how = cuda_ordinal(facts.get("bus_id"), TorchCuda(), n)
+    if ordinal is None:
+        ordinal, how = args.device, f"{how}; CUDA_DEVICE_ORDER=PCI_BUS_ID order assumed"
+    report["cuda_ordinal"] = {"ordinal": ordinal, "mapped_by": how}
+    print(f"  NVML {args.device} = CUDA {ordinal} ({how})")
+    with LinkSampler(args.device) as link:
+        rows = step("copies", lambda: copies(ordinal, n)) or []
+    facts.update(pcie_gen_under_load=link.gen, pcie_width_under_load=link.width)
+    if link.why:
+        facts.setdefault("status", {})["pcie_under_load"] = link.why
+    if facts:
+        print(f"  {facts.get('name')} {facts.get('bus_id')} PCIe gen {facts.get('pcie_gen_current')}"
+              f" at idle (a lower gen at idle is the normal power-saving downshift), "
+              f"{facts.get('pcie_gen_under_load')} under load, {facts.get('pcie_gen_max')} max; "
+              f"x{facts.get('pcie_width_current')}/x{facts.get('pcie_width_max')}; "
+              f"driver {facts.get('driver_version')}")
     report["copies"] = rows
     for r in rows:
         val = (f"{r.get('bandwidth_gbps'):.1f} GB/s" if r.get("bandwidth_gbps") is not None

@@ -25,18 +25,23 @@ status=error with no bandwidth.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import datetime
 import os
 import statistics
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
-from probes.pattern import matches, pattern
+from probes.gpu_api import CudaApi, TorchCuda
+from probes.numa import SYSFS, on_numa_node, pci_numa_node
+from probes.pattern import HOST_END, case_seed, matches, pattern, poison
 from probes.plan import ConcurrentCase, P2PCase, Plan
 from probes.rows import RowWriter, die_with_parent, dist_env, exit_now, test_corrupt, test_hook
 
@@ -134,14 +139,14 @@ class CpuCopier:
         dist.barrier()
 
     # one direction of a case, issued by the rank that owns it
-    def _op(self, case: P2PCase, src: int, dst: int) -> Callable[[], None]:
+    def _op(self, case: P2PCase, src: int, dst: int) -> Callable[[], object]:
         s = case.size_bytes
         if case.path == "p2p":
             a, b = self.local_src[:s], self.win[dst][:s]
             return lambda: b.copy_(a)
         if case.path == "host_staged":
             a, m, b = self.local_src[:s], self.stage[src][:s], self.win[dst][:s]
-            return lambda: (m.copy_(a), b.copy_(m))
+            return lambda: b.copy_(m.copy_(a))
         if case.path == "h2d":
             a, b = self.stage[dst][:s], self.local_dst[:s]
             return lambda: b.copy_(a)
@@ -149,20 +154,33 @@ class CpuCopier:
         return lambda: b.copy_(a)
 
     def run_p2p(self, idx: int, case: P2PCase) -> tuple[list[float] | None, bool]:
-        s, seed = case.size_bytes, idx + 1
-        me = self.rank
+        s, me = case.size_bytes, self.rank
         if case.path == "h2d":
             owners = [(case.dst, case.dst)]
         elif case.path == "d2h":
             owners = [(case.src, case.src)]
         else:
             owners = [(case.src, case.dst)] + ([(case.dst, case.src)] if case.direction == "bi" else [])
+        # a seed no other case uses, and every checked buffer first holds the complement of what
+        # it should receive: stale or unwritten bytes cannot pass
+        checks: list[tuple[torch.Tensor, int]] = []
+        for a, b in owners:
+            seed = case_seed("p2p", idx, a)
+            if a == me:
+                self.local_src[:s].copy_(pattern(s, seed))
+                if case.path == "h2d":
+                    self.stage[me][:s].copy_(pattern(s, seed))
+            if case.path == "h2d" and b == me:
+                checks.append((self.local_dst, seed))
+            elif case.path == "d2h" and a == me:
+                checks.append((self.stage[me], seed))
+            elif case.path in ("p2p", "host_staged") and b == me:
+                checks.append((self.win[me], seed))
+        for buf, seed in checks:
+            poison(buf, s, seed)
         mine = [(a, b) for a, b in owners if a == me]
-        if mine:
-            self.local_src[:s].copy_(pattern(s, seed + me))
-        if case.path == "h2d" and case.dst == me:
-            self.stage[me][:s].copy_(pattern(s, seed + me))
         ops = [self._op(case, a, b) for a, b in mine]
+        dist.barrier()  # every receiver has poisoned its buffer before anyone writes into it
         for op in ops:  # untimed warm-up: first touch of shared pages is not bandwidth
             op()
         times = torch.zeros(case.trials, dtype=torch.float64)
@@ -176,16 +194,9 @@ class CpuCopier:
                 times[t] = (time.perf_counter_ns() - t0) / 1e9
         dist.barrier()
         if test_corrupt(me, idx, "copies"):
-            for t in (self.win[me], self.local_dst, self.stage[me]):
-                t[0] ^= 1
-        good = True
-        for a, b in owners:
-            if case.path == "h2d" and b == me:
-                good &= matches(self.local_dst, s, seed + a)
-            elif case.path == "d2h" and a == me:
-                good &= matches(self.stage[me], s, seed + a)
-            elif case.path in ("p2p", "host_staged") and b == me:
-                good &= matches(self.win[me], s, seed + a)
+            for buf in (self.win[me], self.local_dst, self.stage[me]):
+                buf[0] ^= 1
+        good = all(matches(buf, s, seed) for buf, seed in checks)
         # one reduction: the slowest participant's time per trial, and a 1 from any rank that
         # received wrong bytes
         stats = torch.cat([times, torch.tensor([0.0 if good else 1.0], dtype=torch.float64)])
@@ -194,27 +205,32 @@ class CpuCopier:
 
     def run_concurrent(self, idx: int, case: ConcurrentCase
                        ) -> tuple[list[tuple[float, float]], list[bool]]:
-        s, seed, me = case.size_bytes, 1000 + idx, self.rank
+        s, me = case.size_bytes, self.rank
         devs = self.plan.devices
         # flow i moves src's pattern into slot(src) of dst (write: src pushes into dst's window;
-        # read: dst pulls from slot(dst) of src's window into its private memory)
-        jobs: list[tuple[int, Callable[[], None]]] = []
+        # read: dst pulls from slot(dst) of src's window into its private memory); the receiving
+        # slot first holds the complement of the pattern, poisoned before the barrier below
+        jobs: list[tuple[int, Callable[[], object]]] = []
         for i, (a, b) in enumerate(case.flows):
+            seed = case_seed("concurrent", idx, i)
             if case.op == "write" and a == me:
-                self.local_src[devs.index(b) * s:(devs.index(b) + 1) * s].copy_(pattern(s, seed + i))
                 src_t = self.local_src[devs.index(b) * s:(devs.index(b) + 1) * s]
+                src_t.copy_(pattern(s, seed))
                 dst_t = self.win[b][devs.index(a) * s:(devs.index(a) + 1) * s]
-                jobs.append((i, lambda d=dst_t, x=src_t: d.copy_(x)))
+                jobs.append((i, partial(dst_t.copy_, src_t)))
+            if case.op == "write" and b == me:
+                poison(self.win[me][devs.index(a) * s:], s, seed)
             if case.op == "read":
                 if a == me:
-                    self.win[me][devs.index(b) * s:(devs.index(b) + 1) * s].copy_(pattern(s, seed + i))
+                    self.win[me][devs.index(b) * s:(devs.index(b) + 1) * s].copy_(pattern(s, seed))
                 if b == me:
                     src_t = self.win[a][devs.index(b) * s:(devs.index(b) + 1) * s]
                     dst_t = self.local_dst[devs.index(a) * s:(devs.index(a) + 1) * s]
-                    jobs.append((i, lambda d=dst_t, x=src_t: d.copy_(x)))
+                    poison(dst_t, s, seed)
+                    jobs.append((i, partial(dst_t.copy_, src_t)))
         spans = torch.zeros(len(case.flows), 2, dtype=torch.float64)
 
-        def flow(i: int, op: Callable[[], None]) -> None:
+        def flow(i: int, op: Callable[[], object]) -> None:
             t0 = time.perf_counter_ns()  # CLOCK_MONOTONIC: comparable across processes
             for _ in range(case.iters):
                 op()
@@ -232,7 +248,7 @@ class CpuCopier:
             if b == me:
                 got = (self.win[me] if case.op == "write" else self.local_dst)
                 lo = devs.index(a) * s
-                ok[i] = int(matches(got[lo:lo + s], s, seed + i))
+                ok[i] = int(matches(got[lo:lo + s], s, case_seed("concurrent", idx, i)))
         dist.all_reduce(spans, op=dist.ReduceOp.SUM)
         dist.all_reduce(ok, op=dist.ReduceOp.SUM)
         return [(float(x), float(y)) for x, y in spans], [bool(v == 1) for v in ok]
@@ -242,21 +258,24 @@ class CpuCopier:
 # cuda backend: one process, every GPU
 
 
-class _Cudart:
+def find_cudart(maps: Path = Path("/proc/self/maps")) -> str | None:
+    """The libcudart this process has mapped (torch's), or None."""
+    with open(maps, encoding="utf-8") as f:
+        for line in f:
+            if "libcudart" in line:
+                return line.split()[-1]
+    return None
+
+
+class Cudart:
     """The few CUDA runtime calls torch does not expose, from the libcudart torch has loaded."""
 
-    def __init__(self) -> None:
-        path = None
-        with open("/proc/self/maps", encoding="utf-8") as f:
-            for line in f:
-                if "libcudart" in line:
-                    path = line.split()[-1]
-                    break
+    def __init__(self, maps: Path = Path("/proc/self/maps")) -> None:
+        path = find_cudart(maps)
         if path is None:
-            import ctypes.util
             path = ctypes.util.find_library("cudart")
         if path is None:
-            raise OSError("libcudart not found in this process")
+            raise OSError("libcudart not found in this process nor on the library path")
         self.lib = ctypes.CDLL(path)
         self.lib.cudaMemcpyPeerAsync.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
                                                  ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p]
@@ -276,127 +295,213 @@ class _Cudart:
         self.lib.cudaGetLastError()
 
 
-class CudaCopier:
-    """Copies between the GPUs of the plan from one process, timed with CUDA events."""
+#: Holding a stream before timing (see CudaCopier._leg_times): at least this long, plus this much
+#: per queued copy (torch's copy_ and cudaMemcpyPeerAsync take a few us of host time each), and
+#: if the start event still fired before the host had queued everything, up to this many tries,
+#: each hold 4x longer.
+HOLD_MIN_S = 1e-4
+HOLD_PER_COPY_S = 20e-6
+HOLD_TRIES = 4
 
-    def __init__(self, plan: Plan) -> None:
+Leg = list[tuple[Any, Callable[[], object]]]
+
+
+class CudaCopier:
+    """Copies between the GPUs of the plan from one process, timed with CUDA events.
+
+    Args:
+        plan: the copy cases (devices are CUDA ordinals = NVML indices under PCI_BUS_ID order).
+        api: the CUDA calls (default: torch.cuda; tests pass a stand-in).
+        rt: the peer-copy runtime (default: the libcudart torch loaded, see `Cudart`).
+        sysfs: where to read GPUs' NUMA nodes and nodes' CPUs.
+    """
+
+    def __init__(self, plan: Plan, api: CudaApi | None = None, rt: Any = None,
+                 sysfs: Path = SYSFS) -> None:
         self.plan = plan
-        try:
-            self.rt: _Cudart | None = _Cudart()
-            self.rt_why = ""
-        except OSError as exc:  # host copies still work; peer copies need the runtime calls
-            self.rt, self.rt_why = None, f"peer copies need libcudart: {exc}"
-        self.streams = {d: torch.cuda.Stream(device=d) for d in plan.devices}
+        self.api: CudaApi = api or TorchCuda()
+        self.rt_why = ""
+        if rt is None:
+            try:
+                rt = Cudart()
+            except OSError as exc:  # host copies still work; peer copies need the runtime calls
+                rt, self.rt_why = None, f"peer copies need libcudart: {exc}"
+        self.rt = rt
+        self.streams = {d: self.api.new_stream(d) for d in plan.devices}
         big = max([c.size_bytes for c in plan.p2p] + [8])
-        self.src = {d: torch.empty(big, dtype=torch.uint8, device=d) for d in plan.devices}
-        self.dst = {d: torch.empty(big, dtype=torch.uint8, device=d) for d in plan.devices}
-        self.host = {d: torch.empty(big, dtype=torch.uint8, pin_memory=True) for d in plan.devices}
+        self.src = {d: self.api.empty(big, d) for d in plan.devices}
+        self.dst = {d: self.api.empty(big, d) for d in plan.devices}
+        self.host: dict[int, torch.Tensor] = {}
+        self.host_note: dict[int, str] = {}
+        for d in plan.devices:
+            node = pci_numa_node(self.api.bus_id(d), sysfs)
+            with on_numa_node(node, sysfs) as placed:  # pinned pages come from the node that touches them
+                self.host[d] = self.api.pinned(big)
+                self.host[d].zero_()
+            self.host_note[d] = (f"pinned host buffer on NUMA node {node} (the GPU's)" if placed
+                                 else "pinned host buffer: GPU's NUMA node unknown, not placed")
         self.peer_ok: dict[tuple[int, int], bool] = {}
         for a in plan.devices:
             for b in plan.devices:
                 if a != b:
-                    ok = torch.cuda.can_device_access_peer(a, b) and self.rt is not None
+                    ok = self.api.can_access_peer(a, b) and self.rt is not None
                     if ok:
                         self.rt.enable_peer(a, b)
                     self.peer_ok[(a, b)] = ok
 
-    def _timed(self, legs: list[list[tuple[torch.cuda.Stream, Callable[[], None]]]],
-               iters: int) -> float:
-        """Run legs one after the other; within a leg the (stream, op) pairs run at once.
-        Returns seconds: the sum over legs of the slowest stream's event time."""
-        total = 0.0
-        for leg in legs:
+    def _sync_all(self) -> None:
+        """Wait for every GPU of the plan: synchronize() without a device waits for the current
+        one only, and the streams here are not ordered with each other."""
+        for d in self.plan.devices:
+            self.api.synchronize(d)
+
+    def _on(self, device: int, op: Callable[[], object]) -> None:
+        """Work on `device`'s default stream (fills, poison); _sync_all orders it before copies."""
+        self.api.enqueue(self.api.current_stream(device), op)
+
+    def _leg_times(self, leg: Leg, iters: int) -> tuple[list[float], bool]:
+        """Seconds per stream for `iters` rounds of the leg's copies, the (stream, copy) pairs of a
+        leg running at once, and whether the start was held.
+
+        As cuda-samples' p2pBandwidthLatencyTest does with its delay kernel: every stream is held
+        by a spin kernel, then gets its start event, its copies and its end event, so the copies
+        start back to back once the host has queued them all and the host's queueing time stays
+        outside the events. If a start event has already fired when the queueing is done, the
+        hold was too short: the round is repeated with a 4x longer hold.
+        """
+        hold = max(HOLD_MIN_S, iters * len(leg) * HOLD_PER_COPY_S)
+        held = False
+        times: list[float] = []
+        for _ in range(HOLD_TRIES):
             marks = []
             for stream, _ in leg:
-                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                self.api.block(stream, hold)
+                e0, e1 = self.api.event(), self.api.event()
                 e0.record(stream)
-                marks.append((stream, e0, e1))
+                marks.append((e0, e1))
             for _ in range(iters):
                 for stream, op in leg:
-                    with torch.cuda.stream(stream):
-                        op()
-            for stream, _, e1 in marks:
+                    self.api.enqueue(stream, op)
+            for (stream, _), (_, e1) in zip(leg, marks):
                 e1.record(stream)
-            for _, _, e1 in marks:
+            held = not any(e0.query() for e0, _ in marks)
+            for _, e1 in marks:
                 e1.synchronize()
-            total += max(e0.elapsed_time(e1) for _, e0, e1 in marks) / 1e3
-        return total
+            times = [e0.elapsed_time(e1) / 1e3 for e0, e1 in marks]
+            if held:
+                break
+            hold *= 4
+        return times, held
+
+    def _timed(self, legs: list[Leg], iters: int) -> tuple[float, bool]:
+        """Run legs one after the other. Returns (seconds: the sum over legs of the slowest
+        stream's event time, every leg held)."""
+        total, held = 0.0, True
+        for leg in legs:
+            times, ok = self._leg_times(leg, iters)
+            total += max(times)
+            held &= ok
+        return total, held
 
     def run_p2p(self, idx: int, case: P2PCase) -> tuple[list[float] | None, bool, str]:
-        s, seed = case.size_bytes, idx + 1
+        """One case: (seconds per trial or None when not supported, bytes correct, detail)."""
+        s = case.size_bytes
         dirs = [(case.src, case.dst)] + ([(case.dst, case.src)] if case.direction == "bi" else [])
         if case.path == "p2p":
             missing = [f"{a}->{b}" for a, b in dirs if not self.peer_ok[(a, b)]]
             if missing:
                 return None, True, self.rt_why or (f"no peer access {','.join(missing)} "
                                                    "(can_device_access_peer)")
+        # every check below reads a buffer first filled with the complement of what it expects,
+        # with a seed no other case uses: stale or unwritten bytes cannot pass
+        checks: list[tuple[torch.Tensor, int]] = []
+        legs: list[Leg]
+        notes: list[str] = []
         if case.path == "h2d":
-            self.host[case.dst][:s].copy_(pattern(s, seed))
+            seed = case_seed("p2p", idx, HOST_END)
             h, d = self.host[case.dst][:s], self.dst[case.dst][:s]
-            legs = [[(self.streams[case.dst], lambda: d.copy_(h, non_blocking=True))]]
+            h.copy_(pattern(s, seed))
+            self._on(case.dst, partial(poison, d, s, seed))
+            legs = [[(self.streams[case.dst], partial(d.copy_, h, non_blocking=True))]]
+            checks.append((d, seed))
+            notes.append(self.host_note[case.dst])
         elif case.path == "d2h":
-            self.src[case.src][:s].copy_(pattern(s, seed, case.src))
+            seed = case_seed("p2p", idx, case.src)
             d, h = self.src[case.src][:s], self.host[case.src][:s]
-            legs = [[(self.streams[case.src], lambda: h.copy_(d, non_blocking=True))]]
+            self._on(case.src, partial(d.copy_, pattern(s, seed, d.device)))
+            poison(h, s, seed)
+            legs = [[(self.streams[case.src], partial(h.copy_, d, non_blocking=True))]]
+            checks.append((h, seed))
+            notes.append(self.host_note[case.src])
         elif case.path == "p2p":
-            leg = []
+            leg: Leg = []
             for a, b in dirs:
-                self.src[a][:s].copy_(pattern(s, seed + a, a))
-                sa, db = self.src[a], self.dst[b]
-                leg.append((self.streams[a],
-                            lambda sa=sa, db=db, st=self.streams[a]: self.rt.memcpy_peer(db, sa, s, st)))
+                seed = case_seed("p2p", idx, a)
+                sa, db = self.src[a][:s], self.dst[b][:s]
+                self._on(a, partial(sa.copy_, pattern(s, seed, sa.device)))
+                self._on(b, partial(poison, db, s, seed))
+                leg.append((self.streams[a], partial(self._peer, db, sa, s, self.streams[a])))
+                checks.append((db, seed))
             legs = [leg]
         else:  # host_staged: GPU -> pinned host (source's stream), then host -> GPU (destination's)
-            down, up = [], []
+            down: Leg = []
+            up: Leg = []
             for a, b in dirs:
-                self.src[a][:s].copy_(pattern(s, seed + a, a))
+                seed = case_seed("p2p", idx, a)
                 sa, h, db = self.src[a][:s], self.host[a][:s], self.dst[b][:s]
-                down.append((self.streams[a], lambda h=h, sa=sa: h.copy_(sa, non_blocking=True)))
-                up.append((self.streams[b], lambda db=db, h=h: db.copy_(h, non_blocking=True)))
+                self._on(a, partial(sa.copy_, pattern(s, seed, sa.device)))
+                self._on(b, partial(poison, db, s, seed))
+                down.append((self.streams[a], partial(h.copy_, sa, non_blocking=True)))
+                up.append((self.streams[b], partial(db.copy_, h, non_blocking=True)))
+                checks.append((db, seed))
+                notes.append(self.host_note[a])
             legs = [down, up]
-        torch.cuda.synchronize()
+        self._sync_all()  # fills and poison (default streams) are done before any copy stream runs
         self._timed(legs, 1)  # untimed warm-up
-        times = [self._timed(legs, case.iters) for _ in range(case.trials)]
-        torch.cuda.synchronize()
-        if case.path == "h2d":
-            ok = matches(self.dst[case.dst], s, seed)
-        elif case.path == "d2h":
-            ok = matches(self.host[case.src], s, seed)
-        else:
-            ok = all(matches(self.dst[b], s, seed + a) for a, b in dirs)
-        return times, ok, ""
+        held = True
+        times = []
+        for _ in range(case.trials):
+            t, ok = self._timed(legs, case.iters)
+            times.append(t)
+            held &= ok
+        self._sync_all()
+        ok = all(matches(t, s, seed) for t, seed in checks)
+        if not held:
+            notes.append("the stream hold ended before all copies were queued: the time "
+                         "includes host queueing")
+        return times, ok, "; ".join(dict.fromkeys(notes))
+
+    def _peer(self, dst: torch.Tensor, src: torch.Tensor, nbytes: int, stream: Any) -> None:
+        assert self.rt is not None  # peer_ok is False without the runtime
+        self.rt.memcpy_peer(dst, src, nbytes, stream)
 
     def run_concurrent(self, idx: int, case: ConcurrentCase
                        ) -> tuple[list[tuple[float, float]] | None, list[bool] | None, str]:
-        s, seed = case.size_bytes, 1000 + idx
+        """One concurrent case: ((start, end) seconds per flow, bytes correct per flow, detail)."""
+        s = case.size_bytes
         missing = [f"{a}->{b}" for a, b in case.flows if not self.peer_ok[(a, b)]]
         if missing:  # without peer access the driver would stage through the host: not P2P
             return None, None, self.rt_why or (f"no peer access {','.join(missing)} "
                                                "(can_device_access_peer)")
-        bufs, leg = [], []
+        checks: list[tuple[torch.Tensor, int]] = []
+        leg: Leg = []
         for i, (a, b) in enumerate(case.flows):
-            src = pattern(s, seed + i, a).clone()
-            dst = torch.empty(s, dtype=torch.uint8, device=b)
+            seed = case_seed("concurrent", idx, i)
+            src, dst = self.api.empty(s, a), self.api.empty(s, b)
+            self._on(a, partial(src.copy_, pattern(s, seed, src.device)))
+            self._on(b, partial(poison, dst, s, seed))
             # each flow its own stream: on the source for a write, on the destination for a read
-            st = torch.cuda.Stream(device=a if case.op == "write" else b)
-            bufs.append((src, dst, st))
-            leg.append((st, lambda src=src, dst=dst, st=st: self.rt.memcpy_peer(dst, src, s, st)))
-        torch.cuda.synchronize()
-        marks = []
-        for _, _, st in bufs:
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record(st)
-            marks.append((e0, e1))
-        for _ in range(case.iters):
-            for st, op in leg:
-                op()
-        for (_, _, st), (_, e1) in zip(bufs, marks):
-            e1.record(st)
-        torch.cuda.synchronize()
-        # flows were enqueued together: each starts at 0 and ends after its own event time
-        spans = [(0.0, e0.elapsed_time(e1) / 1e3) for e0, e1 in marks]
-        ok = [matches(dst, s, seed + i) for i, (_, dst, _) in enumerate(bufs)]
-        return spans, ok, ""
+            st = self.api.new_stream(a if case.op == "write" else b)
+            leg.append((st, partial(self._peer, dst, src, s, st)))
+            checks.append((dst, seed))
+        self._sync_all()
+        times, held = self._leg_times(leg, case.iters)
+        self._sync_all()
+        # every flow was held until all were queued: each starts at 0, ends after its event time
+        spans = [(0.0, t) for t in times]
+        ok = [matches(t, s, seed) for t, seed in checks]
+        return spans, ok, "" if held else ("the stream hold ended before all copies were "
+                                           "queued: the time includes host queueing")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -424,7 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume:
         rp, _, ri = args.resume.partition(":")
         order = order[order.index((rp, int(ri))):] if (rp, int(ri)) in order else []
-    out.event("init")
+    out.event("init", pid=os.getpid())
     if backend == "cpu":
         dist.init_process_group("gloo", timeout=timeout)
         shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else args.rows
@@ -452,7 +557,8 @@ def main(argv: list[str] | None = None) -> int:
                         row = p2p_row(case, backend, None, status="error",
                                       detail="copied bytes do not match the pattern")
                     else:
-                        row = p2p_row(case, backend, times, detail=detail)
+                        row = p2p_row(case, backend, times,
+                                      detail="; ".join(x for x in (detail, why) if x))
                     out.row("p2p", row)
             else:
                 res = copier.run_concurrent(idx, case)

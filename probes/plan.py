@@ -126,6 +126,9 @@ class Plan:
         allreduce: all-reduce cases, one launch each.
         timeout_s: deadline of each copy / collective; past it the launch is killed (status=hang).
         quick: built with --quick.
+        keep_env: names of the user's NCCL_* / TORCH_NCCL_* variables that launches inherit (all
+            others are left out, so that every variant, `default` included, measures only its
+            own settings).
     """
 
     backend: str
@@ -135,6 +138,7 @@ class Plan:
     allreduce: list[AllReduceCase] = field(default_factory=list)
     timeout_s: float = 60.0
     quick: bool = False
+    keep_env: list[str] = field(default_factory=list)
 
     @property
     def nranks(self) -> int:
@@ -156,7 +160,8 @@ class Plan:
             concurrent=[ConcurrentCase(**{**c, "flows": [tuple(f) for f in c["flows"]]})
                         for c in d.get("concurrent", [])],
             allreduce=[AllReduceCase(**c) for c in d.get("allreduce", [])],
-            timeout_s=float(d.get("timeout_s", 60.0)), quick=bool(d.get("quick", False)))
+            timeout_s=float(d.get("timeout_s", 60.0)), quick=bool(d.get("quick", False)),
+            keep_env=[str(k) for k in d.get("keep_env", [])])
 
     @classmethod
     def from_json(cls, text: str) -> "Plan":
@@ -296,7 +301,8 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
     cc_iters = 2 if (quick or cpu) else 5
     n = len(devices)
     if n >= 2:
-        ring = [(devices[i], devices[(i + 1) % n]) for i in range(n)] if n > 2 else [tuple(devices)]
+        ring = ([(devices[i], devices[(i + 1) % n]) for i in range(n)] if n > 2
+                else [(devices[0], devices[1])])
         up, up_detail = shared_uplink_flows(devices, topology)
         for op in ("write", "read"):
             concurrent.append(ConcurrentCase("ring", op, list(ring), cc_size, cc_iters))

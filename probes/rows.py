@@ -11,14 +11,19 @@ size in bytes for the all-reduce worker, the P2P case index for the copy worker,
 a concurrent case), only in the launch called `label` (an all-reduce variant name, or `copies`)
 when given; `PCIEPROF_TEST_DIE` (same syntax) makes it exit with status 17 there, and
 `PCIEPROF_TEST_CORRUPT` (same syntax, copy worker, cpu backend) flips one received byte before
-the check, to prove that wrong bytes become status=error. Both need the guard variable too, so a stray setting cannot trigger them. They exist only
-to test the watchdog (tests/probes/).
+the check, to prove that wrong bytes become status=error; `PCIEPROF_TEST_STUCK` (same syntax)
+makes that rank a process that outlives its launch, as one stuck in the driver does: it stops
+dying with its parent, ignores SIGTERM, SIGINT and SIGHUP, and sleeps (only SIGKILL ends it).
+All need the guard variable too, so a stray setting cannot trigger them. They exist only to test
+the watchdog (tests/probes/).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -69,14 +74,20 @@ def test_hook(rank: int, where: int, label: str) -> None:
     asks for it."""
     if os.environ.get("PCIEPROF_TEST_HOOKS") != _GUARD:
         return
-    for var, act in (("PCIEPROF_TEST_HANG", "hang"), ("PCIEPROF_TEST_DIE", "die")):
+    for var, act in (("PCIEPROF_TEST_HANG", "hang"), ("PCIEPROF_TEST_DIE", "die"),
+                     ("PCIEPROF_TEST_STUCK", "stuck")):
         spec = os.environ.get(var, "")
         if not spec:
             continue
         r, w, lab = (spec.split(":") + ["", ""])[:3]
         if r.strip() == str(rank) and w.strip() == str(where) and lab.strip() in ("", label):
-            if act == "hang":
-                print(f"pcieprof test hook: rank {rank} hangs at {where}", file=sys.stderr, flush=True)
+            if act == "stuck":
+                _set_parent_death_signal(0)
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                    signal.signal(sig, signal.SIG_IGN)
+            if act in ("hang", "stuck"):
+                print(f"pcieprof test hook: rank {rank} {act}s at {where}", file=sys.stderr,
+                      flush=True)
                 while True:
                     time.sleep(3600)
             print(f"pcieprof test hook: rank {rank} dies at {where}", file=sys.stderr, flush=True)
@@ -91,16 +102,17 @@ def test_corrupt(rank: int, where: int, label: str) -> bool:
     return r.strip() == str(rank) and w.strip() == str(where) and lab.strip() in ("", label)
 
 
+def _set_parent_death_signal(sig: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def die_with_parent() -> None:
     """Ask Linux to kill this worker when its parent (the torchrun agent) dies, so a killed run
     never leaves workers behind (PR_SET_PDEATHSIG; a no-op elsewhere)."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    _set_parent_death_signal(int(signal.SIGKILL))
 
 
 def exit_now(code: int) -> None:

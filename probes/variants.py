@@ -9,7 +9,10 @@ Names and values are NCCL's own, checked against NVIDIA's NCCL user guide, "Envi
 - NCCL_P2P_LEVEL takes LOC, NVL, PIX, PXB, PHB, SYS; SYS allows P2P even across NUMA nodes.
 - NCCL_PROTO takes LL, LL128, Simple; NCCL_ALGO takes Ring, Tree (and others).
 - NCCL_MIN_NCHANNELS sets the minimum number of channels.
-- NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS=INIT,ENV,GRAPH,TUNING prints what NCCL chose.
+- NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS=INIT,ENV,GRAPH prints what NCCL chose at communicator
+  init (rings, channels, transport per peer); TUNING adds the algorithm and protocol per
+  collective, one line per collective from rank 0 while it runs (src/enqueue.cc), so it is only
+  on in an untimed launch.
 gloo (the cpu backend) reads none of these: rows of NCCL variants on gloo say so in `detail`.
 """
 
@@ -48,8 +51,13 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in [
     Variant("nch8", {"NCCL_MIN_NCHANNELS": "8"}, "at least 8 channels"),
 ]}
 
-#: Environment added to every NCCL launch so the log says what NCCL chose (nccl/<variant>.log).
-NCCL_DEBUG_ENV: dict[str, str] = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,GRAPH,TUNING"}
+#: Environment of every timed NCCL launch: what NCCL chose at init (nccl/<variant>.log), and no
+#: line per collective inside the timed loop.
+NCCL_DEBUG_ENV: dict[str, str] = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,GRAPH"}
+#: Environment of the untimed launch before it, with the tuner's choice per collective
+#: (nccl/<variant>.tuning.log).
+NCCL_TUNING_LOG_ENV: dict[str, str] = {"NCCL_DEBUG": "INFO",
+                                       "NCCL_DEBUG_SUBSYS": "INIT,ENV,GRAPH,TUNING"}
 
 #: The `detail` of all-reduce rows whose NCCL_* settings a gloo process group does not read.
 GLOO_IGNORES_NCCL = "gloo ignores NCCL_* settings: same transport as default, measured again"

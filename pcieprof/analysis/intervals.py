@@ -60,8 +60,8 @@ class Split:
         """Communication time not hidden by any compute."""
         return float(self.exclusive[1] + self.exclusive[3])
 
-    def as_dict(self) -> dict[str, float]:
-        d = {
+    def as_dict(self) -> dict[str, float | None]:
+        d: dict[str, float | None] = {
             "span_us": self.span_us, "busy_us": self.busy_us, "idle_us": self.idle_us,
             "comm_us": self.comm_us, "compute_us": self.compute_us, "memory_us": self.memory_us,
             "comm_overlap_compute_us": self.comm_overlap_compute_us,

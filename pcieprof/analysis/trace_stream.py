@@ -153,9 +153,9 @@ _WITH_STREAM = {b"kernel", b"gpu_memcpy", b"gpu_memset"}
 _PH_X = re.compile(rb'"ph"\s*:\s*"X"')
 # category -> code: 0-2 GPU events (kernel, memcpy, memset), 3 launches, 4 CPU ops and
 # annotations, 5 GPU-timeline annotations, 6 the rest
-_CODES = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2, "cuda_runtime": 3, "cuda_driver": 3,
+_CODES: dict[str | bytes, int] = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2, "cuda_runtime": 3, "cuda_driver": 3,
           "cpu_op": 4, "user_annotation": 4, "gpu_user_annotation": 5}
-_CODES.update({k.encode(): v for k, v in list(_CODES.items())})
+_CODES.update({k.encode(): v for k, v in list(_CODES.items()) if isinstance(k, str)})
 
 
 class _Builder:

@@ -20,7 +20,7 @@ from pcieprof.importers.detect import FORMATS
                "nvbandwidth, nccl-tests, NCCL logs and XML, lspci -vvv, nvidia-smi -q, ...) "
                "into a bundle. Formats: " + "; ".join(w for _t, w in FORMATS.values()) + ".")
 @click.argument("files", nargs=-1, required=True,
-                type=click.Path(path_type=Path, dir_okay=False))
+                type=click.Path(path_type=Path))  # checked by the reader: one line, exit 2
 @out_dir
 @verbosity
 def command(files: tuple[Path, ...], out: Path | None, force: bool) -> None:

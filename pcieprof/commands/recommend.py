@@ -33,7 +33,7 @@ def summary_lines(result) -> list[str]:
         lines += ["", "parallel layouts (best first):"]
         for lay in result.layouts:
             rows = {x["concurrency"]: x for x in lay["per_concurrency"]}
-            c1, c64 = rows.get(1), rows.get(max(rows))
+            c1, c64 = rows[min(rows)], rows[max(rows)]
             fit = "fits" if lay["fits"] else "does not fit"
             lines.append(f"  {lay['label']:<24} {fit:<13} weights {lay['weights_gb']:.1f} GB/GPU, "
                          f"max concurrency {lay['max_concurrency']}, "

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from pcieprof.commands.options import verbosity
@@ -73,8 +75,8 @@ def render_tree(fabric: object) -> str:
                         lines.append(f"{c2}{'└─ ' if lk else '├─ '}GPU{g.index} {g.bdf}{port} {g.name}, "
                                      f"{link(g.gen, g.width)}")
                 else:
-                    g = node
-                    lines.append(f"{p2}GPU{g.index} {g.bdf} {g.name}, {link(g.gen, g.width)}")  # type: ignore[attr-defined]
+                    gpu: Any = node
+                    lines.append(f"{p2}GPU{gpu.index} {gpu.bdf} {gpu.name}, {link(gpu.gen, gpu.width)}")
     n = len(f.gpus)
     header = "        " + "".join(f"GPU{b:<5d}" for b in range(n))
     lines += ["", "  pair levels (nvidia-smi topo -m), real tree:", "  " + header]

@@ -211,8 +211,18 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     """Discover GPUs, PCIe tree, IOMMU/ACS/VM; probe P2P copies, concurrent traffic and the
     all-reduce sweep; write a bundle and report.html.
 
-    p2p.csv: bandwidth in GB/s (1e9 B/s), latency in us, median of trials with min/max.
-    allreduce.csv: nccl-tests formulas, algbw = bytes / time, busbw = algbw * 2(n-1)/n.
+    p2p.csv: bandwidth in GB/s (1e9 B/s), latency in us, median of trials with min/max. On cuda
+    each trial holds its streams with a spin kernel, then times `iters` copies between CUDA
+    events (p2pBandwidthLatencyTest's method: host queueing time stays outside); the copied bytes
+    are checked against a buffer first filled with their complement.
+
+    allreduce.csv: nccl-tests formulas and timing: `iters` all-reduces back to back between one
+    pair of CUDA events, median of 5 trials (min/max the extreme trials); algbw = bytes / time,
+    busbw = algbw * 2(n-1)/n. Each case first runs untimed with NCCL's per-collective TUNING log
+    (nccl/<variant>.tuning.log), then timed with NCCL's init log only (nccl/<variant>.log).
+    --ring-order is applied through NCCL_GRAPH_FILE and checked against the rings NCCL logged.
+    NCCL_* / TORCH_NCCL_* variables of your shell are not passed on (recorded in
+    nccl_choices.json). Details: docs/probes.md.
     """
     from probes import variants as V
     from probes.plan import build_plan
@@ -260,6 +270,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
         if backend == "sim":  # the fabric's own tree picks the shared-uplink flows
             from pcieprof.sim.fabric import topology as fabric_topology
 
+            assert fabric is not None  # loaded above for the sim backend
             topo: dict[str, Any] = fabric_topology(fabric)
         else:
             topo = discover_into(bundle, backend)

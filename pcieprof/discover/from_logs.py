@@ -72,7 +72,7 @@ def topology_from_logs(*, lspci: str | None = None, smi_q: str | None = None,
     t = parse_topo_matrix(topo_m, source=names.get("topo_m", "nvidia-smi topo -m")) \
         if topo_m is not None else None
     status["topo_m"] = "ok" if t else "unknown: no nvidia-smi topo -m log"
-    nvml_part = None
+    nvml_part: dict[str, Any] | None = None
     if smi_q is not None:
         q = parse_smi_query(smi_q, source=names.get("smi_q", "nvidia-smi -q"))
         status["smi_q"] = "ok"

@@ -215,6 +215,20 @@ def _put(obj: dict[str, Any], key: str, value: Any, convert: Any = None) -> None
         obj.setdefault("status", {})[key] = f"error: {e}"
 
 
+def idle_link_note(pcie: dict[str, Any]) -> dict[str, Any]:
+    """`current_at` and `note` for a link read at discovery, before any probe: an idle GPU lowers
+    its link speed to save power (nvidia-smi(1), "GPU Link Info": the current generation and
+    width "may be reduced when the GPU is not in use"), so a current generation below the maximum
+    at idle is normal and says nothing about the link under load."""
+    out: dict[str, Any] = {"current_at": "idle"}
+    cur, top = pcie.get("gen_current"), pcie.get("gen_max")
+    if isinstance(cur, int) and isinstance(top, int) and cur < top:
+        out["note"] = (f"Gen{cur} at idle, Gen{top} max: read before any load, when GPUs lower the "
+                       f"link speed to save power (normal); under load it trains back to "
+                       f"Gen{top}. The probes' h2d/d2h bandwidth shows the link as it carries data.")
+    return out
+
+
 def _cuda_version(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
@@ -276,6 +290,7 @@ def collect(nvml: Nvml) -> dict[str, Any]:
         pcie.setdefault("status", {})["gen_max_system"] = "unknown"
         _put(pcie, "width_current", nvml.call("nvmlDeviceGetCurrPcieLinkWidth", h), int)
         _put(pcie, "width_max", nvml.call("nvmlDeviceGetMaxPcieLinkWidth", h), int)
+        pcie.update(idle_link_note(pcie))
         gpu["pcie"] = pcie
         _put(gpu, "bar1_bytes", nvml.call("nvmlDeviceGetBAR1MemoryInfo", h),
              lambda m: int(m.bar1Total))

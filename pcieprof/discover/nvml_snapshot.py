@@ -162,7 +162,8 @@ def _nvml_error(code: int) -> Exception:
     try:
         import pynvml
 
-        return pynvml.NVMLError(code)
+        err: Exception = pynvml.NVMLError(code)
+        return err
     except ImportError:
         e = RuntimeError(f"NVML error {code}")
         e.value = code  # type: ignore[attr-defined]
@@ -180,9 +181,10 @@ class NvmlReplay:
         if not isinstance(snapshot, dict):
             path = Path(snapshot)
             try:
-                snapshot = json.loads(path.read_text())
+                loaded: dict[str, Any] = json.loads(path.read_text())
             except (OSError, json.JSONDecodeError) as e:
                 raise BadInput(f"{path}: cannot read NVML snapshot: {e}") from e
+            snapshot = loaded
         if snapshot.get("format") != FORMAT:
             raise BadInput(f"not an NVML snapshot (format {snapshot.get('format')!r})",
                            hint=f"expected format {FORMAT!r}")

@@ -150,14 +150,13 @@ def build_tree(devices: list[PciDevice], gpu_index: dict[int, str] | None = None
 
 
 def is_flat(tree: dict[str, Any]) -> bool | None:
-    """True when every GPU sits directly on one root bus with no bridge between (a VM's flat
-    virtual tree); None when there are no GPUs."""
+    """True when every GPU sits directly on a root bus with no bridge above it (a VM's flat
+    virtual tree: QEMU's root bus, or a PCI domain per GPU as Hyper-V/Azure give); None when
+    there are no GPUs. Real hardware always puts a root port or a switch above a GPU."""
     paths = list(tree.get("gpu_paths", {}).values())
     if not paths:
         return None
-    if any(len(p) > 1 for p in paths):
-        return False
-    return len({p[0].rsplit(":", 1)[0] for p in paths}) == 1
+    return all(len(p) == 1 for p in paths)
 
 
 def _switch_of(bdf: str, nodes: dict[str, dict[str, Any]]) -> str:

@@ -132,7 +132,7 @@ def assemble(*, source: str, nvml_part: dict[str, Any] | None, devices: list[Pci
 
     virt = dict(virt)
     evidence = list(virt.get("evidence", []))
-    modes = {g.get("virtualization_mode") for g in gpus} - {None}
+    modes = {str(g["virtualization_mode"]) for g in gpus if g.get("virtualization_mode") is not None}
     for m in sorted(modes):
         evidence.append(f"GPU virtualization mode: {m}")
     if modes & {"passthrough", "vgpu"}:
@@ -140,7 +140,10 @@ def assemble(*, source: str, nvml_part: dict[str, Any] | None, devices: list[Pci
     flat = pcie_tree.is_flat(tree)
     paths = list(tree["gpu_paths"].values())
     if flat:
-        evidence.append("all GPUs sit directly on one root bus: a flat (virtual) PCIe tree")
+        roots = sorted({p[0].rsplit(":", 1)[0] for p in paths})
+        evidence.append("every GPU sits directly on a root bus, no PCIe port above it (root bus"
+                        f"{'es' if len(roots) > 1 else ''} {', '.join(roots)}): a flat "
+                        "(virtual) PCIe tree")
     elif paths and virt.get("is_vm") and not any(
             nodes[b]["kind"] in ("switch_upstream", "switch_downstream") for p in paths for b in p):
         flat = True

@@ -4,8 +4,9 @@ One module per format, each with a `looks_like` content test and a parser taking
 file name (for messages) and returning typed records (`records.Parsed`) or, for NCCL logs and XML,
 a documented JSON-able dict:
 
-- `topo_p2p.parse_topo_p2p`          nvidia-smi topo -p2p r|w|rw|n|a
+- `topo_p2p.parse_topo_p2p`          nvidia-smi topo -p2p r|w|rw|n|a|p
 - `p2p_bandwidth_latency.parse_p2p_bandwidth_latency`   cuda-samples p2pBandwidthLatencyTest
+- `simple_p2p.parse_simple_p2p`      cuda-samples simpleP2P (copy and verification)
 - `nvbandwidth.parse_nvbandwidth_text`, `nvbandwidth.parse_nvbandwidth_json`
 - `nccl_tests.parse_nccl_tests`      all_reduce_perf and the other *_perf collectives
 - `nccl_log.parse_nccl_log`          NCCL_DEBUG=INFO logs -> nccl_choices dict
@@ -13,8 +14,10 @@ a documented JSON-able dict:
 - machine logs (`nvidia-smi -q`, `lspci -vvv`, `nvidia-smi topo -m`, numactl, lscpu,
   /proc/cmdline, dmesg) go through the discovery parsers of `pcieprof.discover`.
 
-`detect.detect(text)` names the format from the content; `parse.parse_text(text, name)` runs the
-right parser; `bundle_writer.import_files(...)` writes the bundle. A malformed or truncated input
+`reading.read_input(path)` reads a file, pipe or device with bounds on bytes, time and line
+length; `detect.detect(text)` names the format from the content (bounded, linear);
+`parse.parse_text(text, name)` runs the right parser; `bundle_writer.import_files(...)` writes
+the bundle. A malformed or truncated input
 raises `pcieprof.errors.BadInput` with one line naming the file, the line and what was expected.
 """
 

@@ -25,6 +25,7 @@ from pcieprof.errors import BadInput
 from pcieprof.importers import topology as topo_mod
 from pcieprof.importers.detect import FORMATS, MACHINE_LOGS
 from pcieprof.importers.parse import parse_text
+from pcieprof.importers.reading import read_input
 from pcieprof.importers.records import Parsed
 from pcieprof.schema import Backend, Source, Status
 
@@ -40,24 +41,13 @@ class ImportedFile:
     stored_as: str = ""
 
 
-def read_text(path: Path) -> tuple[bytes, str]:
-    """The bytes of `path` and their text (UTF-8; other bytes replaced, never fatal)."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if b"\x00" in raw[:8192]:
-        raise BadInput(f"{path}: expected a text file (tool output), got binary data")
-    return raw, raw.decode("utf-8", errors="replace")
-
-
 def parse_files(paths: list[Path]) -> list[ImportedFile]:
     """Read and parse every file; the first bad one raises its one-line BadInput."""
     if not paths:
         raise BadInput("no files to import", hint="pcieprof import FILE...")
     files = []
     for p in paths:
-        raw, text = read_text(p)
+        raw, text = read_input(p)
         files.append(ImportedFile(p, raw, text, parse_text(text, str(p))))
         progress.info(f"{p}: {FORMATS[files[-1].parsed.format][1]}")
     seen: dict[str, Path] = {}
@@ -103,6 +93,7 @@ def build_topology(files: list[ImportedFile]) -> tuple[dict[str, Any], list[str]
             problems += topo_mod.add_gpus(topo, p.gpus, str(f.path))
         if "nccl_topo" in p.documents:
             topo_mod.merge_nccl_topo(topo, p.documents["nccl_topo"], str(f.path))
+    topo_mod.merge_virtualization(topo, [f.parsed for f in files])
     for f in files:
         problems += f.parsed.facts.get("warnings", [])
     counts = {str(f.path): len(f.parsed.gpus) for f in files if f.parsed.gpus}
@@ -123,11 +114,12 @@ def _cuda_to_nvml(topo: dict[str, Any], p: Parsed, source: str) -> list[str]:
     by_bus = {str(g.get("bus_id") or "").lower(): g["index"] for g in topo["gpus"] if g.get("bus_id")}
     if not by_bus or not all(g.bus_id for g in p.gpus):
         return []
-    missing = [g.bus_id for g in p.gpus if g.bus_id.lower() not in by_bus]
+    bus = {g.index: str(g.bus_id).lower() for g in p.gpus}  # every one set (checked above)
+    missing = [b for b in bus.values() if b not in by_bus]
     if missing:
         return [f"{source}: GPUs {', '.join(missing)} are not in the machine logs; "
                 "kept with the tool's own numbering"]
-    mapping = {g.index: by_bus[g.bus_id.lower()] for g in p.gpus}
+    mapping = {i: by_bus[b] for i, b in bus.items()}
     if all(k == v for k, v in mapping.items()):
         return []
     note = "; CUDA device -> nvidia-smi index by bus id: " + ", ".join(
@@ -223,9 +215,9 @@ def _write_documents(bundle: Bundle, files: list[ImportedFile]) -> None:
                 by_kind[kind].append((f, docs[kind]))
     if choices:
         bundle.write_json("nccl_choices.json", choices)
-    for kind, docs in by_kind.items():
-        for f, doc in docs:
-            name = (f"{kind}.json" if len(docs) == 1
+    for kind, found in by_kind.items():
+        for f, doc in found:
+            name = (f"{kind}.json" if len(found) == 1
                     else f"{kind}-{Path(f.stored_as).name.split('.')[0]}.json")
             bundle.write_json(name, {**doc, "source_file": f.stored_as})
 

@@ -2,7 +2,12 @@
 
 `detect(text)` tries the formats in FORMATS order; the order matters where one output can hold
 another's lines (nccl-tests output often carries NCCL INFO lines, so it is tried before the NCCL
-log; `topo -p2p` before `topo -m`, whose header looks alike).
+log; a `topo -m` paste may carry a `topo -p2p` matrix after it, so `topo -m` is tried first and
+its importer reads both).
+
+Every test reads the bounded head of the text (`_text.head_lines`: 256 kB, lines cut to 4 kB)
+and uses only patterns that are linear in their input, so detection takes milliseconds on any
+file, a single 200 kB line or an XML document with a DOCTYPE included.
 """
 
 from __future__ import annotations
@@ -10,56 +15,52 @@ from __future__ import annotations
 import re
 from typing import Callable
 
+from pcieprof.discover.topo_matrix import find_matrix
 from pcieprof.importers import nccl_log, nccl_tests, nccl_xml, nvbandwidth
-from pcieprof.importers import p2p_bandwidth_latency, topo_p2p
-from pcieprof.importers._text import split_lines, strip_ansi
-
-_LEVEL_CELL = re.compile(r"^(X|SYS|NODE|PHB|PXB|PIX|SOC|NV\d+)$")
+from pcieprof.importers import p2p_bandwidth_latency, simple_p2p, topo_p2p
+from pcieprof.importers._text import head_lines
 
 
 def _is_topo_m(text: str) -> bool:
-    lines = [strip_ansi(l) for l in split_lines(text) if l.strip()]
-    for k, line in enumerate(lines[:5]):
-        if re.search(r"\bGPU0\b", line) and k + 1 < len(lines):
-            cells = [c.strip() for c in lines[k + 1].split("\t")]
-            if cells and re.fullmatch(r"(GPU|NIC)\d+", cells[0]) and any(
-                    _LEVEL_CELL.match(c) for c in cells[1:]):
-                return True
-    return "PIX  = Connection traversing" in text
+    lines = head_lines(text)
+    return find_matrix(lines) is not None
 
 
 def _is_smi_q(text: str) -> bool:
-    head = text[:5000]
-    return "NVSMI LOG" in head or bool(re.search(r"^Attached GPUs\s*:", head, re.M))
+    for line in head_lines(text)[:200]:
+        if "NVSMI LOG" in line or re.match(r"Attached GPUs\s*:", line):
+            return True
+    return False
 
 
 _LSPCI_DEV = re.compile(r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] \S")
 
 
 def _is_lspci(text: str) -> bool:
-    lines = split_lines(text)
+    lines = head_lines(text)
     devs = sum(1 for l in lines[:5000] if _LSPCI_DEV.match(l))
     return devs >= 1 and any(l.startswith("\t") for l in lines[:200])
 
 
 def _is_cmdline(text: str) -> bool:
-    lines = [l for l in split_lines(text) if l.strip()]
+    lines = [l for l in head_lines(text)[:4] if l.strip()]
     return (len(lines) == 1 and ("BOOT_IMAGE=" in lines[0] or re.search(r"(^|\s)root=", lines[0])
                                  is not None) and not lines[0].startswith("["))
 
 
 def _is_numactl(text: str) -> bool:
-    return bool(re.search(r"^available: \d+ nodes", text[:2000], re.M))
+    return any(re.match(r"available: \d+ nodes", l) for l in head_lines(text)[:50])
 
 
 def _is_lscpu(text: str) -> bool:
-    head = text[:4000]
-    return bool(re.search(r"^Architecture:\s+\S", head, re.M) and re.search(r"^CPU\(s\):", head, re.M))
+    lines = head_lines(text)[:100]
+    return (any(re.match(r"Architecture:\s+\S", l) for l in lines)
+            and any(l.startswith("CPU(s):") for l in lines))
 
 
 def _is_dmesg(text: str) -> bool:
-    lines = [l for l in split_lines(text)[:200] if l.strip()]
-    stamped = sum(1 for l in lines if re.match(r"^\[\s*\d+\.\d+\] ", l))
+    lines = [l for l in head_lines(text)[:200] if l.strip()]
+    stamped = sum(1 for l in lines if re.match(r"\[\s*\d+\.\d+\] ", l))
     return bool(lines) and stamped >= max(1, len(lines) // 2)
 
 
@@ -70,10 +71,11 @@ FORMATS: dict[str, tuple[Callable[[str], bool], str]] = {
     "nvbandwidth-json": (nvbandwidth.looks_like_json, "nvbandwidth -j"),
     "p2pBandwidthLatencyTest": (p2p_bandwidth_latency.looks_like,
                                 "cuda-samples p2pBandwidthLatencyTest"),
+    "simpleP2P": (simple_p2p.looks_like, "cuda-samples simpleP2P"),
     "nccl-tests": (nccl_tests.looks_like, "nccl-tests *_perf"),
     "nvbandwidth": (nvbandwidth.looks_like_text, "nvbandwidth"),
-    "nvidia-smi-topo-p2p": (topo_p2p.looks_like, "nvidia-smi topo -p2p"),
     "nvidia-smi-topo-m": (_is_topo_m, "nvidia-smi topo -m"),
+    "nvidia-smi-topo-p2p": (topo_p2p.looks_like, "nvidia-smi topo -p2p"),
     "nvidia-smi-q": (_is_smi_q, "nvidia-smi -q"),
     "lspci": (_is_lspci, "lspci -vvv"),
     "nccl-log": (nccl_log.looks_like, "NCCL_DEBUG=INFO log"),

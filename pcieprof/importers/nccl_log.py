@@ -1,18 +1,31 @@
 """`NCCL_DEBUG=INFO` logs: what NCCL chose (version, transport per peer, channels, rings, tuner).
 
+The line prefixes NCCL prints (NVIDIA/nccl src/debug.cc, ncclDebugLogV @0456df20):
+- INFO: `host:pid:tid [dev] NCCL INFO <msg>`;
+- WARN: a newline, then by default a timestamp (`NCCL_DEBUG_TIMESTAMP_LEVELS` defaults to WARN,
+  format `[%F %T] `), then `host:pid:tid [dev] file.cc:N NCCL WARN <msg>`, newer versions
+  `host:pid:tid [dev] file.cc:N (func) NCCL WARN <msg>`.
+As people paste them, lines also come with the prefix cut away (`NCCL INFO Channel 00/0 : 0[0] ->
+1[1] via P2P/IPC`, a grep of the transport lines), cut down to `[dev] file.cc:N NCCL WARN`, or
+behind a launcher's tag (`[1,0]<stdout>:`, `[0] `, `(VllmWorker pid=1)`).
+
 Real multi-process logs interleave the ranks in one stream and sometimes glue two lines together
 (one process's line cut off mid-word, the next process's line starting right after it, e.g.
-`...ncclCommInitRankConproxmox:113134:113134 [2] NCCL INFO ENV/Plugin: ...`). Every occurrence
-of the `host:pid:tid [dev] NCCL INFO|WARN` prefix therefore starts a message, wherever it sits in
-a physical line; the host part of a glued prefix is recovered from the host names seen at line
-starts. Messages are attributed to a communicator through the process and CUDA device that
-printed them (`pid`, `[dev]`), which the `ncclCommInitRank ... Init START` line ties to a rank.
+`...ncclCommInitRankConproxmox:113134:113134 [2] NCCL INFO ENV/Plugin: ...`). Every level word
+(`NCCL INFO|WARN|TRACE|ABORT`) with a prefix therefore starts a message, wherever it sits in a
+physical line, and one without a prefix does at the start of a line; the host part of a glued
+prefix is recovered from the host names seen at line starts. Messages are attributed to a
+communicator through the process and CUDA device that printed them (`pid`, `[dev]`), which the
+`ncclCommInitRank ... Init START` line ties to a rank; lines without a prefix go to the
+communicator of the last Init line without one, or to one `unattributed` communicator.
+Finding the messages is linear in the text: the level word is a literal, and the prefix is read
+backwards from it over at most 512 characters.
 
 Message formats recognised (NVIDIA/nccl src/init.cc, src/transport/*.cc, src/graph/*.cc,
 src/enqueue.cc over 2.x):
 - `NCCL version 2.28.9+cuda13.0`, `cudaDriverVersion 13030`;
 - `NCCL_P2P_LEVEL set by environment to PHB`;
-- `ncclCommInitRank[Config] comm 0x.. rank R nranks N cudaDev C [nvmlDev M] busId B
+- `[Rank R] ncclCommInitRank[Config] comm 0x.. rank R nranks N cudaDev C [nvmlDev M] busId B
   [commId 0x..] - Init START|COMPLETE`, `comm 0x.. rank R nRanks N nNodes K localRanks L ...`;
 - rings `Channel 00/02 : 0 1 2 3` (older: `Ring 00 : 0 1 2 3`), per-rank ring neighbours
   `Ring 02 : 2 -> 0 -> 1` (previous -> this rank -> next), trees `Trees [0] 1/-1/-1->0->-1 ...`;
@@ -24,7 +37,7 @@ src/enqueue.cc over 2.x):
 - `2 coll channels, 2 collnet channels, 0 nvls channels, 2 p2p channels, ...`;
 - `threadThresholds ...`, tuner choices `AllReduce: 4096 Bytes -> Algo RING proto LL
   channel{Lo..Hi}={0..1}` and the older `4096 Bytes -> Algo 1 proto 2 time 12.3`;
-- `NCCL WARN ...` lines are kept as warnings.
+- `NCCL WARN ...` lines are kept as warnings, with their timestamp and source line.
 
 The returned dict (documented on `parse_nccl_log`) is JSON-serialisable as it is; the topology
 probes store it as `nccl_choices.json` (one entry per variant) and `pcieprof import` does the same
@@ -36,77 +49,160 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from pcieprof.importers._text import fail, split_lines
+from pcieprof.importers._text import clean_lines, fail, head_lines
 
 #: Identifies the document layout for readers of nccl_choices.json.
 FORMAT = "pcieprof.nccl_choices/1"
 
-_PREFIX = re.compile(r"(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
-                     r"NCCL (?P<level>INFO|WARN|TRACE|ABORT)\b ?")
+#: Where a message starts: NCCL's level word. A literal, so finding every one is linear; the
+#: `host:pid:tid [dev]` prefix is then read backwards from it over a bounded window.
+_ANCHOR = re.compile(r"NCCL (INFO|WARN|TRACE|ABORT)\b ?")
+#: `[dev] ` right before the level word, with `file.cc:N ` and `(func) ` in WARN lines.
+_DEV_TAIL = re.compile(r"\[(\d+)\] (?:([^\s\[\]()]+):(\d+) (?:\(([^()\s]*)\) )?)?")
+_PID_TAIL = re.compile(r":(\d+):(\d+) $")
+_TIMESTAMP = re.compile(r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[^\]]*)\]\s*$")
+#: How far back from the level word a prefix may start (host names are short; NCCL's line
+#: buffer is 1 kB): bounds the work per message whatever the line.
+_PREFIX_WINDOW = 512
 _BARE_VERSION = re.compile(r"^\s*NCCL version (\S+)")
 _VERSION = re.compile(r"^NCCL version (\S+)")
 _CUDA_DRIVER = re.compile(r"^cudaDriverVersion (\d+)")
-_ENV = re.compile(r"^(NCCL_\w+) set by environment to (.*?)\.?\s*$")
-_INIT = re.compile(r"^(?:(ncclCommInit\w*|ncclCommSplit|ncclCommInitAll) )?comm (0x[0-9a-fA-F]+) "
+_ENV = re.compile(r"^(NCCL_\w+) set by environment to (.*)$")
+_INIT = re.compile(r"^(?:\[Rank \d+\] )?(?:(ncclCommInit\w*|ncclCommSplit|ncclCommInitAll) )?"
+                   r"comm (0x[0-9a-fA-F]+) "
                    r"rank (\d+) nranks (\d+) cudaDev (\d+)(?: nvmlDev (\d+))? busId ([0-9a-fA-F]+)"
                    r"(?: commId (0x[0-9a-fA-F]+))?(?: - Init (START|COMPLETE))?")
 _COMM = re.compile(r"^comm (0x[0-9a-fA-F]+) rank (\d+) nRanks (\d+) nNodes (\d+) "
                    r"localRanks (\d+) localRank (\d+)")
-_RING = re.compile(r"^(?:Channel|Ring) (\d+)(?:/(\d+))? :((?: +\d+)+)\s*$")
-_NEIGHBOURS = re.compile(r"^Ring (\d+) : (-?\d+) -> (\d+) -> (-?\d+)\s*$")
-_TRANSPORT = re.compile(r"^(?:Channel|Ring) (\d+)(?:/\d+)? : (\d+)\[([0-9a-fA-Fx]+)\] -> (\d+)\[([0-9a-fA-Fx]+)\]"
-                        r"(?: \[(send|receive)\])? via (.+?)\s*$")
-_TREES = re.compile(r"^Trees((?: \[\d+\] \S+)+)\s*$")
+_RING = re.compile(r"^(?:Channel|Ring) (\d+)(?:/(\d+))? :((?: +\d+)+)$")
+_NEIGHBOURS = re.compile(r"^Ring (\d+) : (-?\d+) -> (\d+) -> (-?\d+)$")
+_TRANSPORT = re.compile(r"^(?:Channel|Ring) (\d+)(?:/\d+)? : (\d+)\[([0-9a-fA-Fx]+)\] -> "
+                        r"(\d+)\[([0-9a-fA-Fx]+)\](?: \[(send|receive)\])? via (\S.*)$")
+_TREES = re.compile(r"^Trees((?: \[\d+\] \S+)+)$")
 _TREE_ITEM = re.compile(r"\[(\d+)\] (\S+)")
 _CHANNELS = re.compile(r"^(\d+) coll channels,(.*)$")
-_THRESH = re.compile(r"^threadThresholds (.+?)\s*$")
+_THRESH = re.compile(r"^threadThresholds (.+)$")
 _TUNER = re.compile(r"^(\w+): (\d+) Bytes -> Algo (\w+) proto (\w+)"
                     r"(?: channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\})?(?: time ([-\d.]+))?")
 _TUNER_OLD = re.compile(r"^(\d+) Bytes -> Algo (\d+) proto (\d+) time ([-\d.]+)")
-_P2P_TYPE = re.compile(r"^Check P2P Type (.+?)\s*$")
+_P2P_TYPE = re.compile(r"^Check P2P Type (.+)$")
 _NETWORK = re.compile(r"^Using network (\S+)")
 
 
+def _find_prefix(line: str, lo: int, p: int) -> dict[str, Any] | None:
+    """The `host:pid:tid [dev] [file:N [(func)]] ` prefix that ends at `p` (the level word), read
+    backwards within line[lo:p]; None when the level word has no such prefix.
+
+    Returns {"start", "host", "pid", "tid", "dev", "source", "time"}; `pid`/`host` are None for
+    a prefix cut down to `[dev] ` (as people paste it), `time` is NCCL's timestamp when present.
+    """
+    lo = max(lo, p - _PREFIX_WINDOW)
+    q = line.rfind("[", lo, p)
+    tail = None
+    for _ in range(3):  # `[dev] (func) ` holds at most one more '[' after the one we want
+        if q < 0:
+            return None
+        tail = _DEV_TAIL.fullmatch(line, q, p)
+        if tail:
+            break
+        q = line.rfind("[", lo, q)
+    if tail is None:
+        return None
+    out: dict[str, Any] = {"start": q, "host": None, "pid": None, "tid": None,
+                           "dev": int(tail.group(1)), "time": None,
+                           "source": f"{tail.group(2)}:{tail.group(3)}" if tail.group(2) else None}
+    pm = _PID_TAIL.search(line, max(lo, q - 64), q)
+    if pm:
+        hs = max(line.rfind(" ", lo, pm.start()), line.rfind("\t", lo, pm.start()),
+                 line.rfind(":", lo, pm.start()), line.rfind(">", lo, pm.start()), lo - 1)
+        out.update(start=hs + 1, host=line[hs + 1:pm.start()], pid=int(pm.group(1)),
+                   tid=int(pm.group(2)))
+    if tm := _TIMESTAMP.search(line, max(lo, out["start"] - 64), out["start"]):
+        out["time"] = tm.group(1)
+    return out
+
+
+def _cut_paste_comment(body: str) -> str:
+    """A pasted line without its prefix may carry the paster's comment (`... via P2P/IPC   #
+    good: NVLink`); NCCL prints none there. Cut it (a find, not a pattern: linear)."""
+    k = body.find(" # ")
+    return body[:k].rstrip() if k > 0 else body
+
+
+def _bare_start(line: str, p: int) -> bool:
+    """A level word without a prefix starts a message only at the start of a line, after at most
+    a short tag (`[rank0]:`, `(VllmWorker pid=1)`, a timestamp, `container |`): not in prose."""
+    before = line[:p].strip()
+    return not before or (len(before) <= 120 and before[-1] in "]):>|")
+
+
 def looks_like(text: str) -> bool:
-    """True when `text` holds NCCL_DEBUG lines (`host:pid:tid [dev] NCCL INFO ...`)."""
-    return len(_PREFIX.findall(text[:200000])) >= 2
+    """True when `text` holds NCCL_DEBUG lines: one with the `host:pid:tid [dev] NCCL INFO`
+    prefix, or two that start with `NCCL INFO`/`NCCL WARN` (a grep pasted without prefixes)."""
+    bare = 0
+    for line in head_lines(text):
+        for m in _ANCHOR.finditer(line):
+            pre = _find_prefix(line, 0, m.start())
+            if pre is not None and pre["pid"] is not None:
+                return True
+            if pre is not None or _bare_start(line, m.start()):
+                bare += 1
+                break
+        if bare >= 2:
+            return True
+    return False
 
 
 def _messages(text: str) -> tuple[list[dict[str, Any]], dict[str, int], list[str]]:
-    """Split the stream into NCCL messages (with pid, dev, host, level, text)."""
-    lines = split_lines(text)
-    known_hosts: set[str] = set()
-    for line in lines:
-        m = _PREFIX.match(line.lstrip())
-        if m and m.group("host"):
-            known_hosts.add(m.group("host"))
+    """Split the stream into NCCL messages (with host, pid, tid, dev, level, text; the prefix
+    fields None where the line has none)."""
+    lines = clean_lines(text)
     msgs: list[dict[str, Any]] = []
     bare_versions: list[str] = []
-    counts = {"total": len(lines), "nccl": 0, "spliced": 0}
-    for lineno, line in enumerate(lines, start=1):
-        found = list(_PREFIX.finditer(line))
+    counts = {"total": len(lines), "nccl": 0, "spliced": 0, "without_prefix": 0}
+    found_per_line: list[list[tuple[re.Match[str], dict[str, Any] | None]]] = []
+    known_hosts: set[str] = set()
+    for line in lines:
+        found: list[tuple[re.Match[str], dict[str, Any] | None]] = []
+        lo = 0
+        for m in _ANCHOR.finditer(line):
+            pre = _find_prefix(line, lo, m.start())
+            if pre is None and not (not found and _bare_start(line, m.start())):
+                continue  # the words "NCCL INFO" inside a message, or in prose
+            found.append((m, pre))
+            lo = m.end()
+        found_per_line.append(found)
+        if found and found[0][1] and found[0][1]["host"] and not line[:found[0][1]["start"]].strip():
+            known_hosts.add(found[0][1]["host"])
+    for lineno, (line, found) in enumerate(zip(lines, found_per_line), start=1):
         if not found:
-            if m := _BARE_VERSION.match(line):
-                bare_versions.append(m.group(1))
+            if vm := _BARE_VERSION.match(line):
+                bare_versions.append(vm.group(1))
             continue
         if len(found) > 1:
             counts["spliced"] += 1
-        for k, m in enumerate(found):
-            host = m.group("host")
-            if k > 0 or (m.start() > 0 and line[:m.start()].strip()):
+        for k, (m, pre) in enumerate(found):
+            host = pre["host"] if pre else None
+            if pre is not None and host is not None and (k > 0 or line[:pre["start"]].strip()):
                 host = _recover_host(host, known_hosts)
-            end = found[k + 1].start("host") if k + 1 < len(found) else len(line)
-            # The next prefix's host may be glued to this message's last word: cut it off.
-            body = line[m.end():end]
+            end = len(line)
             if k + 1 < len(found):
-                glued = found[k + 1].group("host")
-                real = _recover_host(glued, known_hosts)
-                cut = len(glued) - len(real) if glued.endswith(real) else 0
-                body = line[m.end():found[k + 1].start("host") + cut]
-            msgs.append({"line": lineno, "host": host, "pid": int(m.group("pid")),
-                         "tid": int(m.group("tid")), "dev": int(m.group("dev")),
-                         "level": m.group("level"), "text": body.rstrip(),
-                         "spliced": k + 1 < len(found)})
+                nxt = found[k + 1][1]
+                end = nxt["start"] if nxt else found[k + 1][0].start()
+                if nxt and nxt["host"]:
+                    # The next prefix's host may be glued to this message's last word: cut it off.
+                    real = _recover_host(nxt["host"], known_hosts)
+                    if nxt["host"].endswith(real):
+                        end += len(nxt["host"]) - len(real)
+            body = line[m.end():end].rstrip()
+            if pre is None or pre["pid"] is None:
+                counts["without_prefix"] += 1
+                body = _cut_paste_comment(body)
+            msgs.append({"line": lineno, "host": host,
+                         "pid": pre["pid"] if pre else None, "tid": pre["tid"] if pre else None,
+                         "dev": pre["dev"] if pre else None, "level": m.group(1), "text": body,
+                         "source": pre["source"] if pre else None,
+                         "time": pre["time"] if pre else None, "spliced": k + 1 < len(found)})
             counts["nccl"] += 1
     return msgs, counts, bare_versions
 
@@ -152,16 +248,21 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
           "up/.../->r->down"}}), `transports` ([{channel, src, dst, src_dev, dst_dev, via,
           family, direction, reported_by}]), `peer_transport`, `coll_channels`, `p2p_channels`,
           `thread_thresholds`, `p2p_type`, `network`, `tuner` ([{coll, bytes, algo, proto,
-          channels, time_us}]), `connected_rings`, `connected_trees`.
-        - `tuner`: all tuner choices seen; `warnings`: [{line, pid, rank, text}].
-        - `lines`: {total, nccl, spliced} counts.
+          channels, time_us}]), `connected_rings`, `connected_trees`, `attribution` (how
+          lines were tied to it: `prefix` by process and device, `order` lines without a
+          prefix after their Init line, `none` a grep of lines without prefixes and Init
+          lines, `comm_id` null and `nranks` the highest rank seen + 1).
+        - `tuner`: all tuner choices seen; `warnings`: [{line, host, pid, dev, rank, time
+          (NCCL's timestamp or null), source (`misc/socket.cc:483` or null), text}].
+        - `lines`: {total, nccl, spliced, without_prefix} counts.
 
     Raises:
         BadInput: the text holds no NCCL_DEBUG line at all.
     """
     msgs, counts, bare_versions = _messages(text)
     if not msgs and not bare_versions:
-        fail(name, None, "NCCL_DEBUG=INFO lines ('host:pid:tid [dev] NCCL INFO ...')")
+        fail(name, None, "NCCL_DEBUG=INFO lines ('host:pid:tid [dev] NCCL INFO ...' or "
+             "'NCCL INFO ...')")
     versions: list[str] = list(dict.fromkeys(bare_versions))
     env: dict[str, str] = {}
     cuda_driver: str | None = None
@@ -172,7 +273,18 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
     warnings: list[dict[str, Any]] = []
     all_tuner: list[dict[str, Any]] = []
 
-    def comm_of(msg: dict[str, Any]) -> dict[str, Any] | None:
+    # Lines without the host:pid:tid prefix carry no process to tie them to a communicator:
+    # they belong to the one the last such Init line named (a log pasted in order), else to
+    # one `unattributed` communicator (a grep of transport lines).
+    anon: dict[str, Any] = {"key": None, "rank": None}
+
+    def comm_of(msg: dict[str, Any], create: bool = True) -> dict[str, Any] | None:
+        if msg["pid"] is None:
+            key = anon["key"]
+            if key is None and create:
+                key = "unattributed"
+                comms.setdefault(key, _new_comm(key, 0))["attribution"] = "none"
+            return comms.get(key) if key else None
         key = context.get((msg["pid"], msg["dev"]))
         if key is None and len(set(pid_comms.get(msg["pid"], []))) == 1:
             key = pid_comms[msg["pid"]][0]
@@ -181,6 +293,8 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
     def rank_of(msg: dict[str, Any], comm: dict[str, Any] | None) -> int | None:
         if comm is None:
             return None
+        if msg["pid"] is None:
+            return anon["rank"] if anon["key"] == comm["comm_id"] else None
         for r, info in comm["ranks"].items():
             if info["pid"] == msg["pid"] and info["cuda_dev"] == msg["dev"]:
                 return int(r)
@@ -189,9 +303,10 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
     for msg in msgs:
         t = msg["text"]
         if msg["level"] == "WARN":
-            comm = comm_of(msg)
-            warnings.append({"line": msg["line"], "pid": msg["pid"], "rank": rank_of(msg, comm),
-                             "text": t})
+            comm = comm_of(msg, create=False)
+            warnings.append({"line": msg["line"], "host": msg["host"], "pid": msg["pid"],
+                             "dev": msg["dev"], "rank": rank_of(msg, comm), "time": msg["time"],
+                             "source": msg["source"], "text": t})
             continue
         if m := _VERSION.match(t):
             if m.group(1) not in versions:
@@ -199,7 +314,7 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
         elif m := _CUDA_DRIVER.match(t):
             cuda_driver = cuda_driver or m.group(1)
         elif m := _ENV.match(t):
-            env.setdefault(m.group(1), m.group(2))
+            env.setdefault(m.group(1), m.group(2).rstrip().removesuffix("."))
         elif m := _INIT.match(t):
             _fn, ptr, rank, nranks, cdev, ndev, bus, cid, phase = m.groups()
             key = cid or ptr_to_comm.get((msg["pid"], ptr)) or f"comm:{msg['pid']}:{ptr}"
@@ -211,8 +326,12 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
                                             "comm": ptr, "local_rank": None, "init": None})
             if phase:
                 comm["ranks"][rank]["init"] = phase
-            context[(msg["pid"], int(cdev))] = key
-            pid_comms.setdefault(msg["pid"], []).append(key)
+            if msg["pid"] is None:
+                comm["attribution"] = "order"
+                anon.update(key=key, rank=int(rank))
+            else:
+                context[(msg["pid"], int(cdev))] = key
+                pid_comms.setdefault(msg["pid"], []).append(key)
         elif m := _COMM.match(t):
             ptr, rank, nranks, nnodes, _lr, local_rank = m.groups()
             key = ptr_to_comm.get((msg["pid"], ptr))
@@ -224,8 +343,13 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
                                                       "cuda_dev": msg["dev"], "nvml_dev": None,
                                                       "bus_id": None, "comm": ptr,
                                                       "local_rank": None, "init": None})
-                context[(msg["pid"], msg["dev"])] = key
-                pid_comms.setdefault(msg["pid"], []).append(key)
+                if msg["pid"] is None:
+                    comms[key]["attribution"] = "order"
+                else:
+                    context[(msg["pid"], msg["dev"])] = key
+                    pid_comms.setdefault(msg["pid"], []).append(key)
+            if msg["pid"] is None:
+                anon.update(key=key, rank=int(rank))
             comm = comms[key]
             comm["nnodes"] = int(nnodes)
             if rank in comm["ranks"]:
@@ -278,8 +402,18 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
             comm["connected_rings"] = True
         elif t.startswith("Connected all trees") and (comm := comm_of(msg)) is not None:
             comm["connected_trees"] = True
+    loose = comms.get("unattributed")
+    if loose is not None and not (loose["rings"] or loose["transports"] or loose["trees"]
+                                  or loose["tuner"] or loose["ring_neighbours"]):
+        del comms["unattributed"]  # only settings lines came without a prefix: nothing to keep
     comm_list = _merge_anonymous(list(comms.values()))
     for c in comm_list:
+        if c["comm_id"] == "unattributed":
+            # Its size is what the lines show: the longest ring, or the highest rank seen.
+            seen = [r for ring in c["rings"].values() for r in ring]
+            seen += [x for e in c["transports"] for x in (e["src"], e["dst"])]
+            c["comm_id"] = None
+            c["nranks"] = max(seen) + 1 if seen else 0
         c["ranks"] = dict(sorted(c["ranks"].items(), key=lambda kv: int(kv[0])))
         c["rings"] = dict(sorted(c["rings"].items(), key=lambda kv: int(kv[0])))
         c["transports"].sort(key=lambda e: (e["channel"], e["src"], e["dst"]))
@@ -343,7 +477,7 @@ def _new_comm(key: str, nranks: int) -> dict[str, Any]:
             "peer_transport": {},
             "coll_channels": None, "p2p_channels": None, "thread_thresholds": None,
             "p2p_type": None, "network": None, "tuner": [], "connected_rings": False,
-            "connected_trees": False}
+            "connected_trees": False, "attribution": "prefix"}
 
 
 def summarize(choices: dict[str, Any]) -> str:
@@ -359,6 +493,8 @@ def summarize(choices: dict[str, Any]) -> str:
     if choices.get("transports"):
         parts.append("via " + ", ".join(choices["transports"]))
     parts.append(f"{len(choices.get('comms', []))} comms")
+    if choices.get("warnings"):
+        parts.append(f"{len(choices['warnings'])} WARN lines")
     if choices.get("lines", {}).get("spliced"):
         parts.append(f"{choices['lines']['spliced']} spliced lines split")
     return "NCCL log: " + ", ".join(parts)

@@ -5,10 +5,18 @@ Layouts handled (NVIDIA/nccl-tests src/common.cu over the years):
   add `# nccl-tests version 2.18.3 ...` and `# Collective test starting: all_reduce_perf`;
 - device lines, old `#   Rank  0 Pid  71327 on host device  0 [0x1a] Tesla V100-SXM3-32GB`
   and new `#  Rank  0 Group  0 Pid  14010 on host device  0 [0000:06:00] NVIDIA ...`, possibly
-  prefixed by mpirun's `[1,0]<stdout>:`;
+  prefixed by mpirun's `[1,0]<stdout>:` or Slurm's `srun --label` `0: `;
 - the column header with `redop` and `root` (or older without `root`), and `#wrong` (or the old
   floating-point `error` column), out-of-place then in-place;
-- `# Avg bus bandwidth    : 24.5413` closing each run (its absence means a truncated file).
+- `# Avg bus bandwidth    : 24.5413` closing each run.
+
+As people paste it, a block often lacks its header, its device lines, its column header or its
+trailer. The complete rows are kept and one warning line says what was missing: rows are known
+by their shape alone (size, count, an nccl-tests type name, then numbers), the layout is then
+read from the rows, and a missing rank count is worked out from busbw/algbw where the
+collective's bus factor allows (all-reduce 2(n-1)/n, all-gather and reduce-scatter (n-1)/n).
+Only a row cut short at the very end of the file is dropped (with the warning); a malformed row
+anywhere else is an error naming its line.
 NCCL INFO lines mixed into the output are ignored here (the importer hands them to nccl_log).
 """
 
@@ -18,33 +26,49 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from pcieprof.importers._text import fail, parse_float, parse_int, split_lines
+from pcieprof.importers._text import clean_lines, fail, head_lines, parse_float, parse_int
 from pcieprof.importers.records import CollectiveRecord, GpuRecord, Parsed
 
-_MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
+_LINE_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
 _HEADER = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\b(.*)$")
 _ITERS = re.compile(r"(?<!warmup )(?<!agg )\biters:\s*(\d+)")
 _STARTING = re.compile(r"^#\s*Collective test starting:\s*(\w+)")
 _VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)")
 _NCCL_VERSION = re.compile(r"^NCCL version\s+(\S+)")
 _DEVICE = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+"
-                     r"device\s+(\d+)\s+\[([^\]]*)\]\s*(.*?)\s*$")
+                     r"device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)$")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
 _COLUMNS = re.compile(r"^#\s+size\s+count\s+type\b")
 
-#: nccl-tests type names -> the dtype names pcieprof rows use.
+#: nccl-tests type names (test_typenames in src/common.cu: NCCL 2 names, bfloat16 from NCCL
+#: 2.10, the fp8 names of recent versions; `char`/`int` of NCCL 1) -> pcieprof dtype names.
 DTYPES = {"float": "fp32", "half": "fp16", "bfloat16": "bf16", "double": "fp64",
           "int8": "int8", "uint8": "uint8", "int32": "int32", "uint32": "uint32",
-          "int64": "int64", "uint64": "uint64", "int": "int32"}
+          "int64": "int64", "uint64": "uint64", "int": "int32", "char": "int8",
+          "f8e4m3": "fp8_e4m3", "f8e5m2": "fp8_e5m2"}
 _TYPE_BYTES = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1, "uint8": 1,
-               "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "int": 4}
+               "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "int": 4, "char": 1,
+               "f8e4m3": 1, "f8e5m2": 1}
+#: Reduction names (test_opnames) and `none` of the collectives that do not reduce.
+REDOPS = ("sum", "prod", "max", "min", "avg", "mulsum", "premulsum", "none")
+#: busbw = algbw * factor(n) (nccl-tests doc/PERFORMANCE.md) for the collectives whose factor
+#: depends on n: solve for n.
+_BUS_FACTOR = {"all_reduce": lambda r: 2 / (2 - r), "all_gather": lambda r: 1 / (1 - r),
+               "reduce_scatter": lambda r: 1 / (1 - r)}
+
+
+def _strip(line: str) -> str:
+    return _LINE_PREFIX.sub("", line, count=1)
 
 
 def looks_like(text: str) -> bool:
-    """True for nccl-tests output: its header, device lines, column header or average line."""
-    for line in split_lines(text)[:3000]:
-        s = _MPI_PREFIX.sub("", line)
+    """True for nccl-tests output: its header, column header or average line, or two result
+    rows of its shape (a block pasted without header and trailer)."""
+    for line in head_lines(text)[:3000]:
+        s = _strip(line)
         if _HEADER.match(s) or _COLUMNS.match(s) or _AVG.match(s) or _STARTING.match(s):
+            return True
+        if _row_layout(s.split()) is not None:
             return True
     return False
 
@@ -53,33 +77,52 @@ def looks_like(text: str) -> bool:
 class _Run:
     collective: str | None = None
     iters: int = 0
+    has_header: bool = False
     ranks: dict[int, tuple[str, int, str, str]] = field(default_factory=dict)
     columns: list[str] = field(default_factory=list)
     column_line: int = 0
     rows: list[tuple[int, list[str]]] = field(default_factory=list)
     avg_busbw: float | None = None
     header_line: int = 0
+    dropped: list[int] = field(default_factory=list)
 
 
-def parse_nccl_tests(text: str, name: str = "<nccl-tests>", *, require_complete: bool = True
-                     ) -> Parsed:
-    """Parse nccl-tests output (one or several runs).
+def _row_layout(tokens: list[str]) -> tuple[bool, bool, str] | None:
+    """(has redop, has root, name of the 4th field of a half) read from a row's own tokens, for
+    a block without its column header; None when the tokens are no nccl-tests result row (size,
+    count, a type name, [redop], [root], then 2 x time algbw busbw #wrong|error)."""
+    lead = len(tokens) - 8
+    if (lead not in (3, 4, 5) or not tokens[0].isdigit() or not tokens[1].isdigit()
+            or tokens[2] not in DTYPES):
+        return None
+    has_redop = lead >= 4 and tokens[3] in REDOPS
+    has_root = lead == 5 or (lead == 4 and not has_redop)
+    if lead == 5 and not has_redop:
+        return None
+    wrong = tokens[lead + 3]
+    name = "#wrong" if wrong.isdigit() or wrong.upper() == "N/A" else "error"
+    return has_redop, has_root, name
+
+
+def parse_nccl_tests(text: str, name: str = "<nccl-tests>") -> Parsed:
+    """Parse nccl-tests output (one or several runs, complete or as pasted).
 
     Args:
         text: the output.
         name: file name for messages.
-        require_complete: refuse a run without its closing `# Avg bus bandwidth` line (a
-            truncated file); False accepts an excerpt cut at a row boundary.
 
     Returns:
-        Parsed with two CollectiveRecords per table row (out-of-place, in-place), the GPUs of the
-        first host, and facts per run (collective, nranks, avg busbw, nccl-tests/NCCL versions).
+        Parsed with two CollectiveRecords per complete table row (out-of-place, in-place), the
+        GPUs of the first host, facts per run (collective, nranks, avg busbw, nccl-tests/NCCL
+        versions), and in `facts["warnings"]` one line saying what the block lacked.
 
     Raises:
-        BadInput: a row with the wrong number of fields or a non-number where one belongs, a
-            column header without rows, or (require_complete) a run cut before its average line.
+        BadInput: no result row at all, a row with the wrong number of fields or a non-number
+            where one belongs (anywhere but a row cut off at the end of the file), a column
+            header without rows.
     """
-    lines = [_MPI_PREFIX.sub("", l) for l in split_lines(text)]
+    lines = [_strip(l) for l in clean_lines(text)]
+    last_content = max((i for i, l in enumerate(lines, start=1) if l.strip()), default=0)
     runs: list[_Run] = []
     run: _Run | None = None
     facts: dict[str, Any] = {}
@@ -96,43 +139,56 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>", *, require_complete:
             runs.append(run)
             continue
         if m := _HEADER.match(s):
-            if run is None or run.columns or run.iters:
+            if run is None or run.columns or run.iters or run.rows:
                 run = _Run(header_line=i, collective=None)
                 runs.append(run)
+            run.has_header = True
             it = _ITERS.search(m.group(3))
             run.iters = int(it.group(1)) if it else 0
             continue
         if m := _DEVICE.match(s.strip()):
-            if run is None:
+            if run is None or run.rows:
                 run = _Run(header_line=i)
                 runs.append(run)
             rank, _pid, host, dev, bus, gpu = m.groups()
-            run.ranks.setdefault(int(rank), (host, int(dev), bus, gpu))
+            run.ranks.setdefault(int(rank), (host, int(dev), bus, gpu.strip()))
             continue
         if _COLUMNS.match(s):
-            if run is None or run.columns:
+            if run is None or run.columns or run.rows:
                 run = _Run(header_line=i, collective=run.collective if run else None,
-                           iters=run.iters if run else 0, ranks=dict(run.ranks) if run else {})
+                           iters=run.iters if run else 0, has_header=bool(run and run.has_header),
+                           ranks=dict(run.ranks) if run else {})
                 runs.append(run)
             run.columns = s.lstrip("#").split()
             run.column_line = i
             continue
         if m := _AVG.match(s):
-            if run is None or not run.columns:
-                fail(name, i, "a column header and rows before '# Avg bus bandwidth'", got=s)
+            if run is None or not run.rows:
+                fail(name, i, "result rows before '# Avg bus bandwidth'", got=s)
             run.avg_busbw = parse_float(m.group(1), name, i, "the average bus bandwidth (GB/s)")
             continue
         tokens = s.split()
-        if tokens and tokens[0].isdigit() and run is not None and run.columns:
+        if not tokens or not tokens[0].isdigit():
+            continue
+        if run is not None and run.columns:
             run.rows.append((i, tokens))
+        elif _row_layout(tokens) is not None:
+            if run is None or run.avg_busbw is not None:
+                run = _Run(header_line=i)
+                runs.append(run)
+            run.rows.append((i, tokens))
+        elif run is not None and run.rows and i == last_content:
+            run.dropped.append(i)  # the start of a row, cut where the file ends
     runs = [r for r in runs if r.columns or r.rows]
     if not runs:
-        fail(name, None, "an nccl-tests result table (the '#  size  count  type ...' header)")
+        fail(name, None, "an nccl-tests result table (the '#  size  count  type ...' header or "
+             "rows like '1024  256  float  sum  -1  61.09  0.02 ...')")
     result = Parsed(format="nccl-tests", name=name)
     run_facts = []
+    missing: list[str] = []
     for n, r in enumerate(runs, start=1):
-        _rows_of(r, n, len(runs), name, result, require_complete)
-        run_facts.append({"collective": r.collective or "unknown", "nranks": len(r.ranks),
+        _rows_of(r, n, len(runs), name, result, last_content, missing)
+        run_facts.append({"collective": r.collective or "unknown", "nranks": _nranks(r),
                           "rows": len(r.rows), "avg_busbw_gbps": r.avg_busbw, "iters": r.iters})
     first = runs[0]
     if first.ranks:
@@ -145,9 +201,13 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>", *, require_complete:
                 result.gpus.append(GpuRecord(dev, gpu or None, _bus_id(bus)))
         facts["hosts"] = sorted({v[0] for v in first.ranks.values()})
     facts["runs"] = run_facts
+    if missing:
+        kept = sum(len(r.rows) for r in runs)
+        facts["warnings"] = [f"{name}: {kept} complete rows kept; not in the file: "
+                             + "; ".join(dict.fromkeys(missing))]
     result.facts = facts
     result.summary = "nccl-tests: " + "; ".join(
-        f"{f['collective']} x{f['nranks']} ranks, {f['rows']} sizes"
+        f"{f['collective']} x{f['nranks'] or '?'} ranks, {f['rows']} sizes"
         + (f", avg busbw {f['avg_busbw_gbps']} GB/s" if f["avg_busbw_gbps"] is not None else "")
         for f in run_facts)
     return result
@@ -158,30 +218,56 @@ def _strip_perf(s: str) -> str:
     return s
 
 
-def _rows_of(run: _Run, n: int, nruns: int, name: str, result: Parsed, require_complete: bool
-             ) -> None:
-    cols = run.columns
+def _layout(run: _Run, name: str) -> tuple[bool, bool, str]:
+    """(has redop, has root, #wrong|error) of a run, from its column header or its first row."""
+    if run.columns:
+        cols = run.columns
+        return "redop" in cols, "root" in cols, "#wrong" if "#wrong" in cols else "error"
+    lineno, tokens = run.rows[0]
+    layout = _row_layout(tokens)
+    if layout is None:
+        fail(name, lineno, "an nccl-tests result row (size count type [redop] [root] time algbw "
+             "busbw #wrong, out-of-place and in-place)", got=" ".join(tokens))
+    return layout
+
+
+def _rows_of(run: _Run, n: int, nruns: int, name: str, result: Parsed, last_content: int,
+             missing: list[str]) -> None:
     if not run.rows:
         fail(name, run.column_line + 2, "result rows under the column header (the file is cut "
              "short)")
-    has_redop = "redop" in cols
-    has_root = "root" in cols
+    has_redop, has_root, wrong_name = _layout(run, name)
     lead = 3 + has_redop + has_root  # size count type [redop] [root]
-    wrong_name = "#wrong" if "#wrong" in cols else "error"
     half = 4  # time algbw busbw #wrong|error
-    nranks = len(run.ranks)
+    want = lead + 2 * half
+    if len(run.rows[-1][1]) < want and run.rows[-1][0] == last_content and len(run.rows) > 1:
+        run.dropped.append(run.rows.pop()[0])  # the file ends inside its last row
+    if not run.has_header:
+        missing.append("the '# nThread ... iters: N' header (timed iterations unknown)")
+    if not run.ranks:
+        missing.append("the '#  Rank ... device ...' lines (GPUs unknown)")
+    if not run.columns:
+        missing.append("the column header (layout read from the rows)")
+    if run.avg_busbw is None:
+        missing.append("the '# Avg bus bandwidth' trailer")
+    for lineno in run.dropped:
+        missing.append(f"the end of the row at line {lineno} (cut short, dropped)")
+    parsed_rows = []
     for lineno, tok in run.rows:
-        if len(tok) != lead + 2 * half:
-            fail(name, lineno, f"{lead + 2 * half} fields (size count type"
+        if len(tok) != want:
+            fail(name, lineno, f"{want} fields (size count type"
                  f"{' redop' if has_redop else ''}{' root' if has_root else ''} then time algbw "
                  f"busbw {wrong_name}, out-of-place and in-place)", got=" ".join(tok))
         size = parse_int(tok[0], name, lineno, "the size in bytes")
         count = parse_int(tok[1], name, lineno, "the element count")
-        ctype = tok[2]
         redop = tok[3] if has_redop else None
         root = parse_int(tok[3 + has_redop], name, lineno, "the root rank") if has_root else None
-        collective = run.collective or _infer(size, count, ctype, redop, root)
-        run.collective = collective
+        run.collective = run.collective or _infer(size, count, tok[2], redop, root)
+        parsed_rows.append((lineno, tok, size, redop))
+    nranks = _nranks(run)
+    note = "" if run.ranks or not nranks else f"; {nranks} ranks worked out from busbw/algbw"
+    collective = run.collective or "unknown"
+    for lineno, tok, size, redop in parsed_rows:
         for k, place in enumerate(("out_of_place", "in_place")):
             base = lead + k * half
             t, alg, bus, wrong_tok = tok[base:base + half]
@@ -198,16 +284,39 @@ def _rows_of(run: _Run, n: int, nruns: int, name: str, result: Parsed, require_c
                        + place + (f":run{n}" if nruns > 1 else ""))
             result.collectives.append(CollectiveRecord(
                 variant=variant, collective=collective, nranks=nranks, size_bytes=size,
-                dtype=DTYPES.get(ctype, ctype),
+                dtype=DTYPES.get(tok[2], tok[2]),
                 time_us=_opt_float(t, name, lineno, "the time in us"),
                 algbw_gbps=_opt_float(alg, name, lineno, "algbw in GB/s"),
                 busbw_gbps=_opt_float(bus, name, lineno, "busbw in GB/s"),
                 wrong=wrong, iters=run.iters, status=status,
                 detail=f"nccl-tests {collective}_perf, {place.replace('_', '-')}, line {lineno}"
-                       + (f", redop {redop}" if redop else "") + extra))
-    if require_complete and run.avg_busbw is None:
-        fail(name, run.rows[-1][0] + 1, "the '# Avg bus bandwidth' line after the last row "
-             "(the file looks truncated)")
+                       + (f", redop {redop}" if redop else "") + extra + note))
+
+
+def _nranks(run: _Run) -> int:
+    """Ranks of a run: its device lines, else busbw/algbw of its largest row (0: unknown)."""
+    if run.ranks:
+        return len(run.ranks)
+    solve = _BUS_FACTOR.get(run.collective or "")
+    if solve is None or not run.rows:
+        return 0
+    best: tuple[float, float] | None = None
+    for _lineno, tok in run.rows:
+        lead = len(tok) - 8
+        try:
+            alg, bus = float(tok[lead + 1]), float(tok[lead + 2])
+        except (ValueError, IndexError):
+            continue
+        if alg > 0 and (best is None or alg > best[0]):
+            best = (alg, bus)
+    if best is None or best[0] < 1.0:  # two decimals of a small figure cannot tell n
+        return 0
+    ratio = best[1] / best[0]
+    try:
+        n = solve(ratio)
+    except ZeroDivisionError:
+        return 0
+    return round(n) if n >= 2 and abs(n - round(n)) < 0.15 else 0
 
 
 def _opt_float(tok: str, name: str, lineno: int, what: str) -> float | None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pcieprof.importers._text import fail
+from pcieprof.importers.topology import flat_tree_evidence
 
 TOPO_FORMAT = "pcieprof.nccl_topo/1"
 GRAPH_FORMAT = "pcieprof.nccl_graph/1"
@@ -170,6 +171,7 @@ def parse_graph_xml(text: str, name: str = "<graph.xml>") -> dict[str, Any]:
                     fail(name, dev.line, "<gpu dev=...> or <net dev=...> inside <channel>",
                          got=f"<{dev.tag}>")
                 d = _int(dev, "dev", name)
+                assert d is not None  # required: _int raised otherwise
                 (gpus if dev.tag == "gpu" else nets).append(d)
                 if dev.tag == "gpu" and gpus.count(d) > 1:
                     fail(name, dev.line, f"each GPU once per channel (gpu dev={d} repeats)")
@@ -207,7 +209,8 @@ def parse_topo_xml(text: str, name: str = "<topo.xml>") -> dict[str, Any]:
          "gpus": [{"dev", "rank", "sm", "gdr", "busid", "numaid", "pci_path" (busids from the
                    GPU up to its CPU), "nvlinks": [{"target", "count", "tclass"}]}],
          "nics": [{"name", "dev", "speed", "port", "latency", "guid", "maxconn", "gdr",
-                   "busid", "numaid"}]}.
+                   "busid", "numaid"}],
+         "virtual_tree": {"flat": bool (a VM's flat virtual PCI tree), "evidence": [str]}}.
 
     Raises:
         BadInput: malformed XML, a root other than <system>, a CPU without numaid, a PCI device
@@ -260,7 +263,7 @@ def parse_topo_xml(text: str, name: str = "<topo.xml>") -> dict[str, Any]:
             elif child.tag == "nic":
                 walk(child, numaid, path)
             elif child.tag == "net":
-                rec = {k: child.attrs.get(k) for k in ("name", "guid")}
+                rec: dict[str, Any] = {k: child.attrs.get(k) for k in ("name", "guid")}
                 for k in ("dev", "speed", "port", "maxconn", "gdr"):
                     rec[k] = _int(child, k, name, required=k == "dev")
                 rec["latency"] = _float(child, "latency", name, required=False)
@@ -273,7 +276,35 @@ def parse_topo_xml(text: str, name: str = "<topo.xml>") -> dict[str, Any]:
     walk(root, None, [])
     if not out["cpus"]:
         fail(name, root.line, "at least one <cpu numaid=...> inside <system>")
+    out["virtual_tree"] = _virtual_tree(out, name)
     return out
+
+
+def _virtual_tree(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    """Whether the dump describes a VM's flat virtual PCI tree, with the evidence.
+
+    Decisive: every GPU on bus 00 (flat_tree_evidence), or no PCI bridge above any GPU together
+    with no link speed for any of them (NCCL reads link_speed/link_width from sysfs; a virtual
+    device without a PCIe link gives "" and 0). Supporting: numaid="-1" (the guest was given no
+    NUMA information).
+    """
+    gpus = doc["gpus"]
+    if not gpus:
+        return {"flat": None, "evidence": []}
+    bus00 = flat_tree_evidence([g["busid"] for g in gpus], name)
+    evidence = list(bus00)
+    pci = {p["busid"]: p for p in doc["pci"]}
+    no_bridge = all(len(g["pci_path"]) <= 1 for g in gpus)
+    no_link = all(not pci.get(g["busid"] or "", {}).get("link_speed")
+                  and not pci.get(g["busid"] or "", {}).get("link_width") for g in gpus)
+    if no_bridge:
+        evidence.append(f"{name}: no PCI bridge between any GPU and its CPU")
+    if no_link:
+        evidence.append(f'{name}: link_speed="" and link_width="0" on every GPU: no PCIe link '
+                        "NCCL could read, as for a hypervisor's virtual device")
+    if any(c["numaid"] == -1 for c in doc["cpus"]):
+        evidence.append(f'{name}: numaid="-1": the guest was given no NUMA information')
+    return {"flat": bool(bus00) or (no_bridge and no_link), "evidence": evidence}
 
 
 def _mask_to_list(mask: str | None, name: str, line: int) -> str | None:

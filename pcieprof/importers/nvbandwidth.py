@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import re
-from pcieprof.importers._text import fail, parse_float, split_lines
+from pcieprof.importers._text import fail, head_lines, parse_float, split_lines
 from pcieprof.importers.records import ConcurrentRecord, GpuRecord, P2PRecord, Parsed
 
 _RUNNING = re.compile(r"^Running (\w+)\.\s*$")
@@ -47,7 +47,7 @@ _CONCURRENT = ("all_to_host", "host_to_all", "all_to_one", "one_to_all")
 
 def looks_like_text(text: str) -> bool:
     """True for nvbandwidth's plain-text output (or a part of it with one test case)."""
-    for line in split_lines(text)[:2000]:
+    for line in head_lines(text)[:2000]:
         s = line.strip()
         if _VERSION.match(s) or _WAIVING.match(s):
             return True

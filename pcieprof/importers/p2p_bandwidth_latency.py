@@ -29,8 +29,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pcieprof.importers._text import fail, parse_float, parse_int, split_lines
+from pcieprof.importers._text import clean_lines, fail, head_lines, parse_float, parse_int
 from pcieprof.importers.records import GpuRecord, P2PRecord, Parsed
+from pcieprof.importers.topology import flat_tree_evidence
 
 TITLE = "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]"
 LATENCY_COPY_BYTES = 16  # outputLatencyMatrix: numElems = 4 ints
@@ -46,7 +47,7 @@ _CONN = re.compile(r"^P2P Connectivity Matrix\s*$")
 
 def looks_like(text: str) -> bool:
     """True for a full run or any one of its sections on its own."""
-    for line in split_lines(text)[:400]:
+    for line in head_lines(text)[:400]:
         s = line.strip()
         if s == TITLE or _BW.match(s) or _LAT.match(s) or _CONN.match(s):
             return True
@@ -108,7 +109,7 @@ def parse_p2p_bandwidth_latency(text: str, name: str = "<p2pBandwidthLatencyTest
     Raises:
         BadInput: no matrix at all, or a matrix whose header or rows are malformed or cut short.
     """
-    lines = split_lines(text)
+    lines = clean_lines(text)
     result = Parsed(format="p2pBandwidthLatencyTest", name=name)
     access: dict[tuple[int, int], bool] = {}
     matrices: list[str] = []
@@ -157,6 +158,9 @@ def parse_p2p_bandwidth_latency(text: str, name: str = "<p2pBandwidthLatencyTest
     result.facts = {"matrices": matrices, "gpus": len(result.gpus),
                     "connectivity": {f"{a}->{b}": ok for (a, b), ok in sorted(access.items())},
                     "device_local": device_local, "cpu_latency_us": cpu_latency}
+    flat = flat_tree_evidence([g.bus_id for g in result.gpus], name)
+    if flat:
+        result.facts["flat_pcie_tree"] = flat
     result.summary = (f"p2pBandwidthLatencyTest: {len(matrices)} matrices, "
                       f"{len(result.p2p)} p2p rows, {len(result.gpus)} GPUs listed")
     return result

@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pcieprof.discover.lspci import parse_lspci
+from pcieprof.discover.smi_query import parse_smi_query
+from pcieprof.discover.topo_matrix import parse_topo_matrix
 from pcieprof.errors import BadInput
 
 from pcieprof.importers import nccl_log, nccl_tests, nccl_xml, nvbandwidth
-from pcieprof.importers import p2p_bandwidth_latency, topo_p2p
+from pcieprof.importers import p2p_bandwidth_latency, simple_p2p, topo_p2p
 from pcieprof.importers._text import fail
 from pcieprof.importers.detect import FORMATS, MACHINE_LOGS, detect
 from pcieprof.importers.records import GpuRecord, Parsed
@@ -35,6 +38,8 @@ def parse_text(text: str, name: str, fmt: str | None = None) -> Parsed:
         return topo_p2p.parse_topo_p2p(text, name)
     if fmt == "p2pBandwidthLatencyTest":
         return p2p_bandwidth_latency.parse_p2p_bandwidth_latency(text, name)
+    if fmt == "simpleP2P":
+        return simple_p2p.parse_simple_p2p(text, name)
     if fmt == "nvbandwidth":
         return nvbandwidth.parse_nvbandwidth_text(text, name)
     if fmt == "nvbandwidth-json":
@@ -89,8 +94,6 @@ def _machine_log(text: str, name: str, fmt: str) -> Parsed:
     facts: dict[str, Any] = {}
     parsed = Parsed(format=fmt, name=name)
     if fmt == "lspci":
-        from pcieprof.discover.lspci import parse_lspci
-
         _check_complete(text, name, "a complete last line")
         if not text.endswith("\n\n"):
             # lspci -vvv ends every device with a blank line: the last one may be cut short.
@@ -100,8 +103,6 @@ def _machine_log(text: str, name: str, fmt: str) -> Parsed:
         facts["pci_devices"] = len(devices)
         parsed.summary = f"lspci -vvv: {len(devices)} PCI devices"
     elif fmt == "nvidia-smi-q":
-        from pcieprof.discover.smi_query import parse_smi_query
-
         _check_complete(text, name, "a complete last line")
         q = parse_smi_query(text, source=name)
         if q["attached_gpus"] and len(q["gpus"]) < q["attached_gpus"]:
@@ -113,17 +114,24 @@ def _machine_log(text: str, name: str, fmt: str) -> Parsed:
         parsed.summary = (f"nvidia-smi -q: {len(q['gpus'])} GPUs, driver {q['driver_version']}, "
                           f"CUDA {q['cuda_version']}")
     elif fmt == "nvidia-smi-topo-m":
-        from pcieprof.discover.topo_matrix import parse_topo_matrix
-
         t = parse_topo_matrix(text, source=name)
         parsed.pair_levels = {(p["a"], p["b"]): p["level"] for p in t["pairs"]}
+        p2p_summary = ""
+        if topo_p2p.looks_like(text):
+            # A paste of `topo -m` followed by `topo -p2p X` (one terminal session): keep both.
+            p2p = topo_p2p.parse_topo_p2p(text, name)
+            parsed.pair_p2p = p2p.pair_p2p
+            facts["topo_p2p"] = p2p.facts
+            facts.setdefault("warnings", []).extend(p2p.facts.get("warnings", []))
+            p2p_summary = p2p.summary
         counts: dict[str, int] = {}
         for lvl in parsed.pair_levels.values():
             counts[lvl] = counts.get(lvl, 0) + 1
         facts.update(gpus=t["gpus"], levels=counts)
         parsed.documents["topo_m"] = t
         parsed.summary = (f"nvidia-smi topo -m: {t['gpus']} GPUs, "
-                          + ", ".join(f"{v} pairs {k}" for k, v in sorted(counts.items())))
+                          + ", ".join(f"{v} pairs {k}" for k, v in sorted(counts.items()))
+                          + (f"; {p2p_summary}" if parsed.pair_p2p and p2p_summary else ""))
     else:
         what = FORMATS[fmt][1]
         parsed.summary = f"{what}: {len(text.splitlines())} lines (machine log)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from pcieprof.importers.records import GpuRecord
+from pcieprof.importers.records import GpuRecord, Parsed
 
 _PCIE_KEYS = ("gen_current", "gen_max", "gen_max_device", "gen_max_system", "width_current",
               "width_max")
@@ -35,6 +35,28 @@ def skeleton(why: str = "imported: not in the given files") -> dict[str, Any]:
         "status": {"nvml": f"not_supported: {why}", "sysfs": f"not_supported: {why}",
                    "lspci": f"not_supported: {why}"},
     }
+
+
+def flat_tree_evidence(bus_ids: list[str | None], name: str) -> list[str]:
+    """Evidence of a VM's flat virtual PCI tree in the GPUs' bus ids, or [] when there is none.
+
+    A discrete GPU on bus 00 sits on a root bus with no PCIe port above it, which real hardware
+    never builds (a GPU is behind a root port or a switch, on a bus > 0): a hypervisor's virtual
+    PCI does (QEMU's root bus; Hyper-V and Azure give each GPU a PCI domain of its own).
+    """
+    ids = [b for b in bus_ids if b]
+    if len(ids) < 1 or len(ids) != len(bus_ids):
+        return []
+    buses = [b.split(":") for b in ids]
+    if any(len(p) != 3 or int(p[1], 16) != 0 for p in buses):
+        return []
+    domains = sorted({p[0] for p in buses})
+    where = (f"each in a PCI domain of its own ({', '.join(domains)})" if len(domains) == len(ids)
+             and len(ids) > 1 else f"in PCI domain{'s' if len(domains) > 1 else ''} "
+             + ", ".join(domains))
+    return [f"{name}: every GPU ({len(ids)}) sits on bus 00, {where}: no PCIe port above any "
+            "GPU, a hypervisor's flat virtual PCI tree (real hardware puts a GPU behind a root "
+            "port or switch)"]
 
 
 def _gpu(index: int) -> dict[str, Any]:
@@ -125,17 +147,67 @@ def merge_nccl_topo(topo: dict[str, Any], doc: dict[str, Any], source: str) -> N
     for gx in doc["gpus"]:
         g = ensure_gpu(topo, gx["dev"])
         _set(g, "bus_id", gx["busid"])
-        _set(g, "numa_node", gx["numaid"])
+        numa = gx["numaid"] if gx["numaid"] is not None and gx["numaid"] >= 0 else None
+        _set(g, "numa_node", numa)  # numaid="-1": NCCL had no NUMA node for it
         cpu = cpus.get(gx["numaid"])
         if cpu:
             _set(g, "cpu_affinity", cpu["cpus"])
     nodes = {n["id"] for n in topo["numa"]["nodes"]}
     for c in doc["cpus"]:
-        if c["numaid"] not in nodes:
+        if c["numaid"] not in nodes and c["numaid"] >= 0:
             topo["numa"]["nodes"].append({"id": c["numaid"], "cpus": c["cpus"]})
     topo["numa"]["nodes"].sort(key=lambda n: n["id"])
     topo.setdefault("evidence", []).append(
         f"{source}: NCCL topology XML; GPU dev numbers are CUDA device indices")
+
+
+def note_flat_tree(topo: dict[str, Any], evidence: list[str], *, flat: bool) -> None:
+    """Add evidence about a flat virtual PCI tree to `virtualization`; `flat` marks it found (and
+    the machine a VM, unless something said otherwise: only a hypervisor builds such a tree)."""
+    virt = topo.setdefault("virtualization", {})
+    seen = virt.setdefault("evidence", [])
+    seen += [e for e in evidence if e not in seen]
+    if flat:
+        virt["flat_pcie_tree"] = True
+        virt.get("status", {}).pop("flat_pcie_tree", None)
+        if virt.get("is_vm") is None:
+            virt["is_vm"] = True
+            virt.get("status", {}).pop("is_vm", None)
+            seen.append("is_vm: a flat virtual PCI tree is built by a hypervisor")
+
+
+def merge_virtualization(topo: dict[str, Any], parsed: list[Parsed]) -> None:
+    """Recognise a VM's flat virtual PCI tree from whatever was imported, with the evidence.
+
+    Decisive: the GPUs' bus ids (from any file: nvidia-smi -q, NCCL XML, p2pBandwidthLatencyTest,
+    nccl-tests) all on bus 00 (`flat_tree_evidence`), an NCCL topology dump whose GPUs have no
+    bridge and no PCIe link, lspci (decided by discovery). `nvidia-smi topo -m` can only say that
+    no GPU pair is below a switch or bridge: a flat tree when the machine is known to be a VM,
+    only a note otherwise (a board with one root port per GPU looks the same).
+    """
+    hints: list[str] = []
+    for p in parsed:
+        if p.facts.get("flat_pcie_tree"):
+            note_flat_tree(topo, p.facts["flat_pcie_tree"], flat=True)
+        vt = p.documents.get("nccl_topo", {}).get("virtual_tree")
+        if vt and vt["evidence"]:
+            note_flat_tree(topo, vt["evidence"], flat=bool(vt["flat"]))
+        hint = p.documents.get("topo_m", {}).get("flat_evidence")
+        if hint:
+            hints.append(f"{p.name}: {hint}")
+    virt = topo.setdefault("virtualization", {})
+    buses = [g.get("bus_id") for g in topo.get("gpus", [])]
+    if buses and virt.get("flat_pcie_tree") is not True:
+        bus00 = flat_tree_evidence(buses, "GPU bus ids")
+        if bus00:
+            note_flat_tree(topo, bus00, flat=True)
+    if hints and virt.get("flat_pcie_tree") is not True:
+        if virt.get("is_vm"):
+            note_flat_tree(topo, [h + "; in a VM: a flat virtual tree" for h in hints], flat=True)
+        else:
+            note_flat_tree(topo, [h + "; a flat tree if this is a VM, or one root port per GPU "
+                                  "on bare metal (not decided from topo -m alone)" for h in hints],
+                           flat=False)
 
 
 def from_machine_logs(logs: dict[str, tuple[str, str]]) -> dict[str, Any]:

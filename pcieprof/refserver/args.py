@@ -15,7 +15,7 @@ import argparse
 import os
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from pcieprof.refserver.faults import FAULTS, MatrixError, choose, launch_flags, load_matrix
 
@@ -172,7 +172,7 @@ def parse_injection(text: str | None, line: str = "") -> Injection:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would print usage and exit(2)
+    def error(self, message: str) -> NoReturn:  # argparse would print usage and exit(2)
         raise ArgsError(message)
 
 

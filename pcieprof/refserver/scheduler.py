@@ -94,7 +94,7 @@ class _ProfileWindow:
         self.by_stage = bool(body.get("profile_by_stage"))
         n = body.get("num_steps")
         self.num_steps = int(n) if n else None
-        self.pending = ["EXTEND", "DECODE"] if self.by_stage else [None]
+        self.pending: list[str | None] = ["EXTEND", "DECODE"] if self.by_stage else [None]
         stages = body.get("profile_stages")
         if self.by_stage and stages:
             wanted = {"prefill": "EXTEND", "extend": "EXTEND", "decode": "DECODE"}
@@ -416,7 +416,7 @@ class Scheduler:
         """Stop the open window before this plan's step; its traces are written then."""
         w = self._window
         assert w is not None and w.active is not False
-        self._stopping.append((w, w.active))
+        self._stopping.append((w, None if isinstance(w.active, bool) else w.active))
         plan.profile_stop = True
         w.active = False
         if w.done():

@@ -1,13 +1,18 @@
 """Assemble the report: bundles -> sections -> one self-contained HTML file.
 
-plotly.js is inlined once in a <script> in the page head; every figure is a bare <div> with its
-own small newPlot call, so the file opens from disk with no network.
+plotly.js is embedded once (packed, see page.py) and every figure is a spec in one JSON block
+that the page's loader draws, so the file opens from disk with no network. The page reads in
+one screen per question: a section draws a column only for the bundles that have something
+for it, table columns empty in every row are dropped, long tables are folded, and each bundle
+is named by its own directory name with its provenance (never this machine's host name).
 """
 
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+import math
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -15,8 +20,10 @@ import jinja2
 
 from pcieprof import __version__
 from pcieprof.bundle import Bundle, atomic_write_text, now_iso
+from pcieprof.errors import BadInput
+from pcieprof.report import page
 from pcieprof.report.context import ReportContext
-from pcieprof.report.model import BundleView, Note, Section
+from pcieprof.report.model import BundleView, Figure, Note, NoteGroup, Section, Table
 
 #: Section modules in page order. Each has build(view, ctx) -> Section | None.
 SECTION_MODULES: tuple[str, ...] = (
@@ -26,24 +33,36 @@ SECTION_MODULES: tuple[str, ...] = (
 #: Sections shown even when empty, with a "not measured" line (the core of issue 2's report).
 ALWAYS_SHOWN = {"machine": "The machine", "p2p": "P2P copies between GPUs",
                 "allreduce": "All-reduce"}
+#: Tables longer than this are drawn folded (their title stays visible).
+FOLD_ROWS = 12
+#: This many notes of one level in a row (info or missing, never a warning) show only the first.
+FOLD_NOTES = 3
 
 
 @dataclass
 class SectionRow:
-    """One section across bundles: a column per bundle (None where the bundle lacks it)."""
+    """One section across bundles: a column per bundle that has something for it.
+
+    Attributes:
+        missing: the bundles that have nothing for the section (named in one line, no column).
+    """
 
     id: str
     title: str
-    columns: list[tuple[BundleView, Section | None]]
+    columns: list[tuple[BundleView, Section]]
+    missing: list[BundleView] = field(default_factory=list)
 
 
 def open_views(bundles: Sequence[Path | str | Bundle]) -> list[BundleView]:
-    """Open bundles and give each a short unique label (host and directory name)."""
+    """Open bundles and label each by its own directory name (with its parent's when two match)."""
+    opened = [b if isinstance(b, Bundle) else Bundle.open(Path(b)) for b in bundles]
+    names = [b.path.name for b in opened]
     views: list[BundleView] = []
     seen: dict[str, int] = {}
-    for b in bundles:
-        bundle = b if isinstance(b, Bundle) else Bundle.open(Path(b))
-        label = f"{bundle.manifest.get('host', '?')}: {bundle.path.name}"
+    for bundle, name in zip(opened, names):
+        label = name
+        if names.count(name) > 1 and bundle.path.parent.name:
+            label = f"{bundle.path.parent.name}/{name}"
         seen[label] = seen.get(label, 0) + 1
         if seen[label] > 1:
             label += f" ({seen[label]})"
@@ -62,21 +81,27 @@ def _section_builder(name: str) -> Callable[[BundleView, ReportContext], Section
 
 
 def build_sections(views: list[BundleView], ctx: ReportContext) -> list[SectionRow]:
-    """Every section for every bundle, in page order; empty rows dropped unless ALWAYS_SHOWN."""
+    """Every section in page order, with a column only for the bundles that have it.
+
+    A section no bundle has is left out, unless ALWAYS_SHOWN: then it says "not measured".
+    """
     ctx.views = list(views)
     rows: list[SectionRow] = []
     for name in SECTION_MODULES:
         build = _section_builder(name)
         if build is None:
             continue
-        cols = [(v, build(v, ctx)) for v in views]
-        present = [s for _, s in cols if s is not None]
-        if not present and name not in ALWAYS_SHOWN:
-            continue
-        title = present[0].title if present else ALWAYS_SHOWN[name]
-        cols = [(v, s if s is not None else Section(name, title, [Note("not measured", "missing")]))
-                for v, s in cols]
-        rows.append(SectionRow(name, title, cols))
+        built = [(v, build(v, ctx)) for v in views]
+        cols = [(v, s) for v, s in built if s is not None]
+        missing = [v for v, s in built if s is None]
+        if not cols:
+            if name not in ALWAYS_SHOWN:
+                continue
+            what = "this bundle" if len(views) == 1 else "any of the bundles"
+            cols = [(views[0], Section(name, ALWAYS_SHOWN[name],
+                                       [Note(f"not measured in {what}", "missing")]))]
+            missing = []
+        rows.append(SectionRow(name, cols[0][1].title, cols, missing))
     if len(views) > 1:
         build = _section_builder("compare")
         if build is not None:
@@ -84,7 +109,65 @@ def build_sections(views: list[BundleView], ctx: ReportContext) -> list[SectionR
             if shared is not None:
                 rows.insert(1 if rows and rows[0].id == "summary" else 0,
                             SectionRow(shared.id, shared.title, [(views[0], shared)]))
+    _finish_blocks(rows)
     return rows
+
+
+def _finish_blocks(rows: list[SectionRow]) -> None:
+    """Presentation rules for every block: figure ids, empty table columns, folding."""
+    n = 0
+    for row in rows:
+        for _, sec in row.columns:
+            sec.blocks = fold_notes(sec.blocks)
+            for b in sec.blocks:
+                if isinstance(b, Figure):
+                    b.id = f"fig-{n}"
+                    n += 1
+                elif isinstance(b, Table):
+                    drop_empty_columns(b)
+                    b.collapsed = b.collapsed or len(b.rows) > FOLD_ROWS
+
+
+def fold_notes(blocks: list[Any]) -> list[Any]:
+    """Runs of FOLD_NOTES or more info (or missing) notes become one NoteGroup."""
+    out: list[Any] = []
+    run: list[Note] = []
+
+    def flush() -> None:
+        if len(run) >= FOLD_NOTES:
+            out.append(NoteGroup(list(run)))
+        else:
+            out.extend(run)
+        run.clear()
+
+    for b in blocks:
+        if isinstance(b, Note) and b.level in ("info", "missing") and (
+                not run or run[0].level == b.level):
+            run.append(b)
+            continue
+        flush()
+        if isinstance(b, Note) and b.level in ("info", "missing"):
+            run.append(b)
+        else:
+            out.append(b)
+    flush()
+    return out
+
+
+def _empty(cell: Any) -> bool:
+    return cell is None or cell == "" or (isinstance(cell, float) and math.isnan(cell))
+
+
+def drop_empty_columns(table: Table) -> None:
+    """Drop the columns of `table` that are empty (None, "", NaN) in every row."""
+    if not table.rows:
+        return
+    keep = [i for i in range(len(table.columns))
+            if not all(_empty(r[i]) for r in table.rows if i < len(r))]
+    if len(keep) == len(table.columns):
+        return
+    table.columns = [table.columns[i] for i in keep]
+    table.rows = [[r[i] for i in keep if i < len(r)] for r in table.rows]
 
 
 def _env() -> jinja2.Environment:
@@ -94,25 +177,41 @@ def _env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 
 
-def plotly_js() -> str:
-    """plotly.js from the installed plotly package (inlined into the page once)."""
-    from plotly.offline import get_plotlyjs
+def render_html(views: list[BundleView], ctx: ReportContext | None = None, *,
+                out_dir: Path | None = None) -> str:
+    """The report as one HTML string.
 
-    return get_plotlyjs()
-
-
-def render_html(views: list[BundleView], ctx: ReportContext | None = None) -> str:
-    """The report as one HTML string."""
+    Args:
+        views: the bundles, in column order.
+        ctx: report settings.
+        out_dir: where the page will be written; links to bundle files are relative to it
+            (absolute file URLs when None or on another drive).
+    """
     ctx = ctx or ReportContext()
     rows = build_sections(views, ctx)
-    nfig = sum(len(s.figures()) for r in rows for _, s in r.columns if s is not None)
+    figures = [b for r in rows for _, s in r.columns for b in s.blocks if isinstance(b, Figure)]
     env = _env()
     template = env.get_template("report.html.j2")
-    css = (Path(__file__).parent / "templates" / "report.css").read_text(encoding="utf-8")
+    here = Path(__file__).parent / "templates"
     return template.render(
         views=views, rows=rows, ctx=ctx, generated=now_iso(), version=__version__,
-        nfigures=nfig, css=css, plotly_js=plotly_js(), single=len(views) == 1,
-        markup=jinja2.utils.markupsafe.Markup, manifest_facts=manifest_facts)
+        nfigures=len(figures), css=(here / "report.css").read_text(encoding="utf-8"),
+        loader_js=(here / "report.js").read_text(encoding="utf-8"),
+        plotly=page.packed_plotly(), unsafe=list(page.UNSAFE7),
+        figures_json=page.figures_json(figures), multi=len(views) > 1, always_shown=ALWAYS_SHOWN,
+        markup=jinja2.utils.markupsafe.Markup, manifest_facts=manifest_facts,
+        href=lambda p: file_href(Path(p), out_dir))
+
+
+def file_href(path: Path, out_dir: Path | None) -> str:
+    """A link to a bundle file: relative to the page's directory when it can be, else file://."""
+    path = path.resolve()
+    if out_dir is not None:
+        try:
+            return Path(os.path.relpath(path, out_dir.resolve())).as_posix()
+        except ValueError:  # another drive (Windows): no relative path
+            pass
+    return path.as_uri()
 
 
 def write_report(bundles: Sequence[Path | str | Bundle], out: Path | str,
@@ -129,22 +228,20 @@ def write_report(bundles: Sequence[Path | str | Bundle], out: Path | str,
     """
     views = open_views(bundles)
     if not views:
-        from pcieprof.errors import BadInput
-
         raise BadInput("no bundle given to report on")
     out = Path(out)
-    atomic_write_text(out, render_html(views, ctx))
+    atomic_write_text(out, render_html(views, ctx, out_dir=out.parent))
     return out
 
 
 def manifest_facts(view: BundleView) -> list[tuple[str, Any]]:
-    """The provenance lines of a bundle for the first screen."""
+    """The provenance lines of a bundle (the page's last section)."""
     m = view.bundle.manifest
     parts = m.get("parts", {})
     part_txt = ", ".join(f"{k}: {v.get('status')} ({v.get('source')}, {v.get('backend')})"
                          for k, v in parts.items()) or "none"
-    return [("source", m.get("source")), ("backend", m.get("backend")),
-            ("status", m.get("status") + (f" ({m['why']})" if m.get("why") else "")),
+    return [("numbers", view.origin()), ("source", m.get("source")), ("backend", m.get("backend")),
+            ("status", str(m.get("status")) + (f" ({m['why']})" if m.get("why") else "")),
             ("command", " ".join(str(a) for a in m.get("argv") or []) or m.get("command")),
             ("time", f"{m.get('start_time')} .. {m.get('end_time')}"),
             ("versions", ", ".join(f"{k} {v}" for k, v in (m.get("versions") or {}).items() if v)

@@ -7,6 +7,7 @@ At tensor parallelism each layer all-reduces the hidden states of the batch: bat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 #: GLM-5 hidden size; used when no model card is available (the model cards override it).
 #: Source: zai-org/GLM-5 config.json, hidden_size 6144 (as the project brief states).
@@ -58,7 +59,7 @@ def band_for(model: str | None = None, batch_min: int = 1, batch_max: int = 64) 
     return DecodeBand(model=name, hidden=hidden, batch_min=batch_min, batch_max=batch_max)
 
 
-def _get(obj: object, key: str) -> object:
+def _get(obj: object, key: str) -> Any:
     if isinstance(obj, dict):
         return obj.get(key)
     return getattr(obj, key, None)

@@ -1,8 +1,8 @@
 """What a report is made of: sections holding figures, tables, notes and facts.
 
 Section modules (pcieprof/report/sections/) build these from one bundle; the template renders them.
-Only `Figure.html` is trusted markup (plotly's own output, whose JSON escapes `<`); every other
-string is bundle text and is escaped by the template (jinja2 autoescape).
+No block holds markup: every string is bundle text and is escaped by the template (jinja2
+autoescape); figure specs go into one JSON block whose `<`, `>` and `&` are escaped (page.py).
 """
 
 from __future__ import annotations
@@ -12,27 +12,49 @@ from pathlib import Path
 from typing import Any
 
 from pcieprof.bundle import Bundle
+from pcieprof.report.recs import RecsBlock
 
 
 @dataclass
 class Figure:
-    """A plotly figure rendered to a <div> (plotly.js is inlined once for the whole page)."""
+    """A plotly figure: its compact spec, drawn by the page's loader (plotly.js once per page).
+
+    Attributes:
+        title: plain text, shown above the plot (it wraps; an SVG title would be cut off).
+        spec: {"data": [...], "layout": {...}} as plain JSON values (see figures.figure).
+        provenance: where the numbers came from, shown with the title.
+        height: plot height in pixels.
+        shape: "wide" (curves, bars) or "square" (heatmaps: two fit side by side).
+        id: the id of its plot <div>, set by the builder.
+    """
 
     title: str
-    html: str
+    spec: dict[str, Any]
     provenance: str
+    height: int = 340
+    shape: str = "wide"
+    id: str = ""
     kind: str = "figure"
 
 
 @dataclass
 class Table:
-    """A table of plain values; cells are escaped when rendered."""
+    """A table of plain values; cells are escaped when rendered.
+
+    Attributes:
+        collapsed: drawn folded (<details>); the builder also folds every long table.
+        file: the file the rows come from (e.g. the bundle's allreduce.csv), linked under it.
+        total_rows: rows in `file` when `rows` is only the first of them.
+    """
 
     title: str
     columns: list[str]
     rows: list[list[Any]]
     provenance: str = ""
     caption: str = ""
+    collapsed: bool = False
+    file: Path | None = None
+    total_rows: int | None = None
     kind: str = "table"
 
 
@@ -43,6 +65,14 @@ class Note:
     text: str
     level: str = "info"
     kind: str = "note"
+
+
+@dataclass
+class NoteGroup:
+    """A run of notes of one level: the first shown, the rest folded (made by the builder)."""
+
+    notes: list[Note]
+    kind: str = "notes"
 
 
 @dataclass
@@ -62,10 +92,11 @@ class Tree:
     title: str
     lines: list[tuple[int, str, str, str]]
     provenance: str = ""
+    collapsed: bool = False
     kind: str = "tree"
 
 
-Block = Figure | Table | Note | Facts | Tree
+Block = Figure | Table | Note | NoteGroup | Facts | Tree | RecsBlock
 
 
 @dataclass
@@ -91,6 +122,32 @@ class BundleView:
     @property
     def path(self) -> Path:
         return self.bundle.path
+
+    @property
+    def measured_host(self) -> str | None:
+        """The host the bundle's numbers were taken on, from the manifest; None when simulated.
+
+        A simulated bundle ran on some machine but measured none, so it names no host (older
+        bundles recorded one anyway; it is not shown).
+        """
+        if self.bundle.source == "simulated":
+            return None
+        host = self.bundle.manifest.get("host")
+        return str(host) if host and host != "unknown" else None
+
+    def origin(self) -> str:
+        """One line saying where the bundle's numbers come from, e.g. `simulated: fabric model
+        rtxpro6000-8x-vm (not hardware)` or `measured on host gpu-01, backend cuda`."""
+        m = self.bundle.manifest
+        backend = str(m.get("backend") or "unknown")
+        if self.bundle.source == "simulated":
+            profile = ((m.get("versions") or {}).get("sim_profile")
+                       or (m.get("parts", {}).get("discovery") or {}).get("profile"))
+            return f"simulated: fabric model {profile or '(profile not recorded)'} (not hardware)"
+        host = self.measured_host
+        where = f" on host {host}" if host else " (host not recorded)"
+        note = {"cpu": " (CPUs and host memory, not GPUs)"}.get(backend, "")
+        return f"{self.bundle.source}{where}, backend {backend}{note}"
 
     def table(self, name: str) -> Any:
         """`Bundle.read_table(name)`, read once."""

@@ -212,7 +212,7 @@ class ModelCard:
 
     def kv_bytes_per_token_per_gpu(self, tp: int, pp: int = 1) -> float:
         """KV-cache bytes one token costs on each GPU at this layout."""
-        per_layer = self.kv_cache.bytes_per_token_per_layer
+        per_layer: float = self.kv_cache.bytes_per_token_per_layer
         if not self.kv_cache.replicated_across_tp:
             per_layer = per_layer / tp
         return per_layer * self.num_layers / pp

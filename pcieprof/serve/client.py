@@ -220,6 +220,7 @@ async def run_load(base_url: str, spec: LoadSpec, *,
         if spec.concurrency is not None:
             await _closed_loop(go, measured, spec.concurrency)
         else:
+            assert spec.request_rate is not None  # LoadSpec: one of the two is set
             await _open_loop(go, measured, float(spec.request_rate), spec.seed)
         duration = time.perf_counter() - t_start
     return records, duration

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,11 @@ import aiohttp
 
 from pcieprof import progress
 from pcieprof.serve.client import LoadSpec, run_load
+
+#: Seconds between looks at the staging directory, and how long the set of complete traces must
+#: hold still before it is taken (profile_by_stage writes a rank's stages one after the other).
+POLL_S = 0.25
+SETTLE_S = 1.0
 
 _RANK = re.compile(r"-TP-(\d+)(?:-([A-Z]+))?\.trace\.json(?:\.gz)?$")
 
@@ -43,6 +50,40 @@ def find_traces(directory: Path, nranks: int, prefix: str) -> dict[int, list[Pat
         if rs is not None and rs[0] < nranks:
             out.setdefault(rs[0], []).append(p)
     return out
+
+
+def trace_complete(path: Path) -> bool:
+    """Whether a trace file is whole: for `.gz` a gzip stream that reaches its end (the trailer
+    gzip writes last), else JSON whose last non-blank byte closes the document. SGLang exports
+    straight to the final name (torch's export_chrome_trace compresses into it), so a name that
+    exists and has stopped changing can still be half written."""
+    try:
+        with path.open("rb") as f:
+            if not path.name.endswith(".gz"):
+                f.seek(max(0, path.stat().st_size - 64))
+                return f.read().rstrip().endswith((b"}", b"]"))
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip framing
+            while not d.eof and (chunk := f.read(1 << 20)):
+                d.decompress(chunk)
+            return d.eof
+    except (OSError, zlib.error):
+        return False
+
+
+def move_trace(src: Path, dest: Path) -> Path:
+    """Move a complete trace into `dest` so that its name there only ever names the whole file:
+    a rename on the same file system, else a copy to a hidden name, then a rename."""
+    target = dest / src.name
+    try:
+        os.replace(src, target)
+        return target
+    except OSError:  # another file system
+        pass
+    tmp = dest / f".{src.name}.partial"
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, target)
+    src.unlink()
+    return target
 
 
 async def start_profile(session: aiohttp.ClientSession, base_url: str, body: dict[str, Any]) -> str:
@@ -93,13 +134,8 @@ async def capture(base_url: str, staging: Path, dest: Path, *, nranks: int, num_
         await asyncio.sleep(settle_s)
         async with aiohttp.ClientSession() as session:
             record["reply"] = (await start_profile(session, base_url, body)).strip()
-        found = await _wait_for_ranks(staging, nranks, prefix, timeout_s, load_task)
-        moved = []
-        for rank in sorted(found):
-            for p in found[rank]:
-                target = dest / p.name
-                shutil.move(str(p), target)
-                moved.append(target)
+        found, unfinished = await _wait_for_ranks(staging, nranks, prefix, timeout_s, load_task)
+        moved = [move_trace(p, dest) for rank in sorted(found) for p in found[rank]]
         record["files"] = [str(p.relative_to(dest.parent.parent)) for p in moved]
         record["ranks"] = sorted(found)
         if len(found) == nranks:
@@ -107,7 +143,9 @@ async def capture(base_url: str, staging: Path, dest: Path, *, nranks: int, num_
         else:
             missing = sorted(set(range(nranks)) - set(found))
             record.update(status="partial" if found else "failed",
-                          why=f"no trace from rank(s) {missing} within {timeout_s:.0f} s")
+                          why=f"no complete trace from rank(s) {missing} within {timeout_s:.0f} s"
+                          + (f" (still being written: {', '.join(p.name for p in unfinished)})"
+                             if unfinished else ""))
     except (RuntimeError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
         record["why"] = f"{type(exc).__name__}: {exc}"[:300]
     finally:
@@ -119,23 +157,53 @@ async def capture(base_url: str, staging: Path, dest: Path, *, nranks: int, num_
 
 
 async def _wait_for_ranks(staging: Path, nranks: int, prefix: str, timeout_s: float,
-                          load_task: asyncio.Task[Any]) -> dict[int, list[Path]]:
+                          load_task: asyncio.Future[Any]
+                          ) -> tuple[dict[int, list[Path]], list[Path]]:
+    """Wait until every rank has a trace and every trace found is whole, or `timeout_s`.
+
+    Returns (whole traces by rank, traces still being written when time ran out). A file counts
+    once its size has held still between two looks and its content is complete
+    (`trace_complete`, checked once per size); with profile_by_stage a rank may still start its
+    other stage's file, so the set of files must also hold still for SETTLE_S."""
     deadline = time.monotonic() + timeout_s
+    sizes: dict[Path, int] = {}
+    whole: dict[Path, bool] = {}  # verdict per file at the size it had
     last: dict[int, list[Path]] = {}
-    complete_since: float | None = None
-    while time.monotonic() < deadline:
+    settled_since: float | None = None
+    done: dict[int, list[Path]] = {}
+    unfinished: list[Path] = []
+    while True:
         found = find_traces(staging, nranks, prefix)
-        if len(found) == nranks:
-            # With profile_by_stage a rank may still be writing its other stage's trace:
-            # give it a moment once every rank has one.
-            complete_since = complete_since or time.monotonic()
-            if found == last and time.monotonic() - complete_since > 1.0:
-                return found
+        done, unfinished = {}, []
+        for rank, paths in found.items():
+            for p in paths:
+                try:
+                    size = p.stat().st_size
+                except OSError:
+                    continue  # renamed or removed under us
+                if sizes.get(p) != size:
+                    sizes[p] = size
+                    whole.pop(p, None)
+                    unfinished.append(p)
+                    continue
+                if p not in whole:
+                    whole[p] = trace_complete(p)
+                if whole[p]:
+                    done.setdefault(rank, []).append(p)
+                else:
+                    unfinished.append(p)
+        if len(done) == nranks and not unfinished:
+            settled_since = settled_since if found == last and settled_since else time.monotonic()
+            if time.monotonic() - settled_since >= SETTLE_S:
+                return done, []
+        else:
+            settled_since = None
         last = found
+        if time.monotonic() >= deadline:
+            return done, unfinished
         if load_task.done() and not found and time.monotonic() > deadline - timeout_s + 30:
             progress.debug("profiling: the load finished before any trace appeared")
-        await asyncio.sleep(0.25)
-    return last
+        await asyncio.sleep(POLL_S)
 
 
 def write_index(dest: Path, record: dict[str, Any]) -> None:

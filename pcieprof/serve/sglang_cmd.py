@@ -411,11 +411,12 @@ class ParserSpec:
                 continue
             flag = tok
             if not self.knows(flag):
-                flag = self._renamed(tok)
-                if flag is None:
+                renamed = self._renamed(tok)
+                if renamed is None:
                     raise BadInput(f"SGLang {self.version} does not know {tok}",
                                    hint=f"checked against its own parser ({self.source}); "
                                         f"drop it or spell it as that release does")
+                flag = renamed
                 notes.append(f"{tok} -> {flag} (SGLang {self.version} spelling)")
             elif self.deprecated(flag):
                 newf = self.options[flag].get("new_flag")

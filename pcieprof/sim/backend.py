@@ -5,7 +5,10 @@ as the real backends and hands it here. Every row a real run would write is writ
 model, with `backend=sim`; every part says `source=simulated`; topology.json is the fabric's
 (for a VM profile: the flat tree the guest sees, the real one under `sim`); nccl_choices.json
 holds what the model assumed NCCL chose, in the shape of the NCCL log parser's output, and says
-that it is an assumption and not a log.
+that it is an assumption and not a log, with the profile's known issues that choice runs into. A
+VM profile with a bare-metal twin also gets topology.json `sim.vm`: the like-for-like table
+against its twin, the mechanisms behind it, the host-side changes priced, the known issues
+(`pcieprof.sim.vm_cost`), so that a report can tell the VM story from the bundle alone.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 
 from pcieprof import progress
 from pcieprof.bundle import Bundle
-from pcieprof.sim import collectives, model
+from pcieprof.sim import collectives, model, vm_cost
 from pcieprof.sim.fabric import Fabric, load_profile, topology
 
 BACKEND = "sim"
@@ -94,6 +97,7 @@ def choices_entry(fabric: Fabric, case: Any, tuner: list[dict[str, Any]]) -> dic
     """One nccl_choices.json entry, in the shape of the NCCL log parser's `parsed` output."""
     ranks = list(case.ranks)
     n = len(ranks)
+    c: dict[str, Any] = {}
     if n > 1:
         c = collectives.choices(fabric, ranks, case.env)
         # The parser keys peers by rank; the model by GPU: rank i is ranks[i].
@@ -116,7 +120,10 @@ def choices_entry(fabric: Fabric, case: Any, tuner: list[dict[str, Any]]) -> dic
     return {"variant": case.variant, "ranks": ranks, "env": dict(case.env), "log": None,
             "parsed": parsed, "source": SOURCE, "backend": BACKEND,
             "model": {"p2p_level": level, "why": why,
-                      "gpu_transport": c["transport"] if n > 1 else {}},
+                      "gpu_transport": c.get("transport", {}),
+                      "known_risks": [{"id": i.id, "title": i.title, "check": i.check,
+                                       "sources": list(i.sources)}
+                                      for i in vm_cost.known_risks(fabric, case.env, ranks)]},
             "note": "simulated: the fabric model's assumption of what NCCL would choose, "
                     "not read from an NCCL log"}
 
@@ -142,7 +149,13 @@ def run_plan(plan: Any, profile: str, bundle: Bundle) -> None:
     part = {"source": SOURCE, "backend": BACKEND}
     bundle.set_versions(nccl=fabric.nccl_version, driver=fabric.driver_version,
                         cuda=fabric.cuda_driver_version, sim_profile=fabric.name)
-    bundle.write_json("topology.json", topology(fabric))
+    topo = topology(fabric)
+    vm = vm_cost.bundle_section(fabric)
+    if vm is not None:
+        progress.info(f"sim: {fabric.name} is a VM: pricing it against its bare-metal twin "
+                      f"{vm['bare_profile']} (like for like, host-side changes)")
+        topo["sim"]["vm"] = vm
+    bundle.write_json("topology.json", topo)
     bundle.set_part("discovery", "ok", profile=fabric.name, file=fabric.path,
                     gpus=len(fabric.gpus), **part)
     progress.info(f"sim: fabric model {fabric.name} ({len(fabric.gpus)} GPUs): predicting "

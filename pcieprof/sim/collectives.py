@@ -121,21 +121,26 @@ def _step_extra(fabric: Fabric, a: int, b: int, p2p: bool) -> float:
 
 def _ring_bandwidth(fabric: Fabric, edges: list[tuple[int, int]], p2p: list[bool]) -> float:
     """Bottleneck GB/s of the ring with every edge sending at once, P2P and SHM edges sharing
-    the links they both use (GPU links, switch uplinks, the inter-socket link)."""
+    the links they both use (GPU links, switch uplinks, the inter-socket link). P2P edges are
+    posted writes on their routes (`model.flow_routes`: window, collapse and IOMMU included); SHM
+    edges go through host memory at the SHM transport's share of their slowest link."""
     nccl = model.params()["nccl"]
+    p2p_edges = [e for e, ok in zip(edges, p2p) if ok]
+    p2p_routes, p2p_limits = model.flow_routes(fabric, p2p_edges, "write") if p2p_edges else ([], [])
+    factor = model.params()["iommu"]["translated_bw_factor"] if fabric.translated else 1.0
     routes, limits = [], []
+    k = 0
     for (a, b), ok in zip(edges, p2p):
         if ok:
-            routes.append(model.route(fabric, a, b))
-            cross = fabric.inter_socket is not None and fabric.socket_of(a) != fabric.socket_of(b)
-            limits.append(fabric.inter_socket.p2p_gbps if cross else float("inf"))  # type: ignore[union-attr]
+            routes.append(p2p_routes[k])
+            limits.append(p2p_limits[k])
+            k += 1
         else:
-            r = model.shm_route(fabric, a, b)
+            # host memory DMA is translated too in a VM
+            r = [model.Hop(h.key, h.gbps * factor, h.latency_us) for h in model.shm_route(fabric, a, b)]
             routes.append(r)
             limits.append(min(h.gbps for h in r) * nccl["shm_efficiency"])
-    factor = model.params()["iommu"]["translated_bw_factor"] if fabric.translated else 1.0
-    limits = [x * factor for x in limits]
-    return min(model.share_routes(routes, limits, factor))
+    return min(model.share_routes(routes, limits))
 
 
 def _visible_crosses_sockets(fabric: Fabric, ranks: Sequence[int]) -> bool:

@@ -3,8 +3,11 @@
 A fabric file names the sockets and their inter-socket link, the CPU root ports (each in a root
 complex), the PCIe switches (several virtual switches may share one physical chip), the GPUs and
 the link generation and width of every hop, whether ACS redirects peer traffic up to the root
-complex, whether the IOMMU translates DMA, and what a VM guest sees. `profiles/*.toml` are the
-shipped examples; each is commented so that a user can copy one and edit it for their own box.
+complex, whether the IOMMU translates DMA, and what a VM guest sees. A VM profile also names its
+bare-metal twin and carries, with sources, the mechanisms of what virtualization costs, the
+changes only the host can make, and the known issues of its settings (`[[mechanism]]`,
+`[[host_change]]`, `[[known_issue]]`; priced by `pcieprof.sim.vm_cost`). `profiles/*.toml` are
+the shipped examples; each is commented so that a user can copy one and edit it for their own box.
 
 The model (`pcieprof.sim.model`, `pcieprof.sim.collectives`) reads only the `Fabric` object built
 here; `topology()` turns it into the bundle's topology.json (docs/bundle.md), source "simulated".
@@ -13,7 +16,7 @@ here; `topology()` turns it into the bundle's topology.json (docs/bundle.md), so
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,11 @@ PCIE_GEN: dict[int, tuple[float, float]] = {
 
 IOMMU_MODES = ("off", "passthrough", "translated")
 GUEST_VIEWS = ("real", "flat")
+#: Profile keys a host change may set, with the values each takes.
+CHANGEABLE: dict[str, Any] = {"iommu.mode": IOMMU_MODES, "acs.redirect": bool,
+                              "virtualization.guest_view": GUEST_VIEWS, "virtualization.is_vm": bool}
+#: Conditions a known issue may name (evaluated by pcieprof.sim.vm_cost.known_risks).
+ISSUE_CONDITIONS = ("p2p_through_translating_iommu",)
 
 
 def raw_link_gbps(gen: int, width: int) -> float:
@@ -54,8 +62,17 @@ class InterSocket:
 
     kind: str
     p2p_gbps: float  # ceiling of one GPU-to-GPU stream across sockets, per direction
-    aggregate_gbps: float  # all GPU peer streams across the link together, per direction
+    aggregate_gbps: float  # all GPU peer reads (and host-memory traffic) across the link, per direction
     latency_us: float | None  # extra latency of the crossing; None: the calibrated default
+    posted_window_kib: float | None = None  # posted writes in flight per source root complex
+    # for peer writes that cross; None: the calibrated default (calibration/params.toml)
+    posted_write_gbps: float | None = None  # all peer write streams together, per direction;
+    # None: aggregate_gbps
+
+    @property
+    def write_gbps(self) -> float:
+        """All posted peer-write streams across the link together, per direction, GB/s."""
+        return self.posted_write_gbps if self.posted_write_gbps is not None else self.aggregate_gbps
 
 
 @dataclass(frozen=True)
@@ -92,6 +109,7 @@ class Switch:
     acs_redirect: bool
     vendor: str
     device: str
+    latency_us: float | None = None  # one traversal of the switch; None: the calibrated default
 
 
 @dataclass(frozen=True)
@@ -125,6 +143,59 @@ class Virtualization:
     is_vm: bool
     hypervisor: str | None
     guest_view: str  # "real": the guest sees the real tree; "flat": every GPU on one root bus
+    bare_metal_twin: str | None = None  # the profile of the same box without the hypervisor
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """Why a deployment costs what the model says: a named effect, in words, with its sources.
+
+    `model` names the parameters or rules of the model that carry it, so that a reader can go
+    from the sentence to the number.
+    """
+
+    id: str
+    title: str
+    text: str
+    model: str
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HostChange:
+    """A change only the host (hypervisor, firmware, host kernel) can make for a VM.
+
+    `apply` is what the change does to this profile, as dotted profile keys (`iommu.mode`,
+    `acs.redirect`, `virtualization.guest_view`, `virtualization.is_vm`); the model prices the
+    changed profile (`pcieprof.sim.vm_cost.host_changes`). An empty `apply` means the change does
+    not touch what the guest's GPUs do (said in `effect`). `blocked_by` is set when the change
+    cannot be made safely on this box, with the reason.
+    """
+
+    id: str
+    title: str
+    how: str
+    apply: dict[str, Any]
+    effect: str
+    risk: str
+    blocked_by: str | None
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class KnownIssue:
+    """A failure reported in the wild for a setting on this kind of box (not modelled as time).
+
+    `when` names the condition the model checks (`p2p_through_translating_iommu`: NCCL would
+    use P2P on some ring edge while the IOMMU translates peer DMA).
+    """
+
+    id: str
+    when: str
+    title: str
+    text: str
+    check: str
+    sources: tuple[str, ...]
 
 
 @dataclass
@@ -150,6 +221,9 @@ class Fabric:
     driver_version: str | None
     cuda_driver_version: str | None
     notes: list[str] = field(default_factory=list)
+    mechanisms: list[Mechanism] = field(default_factory=list)
+    host_changes: list[HostChange] = field(default_factory=list)
+    known_issues: list[KnownIssue] = field(default_factory=list)
 
     def gpu(self, index: int) -> Gpu:
         for g in self.gpus:
@@ -217,6 +291,37 @@ def load_profile(name_or_path: str | Path) -> Fabric:
     return _Reader(path).fabric(_read_doc(path, seen=()))
 
 
+def apply_changes(fabric: Fabric, changes: dict[str, Any]) -> Fabric:
+    """The fabric with host-side changes made (keys of `CHANGEABLE`), for pricing them.
+
+    `acs.redirect` sets ReqRedir/CmpltRedir on every root and switch port; `virtualization.is_vm =
+    false` also drops the flat guest view (there is no guest) and the twin.
+
+    Raises:
+        BadInput: a key that is not in `CHANGEABLE`, or a value it does not take.
+    """
+    for key, value in changes.items():
+        ok = CHANGEABLE.get(key)
+        if ok is None or (isinstance(ok, tuple) and value not in ok) or (ok is bool and not isinstance(value, bool)):
+            raise BadInput(f"{fabric.name}: cannot apply {key} = {value!r}")
+    f = replace(fabric)
+    if "iommu.mode" in changes:
+        f.iommu_mode = changes["iommu.mode"]
+    if "acs.redirect" in changes:
+        on = changes["acs.redirect"]
+        f.root_ports = {k: replace(v, acs_redirect=on) for k, v in f.root_ports.items()}
+        f.switches = {k: replace(v, acs_redirect=on) for k, v in f.switches.items()}
+    v = f.virtualization
+    if "virtualization.guest_view" in changes:
+        v = replace(v, guest_view=changes["virtualization.guest_view"])
+    if changes.get("virtualization.is_vm") is False:
+        v = Virtualization(False, None, "real", None)
+    elif changes.get("virtualization.is_vm") is True:
+        v = replace(v, is_vm=True)
+    f.virtualization = v
+    return f
+
+
 def _read_doc(path: Path, seen: tuple[str, ...]) -> dict[str, Any]:
     """The TOML document, with `extends = "other-profile"` merged under it (tables key by key,
     arrays of tables replaced whole)."""
@@ -254,7 +359,7 @@ class _Reader:
         return BadInput(f"{self.path}: {key}: {why}")
 
     def table(self, doc: dict[str, Any], key: str, allowed: set[str],
-              required: set[str] = frozenset()) -> dict[str, Any]:
+              required: frozenset[str] | set[str] = frozenset()) -> dict[str, Any]:
         value = doc if key == "" else doc.get(key, {})
         if not isinstance(value, dict):
             raise self.fail(key, "must be a table")
@@ -262,7 +367,7 @@ class _Reader:
         return value
 
     def check_keys(self, value: dict[str, Any], key: str, allowed: set[str],
-                   required: set[str] = frozenset()) -> None:
+                   required: frozenset[str] | set[str] = frozenset()) -> None:
         unknown = sorted(set(value) - allowed)
         if unknown:
             raise self.fail(f"{key}.{unknown[0]}" if key else unknown[0],
@@ -296,7 +401,8 @@ class _Reader:
     def fabric(self, doc: dict[str, Any]) -> Fabric:
         top = {"name", "description", "sources", "notes", "host", "inter_socket", "iommu",
                "acs", "virtualization", "posted_write_collapse", "gpu_defaults", "software",
-               "socket", "root_port", "chip", "switch", "gpu"}
+               "socket", "root_port", "chip", "switch", "gpu", "mechanism", "host_change",
+               "known_issue"}
         self.check_keys(doc, "", top, {"name", "socket", "root_port", "gpu"})
         name = self.get(doc, "name", "", str)
         host = self.table(doc, "host", {"cpu", "cpu_vendor"})
@@ -318,15 +424,21 @@ class _Reader:
 
         inter = None
         if "inter_socket" in doc:
-            t = self.table(doc, "inter_socket", {"kind", "p2p_gbps", "aggregate_gbps", "latency_us"},
+            t = self.table(doc, "inter_socket", {"kind", "p2p_gbps", "aggregate_gbps", "latency_us",
+                                                 "posted_window_kib", "posted_write_gbps"},
                            {"p2p_gbps"})
             per_stream = self.positive(t, "p2p_gbps", "inter_socket")
             total = self.positive(t, "aggregate_gbps", "inter_socket") if "aggregate_gbps" in t \
                 else 2 * per_stream
             if total < per_stream:
                 raise self.fail("inter_socket.aggregate_gbps", "must be >= p2p_gbps")
+            window = self.opt_float(t, "posted_window_kib", "inter_socket")
+            if window is not None and window <= 0:
+                raise self.fail("inter_socket.posted_window_kib", f"must be > 0, got {window:g}")
+            writes = self.positive(t, "posted_write_gbps", "inter_socket") \
+                if "posted_write_gbps" in t else None
             inter = InterSocket(self.get(t, "kind", "inter_socket", str, "xgmi"), per_stream, total,
-                                self.opt_float(t, "latency_us", "inter_socket"))
+                                self.opt_float(t, "latency_us", "inter_socket"), window, writes)
         elif len(sockets) > 1:
             raise self.fail("inter_socket", "missing (the fabric has more than one socket)")
 
@@ -341,9 +453,9 @@ class _Reader:
             sock = self.get(r, "socket", where, int)
             if sock not in socket_ids:
                 raise self.fail(f"{where}.socket", f"no socket with id {sock}")
-            g, w = self.gen_width(r, where, 5, 16)
+            r_gen, r_width = self.gen_width(r, where, 5, 16)
             root_ports[rid] = RootPort(rid, self.get(r, "bdf", where, str, f"0000:{0x10 * i:02x}:01.1"),
-                                       sock, self.get(r, "root_complex", where, str, rid), g, w,
+                                       sock, self.get(r, "root_complex", where, str, rid), r_gen, r_width,
                                        self.get(r, "acs_redirect", where, bool, acs_default))
 
         chips: dict[str, Chip] = {}
@@ -359,7 +471,8 @@ class _Reader:
         for i, s in enumerate(self.array(doc, "switch")):
             where = f"switch[{i}]"
             self.check_keys(s, where, {"id", "chip", "upstream", "bdf", "gen", "width",
-                                       "acs_redirect", "vendor", "device"}, {"id", "upstream"})
+                                       "acs_redirect", "vendor", "device", "latency_us"},
+                            {"id", "upstream"})
             sid = self.get(s, "id", where, str)
             if sid in switches or sid in root_ports:
                 raise self.fail(f"{where}.id", f"duplicate id {sid!r}")
@@ -369,11 +482,14 @@ class _Reader:
             chip = self.get(s, "chip", where, str, None)
             if chip is not None and chip not in chips:
                 raise self.fail(f"{where}.chip", f"no chip with id {chip!r}")
-            g, w = self.gen_width(s, where, 5, 16)
-            switches[sid] = Switch(sid, chip, up, self.get(s, "bdf", where, str, ""), g, w,
+            s_gen, s_width = self.gen_width(s, where, 5, 16)
+            hop = self.opt_float(s, "latency_us", where)
+            if hop is not None and hop < 0:
+                raise self.fail(f"{where}.latency_us", f"must be >= 0, got {hop:g}")
+            switches[sid] = Switch(sid, chip, up, self.get(s, "bdf", where, str, ""), s_gen, s_width,
                                    self.get(s, "acs_redirect", where, bool, acs_default),
                                    self.get(s, "vendor", where, str, ""),
-                                   self.get(s, "device", where, str, ""))
+                                   self.get(s, "device", where, str, ""), hop)
 
         gpus: list[Gpu] = []
         gib = 1024 ** 3
@@ -407,7 +523,8 @@ class _Reader:
         if mode not in IOMMU_MODES:
             raise self.fail("iommu.mode", f"must be one of {', '.join(IOMMU_MODES)}, got {mode!r}")
 
-        virt = self.table(doc, "virtualization", {"is_vm", "hypervisor", "guest_view"})
+        virt = self.table(doc, "virtualization", {"is_vm", "hypervisor", "guest_view",
+                                                  "bare_metal_twin"})
         view = self.get(virt, "guest_view", "virtualization", str, "real")
         if view not in GUEST_VIEWS:
             raise self.fail("virtualization.guest_view",
@@ -415,6 +532,9 @@ class _Reader:
         is_vm = self.get(virt, "is_vm", "virtualization", bool, False)
         if view == "flat" and not is_vm:
             raise self.fail("virtualization.guest_view", "a flat guest view needs is_vm = true")
+        twin = self.get(virt, "bare_metal_twin", "virtualization", str, None)
+        if twin is not None and not is_vm:
+            raise self.fail("virtualization.bare_metal_twin", "only a VM profile has a bare-metal twin")
 
         collapse = None
         if "posted_write_collapse" in doc:
@@ -433,12 +553,59 @@ class _Reader:
             sockets=sockets, inter_socket=inter, root_ports=root_ports, chips=chips,
             switches=switches, gpus=gpus, iommu_mode=mode,
             virtualization=Virtualization(is_vm, self.get(virt, "hypervisor", "virtualization",
-                                                          str, None), view),
+                                                          str, None), view, twin),
             collapse=collapse,
             nccl_version=self.get(sw, "nccl_version", "software", str, "2.27.5"),
             driver_version=self.get(sw, "driver_version", "software", str, None),
             cuda_driver_version=self.get(sw, "cuda_driver_version", "software", str, None),
-            notes=list(self.get(doc, "notes", "", list, [])))
+            notes=list(self.get(doc, "notes", "", list, [])),
+            mechanisms=[self.mechanism(m, f"mechanism[{i}]")
+                        for i, m in enumerate(self.array(doc, "mechanism"))],
+            host_changes=[self.host_change(h, f"host_change[{i}]")
+                          for i, h in enumerate(self.array(doc, "host_change"))],
+            known_issues=[self.known_issue(k, f"known_issue[{i}]")
+                          for i, k in enumerate(self.array(doc, "known_issue"))])
+
+    def sources(self, t: dict[str, Any], where: str) -> tuple[str, ...]:
+        v = self.get(t, "sources", where, list)
+        if not v or not all(isinstance(x, str) and x.strip() for x in v):
+            raise self.fail(f"{where}.sources", "must be a non-empty list of strings (cite each fact)")
+        return tuple(v)
+
+    def mechanism(self, t: dict[str, Any], where: str) -> Mechanism:
+        self.check_keys(t, where, {"id", "title", "text", "model", "sources"},
+                        {"id", "title", "text", "sources"})
+        return Mechanism(self.get(t, "id", where, str), self.get(t, "title", where, str),
+                         self.get(t, "text", where, str), self.get(t, "model", where, str, ""),
+                         self.sources(t, where))
+
+    def host_change(self, t: dict[str, Any], where: str) -> HostChange:
+        self.check_keys(t, where, {"id", "title", "how", "apply", "effect", "risk", "blocked_by",
+                                   "sources"}, {"id", "title", "how", "apply", "risk", "sources"})
+        apply = self.get(t, "apply", where, dict)
+        for key, value in apply.items():
+            if key not in CHANGEABLE:
+                raise self.fail(f"{where}.apply.{key}",
+                                f"not a key a host change can set (one of {', '.join(CHANGEABLE)})")
+            ok = CHANGEABLE[key]
+            if isinstance(ok, tuple) and value not in ok:
+                raise self.fail(f"{where}.apply.{key}", f"must be one of {', '.join(ok)}, got {value!r}")
+            if ok is bool and not isinstance(value, bool):
+                raise self.fail(f"{where}.apply.{key}", f"must be true or false, got {value!r}")
+        return HostChange(self.get(t, "id", where, str), self.get(t, "title", where, str),
+                          self.get(t, "how", where, str), dict(apply),
+                          self.get(t, "effect", where, str, ""), self.get(t, "risk", where, str),
+                          self.get(t, "blocked_by", where, str, None), self.sources(t, where))
+
+    def known_issue(self, t: dict[str, Any], where: str) -> KnownIssue:
+        self.check_keys(t, where, {"id", "when", "title", "text", "check", "sources"},
+                        {"id", "when", "title", "text", "sources"})
+        when = self.get(t, "when", where, str)
+        if when not in ISSUE_CONDITIONS:
+            raise self.fail(f"{where}.when", f"must be one of {', '.join(ISSUE_CONDITIONS)}, got {when!r}")
+        return KnownIssue(self.get(t, "id", where, str), when, self.get(t, "title", where, str),
+                          self.get(t, "text", where, str), self.get(t, "check", where, str, ""),
+                          self.sources(t, where))
 
     def array(self, doc: dict[str, Any], key: str) -> list[dict[str, Any]]:
         v = doc.get(key, [])
@@ -513,19 +680,19 @@ def _real_tree(fabric: Fabric) -> dict[str, Any]:
                       "numa_node": numa[rp.socket], "iommu_group": None,
                       "link": _link(sw.gen, sw.width), "acs": None})
     for g in fabric.gpus:
-        sw = fabric.switches.get(g.parent)
+        gsw = fabric.switches.get(g.parent)
         rp = fabric.root_port_of(g.index)
         chain = [g.bdf]
         parent = rp.bdf
-        if sw is not None:
-            port = g.port_bdf or f"{sw.id}-dsp{g.index}"
-            nodes.append({"bdf": port, "parent": sw.bdf or f"{sw.id}-up", "kind": "switch_downstream",
-                          "vendor": sw.vendor, "device": sw.device,
-                          "description": f"{sw.vendor} {sw.device} downstream port".strip(),
+        if gsw is not None:
+            port = g.port_bdf or f"{gsw.id}-dsp{g.index}"
+            nodes.append({"bdf": port, "parent": gsw.bdf or f"{gsw.id}-up", "kind": "switch_downstream",
+                          "vendor": gsw.vendor, "device": gsw.device,
+                          "description": f"{gsw.vendor} {gsw.device} downstream port".strip(),
                           "numa_node": numa[rp.socket], "iommu_group": None,
-                          "link": _link(g.gen, g.width), "acs": _acs(sw.acs_redirect)})
+                          "link": _link(g.gen, g.width), "acs": _acs(gsw.acs_redirect)})
             parent = port
-            chain += [port, sw.bdf or f"{sw.id}-up"]
+            chain += [port, gsw.bdf or f"{gsw.id}-up"]
         chain.append(rp.bdf)
         nodes.append({"bdf": g.bdf, "parent": parent, "kind": "gpu", "vendor": "NVIDIA",
                       "device": g.name, "description": g.name, "numa_node": numa[rp.socket],

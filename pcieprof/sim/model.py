@@ -1,15 +1,25 @@
 """P2P and concurrent-traffic predictions from a `Fabric`: routes, bottleneck links, sharing.
 
 How a prediction is made (README "Fabric model" states the assumptions):
-- A copy follows a route through the tree: the GPU's link, the switch it sits behind, the switch
-  uplink, the root port and root complex, the inter-socket link, and down again. With ACS redirect
-  on, peer traffic cannot turn round inside a switch and goes up to the root complex; with it off,
-  two GPUs of one switch (or of one chip whose partitions share a fabric) stay on the switch.
+- A copy follows a route through the tree, a series of hops, each with a capacity and a latency:
+  the GPU's link, the switch it sits behind (one traversal), the switch uplink, the root complex,
+  the IOMMU when it translates, the inter-socket link, the far root complex, the far uplink, the
+  far switch, the far GPU's link. With ACS redirect on, peer traffic cannot turn round inside a
+  switch and goes up to the root complex; with it off, two GPUs of one switch (or of one chip
+  whose partitions share a fabric) stay on the switch.
 - Each PCIe link carries `raw x TLP efficiency x DLLP efficiency` per direction: raw is line rate
   after 128b/130b coding (63.0 GB/s for Gen5 x16), TLP efficiency is MPS / (MPS + 26 B header,
-  framing, sequence and LCRC), the DLLP share is fitted. The inter-socket ceiling and the chip
+  framing, sequence and LCRC), the DLLP share is fitted. The inter-socket ceilings and the chip
   fabric come from the profile.
-- A translating IOMMU costs a fixed share of bandwidth and some latency on every DMA.
+- A posted write that crosses the inter-socket link is held by the source root complex until the
+  far side has taken it; a root complex keeps a bounded number of such writes in flight (the
+  posted-write window, fitted). One source root complex's crossing writes therefore move at most
+  window / round trip, where the round trip is that of the hops from the crossing to the far GPU.
+  Behind a switch the far side is long (uplink, switch traversal) and the window, not a link,
+  sets the rate (~40 GB/s on the ASUS box); on direct-attach boxes it is short and the link's own
+  ceiling binds. Reads (non-posted, completion-paced) do not use the window.
+- A translating IOMMU sits at the root complex where peer traffic enters: it costs a fixed share of
+  bandwidth and some latency on every DMA that reaches it.
 - Concurrent flows share links max-min fairly; then the posted-write collapse of the profile caps
   the write streams that trigger it.
 - Latency is the sum of per-hop costs: a GPU base, switch traversals, root-complex and socket
@@ -58,11 +68,17 @@ def use_params(p: dict[str, dict[str, float]] | None) -> None:
 
 @dataclass(frozen=True)
 class Hop:
-    """One resource a copy uses: `key` identifies the link and direction, `gbps` its capacity."""
+    """One resource a copy uses: `key` identifies the link and direction (its first element is the
+    hop's kind: gpu, switch, chip, uplink, rc, iommu, xgmi, window), `gbps` its capacity per
+    direction, `latency_us` what crossing it adds to a small copy."""
 
     key: tuple[str, ...]
     gbps: float
     latency_us: float
+
+    @property
+    def kind(self) -> str:
+        return self.key[0]
 
 
 def pcie_efficiency() -> float:
@@ -92,8 +108,27 @@ def _redirects(fabric: Fabric, index: int) -> bool:
     return fabric.root_port_of(index).acs_redirect
 
 
+def switch_latency_us(fabric: Fabric, switch_id: str) -> float:
+    """One traversal of a switch: the profile's own figure, else the calibrated default."""
+    sw = fabric.switches[switch_id]
+    return sw.latency_us if sw.latency_us is not None else params()["latency"]["switch_hop_us"]
+
+
+def posted_window_kib(fabric: Fabric) -> float:
+    """Posted writes in flight per source root complex for peer writes that cross the sockets."""
+    inter = fabric.inter_socket
+    if inter is not None and inter.posted_window_kib is not None:
+        return inter.posted_window_kib
+    return params()["inter_socket"]["posted_window_kib"]
+
+
 def route(fabric: Fabric, src: int, dst: int) -> list[Hop]:
-    """The resources a P2P write from GPU `src` to GPU `dst` crosses, in order.
+    """The resources a P2P write from GPU `src` to GPU `dst` crosses, in order (`flow_routes`
+    turns them into a read's).
+
+    A route that crosses the sockets ends with a `window` hop: the source root complex's
+    posted-write window over the round trip of the hops behind the crossing (see the module
+    docstring); it carries no latency of its own.
 
     Raises:
         BadInput: unknown GPU index or src == dst.
@@ -107,33 +142,58 @@ def route(fabric: Fabric, src: int, dst: int) -> list[Hop]:
     hops = [Hop(("gpu", str(src), "up"), link_gbps(ga.gen, ga.width), 0.0)]
     down = [Hop(("gpu", str(dst), "down"), link_gbps(gb.gen, gb.width), 0.0)]
     if not redirect and sa is not None and sa is sb:
-        return hops + [Hop(("switch", sa.id), float("inf"), lat["switch_hop_us"])] + down
+        return hops + [Hop(("switch", sa.id), float("inf"), switch_latency_us(fabric, sa.id))] + down
     if (not redirect and sa is not None and sb is not None and sa.chip and sa.chip == sb.chip
             and fabric.chips[sa.chip].internal_p2p):
         chip = fabric.chips[sa.chip]
-        return hops + [Hop(("switch", sa.id), float("inf"), lat["switch_hop_us"]),
+        return hops + [Hop(("switch", sa.id), float("inf"), switch_latency_us(fabric, sa.id)),
                        Hop(("chip", chip.id), chip.fabric_gbps, 0.0),
                        Hop(("switch", sb.id), float("inf"), 0.0)] + down
     ra, rb = fabric.root_port_of(src), fabric.root_port_of(dst)
     if sa is not None:
-        hops += [Hop(("switch", sa.id), float("inf"), lat["switch_hop_us"]),
+        hops += [Hop(("switch", sa.id), float("inf"), switch_latency_us(fabric, sa.id)),
                  Hop(("uplink", sa.id, "up"), link_gbps(sa.gen, sa.width), 0.0)]
     hops.append(Hop(("rc", ra.root_complex), float("inf"), 0.0))
+    if fabric.translated:
+        # translation happens where the request enters the root complex, before it is forwarded
+        hops.append(Hop(("iommu",), float("inf"), lat["iommu_us"]))
+    far: list[Hop] = []
     if ra.socket != rb.socket:
         inter = fabric.inter_socket
         assert inter is not None  # validated: more than one socket needs an inter_socket link
         a, b = sorted((ra.socket, rb.socket))
         way = "fwd" if ra.socket == a else "rev"
-        hops.append(Hop(("xgmi", f"{a}-{b}", way), inter.aggregate_gbps,
-                        _inter_socket_latency(fabric) + lat["root_complex_us"]))
+        far.append(Hop(("xgmi", f"{a}-{b}", way), inter.write_gbps,
+                       _inter_socket_latency(fabric) + lat["root_complex_us"]))
     if rb.root_complex != ra.root_complex:
-        hops.append(Hop(("rc", rb.root_complex), float("inf"), lat["root_complex_us"]))
+        far.append(Hop(("rc", rb.root_complex), float("inf"), lat["root_complex_us"]))
     if sb is not None:
-        hops += [Hop(("uplink", sb.id, "down"), link_gbps(sb.gen, sb.width), 0.0),
-                 Hop(("switch", sb.id), float("inf"), lat["switch_hop_us"])]
-    if fabric.translated:
-        hops.append(Hop(("iommu",), float("inf"), lat["iommu_us"]))
+        far += [Hop(("uplink", sb.id, "down"), link_gbps(sb.gen, sb.width), 0.0),
+                Hop(("switch", sb.id), float("inf"), switch_latency_us(fabric, sb.id))]
+    hops += far
+    if ra.socket != rb.socket:
+        rtt_us = 2.0 * sum(h.latency_us for h in far)
+        window_bytes = posted_window_kib(fabric) * 1024.0
+        cap = window_bytes / (rtt_us * 1e3) if rtt_us > 0 else float("inf")
+        hops.append(Hop(("window", ra.root_complex), cap, 0.0))
     return hops + down
+
+
+def pair_class(fabric: Fabric, a: int, b: int) -> str:
+    """The kind of route between two GPUs, by the real tree (not ACS, not the guest's view).
+
+    `same switch`, `same chip` (two partitions of one switch chip), `cross chip` (a route that
+    leaves a switch through its uplink), `same socket direct` and `cross socket direct` (both GPUs
+    on CPU root ports).
+    """
+    sa, sb = fabric.switch_of(a), fabric.switch_of(b)
+    if sa is not None and sa is sb:
+        return "same switch"
+    if sa is not None and sb is not None and sa.chip and sa.chip == sb.chip:
+        return "same chip"
+    if sa is not None or sb is not None:
+        return "cross chip"
+    return "cross socket direct" if fabric.socket_of(a) != fabric.socket_of(b) else "same socket direct"
 
 
 def host_route(fabric: Fabric, gpu: int, to_host: bool) -> list[Hop]:
@@ -242,8 +302,6 @@ def predict_concurrent(fabric: Fabric, flows: Sequence[tuple[int, int]], op: str
     Returns:
         One bandwidth per flow, in the order given; the aggregate is their sum.
     """
-    if op not in OPS:
-        raise BadInput(f"unknown op {op!r} (write or read)")
     rates = _share(fabric, list(flows), op=op)
     return [r * _size_factor(size_bytes, r) if r > 0 else 0.0 for r in rates]
 
@@ -267,18 +325,44 @@ def collapsed_flows(fabric: Fabric, flows: Sequence[tuple[int, int]]) -> set[int
     return hit
 
 
-def _share(fabric: Fabric, flows: list[tuple[int, int]], op: str) -> list[float]:
-    """Max-min fair rates of concurrent P2P flows, with the per-stream and collapse caps."""
-    routes = [route(fabric, s, d) for s, d in flows]
-    factor = _iommu_factor(fabric) * (params()["pcie"]["read_efficiency"] if op == "read" else 1.0)
-    # One stream across the sockets never exceeds the inter-socket per-stream ceiling.
-    limit = [fabric.inter_socket.p2p_gbps * factor
-             if fabric.inter_socket is not None and fabric.socket_of(s) != fabric.socket_of(d)
-             else float("inf") for s, d in flows]
+def flow_routes(fabric: Fabric, flows: Sequence[tuple[int, int]],
+                op: str) -> tuple[list[list[Hop]], list[float]]:
+    """The routes of concurrent P2P flows and each flow's own ceiling, GB/s, for `share_routes`.
+
+    The capacities of the hops are already scaled for the flow: the IOMMU's translation share on
+    routes through it, the read efficiency for reads; reads drop the posted-write window. A flow
+    that crosses the sockets never exceeds the inter-socket per-stream ceiling; for writes, the
+    profile's posted-write collapse caps the streams that trigger it.
+    """
+    if op not in OPS:
+        raise BadInput(f"unknown op {op!r} (write or read)")
+    pcie = params()["pcie"]
+    routes: list[list[Hop]] = []
+    limit: list[float] = []
+    for s, d in flows:
+        hops = route(fabric, s, d)
+        factor = (_iommu_factor(fabric) if any(h.kind == "iommu" for h in hops) else 1.0) * \
+            (pcie["read_efficiency"] if op == "read" else 1.0)
+        if op == "read":
+            # non-posted: no posted-write window; the link carries reads at their own measured
+            # all-streams ceiling
+            hops = [h for h in hops if h.kind != "window"]
+            hops = [Hop(h.key, fabric.inter_socket.aggregate_gbps, h.latency_us)  # type: ignore[union-attr]
+                    if h.kind == "xgmi" else h for h in hops]
+        routes.append([Hop(h.key, h.gbps * factor, h.latency_us) for h in hops])
+        cross = fabric.inter_socket is not None and fabric.socket_of(s) != fabric.socket_of(d)
+        cap = fabric.inter_socket.p2p_gbps * factor if cross else float("inf")  # type: ignore[union-attr]
+        limit.append(cap)
     if op == "write":
         for i in collapsed_flows(fabric, flows):
             limit[i] = min(limit[i], fabric.collapse.flow_gbps)  # type: ignore[union-attr]
-    return share_routes(routes, limit, factor)
+    return routes, limit
+
+
+def _share(fabric: Fabric, flows: list[tuple[int, int]], op: str) -> list[float]:
+    """Max-min fair rates of concurrent P2P flows, with the per-stream and collapse caps."""
+    routes, limit = flow_routes(fabric, flows, op)
+    return share_routes(routes, limit)
 
 
 def shm_route(fabric: Fabric, src: int, dst: int) -> list[Hop]:
@@ -305,7 +389,9 @@ def share_routes(routes: list[list[Hop]], limit: list[float], factor: float = 1.
     for r in routes:
         for h in r:
             if h.gbps != float("inf"):
-                caps[h.key] = h.gbps * factor
+                # a shared hop whose capacity differs by flow (the posted-write window: one
+                # window, different round trips) counts at its tightest
+                caps[h.key] = min(caps.get(h.key, float("inf")), h.gbps * factor)
     users_of = {key: [i for i, r in enumerate(routes) if any(h.key == key for h in r)] for key in caps}
     rate = [0.0] * len(routes)
     active = set(range(len(routes)))
@@ -335,9 +421,11 @@ def share_routes(routes: list[list[Hop]], limit: list[float], factor: float = 1.
 
 
 def describe_route(fabric: Fabric, src: int, dst: int) -> list[str]:
-    """Human-readable hops of a P2P route (for `pcieprof sim describe` and tests)."""
+    """Human-readable hops of a P2P route (for `pcieprof sim describe` and tests): each hop's key,
+    its capacity when it has one and the latency it adds when it adds any."""
     out = []
     for h in route(fabric, src, dst):
         cap = "" if h.gbps == float("inf") else f" {h.gbps:.1f} GB/s"
-        out.append(":".join(h.key) + cap)
+        lat = f" +{h.latency_us:.2f} us" if h.latency_us > 0 else ""
+        out.append(":".join(h.key) + cap + lat)
     return out

@@ -142,8 +142,8 @@ def topo_xml(inferred: InferredTopology, topology: dict[str, Any]) -> str:
 
 
 def _numa_of(group: list[int], gpus: dict[int, dict[str, Any]], default: int) -> int:
-    nodes = {gpus[g].get("numa_node") for g in group if gpus[g].get("numa_node") not in (None, -1)}
-    return int(nodes.pop()) if len(nodes) == 1 else default
+    nodes = {int(gpus[g]["numa_node"]) for g in group if gpus[g].get("numa_node") not in (None, -1)}
+    return nodes.pop() if len(nodes) == 1 else default
 
 
 def _synthetic_busids(used: set[str]):

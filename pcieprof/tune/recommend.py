@@ -135,7 +135,7 @@ def build_context(bundle: Bundle, band: DecodeBand) -> RuleContext:
             ring = best_ring(bw, lat, gpus)
             nccl = _nccl_ring(choices)
             known = nccl is not None and sorted(nccl) == sorted(gpus)
-            old = ring_of_order(nccl if known else list(gpus), bw, lat, gpus)
+            old = ring_of_order(nccl if nccl is not None and known else list(gpus), bw, lat, gpus)
     nranks = max((c.nranks for c in cs), default=len(gpus))
     serve_log = ""
     serve_dir = bundle.path / "serve"
@@ -329,6 +329,7 @@ def _write_nccl_files(ctx: RuleContext) -> None:
 
 
 def _write_nccl_files_unchecked(ctx: RuleContext) -> None:
+    assert ctx.ring is not None  # callers write the files only when a ring was found
     ctx.bundle.write_text(GRAPH_FILE, graph_xml(ctx.ring, inferred=ctx.inferred))
     if ctx.inferred is not None and len(ctx.inferred.levels) > 1 and ctx.topology.get("gpus"):
         try:

@@ -166,7 +166,7 @@ def verified_block(rec: Recommendation, base_old: C.Curve, base: C.Curve, new: C
         d.update(status="failed", note="no ok all-reduce rows with the recommendation (see the "
                                        "verify bundle's allreduce.csv: hang or error)")
         return d
-    per = []
+    per: list[dict[str, Any]] = []
     for s in sizes:
         t0, t1 = base.at(s), new.at(s)
         per.append({"size_bytes": s, "baseline_us": _num(t0), "time_us": _num(t1),

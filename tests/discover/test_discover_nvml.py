@@ -193,3 +193,14 @@ def test_function_missing_from_pynvml_is_not_supported(snap):
     rec = record_snapshot(OldPynvml())
     assert rec["calls"]["nvmlDeviceGetNumaNodeId(gpu0)"] == {"error": 13}
     assert collect(Nvml(NvmlReplay(rec)))["gpus"][0]["status"]["gpu_numa_id"] == "not_supported"
+
+
+def test_link_generation_read_at_idle_says_so(snap):
+    # the recorded box was idle: Gen1 now, Gen5 max. That is the GPUs' power saving, not the link's
+    # state under load, and topology.json must not let a reader take it for a degraded link.
+    out = collect(Nvml(NvmlReplay(snap)))
+    for g in out["gpus"]:
+        pcie = g["pcie"]
+        assert pcie["current_at"] == "idle"
+        assert "Gen1 at idle" in pcie["note"] and "Gen5" in pcie["note"]
+        assert "power" in pcie["note"]

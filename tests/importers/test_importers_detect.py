@@ -26,6 +26,13 @@ EXPECTED_SAMPLES = {
     "rtxpro6000-8x-asus-baremetal/numa.log": "numactl",
     "rtxpro6000-8x-asus-baremetal/lscpu.log": "lscpu",
     "rtxpro6000-8x-asus-baremetal/dmesg.log": "dmesg",
+    "tool-outputs-more/topo_m_4x_rtx6000ada_asus_esc8000a_e12_4nic.txt": "nvidia-smi-topo-m",
+    "tool-outputs-more/p2pbwlat_4x_rtx6000ada_asus_esc8000a_e12.txt": "p2pBandwidthLatencyTest",
+    "tool-outputs-more/p2pbwlat_4xA100pcie_vm_pci_domains_nvlink_pairs.txt":
+        "p2pBandwidthLatencyTest",
+    "tool-outputs-more/p2pbwlat_2x4090_trpro5995wx_driver525_p2p_reported_but_broken.txt":
+        "p2pBandwidthLatencyTest",
+    "tool-outputs-more/simpleP2P_2x4090_trpro5995wx_driver525_nan_verification.txt": "simpleP2P",
 }
 
 EXPECTED_DATA = {
@@ -37,6 +44,14 @@ EXPECTED_DATA = {
     "p2pbwlat_2x4090_overflowing_columns.txt": "p2pBandwidthLatencyTest",
     "p2pbwlat_6gpu_sections_with_p2p_reads.txt": "p2pBandwidthLatencyTest",
     "nvbandwidth_8x4090_h2d_d2h.txt": "nvbandwidth",
+    "topo_m_4xH100_nv6_4nic_markdown.txt": "nvidia-smi-topo-m",
+    "topo_m_4x3090_nvlink_pairs_prompt.txt": "nvidia-smi-topo-m",
+    "topo_m_and_p2p_p_5gpu_5060ti_epyc_prompts.txt": "nvidia-smi-topo-m",
+    "topo_p2p_rw_2x5090_gns_spaces_details.txt": "nvidia-smi-topo-p2p",
+    "nccl_topo_dump_vm_4xA800_numaid_minus1.xml": "nccl-topo-xml",
+    "nccl_log_2.29.2_2rank_socket_warn_timestamp.log": "nccl-log",
+    "nccl_warn_lines_nccl_tests_issue166.log": "nccl-log",
+    "all_reduce_perf_rows_only_tinygrad_pr22.txt": "nccl-tests",
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
@@ -30,11 +31,21 @@ def cut(src: Path, tmp: Path, keep_lines: int, extra: str = "") -> Path:
     return out
 
 
-def test_nccl_tests_cut_after_the_last_row(samples: Path, tmp_path: Path, capsys) -> None:
+def test_nccl_tests_cut_after_the_last_row_is_kept_with_a_warning(samples: Path, tmp_path: Path,
+                                                                  capsys) -> None:
+    # Every row is complete: not "truncated". The row is imported; one warning says what is not
+    # in the file.
     f = cut(samples / TOOL / "all_reduce_perf_6x4090_tinybox_p2p_patched_driver.txt", tmp_path, 14)
-    line = error_line([str(f), "--out", str(tmp_path / "b")], capsys)
-    assert f"{f}:15: expected the '# Avg bus bandwidth' line" in line
-    assert not (tmp_path / "b").exists()  # nothing written for a bad input
+    main(["import", str(f), "--out", str(tmp_path / "b")])
+    err = capsys.readouterr().err
+    warnings = [l for l in err.splitlines() if l.startswith("warning:")]
+    assert warnings == [f"warning: {f}: 1 complete rows kept; not in the file: the "
+                        "'# Avg bus bandwidth' trailer"]
+    with (tmp_path / "b" / "allreduce.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [(r["variant"], r["size_bytes"], r["time_us"], r["busbw_gbps"]) for r in rows] == [
+        ("imported:out_of_place", "33554432", "2275.1", "24.58"),
+        ("imported:in_place", "33554432", "2282.5", "24.5")]
 
 
 def test_nccl_tests_cut_inside_a_row(samples: Path, tmp_path: Path, capsys) -> None:

@@ -46,8 +46,12 @@ def test_new_layout_two_nodes() -> None:
 
 def test_old_error_column_excerpt() -> None:
     p = DATA / "all_reduce_perf_4xV100_old_error_column.txt"
-    parsed = parse_nccl_tests(p.read_text(), p.name, require_complete=False)
+    parsed = parse_nccl_tests(p.read_text(), p.name)
     assert len(parsed.collectives) == 8
+    # the excerpt starts at '# Using devices' and ends after a complete row: kept, and said
+    assert parsed.facts["warnings"] == [
+        f"{p.name}: 4 complete rows kept; not in the file: the '# nThread ... iters: N' header "
+        "(timed iterations unknown); the '# Avg bus bandwidth' trailer"]
     r = [c for c in parsed.collectives if c.size_bytes == 64 and c.variant == "imported:in_place"][0]
     assert (r.time_us, r.nranks, r.wrong, r.status) == (278.1, 4, None, "ok")
     assert "max error 3e-08" in r.detail

@@ -17,10 +17,12 @@ def test_choices_from_a_real_nccl_log(tmp_path: Path, samples: Path) -> None:
     try:
         log = bundle.file("nccl/default.log")
         shutil.copy(samples / "tool-outputs" / "nccl_debug_info_4x5060ti_p2p_cumem.log", log)
-        entry = runner._choices(plan.allreduce[0], log)
+        case = plan.allreduce[0]
+        entry = runner._entry(case, "nccl/default.log", case.ranks)
+        parsed = runner._parse("nccl/default.log", entry)
     finally:
         runner.cleanup()
-    parsed = entry["parsed"]
+    assert parsed is not None
     assert parsed["nccl_version"].startswith("2.28.9")
     assert parsed["peer_transport"]["0->1"] == "P2P/CUMEM"
     assert parsed["rings"]["0"] == [0, 1, 2, 3]
@@ -33,9 +35,8 @@ def test_cpu_choices_say_nccl_was_not_used(tmp_path: Path) -> None:
     plan = build_plan("cpu", [0, 1], quick=True)
     runner = ProbeRunner(bundle, plan)
     try:
-        log = bundle.file("nccl/proto_ll.log")
-        log.write_text("gloo output only\n")
-        entry = runner._choices(plan.allreduce[2], log)
+        case = plan.allreduce[2]
+        entry = runner._entry(case, "nccl/proto_ll.log", case.ranks)
     finally:
         runner.cleanup()
     assert entry["parsed"] is None and "gloo ignores NCCL_* settings" in entry["note"]

@@ -3,13 +3,17 @@ rank hang (or die) at one case; the hang is killed, recorded, and the sweep goes
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from pcieprof.bundle import Bundle
-from pcieprof.probe_runner import ProbeRunner
+from pcieprof.probe_runner import ProbeRunner, _stat, alive, reap
 from probes import variants as V
 from probes.plan import build_plan
 
@@ -79,3 +83,45 @@ def test_hang_and_dead_rank_are_recorded_and_the_sweep_goes_on(tmp_path: Path,
     assert copies["concurrent"]["status"] == "ok"
     assert not list(Path("/dev/shm").glob(f"*{runner.work.name}*"))
     assert not runner.work.exists()
+
+
+def test_a_rank_that_outlives_its_killed_launch_is_gone_before_the_next(
+        tmp_path: Path, hooks: pytest.MonkeyPatch) -> None:
+    # rank 1 of `default` hangs at 16 B and no longer dies with torchrun or on SIGTERM (as a rank
+    # stuck in the driver after an IOMMU fault): torchrun started it in its own session, so
+    # killing the launch's process group does not reach it
+    plan = build_plan("cpu", [0, 1], quick=True, max_size=64, timeout_s=4,
+                      variants=[V.VARIANTS[n] for n in ("default", "proto_ll")])
+    plan.p2p, plan.concurrent = [], []
+    hooks.setenv("PCIEPROF_TEST_STUCK", "1:16:default")
+    bundle = Bundle.create(tmp_path / "b", command="topology", source="measured", backend="cpu")
+    runner = ProbeRunner(bundle, plan)
+    pids: list[int] = []
+    try:
+        ar = runner.run_allreduce()
+        for f in sorted((runner.work / "launch1").glob("rank*.jsonl")):
+            pids += [e["pid"] for e in map(json.loads, f.read_text().splitlines())
+                     if e.get("event") == "init"]
+        assert len(pids) == 2
+        assert not [p for p in pids if alive(p)], "a rank of the killed launch still runs"
+        assert ar["hangs"] == 1
+        df = bundle.read_table("allreduce")
+        assert (df[df["variant"] == "proto_ll"]["status"] == "ok").all()  # the next launch ran
+    finally:
+        for p in pids:  # only the processes this test's launch started
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
+        runner.cleanup()
+
+
+def test_reap_kills_by_pid_and_leaves_a_reused_pid_alone() -> None:
+    with subprocess.Popen(["sleep", "30"]) as a, subprocess.Popen(["sleep", "30"]) as b:
+        try:
+            st = _stat(a.pid)
+            assert st is not None
+            # b is recorded with another start time: the pid now belongs to another process
+            assert reap({a.pid: st[2], b.pid: "1"}, 5.0) == []
+            assert a.wait(timeout=5) == -signal.SIGKILL
+            assert b.poll() is None
+        finally:
+            b.kill()

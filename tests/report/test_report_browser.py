@@ -4,23 +4,17 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from pathlib import Path
+
+from report_fixtures import run_chromium
 
 from pcieprof.report import write_report
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 #: Where the screenshot is kept for people to look at (reports/ is ignored by git).
 SHOT = Path(__file__).resolve().parents[2] / "reports" / "browser-test-first-screen.png"
 
 
-def _chromium(exe: str, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([exe, *FLAGS, f"--user-data-dir={tmp / 'profile'}", *args],
-                          capture_output=True, text=True, timeout=120)
-
-
-def test_report_renders_in_chromium(chromium: str, sim_vm_bundle: Path, bundle_factory,
+def test_report_renders_inrun_chromium(chromium: str, sim_vm_bundle: Path, bundle_factory,
                                     serve_bundle: Path, tmp_path: Path) -> None:
     vm = tmp_path / "vm"
     shutil.copytree(sim_vm_bundle, vm)
@@ -30,7 +24,7 @@ def test_report_renders_in_chromium(chromium: str, sim_vm_bundle: Path, bundle_f
     for section in ('id="summary"', 'id="compare"', 'id="machine"', 'id="p2p"', 'id="allreduce"',
                     'id="serve"', 'id="attribution"', 'id="recommendations"', 'id="tables"'):
         assert section in html, section
-    r = _chromium(chromium, tmp_path, "--enable-logging=stderr", "--v=0",
+    r = run_chromium(chromium, tmp_path, "--enable-logging=stderr", "--v=0",
                   "--virtual-time-budget=15000", "--dump-dom", report.as_uri())
     body = re.search(r"<body([^>]*)>", r.stdout)
     assert body, r.stderr[-2000:]
@@ -44,7 +38,7 @@ def test_report_renders_in_chromium(chromium: str, sim_vm_bundle: Path, bundle_f
     assert not console, console
     assert "<b>hostile</b>" not in r.stdout  # the DOM shows it as text, never as an element
     shot = tmp_path / "report.png"
-    _chromium(chromium, tmp_path, "--window-size=1400,1000", "--virtual-time-budget=15000",
+    run_chromium(chromium, tmp_path, "--window-size=1400,1000", "--virtual-time-budget=15000",
               f"--screenshot={shot}", report.as_uri())
     assert shot.is_file() and shot.stat().st_size > 20_000
     SHOT.parent.mkdir(exist_ok=True)

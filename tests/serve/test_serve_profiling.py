@@ -1,10 +1,17 @@
-"""Which captured traces serve-bench attributes."""
+"""Which captured traces serve-bench attributes, and when a trace SGLang writes is complete enough
+to take (issue 15, defect 3)."""
 
 from __future__ import annotations
 
+import asyncio
+import gzip
+import json
+import threading
+import time
 from pathlib import Path
 
 from pcieprof.refserver.names import trace_file_name
+from pcieprof.serve.profiling import _wait_for_ranks, move_trace, trace_complete
 from pcieprof.serve.run import decode_traces
 
 
@@ -19,3 +26,69 @@ def test_by_stage_traces_attribute_the_decode_file_of_each_rank() -> None:
 def test_without_stages_every_trace_is_attributed() -> None:
     names = [Path(trace_file_name("1.5", r)) for r in (0, 1)]
     assert decode_traces(names) == names
+
+
+def _slow_gzip_writer(path: Path, pause_s: float) -> threading.Thread:
+    """Write a Kineto-like trace straight to its final name as torch's export does for `.gz`
+    (gzip.open(path, "wt") on the final name), with a pause half way, as a large trace takes."""
+    events = [{"name": f"k{i}", "ph": "X", "ts": i, "dur": 1, "pid": 0, "tid": 0}
+              for i in range(20000)]
+    text = json.dumps({"traceEvents": events, "deviceProperties": []})
+
+    def write() -> None:
+        with gzip.open(path, "wt") as f:
+            f.write(text[: len(text) // 2])
+            f.flush()
+            time.sleep(pause_s)
+            f.write(text[len(text) // 2:])
+
+    th = threading.Thread(target=write)
+    th.start()
+    return th
+
+
+def test_a_trace_still_being_written_is_not_taken(tmp_path: Path) -> None:
+    # the name appears at once and stops changing while torch still compresses into it: waiting
+    # for names to be stable for 1 s took (and moved) a truncated gzip
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    prefix = "pcieprof123"
+    trace = staging / f"{prefix}-1700000000.5-TP-0-DECODE.trace.json.gz"
+    th = _slow_gzip_writer(trace, pause_s=2.5)
+
+    async def wait() -> tuple[dict[int, list[Path]], bytes]:
+        load = asyncio.ensure_future(asyncio.sleep(0))
+        found, _ = await _wait_for_ranks(staging, 1, prefix, 30.0, load)
+        return found, trace.read_bytes()  # what a move would have taken at that moment
+
+    try:
+        found, taken = asyncio.run(wait())
+    finally:
+        th.join()
+    assert found == {0: [trace]}
+    doc = json.loads(gzip.decompress(taken))  # raised EOFError (truncated gzip) before the fix
+    assert len(doc["traceEvents"]) == 20000
+
+
+def test_trace_completeness_by_content(tmp_path: Path) -> None:
+    whole = tmp_path / "a.trace.json.gz"
+    whole.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    cut = tmp_path / "b.trace.json.gz"
+    cut.write_bytes(whole.read_bytes()[:-6])
+    plain = tmp_path / "c.trace.json"
+    plain.write_text('{"traceEvents": [\n')
+    assert trace_complete(whole) and not trace_complete(cut) and not trace_complete(plain)
+    plain.write_text('{"traceEvents": []}\n')
+    assert trace_complete(plain)
+
+
+def test_moving_a_trace_to_another_filesystem_never_shows_a_partial_file(tmp_path: Path) -> None:
+    src = tmp_path / "s" / "x-TP-0.trace.json.gz"
+    src.parent.mkdir()
+    src.write_bytes(gzip.compress(b"{}"))
+    dest = tmp_path / "d"
+    dest.mkdir()
+    target = move_trace(src, dest)
+    assert target == dest / src.name and not src.exists()
+    assert gzip.decompress(target.read_bytes()) == b"{}"
+    assert [p.name for p in dest.iterdir()] == [src.name]  # no temporary left

@@ -34,6 +34,13 @@ def test_run_plan_writes_every_row(tmp_path: Path) -> None:
     assert "not read from an NCCL log" in choices["default"]["note"]
     topo = bundle.read_json("topology.json")
     assert topo["source"] == "simulated" and topo["virtualization"]["flat_pcie_tree"]
+    vm = topo["sim"]["vm"]
+    assert vm["source"] == "simulated" and vm["bare_profile"] == "rtxpro6000-8x-switch"
+    assert {r["basis"] for r in vm["rows"]} == {"default", "best", "best_safe", "same_choices"}
+    assert {h["id"] for h in vm["host_changes"]} >= {"serve_on_host", "host_iommu_pt"}
+    assert vm["known_issues"][0]["id"] == "nccl_p2p_hang_translated_iommu"
+    # the default variant keeps NCCL off the translated P2P path; no known issue attached
+    assert choices["default"]["model"]["known_risks"] == []
     parts = bundle.manifest["parts"]
     assert all(parts[p]["status"] == "ok" and parts[p]["source"] == "simulated"
                for p in ("discovery", "p2p", "concurrent", "allreduce"))

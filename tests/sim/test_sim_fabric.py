@@ -123,6 +123,14 @@ def test_a_minimal_user_file_loads(tmp_path: Path) -> None:
     (BASE + '[virtualization]\nguest_view = "flat"\n', "virtualization.guest_view"),
     (BASE.replace("index = 0", "index = 2"), "gpu"),
     (BASE + "[[socket]]\nid = 1\n", "inter_socket"),
+    (BASE + '[virtualization]\nbare_metal_twin = "x"\n', "virtualization.bare_metal_twin"),
+    (BASE + '[[mechanism]]\nid = "m"\ntitle = "t"\ntext = "x"\nsources = []\n', "mechanism[0].sources"),
+    (BASE + '[[host_change]]\nid = "h"\ntitle = "t"\nhow = "x"\nrisk = "r"\nsources = ["s"]\n'
+            'apply = { "iommu.mode" = "sometimes" }\n', "host_change[0].apply.iommu.mode"),
+    (BASE + '[[host_change]]\nid = "h"\ntitle = "t"\nhow = "x"\nrisk = "r"\nsources = ["s"]\n'
+            'apply = { "gpu.count" = 4 }\n', "host_change[0].apply.gpu.count"),
+    (BASE + '[[known_issue]]\nid = "k"\nwhen = "always"\ntitle = "t"\ntext = "x"\nsources = ["s"]\n',
+     "known_issue[0].when"),
 ])
 def test_bad_fabric_files_name_file_and_key(tmp_path: Path, edit: str, key: str) -> None:
     path = _write(tmp_path, edit)
@@ -152,3 +160,15 @@ def test_extends_a_profile_or_a_sibling_file(tmp_path: Path) -> None:
     loop.write_text('extends = "loop.toml"\nname = "loop"\n')
     with pytest.raises(BadInput, match="circular"):
         load_profile(loop)
+
+
+def test_apply_changes_makes_the_host_side_change() -> None:
+    from pcieprof.sim.fabric import apply_changes
+
+    vm = load_profile("rtxpro6000-8x-vm")
+    host = apply_changes(vm, {"virtualization.is_vm": False, "iommu.mode": "off", "acs.redirect": False})
+    assert not host.virtualization.is_vm and host.virtualization.guest_view == "real"
+    assert host.iommu_mode == "off" and not any(sw.acs_redirect for sw in host.switches.values())
+    assert vm.iommu_mode == "translated" and all(sw.acs_redirect for sw in vm.switches.values())
+    with pytest.raises(BadInput):
+        apply_changes(vm, {"iommu.mode": "sometimes"})

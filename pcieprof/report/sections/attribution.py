@@ -83,7 +83,7 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
             f"trace vs analytic model: not shown; it needs an all-reduce curve measured on the "
             f"same backend as the trace ({_trace_backend(view)}): report this bundle together "
             f"with a pcieprof topology bundle of that backend", "missing"))
-    if cmp_rows:
+    if cmp_rows and pricer is not None:
         cols = ["batch", "layout", "n_collectives", "measured_step_ms", "predicted_comm_ms",
                 "trace_comm_ms", "exposed_comm_ms", "disagreement_pct"]
         sec.blocks.append(Table(

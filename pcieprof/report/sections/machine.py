@@ -174,12 +174,11 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         return None
     prov = view.provenance("discovery")
     sec = Section("machine", "The machine")
-    m = view.bundle.manifest
     drv = topo.get("driver") or {}
     iommu = topo.get("iommu") or {}
     virt = topo.get("virtualization") or {}
     facts: list[tuple[str, Any]] = [
-        ("host", m.get("host")),
+        ("host", view.measured_host or view.origin()),
         ("GPUs", (f"{len(topo.get('gpus', []))} x "
                   f"{', '.join(sorted({str(g.get('name')) for g in topo.get('gpus', [])}))}")
          if topo.get("gpus") else "none found"),
@@ -209,7 +208,11 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                          g.get("numa_node"), g.get("cpu_affinity"),
                          round(g["memory_bytes"] / 2**30, 1) if g.get("memory_bytes") else None,
                          g.get("virtualization_mode")])
-        sec.blocks.append(Table("GPUs", ["index", "name", "bus id", "link now", "link max", "NUMA",
+        idle = next(((g.get("pcie") or {}).get("note") for g in gpus
+                     if (g.get("pcie") or {}).get("note")), None)
+        if idle:  # discovery reads the link before any load: a lower gen is power saving
+            sec.blocks.append(Note(idle))
+        sec.blocks.append(Table("GPUs", ["index", "name", "bus id", "link at idle", "link max", "NUMA",
                                          "CPU affinity", "memory GiB", "virtualization"], rows,
                                 provenance=prov))
     fig = tree_figure(topo)
@@ -218,7 +221,8 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                                       "(red: ACS redirect on)", prov, height=420))
     lines = tree_lines(topo)
     if lines:
-        sec.blocks.append(Tree("PCIe tree (root ports, switches, GPUs; by NUMA node)", lines, prov))
+        sec.blocks.append(Tree("PCIe tree as text (root ports, switches, GPUs; links, ACS, IOMMU "
+                               "groups; by NUMA node)", lines, prov, collapsed=fig is not None))
     else:
         sec.blocks.append(Note("PCIe tree: not discovered", "missing"))
     inferred = (ctx.recommendations_for(view) or {}).get("inferred")

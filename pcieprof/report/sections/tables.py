@@ -1,12 +1,12 @@
-"""The raw tables of the bundle (first rows), so every number in the figures can be checked."""
+"""The raw tables of the bundle: the first rows, folded, and a link to the whole CSV file."""
 
 from __future__ import annotations
 
 from pcieprof.report.context import ReportContext
-from pcieprof.report.model import BundleView, Note, Section, Table
+from pcieprof.report.model import BundleView, Section, Table
 from pcieprof.schema import TABLES
 
-MAX_ROWS = 200
+MAX_ROWS = 5  # a preview: the link under it opens every row
 
 
 def build(view: BundleView, ctx: ReportContext) -> Section | None:
@@ -18,9 +18,9 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         shown = df.head(MAX_ROWS)
         rows = [["" if (isinstance(v, float) and v != v) else v for v in r]
                 for r in shown.itertuples(index=False)]
-        sec.blocks.append(Table(f"{name}.csv ({len(df)} rows{', first ' + str(MAX_ROWS) if len(df) > MAX_ROWS else ''})",
-                                list(df.columns), rows, provenance=view.provenance(None, df)))
+        sec.blocks.append(Table(f"{name}.csv ({len(df)} rows)", list(df.columns), rows,
+                                provenance=view.provenance(None, df), collapsed=True,
+                                file=view.path / f"{name}.csv", total_rows=len(df)))
     if not sec.blocks:
         return None
-    sec.blocks.append(Note(f"full tables: {view.path}"))
     return sec

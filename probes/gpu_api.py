@@ -1,0 +1,114 @@
+"""The CUDA calls the probes make, behind one small interface.
+
+`TorchCuda` is the real thing (torch.cuda). The interface exists so that the timing and
+synchronisation logic of the probes, which this project's CI cannot run on a GPU, can be run on a
+CPU against a stand-in that keeps CUDA's ordering rules (tests/probes/cuda_standin.py): work on
+one stream is ordered, streams are not ordered with each other (torch's streams are created
+non-blocking, so not even with the default stream), an event's time exists only once the event
+has completed, and `synchronize(device)` waits for that device alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+
+#: Assumed SM clock when the device does not report one (cycles per second), to size spin kernels.
+FALLBACK_CLOCK_HZ = 2.0e9
+
+
+class Event(Protocol):
+    """A CUDA timing event (torch.cuda.Event(enable_timing=True))."""
+
+    def record(self, stream: Any = None) -> None: ...
+
+    def query(self) -> bool: ...
+
+    def synchronize(self) -> None: ...
+
+    def elapsed_time(self, end_event: Any) -> float: ...
+
+
+class CudaApi(Protocol):
+    """What the probes ask of CUDA. Devices are CUDA ordinals."""
+
+    def new_stream(self, device: int) -> Any:
+        """A new stream on `device` (not ordered with any other stream)."""
+
+    def current_stream(self, device: int) -> Any:
+        """The stream work on `device` goes to when none is chosen."""
+
+    def event(self) -> Event:
+        """A new timing event."""
+
+    def enqueue(self, stream: Any, op: Callable[[], object]) -> None:
+        """Issue `op` (which launches GPU work) on `stream`."""
+
+    def block(self, stream: Any, seconds: float) -> None:
+        """Hold `stream` for about `seconds` (a spin kernel), so work queued behind it starts
+        together once the host has queued all of it."""
+
+    def synchronize(self, device: int) -> None:
+        """Wait for all work on `device` (that device only, as cudaDeviceSynchronize)."""
+
+    def empty(self, nbytes: int, device: int) -> torch.Tensor:
+        """`nbytes` of uninitialised device memory (uint8)."""
+
+    def pinned(self, nbytes: int) -> torch.Tensor:
+        """`nbytes` of pinned host memory (uint8), allocated by the calling thread."""
+
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        """Whether `device` can map `peer`'s memory."""
+
+    def bus_id(self, device: int) -> str | None:
+        """The PCI bus id ("0000:1b:00.0") of `device`, or None when unknown."""
+
+
+class TorchCuda:
+    """`CudaApi` through torch.cuda."""
+
+    def new_stream(self, device: int) -> torch.cuda.Stream:
+        return torch.cuda.Stream(device=device)
+
+    def current_stream(self, device: int) -> torch.cuda.Stream:
+        return torch.cuda.current_stream(device)
+
+    def event(self) -> torch.cuda.Event:
+        return torch.cuda.Event(enable_timing=True)
+
+    def enqueue(self, stream: torch.cuda.Stream, op: Callable[[], object]) -> None:
+        with torch.cuda.stream(stream):
+            op()
+
+    def block(self, stream: torch.cuda.Stream, seconds: float) -> None:
+        # torch.cuda._sleep launches a kernel that spins for a number of SM clock cycles: the
+        # delay kernel of cuda-samples' p2pBandwidthLatencyTest without its host flag. The caller
+        # checks afterwards that the hold outlasted the queueing (the start event had not fired).
+        clock_khz = getattr(torch.cuda.get_device_properties(stream.device), "clock_rate", 0)
+        hz = clock_khz * 1e3 if clock_khz else FALLBACK_CLOCK_HZ
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(max(1, int(seconds * hz)))
+
+    def synchronize(self, device: int) -> None:
+        torch.cuda.synchronize(device)
+
+    def empty(self, nbytes: int, device: int) -> torch.Tensor:
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+    def pinned(self, nbytes: int) -> torch.Tensor:
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        return bool(torch.cuda.can_device_access_peer(device, peer))
+
+    def bus_id(self, device: int) -> str | None:
+        props = torch.cuda.get_device_properties(device)
+        # pci_* are on the properties object but not in torch's type stubs (torch/numa/binding.py
+        # reads them the same way)
+        ids = [getattr(props, k, None) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+        if not all(isinstance(v, int) for v in ids):
+            return None
+        domain, bus, dev = ids
+        return f"{domain:04x}:{bus:02x}:{dev:02x}.0"

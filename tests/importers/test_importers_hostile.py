@@ -1,0 +1,185 @@
+"""Hostile inputs to `pcieprof import`: bounded work and one line with exit 2, within seconds.
+
+Each test runs under a pytest-timeout deadline of a few seconds; before the fix, one 200 kB line
+took minutes in format detection and /dev/zero or a FIFO never returned.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pcieprof.cli import main
+from pcieprof.errors import BadInput
+from pcieprof.importers import reading
+from pcieprof.importers.detect import FORMATS, detect
+from pcieprof.importers.parse import parse_text
+
+#: Lines that made a backtracking pattern quadratic, or that look like a format's first token
+#: repeated: every detector and every parser must finish on them quickly.
+LONG_LINES = {
+    "letters": "a" * 200_000,
+    "spaces": "x" + " " * 200_000 + "y",
+    "colons_and_digits": ":1" * 100_000,
+    "nccl_words": "NCCL INFO " * 20_000,
+    "fake_prefixes": "h:1:1 [0] " * 20_000,
+    "brackets": "[0] " * 50_000,
+    "gpu_headers": "GPU0 " * 40_000,
+    "xml_attribute": '<system version="1"><cpu affinity="' + "f" * 200_000,
+    "env_value": "h:1:1 [0] NCCL INFO NCCL_X set by environment to " + " " * 100_000 + "a",
+    "bare_message_spaces": "NCCL INFO " + " " * 200_000 + "x",
+    "ring_of_many": "NCCL INFO Channel 00/02 :" + " 1" * 100_000 + " x",
+    "transport_via": "NCCL INFO Channel 00/0 : 0[0] -> 1[1] via " + "P2P " * 50_000,
+    "nccl_tests_row": "1024 256 float sum -1 " + "1.0 " * 50_000,
+    "p2p_status_row": " GPU0" + "\tOK" * 50_000,
+}
+
+
+def error_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as e:
+        main(["import", *args])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    return err[0]
+
+
+@pytest.mark.timeout(5)
+@pytest.mark.parametrize("kind", sorted(LONG_LINES))
+def test_detection_is_linear_on_one_long_line(kind: str) -> None:
+    text = LONG_LINES[kind] + "\n"
+    t0 = time.monotonic()
+    detect(text)
+    assert time.monotonic() - t0 < 1.0
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("kind", sorted(LONG_LINES))
+def test_every_parser_is_bounded_on_one_long_line(kind: str) -> None:
+    text = LONG_LINES[kind] + "\n"
+    for fmt in FORMATS:
+        t0 = time.monotonic()
+        try:
+            parse_text(text, "long.txt", fmt)
+        except BadInput:
+            pass
+        assert time.monotonic() - t0 < 1.0, fmt
+
+
+@pytest.mark.timeout(10)
+def test_long_line_file_is_refused_fast(tmp_path: Path, capsys) -> None:
+    f = tmp_path / "long.txt"
+    f.write_text("a" * 200_000 + "\n")
+    assert error_line([str(f)], capsys).startswith(f"pcieprof: error: {f}: expected the output of")
+
+
+@pytest.mark.timeout(10)
+def test_xml_with_a_doctype_is_refused_fast(tmp_path: Path, capsys) -> None:
+    f = tmp_path / "doctype.xml"
+    f.write_text('<?xml version="1.0"?>\n<!DOCTYPE system>\n<system version="1"><cpu numaid="0" '
+                 'affinity="' + "f" * 160_000 + '"/></system>\n')
+    assert f"{f}: expected the output of one of" in error_line([str(f)], capsys)
+
+
+@pytest.mark.timeout(10)
+def test_line_over_the_cap_names_its_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(reading, "MAX_LINE_CHARS", 1000)
+    f = tmp_path / "wide.txt"
+    f.write_text("fine\nalso fine\n" + "b" * 1500 + "\n")
+    line = error_line([str(f)], capsys)
+    assert f"{f}:3: expected a line of tool output" in line and "1500 characters" in line
+
+
+@pytest.mark.timeout(5)
+def test_dev_zero(capsys) -> None:
+    line = error_line(["/dev/zero"], capsys)
+    assert line.startswith("pcieprof: error: /dev/zero: expected a text file (tool output), got "
+                           "binary data")
+
+
+@pytest.mark.timeout(5)
+def test_fifo_without_a_writer(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(reading, "PIPE_TIMEOUT_S", 1.0)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    line = error_line([str(fifo)], capsys)
+    assert time.monotonic() - t0 < 3
+    assert line.startswith(f"pcieprof: error: {fifo}: expected the input to end within 1 s "
+                           "(got 0 bytes so far)")
+
+
+@pytest.mark.timeout(5)
+def test_empty_pipe(tmp_path: Path, capsys) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    stop = threading.Event()
+    threading.Thread(target=_writer, args=(fifo, b"", 0, stop), daemon=True).start()
+    assert error_line([str(fifo)], capsys).endswith(f"{fifo}: expected tool output, got an empty pipe")
+
+
+def _writer(fifo: Path, data: bytes, hold_s: float, stop: threading.Event) -> None:
+    with open(fifo, "wb", buffering=0) as fh:
+        try:
+            fh.write(data)
+        except BrokenPipeError:
+            return
+        stop.wait(hold_s)
+
+
+@pytest.mark.timeout(10)
+def test_fifo_that_never_ends(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(reading, "PIPE_TIMEOUT_S", 1.0)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    stop = threading.Event()
+    t = threading.Thread(target=_writer, args=(fifo, b"GPU0\tGPU1\n", 30, stop), daemon=True)
+    t.start()
+    try:
+        t0 = time.monotonic()
+        line = error_line([str(fifo)], capsys)
+        assert time.monotonic() - t0 < 4
+        assert f"{fifo}: expected the input to end within 1 s (got 10 bytes so far)" in line
+    finally:
+        stop.set()
+
+
+@pytest.mark.timeout(10)
+def test_fifo_that_floods(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setattr(reading, "MAX_BYTES", 1 << 20)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    stop = threading.Event()
+    t = threading.Thread(target=_writer, args=(fifo, b"x" * (4 << 20), 0, stop), daemon=True)
+    t.start()
+    line = error_line([str(fifo)], capsys)
+    assert f"{fifo}: expected at most 1 MiB of tool output, got more" in line
+    stop.set()
+
+
+@pytest.mark.timeout(10)
+def test_a_pipe_with_real_output_is_read(tmp_path: Path, samples: Path) -> None:
+    # `pcieprof import <(cat topo.txt)`: a pipe that ends is read like a file.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    data = (samples / "tool-outputs/topo_m_5gpu_5060ti_5070_proxmox_host.txt").read_bytes()
+    stop = threading.Event()
+    t = threading.Thread(target=_writer, args=(fifo, data, 0, stop), daemon=True)
+    t.start()
+    time.sleep(0.2)  # the writer is connected, as a shell's process substitution is
+    raw, text = reading.read_input(fifo)
+    assert raw == data and "GPU4" in text
+
+
+@pytest.mark.timeout(5)
+def test_directory_and_oversized_file(tmp_path: Path, capsys, monkeypatch) -> None:
+    assert error_line([str(tmp_path)], capsys).endswith(
+        f"{tmp_path}: expected a file of tool output, got a directory")
+    monkeypatch.setattr(reading, "MAX_BYTES", 1000)
+    f = tmp_path / "big.txt"
+    f.write_text("x" * 5000)
+    assert f"{f}: expected at most 1000 bytes of tool output, got 5000 bytes" in error_line([str(f)], capsys)

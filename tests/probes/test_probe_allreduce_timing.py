@@ -1,0 +1,47 @@
+"""How the all-reduce probe times (issue 15, defect 4): nccl-tests' way, `iters` collectives back to
+back between one pair of CUDA events, checked against the stand-in of the CUDA API; and the
+NCCL log that prints one line per collective (TUNING) kept out of the timed launch."""
+
+from __future__ import annotations
+
+import pytest
+
+from cuda_standin import CudaStandin
+from probes.allreduce_worker import TRIALS, allreduce_row, time_back_to_back
+from probes.plan import AllReduceCase
+from probes.variants import NCCL_DEBUG_ENV, NCCL_TUNING_LOG_ENV
+
+
+def test_one_event_pair_around_back_to_back_collectives() -> None:
+    # each host call costs 5 us, a collective runs 10 us on the GPU: with an event pair per
+    # collective the start event fires on an idle stream and the issue time is inside every
+    # measurement (15 us); back to back, the GPU runs them one after the other (10 us each)
+    api = CudaStandin([0], host_us=5.0, gpu_us=10.0)
+    times = time_back_to_back(lambda: None, 20, 3, api=api, device=0)
+    assert len(times) == 3
+    for t in times:
+        assert t * 1e6 == pytest.approx(10.0, rel=0.05)
+    records = [what for what, _ in api.log if what == "record"]
+    assert len(records) == 2 * 3  # one start and one end per trial
+    assert [d for what, d in api.log if what == "synchronize"] == [0, 0, 0]  # each trial starts empty
+
+
+def test_host_clock_trials_divide_by_the_collectives_in_them() -> None:
+    calls: list[str] = []
+    times = time_back_to_back(lambda: calls.append("op"), 7, 2,
+                              start=lambda: calls.append("barrier"))
+    assert calls == (["barrier"] + ["op"] * 7) * 2
+    assert len(times) == 2 and all(t > 0 for t in times)
+
+
+def test_row_keeps_median_over_trials_and_iters_per_trial() -> None:
+    case = AllReduceCase("default", {}, [0, 1], [1024], ["bf16"], 2, 10)
+    row = allreduce_row(case, "cuda", 1024, "bf16", [3e-6, 1e-6, 2e-6], True, iters=10)
+    assert (row["time_us"], row["time_us_min"], row["time_us_max"]) == pytest.approx((2.0, 1.0, 3.0))
+    assert row["iters"] == 10 and TRIALS >= 3
+
+
+def test_the_timed_launch_logs_no_line_per_collective() -> None:
+    subsys = set(NCCL_DEBUG_ENV["NCCL_DEBUG_SUBSYS"].split(","))
+    assert "TUNING" not in subsys and {"INIT", "GRAPH"} <= subsys
+    assert "TUNING" in NCCL_TUNING_LOG_ENV["NCCL_DEBUG_SUBSYS"].split(",")

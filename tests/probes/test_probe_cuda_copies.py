@@ -1,0 +1,99 @@
+"""The cuda copy probe's timing, synchronisation and data check, on the CPU against the stand-in of
+the CUDA stream/event API (tests/probes/cuda_standin.py): issue 15, defects 2, 4 and 5."""
+
+from __future__ import annotations
+
+import pytest
+
+from probes.p2p_worker import CudaCopier, concurrent_rows, p2p_row
+from probes.plan import KiB, ConcurrentCase, P2PCase, Plan, build_plan
+from cuda_standin import CudaStandin, PeerCopies
+
+
+def _copier(devices: list[int], cases: list[P2PCase], **kw: float) -> tuple[CudaCopier, CudaStandin]:
+    api = CudaStandin(devices, **kw)
+    return CudaCopier(Plan(backend="cuda", devices=devices, p2p=cases), api, PeerCopies()), api
+
+
+def test_d2h_reads_the_pattern_only_after_its_fill_completed() -> None:
+    # the fill runs on device 0's default stream, the copy on a non-blocking stream of device 0;
+    # enabling peer access left device 1 current, so synchronising "the current device" did not
+    # order the two
+    case = P2PCase(0, -1, "d2h", "uni", "bandwidth", 64 * KiB, 2, 2)
+    copier, api = _copier([0, 1], [case])
+    times, ok, _ = copier.run_p2p(0, case)
+    assert ok, "the copy read the source before the pattern fill had run"
+    assert times and all(t > 0 for t in times)
+
+
+def test_concurrent_flows_are_waited_for_on_every_device() -> None:
+    case = ConcurrentCase("ring", "write", [(0, 1), (1, 0)], 64 * KiB, 3)
+    copier, api = _copier([0, 1], [])
+    spans, ok, why = copier.run_concurrent(0, case)  # raised "device not ready" before the fix
+    assert spans is not None and ok == [True, True], why
+    assert api.synchronized() >= {0, 1}
+    rows = concurrent_rows(case, "cuda", spans, ok)
+    assert all(r["status"] == "ok" and r["bandwidth_gbps"] > 0 for r in rows)
+
+
+def test_copy_latency_excludes_host_enqueue_time() -> None:
+    # host: 10 us per call; the GPU: 2 us per copy. Without holding the stream until every copy is
+    # queued, the start event fires on an idle stream and the copies run at the host's pace
+    # (10 us each). p2pBandwidthLatencyTest holds the stream with a delay kernel first.
+    case = P2PCase(-1, 0, "h2d", "uni", "latency", 8, 100, 3)
+    copier, api = _copier([0], [case], host_us=10.0, gpu_us=2.0)
+    times, ok, _ = copier.run_p2p(0, case)
+    assert ok and times
+    row = p2p_row(case, "cuda", times)
+    assert row["latency_us"] == pytest.approx(2.0, rel=0.01)
+    blocks = [i for i, (what, _) in enumerate(api.log) if what == "block"]
+    assert len(blocks) >= case.trials + 1  # warm-up and every trial held
+
+
+def test_a_hold_too_short_for_the_queueing_is_lengthened() -> None:
+    # 1000 copies at 50 us of host time each (50 ms of queueing) outlast the first hold (20 ms):
+    # the start event has fired before the host finished, so the round is repeated, held longer
+    case = P2PCase(-1, 0, "h2d", "uni", "latency", 8, 1000, 1)
+    copier, api = _copier([0], [case], host_us=50.0, gpu_us=2.0)
+    times, ok, detail = copier.run_p2p(0, case)
+    assert ok and times
+    assert p2p_row(case, "cuda", times)["latency_us"] == pytest.approx(2.0, rel=0.01)
+    assert sum(what == "block" for what, _ in api.log) > case.trials + 1
+    assert "includes host queueing" not in detail
+
+
+def _old_seed_collision(plan: Plan) -> tuple[int, int]:
+    """Two cases where the later one expects exactly what the earlier one wrote into the same GPU
+    buffer under the seeds before the fix (case index + 1 + source GPU)."""
+    last: dict[int, tuple[int, int, int]] = {}  # destination GPU -> (seed, bytes, case)
+    for j, c in enumerate(plan.p2p):
+        if c.path not in ("p2p", "host_staged"):
+            continue
+        dirs = [(c.src, c.dst)] + ([(c.dst, c.src)] if c.direction == "bi" else [])
+        writes = [(b, j + 1 + a) for a, b in dirs]
+        for b, seed in writes:
+            prev = last.get(b)
+            if prev and prev[0] == seed and prev[1] >= c.size_bytes:
+                return prev[2], j
+        for b, seed in writes:
+            last[b] = (seed, c.size_bytes, j)
+    raise AssertionError("no colliding cases in this plan")
+
+
+def test_dropped_peer_writes_are_caught_even_over_an_earlier_identical_copy() -> None:
+    # `--quick --devices 0,1,2,3`: a later case into GPU 0 expected exactly the bytes an earlier
+    # one had left there; the later copy drops its last 4 KiB, as a write a VM's IOMMU discards
+    plan = build_plan("cuda", [0, 1, 2, 3], quick=True, max_size=64 * KiB)
+    i, j = _old_seed_collision(plan)
+    rt = PeerCopies()
+    copier = CudaCopier(plan, CudaStandin([0, 1, 2, 3]), rt)
+    assert copier.run_p2p(i, plan.p2p[i])[1]
+    rt.drop = 4 * KiB
+    assert not copier.run_p2p(j, plan.p2p[j])[1], "a copy that lost 4 KiB was recorded ok"
+
+
+def test_a_copy_that_drops_bytes_is_an_error_row_on_its_own() -> None:
+    case = P2PCase(0, 1, "p2p", "bi", "bandwidth", 64 * KiB, 2, 2)
+    api = CudaStandin([0, 1])
+    copier = CudaCopier(Plan(backend="cuda", devices=[0, 1], p2p=[case]), api, PeerCopies(drop=1))
+    assert not copier.run_p2p(0, case)[1]
