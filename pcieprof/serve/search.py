@@ -360,7 +360,9 @@ class Search:
 
     def coverage(self, done: list[Tried], learned: Learned) -> tuple[tuple[str, ...],
                                                                        tuple[str, ...]]:
-        exhausted, open_ = [], []
+        """(axes every value of which was tried or excluded, axes with values never tried)."""
+        exhausted: list[str] = []
+        open_: list[str] = []
         for a in self.space.axes:
             seen = {t.config.get(a.name, "") for t in done} | learned.excluded.get(a.name, set())
             (exhausted if set(a.values) <= seen else open_).append(a.name)
