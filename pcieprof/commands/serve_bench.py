@@ -36,6 +36,7 @@ from pcieprof import progress
 from pcieprof.analysis.attribution import attribute_traces
 from pcieprof.analysis.decode_band import DEFAULT_MODEL
 from pcieprof.bundle import Bundle, default_out_dir
+from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.cards import ModelCard, load_card
 from pcieprof.commands.options import out_dir, verbosity
@@ -237,6 +238,12 @@ def command(**kw: Any) -> None:
     prof = summary.profile if summary is not None else None
     if prof:
         click.echo(f"traces: {len(prof['files'])} file(s), ranks {prof['ranks']} ({prof['status']})")
+    found = bundle.read_doc(ServeSearch)
+    if found is not None and found.winner is not None:
+        click.echo(f"healthy configuration (attempt {found.winner.index}): "
+                   f"{found.winner.command}")
+        click.echo(f"its SGLang command per layout: pcieprof recommend TOPOLOGY_BUNDLE "
+                   f"--serve {bundle.path}")
     click.echo(f"bundle ({status}): {bundle.path}")
     click.echo(f"report: pcieprof report {bundle.path}")
 
