@@ -109,6 +109,9 @@ class LaunchFacts:
         recommended_flags: extra argv tokens always added.
         env: environment variables always set.
         backend: `cuda` for SGLang, `cpu` for the reference server.
+        startup_timeout_s: longest start-up of one launch attempt (s).
+        stall_timeout_s: an attempt whose log shows no start-up progress this long is hung (s).
+        probe_timeout_s: longest correctness probe after start-up (s).
     """
 
     launch_module: str
@@ -121,6 +124,9 @@ class LaunchFacts:
     recommended_flags: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     backend: str = "cuda"
+    startup_timeout_s: float = 1800.0
+    stall_timeout_s: float = 300.0
+    probe_timeout_s: float = 300.0
 
     @property
     def is_reference(self) -> bool:
@@ -151,8 +157,8 @@ class ModelCard:
         sglang: launch facts.
         sources: citation key -> URL.
         assumed: what is an estimate, by topic.
-        sweep: the default `--sweep` list: launch-config fields (see sglang_cmd.LaunchConfig)
-            plus `why` and `source` per entry, tried in order.
+        search: the card's `[search]` table: the launch search's axes, claims and requirements
+            (read by pcieprof.serve.space).
         path: the file the card came from.
     """
 
@@ -182,7 +188,7 @@ class ModelCard:
     assumed: dict[str, str] = field(default_factory=dict)
     base_checkpoint: str = ""
     tie_word_embeddings: bool = False
-    sweep: tuple[dict[str, Any], ...] = ()
+    search: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
 
     # -- derived quantities ----------------------------------------------------------------------
@@ -255,13 +261,17 @@ def _from_dict(d: dict[str, Any], path: Path) -> ModelCard:
                for k, v in d.get("weights", {}).items()}
     s = dict(d["sglang"])
     env = {str(k): str(v) for k, v in s.pop("env", {}).items()}
+    start = dict(s.pop("startup", {}))
     launch = LaunchFacts(
         launch_module=str(s["launch_module"]), model_path=str(s.get("model_path", "")),
         quantization=str(s.get("quantization", "")), kv_cache_dtype=str(s.get("kv_cache_dtype", "")),
         tp_default=int(s.get("tp_default", 1)), gpu_memory_gb=float(s.get("gpu_memory_gb", 0)),
         attention_backend=str(s.get("attention_backend", "")),
         recommended_flags=tuple(str(x) for x in s.get("recommended_flags", [])),
-        env=env, backend=str(s.get("backend", "cuda")))
+        env=env, backend=str(s.get("backend", "cuda")),
+        startup_timeout_s=float(start.get("startup_timeout_s", 1800.0)),
+        stall_timeout_s=float(start.get("stall_timeout_s", 300.0)),
+        probe_timeout_s=float(start.get("probe_timeout_s", 300.0)))
     att = dict(d["attention"])
     attention = AttentionSpec(**att)
     kv = d["kv_cache"]
@@ -286,7 +296,7 @@ def _from_dict(d: dict[str, Any], path: Path) -> ModelCard:
         sglang=launch, sources=dict(d.get("sources", {})), assumed=dict(d.get("assumed", {})),
         base_checkpoint=str(d.get("base_checkpoint", "")),
         tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-        sweep=tuple(dict(e) for e in d.get("sweep", [])), path=path)
+        search=dict(d.get("search", {})), path=path)
 
 
 def _active_from_groups(d: dict[str, Any], weights: dict[str, WeightGroup]) -> int:

@@ -16,6 +16,7 @@ from pcieprof.bundle.attribution import Attribution
 from pcieprof.bundle.document import Document
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.recommendations import Recommendations
+from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.bundle.topology import Topology
 
@@ -87,7 +88,12 @@ FILES: tuple[BundleFile, ...] = (
     BundleFile("serve/server_info.json", "json", "serve-bench --url",
                "what an attached server's /get_server_info answered"),
     BundleFile("serve/attempts.jsonl", "text", "serve-bench",
-               "one JSON line per launch attempt: config, argv, env, outcome, times, log excerpt"),
+               "one JSON line per launch attempt: config, argv, env, outcome, times, log excerpt, "
+               "last start-up progress line, and for a launch search the step that chose it"),
+    _doc(ServeSearch, "serve-bench --sweep",
+         "the launch search: axes with values in search order and the claims behind them, the "
+         "learning rules, excluded values, every attempt (config, rule, why, outcome, deciding "
+         "log line, time to failure), the winner as a command ready to paste, or why none"),
     BundleFile("serve/server-*.log", "text", "serve-bench", "each launched server's output"),
     BundleFile("serve/requests.jsonl", "text", "serve-bench",
                "one JSON line per request: TTFT, E2E, chunk gaps and tokens, lengths, error"),

@@ -1,4 +1,5 @@
-"""`pcieprof recommend BUNDLE`: ring order, NCCL settings and parallel layout, each with its gain.
+"""`pcieprof recommend BUNDLE [--serve SERVE]`: ring order, NCCL settings, parallel layout and
+the SGLang launch backends, each with its evidence.
 
 Writes into the bundle: recommendations.json, tune/recommended.env, tune/sglang_command.sh and the
 NCCL graph/topology files (tune/nccl_graph.xml, tune/nccl_topo.xml). Prints the recommendations.
@@ -7,6 +8,7 @@ NCCL graph/topology files (tune/nccl_graph.xml, tune/nccl_topo.xml). Prints the 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import click
@@ -18,7 +20,7 @@ from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.topology import Topology
 from pcieprof.cards import load_card
 from pcieprof.commands.options import verbosity
-from pcieprof.commands.tuning import tune
+from pcieprof.commands.tuning import launch_choice, tune
 from pcieprof.errors import BadInput
 from pcieprof.measurement import MeasurementSession, allreduce_plan
 from pcieprof.schema import source_of
@@ -67,6 +69,14 @@ def summary_lines(result: Recommendations) -> list[str]:
 @click.option("--context", default=8192, show_default=True, type=click.IntRange(1),
               help="Tokens per request for the KV-cache fit of the layouts.")
 @click.option("--no-layouts", is_flag=True, help="Skip the parallel layout advice.")
+@click.option("--serve", "serve", type=click.Path(path_type=Path), default=None,
+              metavar="SERVE_BUNDLE",
+              help="A `serve-bench --sweep` bundle: the SGLang commands use the launch backends "
+                   "its search served correct tokens with (default: the search's first-ranked "
+                   "configuration, labelled not yet served on this box).")
+@click.option("--arch", default=None, metavar="smXY",
+              help="GPU architecture the launch backends are ranked for when no search served "
+                   "(sm120, sm100; default: the card's, or the --serve search's).")
 @click.option("--verify", is_flag=True, help="Re-run the all-reduce (decode sizes plus one large "
               "size) with each NCCL / ring-order recommendation and the bundle's backend, into a "
               "new bundle; store the measured (sim: simulated) gain next to the predicted one.")
@@ -76,15 +86,23 @@ def summary_lines(result: Recommendations) -> list[str]:
               help="--verify: deadline of each collective, seconds (past it: status=hang).")
 @verbosity
 def command(bundle: Path, model: str, batch_max: int, context: int, no_layouts: bool,
-            verify: bool, verify_out: Path | None, timeout_s: float) -> None:
-    """Recommend NCCL settings, the ring order and a parallel layout for BUNDLE.
+            serve: Path | None, arch: str | None, verify: bool, verify_out: Path | None,
+            timeout_s: float) -> None:
+    """Recommend NCCL settings, the ring order, a parallel layout and the SGLang launch for
+    BUNDLE (a topology, import or sim bundle).
 
     Every recommendation carries its evidence from the bundle and its gain at decode-sized
     messages; a setting the measurements do not support is never recommended (the output says
-    what would need measuring instead).
+    what would need measuring instead). The SGLang command (printed ready to paste, and in
+    tune/sglang_command.sh) uses the launch backends that `pcieprof serve-bench --sweep` served
+    correct tokens with when --serve names its bundle; without one it uses the search's
+    first-ranked backends for the GPU architecture and says they are not yet served on this box.
     """
     b = Bundle.open(bundle)
     card = load_card(model)  # a wrong name is one line, before any work
+    if arch is not None and not re.fullmatch(r"sm\d{2,3}", arch):
+        raise BadInput(f"--arch {arch!r}: give a compute capability as smXY (sm120, sm100, sm90)")
+    choice = launch_choice(card, Bundle.open(serve) if serve is not None else None, arch)
     band = DecodeBand.of_card(card, 1, batch_max)
     if verify:
         check_verifiable(b)
@@ -94,7 +112,7 @@ def command(bundle: Path, model: str, batch_max: int, context: int, no_layouts: 
             raise BadInput(f"--verify-out {verify_out} exists and is not empty",
                            hint="choose another directory (an earlier verify bundle is replaced)")
     progress.info(f"tuning {b.path} ({b.source}, backend {b.backend})")
-    result = tune(b, card, band, layouts=not no_layouts, context=context)
+    result = tune(b, card, band, layouts=not no_layouts, context=context, choice=choice)
     try:
         paths = write_outputs(b, result)
     except OSError as exc:

@@ -27,7 +27,8 @@ from pcieprof.refserver.server import main
 def command(server_args: tuple[str, ...]) -> None:
     """Serve the tiny-cpu model with SGLang's HTTP API (test and demo target, not a serving
     engine). Takes SGLang's flags: --tp-size N --host H --port P --max-running-requests N
-    --random-seed S, plus --inject 'nan-after N' | hang | 'hang-after N' | crash-on-start.
+    --random-seed S, plus --inject 'nan-after N' | hang | 'hang-after N' | crash-on-start |
+    unsupported-arch | hang-in-capture, or --inject-matrix FILE (faults by launch flags).
     `pcieprof reference-server --help` lists them all."""
     try:
         parse_args(server_args)  # refuse bad flags the pcieprof way, before starting anything

@@ -1,4 +1,9 @@
-"""`pcieprof report BUNDLE... [-o FILE]`: one self-contained offline HTML page."""
+"""`pcieprof report BUNDLE... [-o FILE]`: one self-contained offline HTML page.
+
+A serve bundle of `serve-bench --sweep` given with a topology bundle is joined to it: the
+topology bundle's SGLang commands use the launch backends the search served correct tokens with
+(computed by the report when its recommendations.json was made without them).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,11 @@ import click
 from pcieprof import progress
 from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand
 from pcieprof.bundle import Bundle, default_out_dir
-from pcieprof.cards import load_card
+from pcieprof.cards import ModelCard, load_card
 from pcieprof.commands.options import verbosity
-from pcieprof.commands.tuning import for_report
+from pcieprof.commands.tuning import for_report, launch_choice, serve_searches
+from pcieprof.errors import BadInput
+from pcieprof.tune.launch import LaunchChoice
 from pcieprof.report import ReportContext, write_report
 
 
@@ -32,7 +39,10 @@ def command(bundles: tuple[Path, ...], out: Path | None, model: str, batch_max: 
     """Write the HTML report of one or more BUNDLES (several are shown side by side).
 
     Plotly is inlined once, so the file opens from disk without a network. Every figure says
-    whether its numbers were measured, simulated or imported, and by which backend.
+    whether its numbers were measured, simulated or imported, and by which backend. Give a
+    topology bundle and a `serve-bench --sweep` bundle together (`pcieprof report TOPOLOGY
+    SERVE`) and the SGLang commands of the first use the launch backends the search found
+    healthy; the second shows the search's attempts next to its winner.
     """
     opened = [Bundle.open(b) for b in bundles]
     card = load_card(model)
@@ -40,7 +50,23 @@ def command(bundles: tuple[Path, ...], out: Path | None, model: str, batch_max: 
     if out is None:
         out = (opened[0].path / "report.html" if len(opened) == 1
                else default_out_dir("compare").with_suffix(".html"))
-    recs = {} if no_tune else for_report(opened, card, band)
+    recs = {} if no_tune else for_report(opened, card, band, _joined(opened, card))
     progress.info(f"report of {len(opened)} bundle(s) -> {out}")
     path = write_report(opened, out, ctx=ReportContext(band=band, recommendations=recs))
     click.echo(f"report: {path}")
+
+
+def _joined(opened: list[Bundle], card: ModelCard) -> LaunchChoice:
+    """The launch backends from the first serve bundle whose search served `card`, else the
+    first-ranked ones (a search of another model is shown, not joined)."""
+    first = None
+    for b in serve_searches(opened):
+        try:
+            choice = launch_choice(card, b)
+        except BadInput as exc:
+            progress.warn(f"not joined: {exc.one_line()}")
+            continue
+        if choice.served:
+            return choice
+        first = first or choice
+    return first or launch_choice(card)

@@ -2,8 +2,13 @@
 
 Server flags come from the model card, the options below and anything after `--`, e.g.
 `pcieprof serve-bench --model glm5-nvfp4 --tp 8 -- --mem-fraction-static 0.9`; they are checked
-against SGLang's own parser. Results: a bundle with serve/ (attempts.jsonl, server-N.log,
-requests.jsonl, summary.json, decode_curve.csv, traces/).
+against SGLang's own parser. `--launch-prefix 'docker run --gpus all --network host IMAGE'`
+(or `srun ...`, `ssh HOST {cmd}`) starts SGLang where it is installed. `--sweep` searches the
+launch choices (attention, DSA, GEMM, MoE, KV dtype, CUDA graphs) from what each failed launch
+shows, until one serves correct tokens; `--dry-run --sweep` prints the search order with the
+reason and source of each step; `--resume` continues an interrupted search. Results: a bundle
+with serve/ (attempts.jsonl, search.json, server-N.log, requests.jsonl, summary.json,
+decode_curve.csv, traces/).
 
 \b
 Per request (timestamps taken as each streamed chunk arrives):
@@ -17,10 +22,11 @@ duration_s; mean, median, p90, p99 and n of each metric. Warm-up requests are no
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import re
 import shlex
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +36,20 @@ from pcieprof import progress
 from pcieprof.analysis.attribution import attribute_traces
 from pcieprof.analysis.decode_band import DEFAULT_MODEL
 from pcieprof.bundle import Bundle, default_out_dir
+from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.cards import ModelCard, load_card
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
 from pcieprof.schema import source_of
 from pcieprof.serve.launcher import free_port
+from pcieprof.serve.learn import RULES
 from pcieprof.serve.metrics import format_table
 from pcieprof.serve.run import BenchOptions, decode_traces, run
-from pcieprof.serve.sglang_cmd import (LaunchConfig, ParserSpec, build_command, load_parser,
-                                       recorded_env)
+from pcieprof.serve.search import End, Search, Step
+from pcieprof.serve.sglang_cmd import (LaunchConfig, LaunchPrefix, ParserSpec, ServerCommand,
+                                       build_command, load_parser, load_parser_in, recorded_env)
+from pcieprof.serve.space import FLAGS, SearchSpace
 from pcieprof.serve.sweep import entries_from
 
 
@@ -85,7 +95,9 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
               help="Environment for the server (NCCL_*, SGLANG_*); repeatable, recorded.")
 @click.option("--inject", default="", help="Reference server only: 'nan-after N', 'hang', "
-                                           "'crash-on-start'.")
+                                           "'crash-on-start', 'unsupported-arch', "
+                                           "'hang-in-capture' (and, after --, "
+                                           "--inject-matrix FILE).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the server binds.")
 @click.option("--port", type=int, default=None, help="Server port (default: first free from 30000).")
 @click.option("--nnodes", type=int, default=1, show_default=True,
@@ -94,11 +106,26 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--node-rank", type=int, default=0, show_default=True, help="This node's rank.")
 @click.option("--dist-init-addr", default="", help="HOST:PORT of node 0 (multi-node).")
 @click.option("--url", default=None, help="Attach to a running server instead of launching.")
-@click.option("--sweep", is_flag=True, help="Try the card's launch configs in order; benchmark "
-                                            "the first that serves correct tokens.")
+@click.option("--sweep", is_flag=True,
+              help="Launch search: try configurations chosen from the card's knowledge and from "
+                   "how each earlier launch ended, until one serves correct tokens; benchmark "
+                   "it. Backend options given start the search.")
+@click.option("--resume", is_flag=True,
+              help="Continue the launch search recorded in the --out bundle (after Ctrl-C).")
+@click.option("--arch", default=None,
+              help="GPU architecture the search ranks values for (sm120, sm100; default: the "
+                   "card's).")
+@click.option("--max-attempts", type=int, default=16, show_default=True,
+              help="Launch attempts after which the search stops.")
 @click.option("--sweep-file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
-              default=None, help="TOML ([[sweep]] tables) or JSON list of launch configs.")
-@click.option("--dry-run", is_flag=True, help="Print the exact command and environment; run nothing.")
+              default=None, help="TOML ([[sweep]] tables) or JSON list of launch configs, tried "
+                                 "in order instead of the search.")
+@click.option("--launch-prefix", default="",
+              help="Start the server through this: 'docker run --rm --gpus all --network host "
+                   "IMAGE', 'srun -N1 --gres=gpu:8', 'ssh HOST {cmd}' ({cmd}: where the quoted "
+                   "server command goes). SGLang's parser check runs through it too.")
+@click.option("--dry-run", is_flag=True, help="Print the exact command and environment (with "
+                                              "--sweep: the search order); run nothing.")
 @click.option("--api", type=click.Choice(["generate", "completions"]), default="generate",
               show_default=True, help="SGLang /generate or OpenAI /v1/completions.")
 @click.option("--concurrency", default="1,4,16,64", show_default=True,
@@ -123,14 +150,17 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str]:
               help="Where the server writes traces (default: inside the bundle).")
 @click.option("--no-attribute", is_flag=True, help="Do not run attribution on the traces.")
 @click.option("--startup-timeout", type=float, default=None,
-              help="Seconds to wait for /health_generate (default 1800, 180 for tiny-cpu).")
+              help="Seconds to wait for /health_generate (default: the card's; 1800 GLM-5, "
+                   "180 tiny-cpu).")
 @click.option("--stall-timeout", type=float, default=None,
-              help="Give up (hang) when the server log shows no new line but HTTP access lines "
-                   "for this long (default: off; 30 s for tiny-cpu).")
+              help="Give up (hang) when the server log shows no start-up progress (weight "
+                   "loading, CUDA-graph capture, warm-up) for this long; health checks do not "
+                   "count (default: the card's; 300 GLM-5, 30 tiny-cpu; 0 = off).")
 @click.option("--probe-tokens", type=int, default=32, show_default=True,
               help="Tokens each correctness probe request must return.")
 @click.option("--probe-timeout", type=float, default=None,
-              help="Seconds for the probe (default 600, 20 for tiny-cpu).")
+              help="Seconds for the correctness probe (default: the card's; 300 GLM-5, 20 "
+                   "tiny-cpu).")
 @click.option("--request-timeout", type=float, default=600.0, show_default=True,
               help="Per-request deadline (s).")
 @click.option("--sglang-path", type=click.Path(path_type=Path, file_okay=False), default=None,
@@ -156,22 +186,34 @@ def command(**kw: Any) -> None:
         env=_env(kw["env"]), inject=kw["inject"], model_path=kw["model_path"], host=kw["host"],
         port=port, nnodes=kw["nnodes"], node_rank=kw["node_rank"],
         dist_init_addr=kw["dist_init_addr"])
-    if not (tiny or kw["dry_run"] or kw["url"]) and importlib.util.find_spec("sglang") is None:
-        raise EnvironmentMissing("sglang is not installed in this Python, so it cannot be launched",
-                                 hint="install sglang on the GPU box, use --dry-run to see the "
-                                      "command, --url to attach, or --model tiny-cpu")
-    parser = None
-    if not tiny and not kw["url"]:
-        # SGLang's own parser checks (and translates) every flag before anything is started.
-        parser = load_parser(str(kw["sglang_path"]) if kw["sglang_path"] else None)
+    _check_modes(kw)
+    prefix = LaunchPrefix.parse(kw["launch_prefix"])
+    if not (tiny or kw["dry_run"] or kw["url"] or prefix) and not _sglang_runs_here():
+        raise EnvironmentMissing("sglang is not installed for python3 on this machine, so it "
+                                 "cannot be launched here",
+                                 hint="--launch-prefix 'docker run --gpus all --network host "
+                                      "IMAGE' (or srun/ssh) starts it where it is; --dry-run "
+                                      "shows the command, --url attaches, --model tiny-cpu")
+    parser, notes = _parser(kw, prefix, tiny)
+    search = _search(card, kw, parser) if kw["sweep"] else None
     if kw["dry_run"]:
-        _dry_run(card, base, kw, parser)
+        if search is not None:
+            _dry_run_search(card, base, search, parser, prefix, notes)
+        else:
+            _dry_run(card, base, kw, parser, prefix, notes)
         return
     out = kw["out"] or default_out_dir("serve-bench")
-    bundle = Bundle.create(out, command="serve-bench", source=source_of(card.sglang.backend),
-                           backend=card.sglang.backend, force=kw["force"])
+    if kw["resume"]:
+        bundle = Bundle.open(out)
+        if bundle.manifest.get("command") != "serve-bench" or \
+                (bundle.read_json("serve/card.json", {}) or {}).get("name") != card.name:
+            raise BadInput(f"{out} is not a serve-bench bundle of {card.name} to resume",
+                           hint="--resume takes the --out of an interrupted serve-bench --sweep")
+    else:
+        bundle = Bundle.create(out, command="serve-bench", source=source_of(card.sglang.backend),
+                               backend=card.sglang.backend, force=kw["force"])
     bundle.set_versions(sglang=parser.version if parser else None, **_versions())
-    opts = _options(card, base, kw, parser, tiny)
+    opts = _options(card, base, kw, parser, prefix, search)
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         summary = run(bundle, opts)
@@ -196,6 +238,12 @@ def command(**kw: Any) -> None:
     prof = summary.profile if summary is not None else None
     if prof:
         click.echo(f"traces: {len(prof['files'])} file(s), ranks {prof['ranks']} ({prof['status']})")
+    found = bundle.read_doc(ServeSearch)
+    if found is not None and found.winner is not None:
+        click.echo(f"healthy configuration (attempt {found.winner.index}): "
+                   f"{found.winner.command}")
+        click.echo(f"its SGLang command per layout: pcieprof recommend TOPOLOGY_BUNDLE "
+                   f"--serve {bundle.path}")
     click.echo(f"bundle ({status}): {bundle.path}")
     click.echo(f"report: pcieprof report {bundle.path}")
 
@@ -235,52 +283,203 @@ def _versions() -> dict[str, str | None]:
         return {"torch": None}
 
 
+def _check_modes(kw: dict[str, Any]) -> None:
+    if kw["sweep"] and kw["sweep_file"] is not None:
+        raise BadInput("--sweep (the launch search) and --sweep-file (a fixed list) exclude "
+                       "each other")
+    if kw["resume"] and not kw["sweep"]:
+        raise BadInput("--resume continues a launch search: give --sweep too")
+    if kw["resume"] and not kw["out"]:
+        raise BadInput("--resume needs --out: the bundle of the search to continue")
+    if kw["url"] and (kw["sweep"] or kw["sweep_file"]):
+        raise BadInput("--url attaches to a running server: nothing to launch or search")
+    if kw["max_attempts"] < 1:
+        raise BadInput("--max-attempts must be at least 1")
+    if kw["arch"] is not None and not re.fullmatch(r"sm\d{2,3}", kw["arch"]):
+        raise BadInput(f"--arch {kw['arch']!r}: give a compute capability as smXY (sm120 for "
+                       f"RTX PRO 6000 Blackwell, sm100 for B200, sm90 for H100/H200)")
+
+
+def _sglang_runs_here() -> bool:
+    """Whether `python3` here (what the command runs) can import sglang; bounded to 60 s."""
+    try:
+        r = subprocess.run(["python3", "-c", "import importlib.util, sys; "
+                            "sys.exit(importlib.util.find_spec('sglang') is None)"],
+                           capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+def _parser(kw: dict[str, Any], prefix: LaunchPrefix | None,
+            tiny: bool) -> tuple[ParserSpec | None, list[str]]:
+    """SGLang's own parser, to check (and translate) every flag before anything starts: read
+    through the launch prefix when there is one (not in a dry run), else here.
+
+    Returns:
+        (the parser or None, lines saying where it came from or why there is none).
+    """
+    if tiny or kw["url"]:
+        return None, []
+    path = str(kw["sglang_path"]) if kw["sglang_path"] else None
+    if prefix and not kw["dry_run"] and not path:
+        spec, why = load_parser_in(prefix)
+        if spec is not None:
+            return spec, [f"flags checked against SGLang {spec.version}'s parser inside the "
+                          f"launch prefix"]
+        local = load_parser(None)
+        note = (f"SGLang's parser check inside the launch prefix skipped: {why}; " +
+                (f"checked against the local SGLang {local.version} parser instead" if local
+                 else "flags not checked"))
+        progress.warn(note)
+        return local, [note]
+    spec = load_parser(path)
+    notes: list[str] = []
+    if prefix:
+        notes.append("--dry-run does not run the launch prefix: " +
+                     (f"flags checked against the local SGLang {spec.version} parser" if spec
+                      else "flags not checked (no SGLang parser here)"))
+    return spec, notes
+
+
+def _search(card: ModelCard, kw: dict[str, Any], parser: ParserSpec | None) -> Search:
+    """The launch search over the card's space, started from the backends given."""
+    choices = parser.choices([f for f in FLAGS.values() if f]) if parser else None
+    space = SearchSpace.from_card(card.name, card.search, arch=kw["arch"], choices=choices,
+                                  version=parser.version if parser else "",
+                                  load_other=lambda name: load_card(name).search)
+    start = {axis: kw[axis] for axis in FLAGS if axis in kw and kw[axis]}
+    if kw["disable_cuda_graph"]:
+        start["cuda_graph"] = "off"
+    return Search(space, start=start, max_attempts=kw["max_attempts"])
+
+
 def _options(card: ModelCard, base: LaunchConfig, kw: dict[str, Any], parser: ParserSpec | None,
-             tiny: bool) -> BenchOptions:
+             prefix: LaunchPrefix | None, search: Search | None) -> BenchOptions:
+    tiny = card.sglang.is_reference
+    facts = card.sglang
     vocab = card.vocab_size if tiny else min(card.vocab_size, 32000)
+    stall = kw["stall_timeout"] if kw["stall_timeout"] is not None else facts.stall_timeout_s
     return BenchOptions(
-        card=card, base=base, sweep=kw["sweep"] or kw["sweep_file"] is not None,
-        sweep_file=kw["sweep_file"], url=kw["url"], api=kw["api"],
+        card=card, base=base, search=search, resume=kw["resume"], sweep_file=kw["sweep_file"],
+        prefix=prefix, fresh_port=kw["port"] is None, url=kw["url"], api=kw["api"],
         concurrencies=_ints(kw["concurrency"], "--concurrency") or (1,),
         request_rate=kw["request_rate"], num_requests=kw["num_requests"], warmup=kw["warmup"],
         input_len=kw["input_len"], output_len=kw["output_len"], seed=kw["seed"],
         decode_batches=_ints(kw["decode_batches"], "--decode-batches"),
         decode_output_len=kw["decode_output_len"], profile=not kw["no_profile"],
         profile_steps=kw["profile_steps"], trace_dir=kw["trace_dir"],
-        startup_timeout_s=kw["startup_timeout"] or (180.0 if tiny else 1800.0),
-        stall_s=kw["stall_timeout"] or (30.0 if tiny else None), probe_tokens=kw["probe_tokens"],
-        probe_timeout_s=kw["probe_timeout"] or (20.0 if tiny else 600.0),
+        startup_timeout_s=kw["startup_timeout"] or facts.startup_timeout_s,
+        stall_s=stall or None, probe_tokens=kw["probe_tokens"],
+        probe_timeout_s=kw["probe_timeout"] or facts.probe_timeout_s,
         request_timeout_s=kw["request_timeout"], parser=parser,
         # Prompt token ids: the tiny model's whole vocabulary; for real models a range of ids
         # every tokenizer of that size has (prompts are random ids either way).
         vocab_high=vocab)
 
 
-def _dry_run(card: ModelCard, base: LaunchConfig, kw: dict[str, Any],
-             parser: ParserSpec | None) -> None:
-    configs = entries_from(card, base, kw["sweep_file"]) if (kw["sweep"] or kw["sweep_file"]) \
-        else None
+def _dry_run(card: ModelCard, base: LaunchConfig, kw: dict[str, Any], parser: ParserSpec | None,
+             prefix: LaunchPrefix | None, notes: list[str]) -> None:
+    configs = entries_from(base, kw["sweep_file"]) if kw["sweep_file"] else None
     items = [(e.config, e.why) for e in configs] if configs else [(base, "")]
+    for note in notes:
+        click.echo(f"# {note}")
     for i, (cfg, why) in enumerate(items):
-        cmd = build_command(card, cfg, parser=parser)
+        cmd = build_command(card, cfg, parser=parser, prefix=prefix)
         if len(items) > 1:
             click.echo(f"# attempt {i}: {cfg.name}" + (f" - {why}" if why else ""))
-        checked = (f"checked against SGLang {cmd.checked_against}'s own parser"
-                   if cmd.checked_against else "")
-        click.echo(f"# {'reference server' if cmd.reference else 'SGLang'} command"
-                   + (f" ({checked})" if checked else ""))
-        for note in cmd.notes:
-            click.echo(f"# {note}")
-        click.echo("# environment set for the server:")
-        for k, v in sorted(cmd.env.items()):
-            click.echo(f"export {k}={_q(v)}")
-        inherited = {k: v for k, v in recorded_env(cmd).items() if k not in cmd.env}
-        for k, v in inherited.items():
-            click.echo(f"# inherited: {k}={v}")
-        click.echo(" ".join(_q(a) for a in cmd.argv))
-        click.echo("# argv: " + json.dumps(cmd.argv))
+        _echo_command(cmd)
         if i + 1 < len(items):
             click.echo("")
+
+
+def _echo_command(cmd: ServerCommand) -> None:
+    checked = (f"checked against SGLang {cmd.checked_against}'s own parser"
+               if cmd.checked_against else "")
+    click.echo(f"# {'reference server' if cmd.reference else 'SGLang'} command"
+               + (f" ({checked})" if checked else ""))
+    for note in cmd.notes:
+        click.echo(f"# {note}")
+    click.echo("# environment set for the server:")
+    for k, v in sorted(cmd.env.items()):
+        click.echo(f"export {k}={_q(v)}")
+    inherited = {k: v for k, v in recorded_env(cmd).items() if k not in cmd.env}
+    for k, v in inherited.items():
+        click.echo(f"# inherited: {k}={v}")
+    if cmd.prefix:
+        click.echo(f"# through the launch prefix: {cmd.prefix.text()}")
+        click.echo(" ".join(_q(a) for a in cmd.exec_argv()))
+    else:
+        click.echo(" ".join(_q(a) for a in cmd.argv))
+    click.echo("# argv: " + json.dumps(cmd.argv))
+
+
+def _dry_run_search(card: ModelCard, base: LaunchConfig, search: Search,
+                    parser: ParserSpec | None, prefix: LaunchPrefix | None,
+                    notes: list[str]) -> None:
+    """Print the search: its order (each step with reason and sources), the value ranking per
+    axis with the claims behind it, the rules, the commands, the sources."""
+    sp = search.space
+    plan = search.plan(min(search.max_attempts, 12))
+    checked = (f"flags checked against SGLang {parser.version}'s own parser" if parser
+               else "flags not checked (no SGLang parser here)")
+    like = f", playing {sp.like}'s search" if sp.like else ""
+    click.echo(f"# launch search: {card.name} on {sp.arch}{like}; {checked}")
+    click.echo("# the order if every attempt failed without a recognised cause; a classified "
+               "failure changes what follows (rules below). attempt: configuration [rule] "
+               "what it sets, verdict (evidence, sources)")
+    steps = [st for st in plan if isinstance(st, Step)]
+    for i, st in enumerate(steps):
+        click.echo(f"# {i}: {sp.label(st.config)} [{st.rule}] {_what(sp, st)}")
+    last = plan[-1] if plan else None
+    if isinstance(last, End):
+        click.echo(f"# then: {last.why}")
+    for note in [*notes, *sp.notes]:
+        click.echo(f"# {note}")
+    click.echo("")
+    click.echo("# values by axis: works, then unknown, then fails; per value the strongest "
+               "evidence decides (own stack > report > SGLang source > docs > assumed):")
+    for a in sp.axes:
+        when = (" (only with " + ", ".join(f"{k}={'|'.join(v)}" for k, v in a.only_when.items())
+                + ")") if a.only_when else ""
+        click.echo(f"# {a.name}{when}:")
+        for r in sp.ranked(a.name):
+            click.echo(f"#   {r.value}: {r.why}")
+    for req in sp.requirements:
+        click.echo(f"# SGLang refuses: {req.text()}")
+    click.echo("")
+    click.echo("# what a failure teaches (the first rule that matches decides):")
+    for rule in RULES:
+        on = "|".join(rule.outcomes) + (f" and {rule.when}" if rule.when else "")
+        axes = f" {', '.join(rule.axes)}" if rule.axes else ""
+        click.echo(f"#   {rule.name}: {on} -> {rule.action}{axes}: {rule.why}")
+    for i, st in enumerate(steps):
+        click.echo("")
+        click.echo(f"# attempt {i} [{st.rule}]: {st.why}")
+        for change in st.changes:
+            click.echo(f"#   {change}")
+        cmd = build_command(card, base.with_axes(st.config, sp.label(st.config)),
+                            parser=parser, prefix=prefix)
+        _echo_command(cmd)
+    click.echo("")
+    for key, text in card.sources.items():
+        click.echo(f"# {key}: {text}")
+
+
+def _what(space: SearchSpace, step: Step) -> str:
+    """The step in a few words: what it sets (the first) or changes, and why."""
+    if step.rule == "first":
+        said = []
+        for a, v in step.config.items():
+            if v and a in ("dsa_decode_backend", "attention_backend"):
+                r = space.rank_of(a, v)
+                said.append(f"{a}={v}" + (f" {r.short()}" if r else ""))
+        return step.why + ": " + ", ".join(said)
+    parts = []
+    for axis in step.varied:
+        r = space.rank_of(axis, step.config.get(axis, ""))
+        parts.append(f"{axis} -> {step.config.get(axis) or '-'}" + (f" {r.short()}" if r else ""))
+    return "; ".join(parts) or (step.changes[0][:160] if step.changes else "")
 
 
 def _q(s: str) -> str:

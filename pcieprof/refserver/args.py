@@ -17,6 +17,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, NoReturn, Sequence
 
+from pcieprof.refserver.faults import FAULTS, MatrixError, choose, launch_flags, load_matrix
+
 MODEL_NAME = "tiny-cpu"
 
 # SGLang flags that only steer GPU kernels. They are accepted and recorded so that the same launch
@@ -39,6 +41,9 @@ IGNORED_GPU_FLAGS: tuple[str, ...] = (
     "--nsa-prefill-backend",
     "--nsa-decode-backend",
     "--dtype",
+    "--cuda-graph-backend-decode",
+    "--cuda-graph-backend-prefill",
+    "--cuda-graph-max-bs-decode",
 )
 IGNORED_GPU_SWITCHES: tuple[str, ...] = (
     "--disable-cuda-graph",
@@ -68,15 +73,23 @@ class ArgsError(Exception):
 
 @dataclass(frozen=True)
 class Injection:
-    """A fault to inject, for tests of crash classification and teardown.
+    """A fault to inject, for tests of crash classification, teardown and the launch search.
 
     Attributes:
-        kind: "none", "nan-after", "hang" or "crash-on-start".
+        kind: "none", "nan-after", "hang", "crash-on-start", "unsupported-arch" (a rank fails
+            while loading with an architecture error) or "hang-in-capture" (startup stops in
+            CUDA-graph capture, before the server is ready).
         after_steps: decode steps served after readiness before the fault (nan-after, hang).
+        line: the error line of "unsupported-arch".
+        rule: the fault-matrix rule that chose this fault ("" when given by --inject).
     """
 
     kind: str = "none"
     after_steps: int = 0
+    # Not in repr: the server logs its args, and the fault's own text must appear in the log
+    # only where the fault happens.
+    line: str = field(default="", repr=False)
+    rule: str = field(default="", repr=False)
 
     def describe(self) -> str:
         if self.kind in ("nan-after", "hang") and self.after_steps:
@@ -124,8 +137,19 @@ class ServerArgs:
         return data
 
 
-def parse_injection(text: str | None) -> Injection:
-    """Parse `--inject` ("nan-after N", "hang", "hang-after N", "crash-on-start").
+# What an injected unsupported-arch fault raises when its matrix rule gives no line: the text
+# of FlashInfer's TRT-LLM FMHA runner on SM120 (sgl-project/sglang#29562).
+DEFAULT_ARCH_LINE = ("RuntimeError: Error in function 'TllmGenFmhaRunner' at "
+                     "flashinfer/trtllm/fmha/fmhaRunner.cuh:37: Unsupported architecture")
+
+
+def parse_injection(text: str | None, line: str = "") -> Injection:
+    """Parse `--inject` ("nan-after N", "hang", "hang-after N", "crash-on-start",
+    "unsupported-arch", "hang-in-capture").
+
+    Args:
+        text: the fault.
+        line: the error line for "unsupported-arch" (default: DEFAULT_ARCH_LINE).
 
     Raises:
         ArgsError: on anything else.
@@ -135,14 +159,16 @@ def parse_injection(text: str | None) -> Injection:
     words = text.replace("=", " ").split()
     kind = words[0]
     rest = words[1:]
-    if kind == "crash-on-start" and not rest:
-        return Injection("crash-on-start")
+    if kind in ("crash-on-start", "hang-in-capture") and not rest:
+        return Injection(kind)
+    if kind == "unsupported-arch" and not rest:
+        return Injection(kind, line=line or DEFAULT_ARCH_LINE)
     if kind == "hang" and not rest:
         return Injection("hang", 0)
     if kind in ("nan-after", "hang-after") and len(rest) == 1 and re.fullmatch(r"\d+", rest[0]):
         return Injection("nan-after" if kind == "nan-after" else "hang", int(rest[0]))
     raise ArgsError(f"argument --inject: {text!r} is not understood; use one of: "
-                    f"'nan-after N', 'hang', 'hang-after N', 'crash-on-start'")
+                    + ", ".join(f"'{f}'" for f in FAULTS))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -177,8 +203,11 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=["debug", "info", "warning", "error", "critical"])
     p.add_argument("--decode-log-interval", type=int, default=40)
     p.add_argument("--inject", default=None,
-                   help="Fault injection for tests: 'nan-after N', 'hang', 'hang-after N', "
-                        "'crash-on-start'.")
+                   help="Fault injection for tests: " + ", ".join(f"'{f}'" for f in FAULTS) + ".")
+    p.add_argument("--inject-matrix", default=None, metavar="FILE",
+                   help="Fault injection decided by the launch flags: a TOML/JSON list of "
+                        "[[fault]] rules (when/unless flag values -> fault); the first that "
+                        "matches applies. See pcieprof/refserver/faults.py.")
     for flag in IGNORED_GPU_FLAGS:
         p.add_argument(flag, dest=_ignored_dest(flag), default=None, help=argparse.SUPPRESS)
     for flag in IGNORED_GPU_SWITCHES:
@@ -225,9 +254,28 @@ def parse_args(argv: Sequence[str]) -> ServerArgs:
         max_running_requests=ns.max_running_requests, random_seed=ns.random_seed,
         served_model_name=ns.served_model_name or MODEL_NAME, context_length=ns.context_length,
         skip_server_warmup=ns.skip_server_warmup, log_level=ns.log_level,
-        decode_log_interval=max(1, ns.decode_log_interval), inject=parse_injection(ns.inject),
-        ignored_flags=ignored,
+        decode_log_interval=max(1, ns.decode_log_interval),
+        inject=_injection(ns.inject, ns.inject_matrix, ignored), ignored_flags=ignored,
     )
+
+
+def _injection(text: str | None, matrix: str | None, ignored: dict[str, Any]) -> Injection:
+    """The fault to inject: --inject as given, or the first matching --inject-matrix rule."""
+    if matrix is None:
+        return parse_injection(text)
+    if text is not None:
+        raise ArgsError("argument --inject-matrix: not together with --inject")
+    try:
+        rule = choose(load_matrix(matrix), launch_flags(ignored))
+    except MatrixError as exc:
+        raise ArgsError(str(exc)) from None
+    if rule is None:
+        return Injection(rule=f"{matrix}: no rule matches")
+    try:
+        inj = parse_injection(rule.fault, rule.line)
+    except ArgsError as exc:
+        raise ArgsError(f"argument --inject-matrix: {matrix}: {rule.describe()}: {exc}") from None
+    return Injection(inj.kind, inj.after_steps, inj.line, f"{matrix}: {rule.describe()}")
 
 
 def _accepted(parser: argparse.ArgumentParser) -> list[str]:

@@ -86,7 +86,7 @@ def build_app(args: ServerArgs, scheduler: Scheduler, metrics: ServerMetrics,
     app[STATE_KEY] = state
 
     def make_request(prompt: Any, sp: dict[str, Any], rid: str | None, on_token: Any,
-                     log_metrics: bool = True) -> Request:
+                     log_metrics: bool = True, return_logprob: bool = False) -> Request:
         if isinstance(prompt, str):
             ids = tok.encode(prompt)
         elif isinstance(prompt, list) and all(isinstance(i, int) for i in prompt):
@@ -123,7 +123,8 @@ def build_app(args: ServerArgs, scheduler: Scheduler, metrics: ServerMetrics,
         return Request(rid=rid or uuid.uuid4().hex, prompt_ids=ids, max_new_tokens=max_new,
                        temperature=temperature, top_p=top_p, top_k=top_k,
                        ignore_eos=bool(sp.get("ignore_eos", False)), seed=int(seed),
-                       on_token=on_token, log_metrics=log_metrics)
+                       on_token=on_token, log_metrics=log_metrics,
+                       return_logprob=return_logprob)
 
     def meta(req: Request, finish: dict[str, Any] | None) -> dict[str, Any]:
         m: dict[str, Any] = {"id": req.rid, "finish_reason": finish,
@@ -131,6 +132,10 @@ def build_app(args: ServerArgs, scheduler: Scheduler, metrics: ServerMetrics,
                              "completion_tokens": len(req.output_ids), "cached_tokens": 0}
         if finish is not None:
             m["e2e_latency"] = time.perf_counter() - req.created
+        if req.return_logprob:
+            # SGLang's shape: [logprob, token_id, text or None] per output token
+            m["output_token_logprobs"] = [[lp, t, None] for lp, t in
+                                          zip(req.output_logprobs, req.output_ids)]
         return m
 
     async def tokens(req: Request, stream: _Stream) -> Any:
@@ -176,13 +181,15 @@ def build_app(args: ServerArgs, scheduler: Scheduler, metrics: ServerMetrics,
             prompt = body.get("text") if body.get("text") is not None else body.get("input_ids")
             sp = body.get("sampling_params") or {}
             stream = _Stream()
-            req = make_request(prompt, sp, body.get("rid"), stream.on_token)
+            req = make_request(prompt, sp, body.get("rid"), stream.on_token,
+                               return_logprob=bool(body.get("return_logprob")))
         except _BadRequest as exc:
             return _error(str(exc))
         scheduler.submit(req)
         if not body.get("stream"):
             finish = await drain(req, stream)
             return web.json_response({"text": tok.decode(req.output_ids),
+                                      "output_ids": list(req.output_ids),
                                       "meta_info": meta(req, finish)},
                                      dumps=lambda o: orjson.dumps(o).decode())
 

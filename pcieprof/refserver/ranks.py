@@ -48,6 +48,12 @@ def load_model(args: ServerArgs, rank: int, world_size: int) -> TinyMoEModel:
                        "weights (injected fault)")
         raise RuntimeError("[pcieprof inject] crash-on-start: injected fault while loading "
                            f"weights on TP{rank}")
+    if args.inject.kind == "unsupported-arch" and rank == world_size - 1:
+        # The traceback ends in the line a real kernel raises (given by the fault matrix), so a
+        # log reader sees what it would see from SGLang, labelled as injected.
+        rank_log.error("[pcieprof inject] unsupported-arch: a kernel chosen by the launch flags "
+                       "refuses this GPU architecture (injected fault)")
+        raise RuntimeError(f"[pcieprof inject] {args.inject.line}")
     group = dist.group.WORLD if world_size > 1 else None
     model = TinyMoEModel(cfg, TPGroup(rank, world_size, group), args.random_seed,
                          args.context_length)

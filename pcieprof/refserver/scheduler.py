@@ -51,6 +51,7 @@ class Request:
         seed: per-request sampling seed.
         on_token: called on the event loop with (request, token_id, finish_reason or None).
         log_metrics: counted in /metrics (False for health checks and warm-up).
+        return_logprob: record the log-probability of each output token (`output_logprobs`).
     """
 
     rid: str
@@ -63,8 +64,10 @@ class Request:
     seed: int
     on_token: Callable[["Request", int, dict[str, Any] | None], None]
     log_metrics: bool = True
+    return_logprob: bool = False
     num: int = -1
     output_ids: list[int] = field(default_factory=list)
+    output_logprobs: list[float] = field(default_factory=list)
     created: float = field(default_factory=time.perf_counter)
     first_token_at: float | None = None
     last_token_at: float | None = None
@@ -264,6 +267,8 @@ class Scheduler:
         for row, req in zip(logits, reqs):
             tok = self._sample(row, req, plan.poison)
             req.output_ids.append(tok)
+            if req.return_logprob:
+                req.output_logprobs.append(float(torch.log_softmax(row.float(), -1)[tok]))
             if req.first_token_at is None:
                 req.first_token_at = now
             elif req.log_metrics:

@@ -118,6 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     server_log.info(f"server_args={args}")
     for flag, value in args.ignored_flags.items():
         server_log.info(f"--{flag}={value}: a GPU setting of SGLang, ignored by this CPU server")
+    if args.inject.rule:
+        server_log.warning(f"[pcieprof inject] fault matrix {args.inject.rule}: "
+                           f"{args.inject.describe()}")
     if args.inject.kind != "none":
         server_log.warning(f"[pcieprof inject] fault injection enabled: {args.inject.describe()}"
                            f" (every injected fault is labelled [pcieprof inject] in this log)")
@@ -171,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     max_tokens = args.max_running_requests * args.context_length
     logs.rank_log.info(f"KV Cache is allocated. #tokens: {max_tokens}, per-request capacity: "
                        f"prompt + max_new_tokens, dtype: float32")
+    if args.inject.kind == "hang-in-capture":
+        _hang_in_capture()
     metrics = ServerMetrics(args.served_model_name, max_tokens)
 
     def on_fatal(_tb: str) -> None:
@@ -186,6 +191,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     asyncio.run(_serve(app, args, sock, port, scheduler))
     return 0
+
+
+def _hang_in_capture(steps: int = 6, done: int = 2) -> None:
+    """Injected fault: start SGLang's decode CUDA-graph capture, log progress for `done` of
+    `steps` batch sizes, then never finish (as sgl-project/sglang PR #29580 reports for the full
+    decode graph on SM120). The HTTP server never starts; SIGTERM still stops everything."""
+    sizes = [2 ** i for i in range(steps)][::-1]
+    logs.rank_log.info("Capture target decode CUDA graph begin. backend=full, "
+                       "num_tokens_per_req=1, avail mem=0.00 GB [pcieprof inject] hang-in-capture:"
+                       " this capture never ends (injected fault)")
+    for i, bs in enumerate(sizes[:done]):
+        time.sleep(0.2)
+        logs.rank_log.info(f"Capturing batches (bs={bs} avail_mem=0.00 GB): "
+                           f"{100 * (i + 1) // steps}% | {i + 1}/{steps}")
+    logs.flush()
+    while True:
+        time.sleep(3600)
 
 
 async def _serve(app: web.Application, args: ServerArgs, sock: socket.socket, port: int,

@@ -16,7 +16,9 @@ class ReportContext:
     Attributes:
         band: decode-message band marked on all-reduce plots (its model names the card).
         recommendations: per bundle path, the tuner's output computed by the command for bundles
-            without recommendations.json (the report itself never runs the tuner).
+            without recommendations.json, or whose stored one is superseded (made without the
+            launch search of a serve bundle in the same report); the report never runs the
+            tuner.
         views: every bundle of the report (set by the builder), for sections that combine them.
     """
 
@@ -25,5 +27,5 @@ class ReportContext:
     views: list[BundleView] = field(default_factory=list)
 
     def recommendations_for(self, view: BundleView) -> Recommendations | None:
-        """The bundle's recommendations.json, else what the command computed for it, else None."""
-        return view.doc(Recommendations) or self.recommendations.get(str(view.path))
+        """What the command computed for the bundle, else its recommendations.json, else None."""
+        return self.recommendations.get(str(view.path)) or view.doc(Recommendations)

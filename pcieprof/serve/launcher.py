@@ -11,17 +11,19 @@ can generate a token.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Callable
 
 from pcieprof import progress
-from pcieprof.serve.outcomes import ACCESS, PROGRESS, Classified, classify
+from pcieprof.serve.outcomes import ACCESS, PROGRESS, Classified, Outcome, classify
 from pcieprof.serve.sglang_cmd import ServerCommand, server_env
 
 
@@ -67,6 +69,7 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
         self.started_at = 0.0
+        self.progress: ProgressWatch | None = None  # set by wait_ready
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -76,7 +79,7 @@ class ServerProcess:
         self._log = open(self.log_path, "ab", buffering=0)
         self._log.write(("# " + self.cmd.shell() + "\n").encode())
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen(self.cmd.argv, env=self._env, stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(self.cmd.exec_argv(), env=self._env, stdin=subprocess.DEVNULL,
                                      stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True, close_fds=True)
 
@@ -159,33 +162,97 @@ class ServerProcess:
 
         Args:
             base_url: `http://host:port`.
-            deadline_s: give up (outcome `hang`) after this long.
-            stall_s: give up earlier (outcome `hang`) when the log has had no new line other
-                than HTTP access lines for this long (None: never).
-            poll_s: time between checks.
+            deadline_s: give up (outcome `hang`) after this long in all (s).
+            stall_s: give up earlier (outcome `hang`) when the log shows no start-up progress
+                (weight loading, CUDA-graph capture, warm-up; see outcomes.PROGRESS) for this
+                long (s); health-check and access lines do not count. None: never.
+            poll_s: time between checks (s).
             on_wait: called with (seconds waited, last log line) on every check.
 
         Returns:
             None when ready, else the classified failure (the server is left running; call stop).
         """
         url = base_url.rstrip("/") + "/health_generate"
-        last_mark, last_change = "", time.monotonic()
+        watch = self.progress = ProgressWatch(self.log_path, self.started_at)
         while True:
-            waited = time.monotonic() - self.started_at
+            now = time.monotonic()
+            waited = now - self.started_at
             if self.exit_code() is not None:
+                watch.poll()
                 return self.classify()
             status, _ = http_get(url, timeout_s=max(2.0, poll_s * 4))
+            watch.poll()
             if status == 200:
                 return None
-            tail = self.log_text(64 << 10)
-            mark = _last_meaningful(tail)
-            if mark != last_mark:
-                last_mark, last_change = mark, time.monotonic()
             if on_wait:
-                on_wait(waited, _last_line(tail))
-            if waited > deadline_s or (stall_s and time.monotonic() - last_change > stall_s):
-                return self.classify(hung=True)
+                on_wait(waited, _last_line(self.log_text(16 << 10)))
+            quiet = time.monotonic() - watch.last_progress_at
+            if stall_s and quiet > stall_s:
+                return _hung(self.classify(hung=True), f"no start-up progress for {quiet:.0f} s "
+                                                       f"(stall timeout {stall_s:g} s)")
+            if time.monotonic() - self.started_at > deadline_s:
+                return _hung(self.classify(hung=True),
+                             f"not ready after the {deadline_s:g} s start-up deadline")
             time.sleep(poll_s)
+
+
+class ProgressWatch:
+    """Follows a server log as it grows and notes when it last showed progress.
+
+    A line is progress when it matches `outcomes.PROGRESS` and differs from the previous progress
+    line once timestamps and bracketed tqdm timings are removed, so a progress bar redrawn
+    without advancing does not count. Lines are split at newlines and at the carriage returns
+    tqdm redraws with.
+
+    Args:
+        path: the log file.
+        started_at: time.monotonic() of the start: the quiet time counts from here.
+        max_read: bytes read per poll at most (the rest is read by later polls).
+    """
+
+    def __init__(self, path: Path, started_at: float, max_read: int = 1 << 20) -> None:
+        self.path = path
+        self.last_progress_at = started_at
+        self.last_progress = ""
+        self.count = 0
+        self._offset = 0
+        self._rest = ""
+        self._key = ""
+        self._max_read = max_read
+
+    def poll(self) -> bool:
+        """Read what the log gained; True when it showed progress."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read(self._max_read)
+        except OSError:
+            return False
+        self._offset += len(chunk)
+        text = self._rest + chunk.decode("utf-8", "replace")
+        lines = _LINE_BREAK.split(text)
+        self._rest = lines.pop()
+        moved = False
+        for ln in lines:
+            if not PROGRESS.search(ln) or ACCESS.search(ln):
+                continue
+            key = _BRACKETS.sub("", ln).strip()
+            if key != self._key:
+                self._key, self.last_progress = key, ln.strip()
+                self.count += 1
+                moved = True
+        if moved:
+            self.last_progress_at = time.monotonic()
+        return moved
+
+
+def _hung(c: Classified, summary: str) -> Classified:
+    """A hang says which timeout ended it; a recognised failure line keeps its own summary."""
+    return replace(c, summary=summary) if c.outcome is Outcome.HANG else c
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_BRACKETS = re.compile(r"\[[^\]]*\]")
 
 
 def _group_alive(pgid: int) -> bool:
@@ -215,15 +282,6 @@ def _has_live_member(pgid: int) -> bool:
         if len(rest) > 2 and int(rest[2]) == pgid and rest[0] != "Z":
             return True
     return False
-
-
-def _last_meaningful(text: str) -> str:
-    """The last log line that is not an HTTP access line (server lines carry timestamps, so a
-    new one differs from the old)."""
-    for ln in reversed(text.splitlines()):
-        if ln.strip() and not ACCESS.search(ln):
-            return ln
-    return ""
 
 
 def _last_line(text: str) -> str:

@@ -94,12 +94,21 @@ RULES: list[Rule] = [
        "check the flags against the server's --help"),
 ]
 
-# Lines that count as startup / decode progress for hang detection (SGLang's own log lines).
-PROGRESS = re.compile(r"Load weight|Capture cuda graph|Decode batch|Prefill batch|fired up"
-                      r"|Memory pool|KV Cache is allocated|Uvicorn running|Application startup")
-# HTTP access-log lines: a hung server still answers (and logs) health checks, so these are
-# not progress.
+# Lines that count as progress for hang detection: SGLang 0.5.23's own start-up and serving lines
+# (model_runner.py "Load weight begin/end", weight_utils.py tqdm "Loading safetensors checkpoint
+# shards", cuda_graph_setup.py "Capture target decode CUDA graph begin", the decode runner's tqdm
+# "Capturing batches (bs=..)", kv_cache_configurator.py "Memory pool end", deep_gemm_wrapper
+# "DeepGEMM warmup", warmup.py "Running warmup", metrics_reporter.py "Prefill batch" /
+# "Decode batch", http_server.py "fired up"). Health-check failures and HTTP access lines are not
+# progress: a hung server still answers (and logs) health checks.
+PROGRESS = re.compile(r"Load weight|checkpoint shards|Init torch distributed"
+                      r"|Captur(?:e|ing)\b.*(?:graph|batches|shape)|Memory pool|KV Cache is allocated"
+                      r"|DeepGEMM warmup|Running warmup|Decode batch|Prefill batch|fired up"
+                      r"|Uvicorn running|Application startup", re.IGNORECASE)
+# HTTP access-log lines (never progress).
 ACCESS = re.compile(r'"(?:GET|POST|PUT) /[^"]*" \d{3}')
+# Progress lines that say the server was capturing CUDA graphs.
+CAPTURE = re.compile(r"Captur(?:e|ing)\b.*(?:graph|batches|shape)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

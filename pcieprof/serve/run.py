@@ -1,10 +1,14 @@
 """The serve-bench pipeline: launch (or attach), load sweep, decode curve, traces.
 
-Everything lands in the bundle as it is measured (serve/attempts.jsonl, serve/server-<n>.log,
-serve/requests.jsonl, serve/summary.json, serve/decode_curve.csv, serve/traces/), so a crash or
-Ctrl-C leaves a partial bundle with all that was measured so far. Every server started here is
-stopped on the way out, whatever happens. Attributing the traces is analysis: the serve-bench
-command does it after this pipeline (pcieprof.analysis.attribution).
+What is launched: the given configuration, a user's list (`--sweep-file`), or the launch search
+(`--sweep`, pcieprof.serve.search), which picks each next configuration from how the earlier
+ones ended and resumes from the attempts recorded in the bundle (`--resume`).
+
+Everything lands in the bundle as it is measured (serve/attempts.jsonl, serve/search.json,
+serve/server-<n>.log, serve/requests.jsonl, serve/summary.json, serve/decode_curve.csv,
+serve/traces/), so a crash or Ctrl-C leaves a partial bundle with all that was measured so far.
+Every server started here is stopped on the way out, whatever happens. Attributing the traces is
+analysis: the serve-bench command does it after this pipeline (pcieprof.analysis.attribution).
 """
 
 from __future__ import annotations
@@ -12,23 +16,27 @@ from __future__ import annotations
 import asyncio
 import json
 import platform
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pcieprof import progress
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.rows import DecodeCurveRow
+from pcieprof.bundle.serve_search import SearchAttempt, Winner
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.cards import ModelCard
-from pcieprof.errors import ExitCode, PcieprofError
+from pcieprof.errors import BadInput, ExitCode, PcieprofError
 from pcieprof.serve import decode_curve, profiling
 from pcieprof.serve.client import LoadSpec, run_load
-from pcieprof.serve.launcher import ServerProcess, http_get
+from pcieprof.serve.launcher import ServerProcess, free_port, http_get
 from pcieprof.serve.metrics import FORMULAS, RequestRecord, summarize
 from pcieprof.serve.outcomes import Outcome
-from pcieprof.serve.sglang_cmd import LaunchConfig, ParserSpec, build_command, recorded_env
+from pcieprof.serve.search import NOT_A_RESULT, End, Search, Tried, search_document
+from pcieprof.serve.sglang_cmd import (LaunchConfig, LaunchPrefix, ParserSpec, build_command,
+                                       recorded_env)
 from pcieprof.serve.sweep import Attempt, SweepEntry, classify_attempt_end, entries_from, launch
 
 
@@ -38,8 +46,11 @@ class BenchOptions:
 
     card: ModelCard
     base: LaunchConfig
-    sweep: bool = False
+    search: Search | None = None  # --sweep: the launch search
+    resume: bool = False  # continue the search recorded in the bundle
     sweep_file: Path | None = None
+    prefix: LaunchPrefix | None = None
+    fresh_port: bool = False  # no --port given: each attempt takes a port free at its start
     url: str | None = None
     api: str = "generate"
     concurrencies: tuple[int, ...] = (1, 4, 16, 64)
@@ -86,41 +97,174 @@ def run(bundle: Bundle, opts: BenchOptions) -> ServeSummary | None:
     if opts.base.node_rank > 0:
         _follower_node(bundle, opts)
         return None
-    entries = entries_from(opts.card, opts.base, opts.sweep_file) if opts.sweep \
-        else [SweepEntry(opts.base, why="the given configuration")]
-    attempts: list[Attempt] = []
+    attempts = _resumed(bundle) if opts.resume else []
+    plan: _Plan
+    if opts.search is not None:
+        plan = _SearchPlan(opts.search, opts.base, opts)
+    elif opts.sweep_file is not None:
+        plan = _ListPlan(entries_from(opts.base, opts.sweep_file))
+    else:
+        plan = _ListPlan([SweepEntry(opts.base, why="the given configuration")])
     try:
-        return _attempt_all(bundle, opts, entries, attempts)
+        return _attempt_all(bundle, opts, plan, attempts)
     except KeyboardInterrupt:
         for a in attempts:
-            if a.outcome == "running":
+            if a.outcome == "running" or (a.benchmarked and a.ok and not _finished(bundle)):
                 a.outcome, a.summary = Outcome.INTERRUPTED.value, "interrupted (Ctrl-C)"
         _write_attempts(bundle, attempts)
+        plan.record(bundle, attempts, status="interrupted", why="interrupted (Ctrl-C); "
+                    "serve-bench --sweep --resume --out <this bundle> continues")
         raise
 
 
-def _attempt_all(bundle: Bundle, opts: BenchOptions, entries: list[SweepEntry],
+class _Plan:
+    """Where the configurations come from: a fixed list, or the launch search."""
+
+    def next(self, attempts: list[Attempt]) -> SweepEntry | End:
+        raise NotImplementedError
+
+    def record(self, bundle: Bundle, attempts: list[Attempt], *, status: str = "",
+               why: str = "", end: End | None = None) -> None:
+        """Write what the plan knows into the bundle (the search writes serve/search.json)."""
+
+
+class _ListPlan(_Plan):
+    def __init__(self, entries: list[SweepEntry]) -> None:
+        self.entries = entries
+
+    def next(self, attempts: list[Attempt]) -> SweepEntry | End:
+        done = [a for a in attempts if a.outcome not in NOT_A_RESULT]
+        if len(done) < len(self.entries):
+            return self.entries[len(done)]
+        return End("exhausted", f"none of {len(self.entries)} launch configs served correct "
+                                f"tokens", "see serve/attempts.jsonl")
+
+
+class _SearchPlan(_Plan):
+    def __init__(self, search: Search, base: LaunchConfig, opts: BenchOptions) -> None:
+        self.search = search
+        self.base = base
+        self.opts = opts
+
+    def next(self, attempts: list[Attempt]) -> SweepEntry | End:
+        step = self.search.next([_tried(a) for a in attempts])
+        if isinstance(step, End):
+            return step
+        label = self.search.space.label(step.config)
+        cfg = self.base.with_axes(step.config, label)
+        return SweepEntry(cfg, why=step.why, source=", ".join(step.sources), search={
+            "config": step.config, "label": label, "rule": step.rule, "parent": step.parent,
+            "varied": list(step.varied), "why": step.why, "changes": list(step.changes)})
+
+    def record(self, bundle: Bundle, attempts: list[Attempt], *, status: str = "",
+               why: str = "", end: End | None = None) -> None:
+        winner = next((a for a in reversed(attempts) if a.ok and a.search), None)
+        if not status:
+            status = "found" if winner else (end.status if end else "running")
+        if not why:
+            why = (f"attempt {winner.index} served correct tokens: {winner.search['label']}"
+                   if winner else (end.why if end else "searching"))
+        ours = [a for a in attempts if a.search]
+        bundle.write_doc(search_document(
+            self.search, [_tried(a) for a in ours], [_row(a) for a in ours], status=status,
+            why=why,
+            winner=_winner(winner) if winner else None, end=end,
+            sources=dict(self.opts.card.sources),
+            sglang=self.opts.parser.version if self.opts.parser else None))
+
+
+def _tried(a: Attempt) -> Tried:
+    s = a.search
+    return Tried(index=a.index, config=dict(s.get("config", {})), outcome=a.outcome,
+                 excerpt=a.excerpt, last_progress=a.last_progress, rule=str(s.get("rule", "first")),
+                 parent=s.get("parent"), varied=tuple(s.get("varied", [])))
+
+
+def _row(a: Attempt) -> SearchAttempt:
+    s = a.search
+    return SearchAttempt(
+        index=a.index, label=str(s.get("label", a.name)), config=dict(s.get("config", {})),
+        rule=str(s.get("rule", "")), parent=s.get("parent"), varied=list(s.get("varied", [])),
+        why=str(s.get("why", "")), changes=list(s.get("changes", [])), outcome=a.outcome,
+        summary=a.summary, deciding_line="" if a.ok else (a.deciding_line or a.last_progress),
+        time_to_failure_s=a.time_to_failure_s, time_to_ready_s=a.time_to_ready_s, log=a.log)
+
+
+def _winner(a: Attempt) -> Winner:
+    cmd = a.command
+    argv = [str(x) for x in cmd.get("argv", [])]
+    env = {str(k): str(v) for k, v in cmd.get("env", {}).items()}
+    line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+    return Winner(index=a.index, label=str(a.search.get("label", a.name)),
+                  config=dict(a.search.get("config", {})), argv=argv, env=env,
+                  command=(line + " " if line else "") + shlex.join(argv),
+                  launch_prefix=[str(x) for x in cmd.get("prefix") or []])
+
+
+def _resumed(bundle: Bundle) -> list[Attempt]:
+    """The attempts recorded in the bundle; one left `running` (pcieprof was killed) counts as
+    interrupted."""
+    path = bundle.path / "serve" / "attempts.jsonl"
+    rows = []
+    if path.is_file():
+        for ln in path.read_text(encoding="utf-8").splitlines():
+            if ln.strip():
+                try:
+                    rows.append(Attempt.from_json(json.loads(ln)))
+                except (ValueError, TypeError) as exc:
+                    raise BadInput(f"{path}: unreadable attempt row ({exc})") from None
+    if rows and not all(r.search for r in rows):
+        raise BadInput(f"{bundle.path} holds attempts that no launch search made",
+                       hint="--resume continues a serve-bench --sweep bundle")
+    for r in rows:
+        if r.outcome == "running":
+            r.outcome, r.summary = Outcome.INTERRUPTED.value, "pcieprof stopped during it"
+    if rows:
+        done = [r for r in rows if r.outcome not in NOT_A_RESULT]
+        progress.info(f"resuming the launch search: {len(done)} attempt(s) recorded, "
+                      f"{len(rows) - len(done)} interrupted")
+    return rows
+
+
+def _finished(bundle: Bundle) -> bool:
+    return (bundle.read_json("serve/summary.json", {}) or {}).get("status") == "ok"
+
+
+def _attempt_all(bundle: Bundle, opts: BenchOptions, plan: _Plan,
                  attempts: list[Attempt]) -> ServeSummary:
-    for i, entry in enumerate(entries):
-        cmd = build_command(opts.card, entry.config, parser=opts.parser)
-        if i == 0:
+    while True:
+        entry = plan.next(attempts)
+        if isinstance(entry, End):
+            return _none_served(bundle, opts, plan, attempts, entry)
+        i = len(attempts)
+        if opts.fresh_port:  # another process may have taken the last one meanwhile
+            entry.config = entry.config.with_(port=free_port(_client_host(entry.config.host)))
+        cmd = build_command(opts.card, entry.config, parser=opts.parser, prefix=opts.prefix)
+        if not bundle.has("serve/command.json"):
             bundle.write_json("serve/command.json", {**cmd.to_json(),
                                                      "recorded_env": recorded_env(cmd)})
         base_url = f"http://{_client_host(entry.config.host)}:{entry.config.port}"
-        progress.info(f"attempt {i} {entry.config.name}: {cmd.shell()}")
+        rule = entry.search.get("rule")
+        progress.info(f"attempt {i} {entry.config.name}" + (f" [{rule}]: {entry.why}" if rule
+                                                            else ""))
+        for change in entry.search.get("changes", []):
+            progress.debug(f"  {change}")
+        progress.debug(f"attempt {i}: {cmd.shell()}")
 
         def started(a: Attempt) -> None:
             attempts.append(a)
             _write_attempts(bundle, attempts)
+            plan.record(bundle, attempts)
 
         bundle.register(f"serve/server-{i}.log")  # a file written by the server
         att, server = launch(i, entry, cmd, bundle.file(f"serve/server-{i}.log"), base_url,
                              startup_timeout_s=opts.startup_timeout_s, stall_s=opts.stall_s,
                              probe_tokens_n=opts.probe_tokens, probe_requests=opts.probe_requests,
-                             probe_timeout_s=opts.probe_timeout_s, api=opts.api,
-                             vocab_high=opts.vocab_high, on_started=started)
+                             probe_timeout_s=opts.probe_timeout_s, vocab_high=opts.vocab_high,
+                             on_started=started)
         try:
             _write_attempts(bundle, attempts)
+            plan.record(bundle, attempts)
             progress.info(att.one_line())
             if not att.ok:
                 continue
@@ -131,7 +275,8 @@ def _attempt_all(bundle: Bundle, opts: BenchOptions, entries: list[SweepEntry],
                                      nranks=_local_ranks(entry.config, opts.card))
             except _Stop as stop:
                 _write_attempts(bundle, attempts)
-                if opts.sweep and i + 1 < len(entries):
+                plan.record(bundle, attempts)
+                if not isinstance(plan.next(attempts), End):
                     progress.warn(stop.attempt.one_line() + "; trying the next config")
                     continue
                 bundle.set_part("serve", "partial", why=stop.attempt.one_line(),
@@ -143,20 +288,32 @@ def _attempt_all(bundle: Bundle, opts: BenchOptions, entries: list[SweepEntry],
                                     exit_code=ExitCode.FAILURE) from None
             bundle.set_part("serve", "ok", model=opts.card.name, attempts=len(attempts),
                             served_by=att.name)
+            plan.record(bundle, attempts)
             return summary
         finally:
             rc = server.stop()
             progress.debug(f"attempt {i}: server group stopped (exit {rc})")
+
+
+def _none_served(bundle: Bundle, opts: BenchOptions, plan: _Plan, attempts: list[Attempt],
+                 end: End) -> NoReturn:
+    done = [a for a in attempts if a.outcome not in NOT_A_RESULT]
+    plan.record(bundle, attempts, end=end)
     bundle.set_part("serve", "failed", why=f"no configuration served correct tokens "
-                    f"({len(attempts)} attempt(s))", model=opts.card.name, attempts=len(attempts))
-    last = attempts[-1]
-    if len(attempts) == 1:
+                    f"({len(done)} attempt(s)): {end.why}", model=opts.card.name,
+                    attempts=len(done))
+    last = done[-1] if done else None
+    if last is not None and len(done) == 1 and opts.search is None:
         raise PcieprofError(f"server {last.outcome} after {last.time_to_failure_s or 0:.1f} s: "
                             f"{last.summary}{last.excerpt_key()}",
                             hint=f"{last.hint + '; ' if last.hint else ''}log: {last.log}",
                             exit_code=ExitCode.FAILURE)
-    raise PcieprofError(f"none of {len(attempts)} launch configs served correct tokens; last: "
-                        f"{last.one_line()}", hint="see serve/attempts.jsonl",
+    searched = opts.search is not None
+    what = "launch search" if searched else "launch configs"
+    see = "see serve/search.json" if searched else "see serve/attempts.jsonl"
+    raise PcieprofError(f"no configuration served correct tokens ({what}, {len(done)} attempts): "
+                        f"{end.why}" + (f"; last: {last.one_line()}" if last else ""),
+                        hint=f"{end.hint}; {see}" if end.hint else see,
                         exit_code=ExitCode.FAILURE)
 
 
@@ -204,7 +361,7 @@ def _attached(bundle: Bundle, opts: BenchOptions) -> ServeSummary:
 
 def _follower_node(bundle: Bundle, opts: BenchOptions) -> None:
     """Node rank > 0 of a multi-node launch: run this node's server until it exits."""
-    cmd = build_command(opts.card, opts.base, parser=opts.parser)
+    cmd = build_command(opts.card, opts.base, parser=opts.parser, prefix=opts.prefix)
     bundle.write_json("serve/command.json", {**cmd.to_json(), "recorded_env": recorded_env(cmd)})
     server = ServerProcess(cmd, bundle.file("serve/server-0.log"))
     bundle.register("serve/server-0.log")

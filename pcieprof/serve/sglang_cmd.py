@@ -93,6 +93,14 @@ class LaunchConfig:
         """A copy with some fields changed."""
         return replace(self, **changes)
 
+    def with_axes(self, axes: dict[str, str], name: str) -> "LaunchConfig":
+        """A copy with a launch search's axis values (pcieprof.serve.space: field names, "" for
+        unset; `cuda_graph` "on"/"off"); fields the search has no axis for stay as they are."""
+        changes: dict[str, Any] = {"name": name}
+        for axis, value in axes.items():
+            changes[axis] = value != "off" if axis == "cuda_graph" else value
+        return replace(self, **changes)
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict (for attempts.jsonl)."""
         d = asdict(self)
@@ -116,15 +124,59 @@ class LaunchConfig:
 
 
 @dataclass(frozen=True)
+class LaunchPrefix:
+    """How the server is started where it runs: `docker run ... IMAGE`, `srun ...`, `ssh host`.
+
+    The server command (with its environment as `env K=V ...`, since a container or a remote
+    shell does not inherit this one's) goes after the prefix's words, or in place of a `{cmd}`
+    word as one shell-quoted string (`ssh gpu01 {cmd}`, `bash -lc {cmd}`). `ssh` without `{cmd}`
+    gets the string form too, since ssh hands its arguments to a remote shell.
+
+    Attributes:
+        words: the prefix, split as a shell would.
+    """
+
+    words: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> "LaunchPrefix | None":
+        """The prefix from `--launch-prefix` text (None for empty text).
+
+        Raises:
+            BadInput: text a shell could not split.
+        """
+        if not text.strip():
+            return None
+        try:
+            return cls(tuple(shlex.split(text)))
+        except ValueError as exc:
+            raise BadInput(f"--launch-prefix {text!r}: {exc}") from None
+
+    def wrap(self, argv: list[str], env: dict[str, str] | None = None) -> list[str]:
+        """The argv to execute: `argv` (with `env`) run through the prefix."""
+        inner = (["env", *[f"{k}={v}" for k, v in sorted(env.items())]] if env else []) + argv
+        if any("{cmd}" in w for w in self.words):
+            return [w.replace("{cmd}", shlex.join(inner)) for w in self.words]
+        if Path(self.words[0]).name == "ssh":
+            return [*self.words, shlex.join(inner)]
+        return [*self.words, *inner]
+
+    def text(self) -> str:
+        return shlex.join(self.words)
+
+
+@dataclass(frozen=True)
 class ServerCommand:
     """An exact server command: argv (never a shell string) and the environment it adds.
 
     Attributes:
-        argv: the command, argv[0] is the Python interpreter.
+        argv: the server command itself: `python3 -m sglang.launch_server ...` (for the reference
+            server without a prefix: this interpreter's path, since it is pcieprof's own module).
         env: variables set for the server on top of the inherited environment (recorded).
         notes: translations and checks applied (one line each).
         checked_against: SGLang version whose parser checked argv, or None.
         reference: True when this starts pcieprof's reference server, not SGLang.
+        prefix: how it is started where it runs (None: here, as a child process).
     """
 
     argv: list[str]
@@ -132,30 +184,46 @@ class ServerCommand:
     notes: list[str] = field(default_factory=list)
     checked_against: str | None = None
     reference: bool = False
+    prefix: LaunchPrefix | None = None
+
+    def exec_argv(self) -> list[str]:
+        """What is executed: `argv`, through the launch prefix when there is one."""
+        return self.prefix.wrap(self.argv, self.env) if self.prefix else list(self.argv)
 
     def shell(self) -> str:
         """The command as one copy-pasteable shell line (for display only; never executed)."""
+        if self.prefix:
+            return shlex.join(self.exec_argv())
         envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
         return (envs + " " if envs else "") + shlex.join(self.argv)
 
     def to_json(self) -> dict[str, Any]:
         return {"argv": self.argv, "env": self.env, "notes": self.notes,
-                "checked_against": self.checked_against, "reference": self.reference}
+                "checked_against": self.checked_against, "reference": self.reference,
+                "prefix": list(self.prefix.words) if self.prefix else None,
+                "exec_argv": self.exec_argv()}
 
 
 # -- building -----------------------------------------------------------------------------------
 
 
+#: The interpreter SGLang's documentation launches it with; it is resolved where it runs.
+SGLANG_PYTHON = "python3"
+
+
 def build_command(card: ModelCard, cfg: LaunchConfig, *, python: str | None = None,
-                  parser: "ParserSpec | None" = None) -> ServerCommand:
+                  parser: "ParserSpec | None" = None,
+                  prefix: LaunchPrefix | None = None) -> ServerCommand:
     """The server command for `card` with `cfg`, in the pinned SGLang spelling.
 
     Args:
         card: the model card (its `sglang` facts give module, quantization, flags, env).
         cfg: layout, backends and extras.
-        python: interpreter for argv[0] (default: this one).
+        python: interpreter for argv[0] (default: `python3` for SGLang, as its documentation
+            writes it; this interpreter for the reference server run here).
         parser: an SGLang parser to check and translate the flags against (see `load_parser`);
             None leaves them unchecked (and says so in `notes`).
+        prefix: how the server is started where it runs (docker, srun, ssh).
 
     Raises:
         BadInput: impossible settings, or a flag the given SGLang parser does not know.
@@ -163,14 +231,15 @@ def build_command(card: ModelCard, cfg: LaunchConfig, *, python: str | None = No
     facts = card.sglang
     tp = cfg.tp if cfg.tp is not None else facts.tp_default
     _check_layout(tp, cfg)
-    argv = [python or sys.executable, "-m", facts.launch_module]
     if facts.is_reference:
         if cfg.nnodes > 1:
             raise BadInput("the reference server runs on one node (--nnodes 1)")
-        argv += _reference_args(card, cfg, tp)
+        argv = [python or (SGLANG_PYTHON if prefix else sys.executable), "-m",
+                facts.launch_module, *_reference_args(card, cfg, tp)]
         env = {**facts.env, **cfg.env}
         return ServerCommand(argv=argv, env=env, notes=["pcieprof reference server (not SGLang)"],
-                             reference=True)
+                             reference=True, prefix=prefix)
+    argv = [python or SGLANG_PYTHON, "-m", facts.launch_module]
     model = cfg.model_path or facts.model_path or (card.hf_checkpoints[0] if card.hf_checkpoints else "")
     if not model:
         raise BadInput(f"card {card.name} names no checkpoint", hint="pass --model-path")
@@ -215,7 +284,8 @@ def build_command(card: ModelCard, cfg: LaunchConfig, *, python: str | None = No
     else:
         notes.append(f"flags in SGLang {PINNED_SGLANG} spelling; not checked (no SGLang parser "
                      f"importable: install sglang or set {SGLANG_PATH_ENV})")
-    return ServerCommand(argv=argv + a, env=env, notes=notes, checked_against=checked)
+    return ServerCommand(argv=argv + a, env=env, notes=notes, checked_against=checked,
+                         prefix=prefix)
 
 
 def _check_layout(tp: int, cfg: LaunchConfig) -> None:
@@ -251,7 +321,24 @@ def _reference_args(card: ModelCard, cfg: LaunchConfig, tp: int) -> list[str]:
     a = ["--tp-size", str(tp), "--host", cfg.host, "--port", str(cfg.port)]
     if cfg.inject:
         a += ["--inject", cfg.inject]
+    # SGLang's backend flags, as SGLang would get them: the reference server ignores them, but
+    # its --inject-matrix fails by them (a launch search is tested that way).
+    for flag, value in _backend_flags(cfg):
+        a += [flag, value]
+    if not cfg.cuda_graph:
+        a += ["--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]
     return a + list(card.sglang.recommended_flags) + list(cfg.extra_args)
+
+
+def _backend_flags(cfg: LaunchConfig) -> list[tuple[str, str]]:
+    return [(flag, value) for flag, value in (
+        ("--attention-backend", cfg.attention_backend),
+        ("--dsa-prefill-backend", cfg.dsa_prefill_backend),
+        ("--dsa-decode-backend", cfg.dsa_decode_backend),
+        ("--fp8-gemm-backend", cfg.fp8_gemm_backend),
+        ("--fp4-gemm-backend", cfg.fp4_gemm_backend),
+        ("--moe-runner-backend", cfg.moe_runner_backend),
+        ("--kv-cache-dtype", cfg.kv_cache_dtype)) if value]
 
 
 def server_env(cmd: ServerCommand, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -416,6 +503,18 @@ class ParserSpec:
             notes.append(f"{new} -> {old} (SGLang {self.version} spelling)")
         return toks
 
+    def choices(self, flags: list[str]) -> dict[str, list[str] | None]:
+        """flag -> the values this release accepts (None: any value), for the flags it knows
+        under this or a renamed spelling; flags it does not know are left out."""
+        out: dict[str, list[str] | None] = {}
+        for flag in flags:
+            known = flag if self.knows(flag) else self._renamed(flag)
+            if known is None:
+                continue
+            ch = self.options[known].get("choices")
+            out[flag] = [str(c) for c in ch] if ch else None
+        return out
+
     def deprecated_by_help(self, flag: str) -> bool:
         return "deprecated" in str(self.options.get(flag, {}).get("help", "")).lower()[:40]
 
@@ -458,10 +557,20 @@ def load_parser(path: str | None = None, *, python: str | None = None,
     for cand in candidates:
         if cand is None and path is None and not _has_module("sglang"):
             continue
-        spec = _dump_parser(cand, python=python, timeout_s=timeout_s)
+        spec, _why = _dump_parser(cand, python=python, timeout_s=timeout_s)
         if spec is not None:
             return spec
     return None
+
+
+def load_parser_in(prefix: LaunchPrefix, *, timeout_s: float = 300.0
+                   ) -> tuple[ParserSpec | None, str]:
+    """Read the parser of the SGLang that the launch prefix runs (`python3` inside it).
+
+    Returns:
+        (the option table, "") or (None, why it could not be read: one line).
+    """
+    return _dump_parser(None, python=SGLANG_PYTHON, timeout_s=timeout_s, prefix=prefix)
 
 
 def parse_many_with_sglang(arg_lists: list[list[str]], path: str | None = None, *,
@@ -477,7 +586,8 @@ def parse_many_with_sglang(arg_lists: list[list[str]], path: str | None = None, 
     """
     if path is None and not _has_module("sglang"):
         path = sglang_search_path()
-    out = _run_probe(["parse", json.dumps(arg_lists)], path, python=python, timeout_s=timeout_s)
+    out, _why = _run_probe(["parse", json.dumps(arg_lists)], path, python=python,
+                           timeout_s=timeout_s)
     if out is None:
         raise EnvironmentMissing("sglang is not importable",
                                  hint=f"pip install sglang or set {SGLANG_PATH_ENV}")
@@ -492,30 +602,40 @@ def _has_module(name: str) -> bool:
         return False
 
 
-def _dump_parser(path: str | None, *, python: str | None, timeout_s: float) -> ParserSpec | None:
-    out = _run_probe(["dump"], path, python=python, timeout_s=timeout_s)
+def _dump_parser(path: str | None, *, python: str | None, timeout_s: float,
+                 prefix: LaunchPrefix | None = None) -> tuple[ParserSpec | None, str]:
+    out, why = _run_probe(["dump"], path, python=python, timeout_s=timeout_s, prefix=prefix)
     if out is None:
-        return None
+        return None, why
+    where = f"inside {prefix.text()}" if prefix else (path or "installed sglang")
     return ParserSpec(version=str(out["version"]), options=out["options"],
-                      source=str(out.get("source", path or "installed sglang")))
+                      source=str(out.get("source", where)) + (f" ({where})" if prefix else "")), ""
 
 
-def _run_probe(cmd: list[str], path: str | None, *, python: str | None,
-               timeout_s: float) -> dict[str, Any] | None:
+def _run_probe(cmd: list[str], path: str | None, *, python: str | None, timeout_s: float,
+               prefix: LaunchPrefix | None = None) -> tuple[dict[str, Any] | None, str]:
     env = dict(os.environ)
     if path:
         env["PYTHONPATH"] = os.pathsep.join([path, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    argv = [python or sys.executable, "-c", _PROBE, *cmd]
+    if prefix:
+        argv = prefix.wrap(argv)
     try:
-        proc = subprocess.run([python or sys.executable, "-c", _PROBE, *cmd], env=env,
-                              capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        return None, f"{argv[0]}: {exc.strerror or exc}"
+    except subprocess.TimeoutExpired:
+        return None, f"no answer within {timeout_s:g} s"
     if proc.returncode != 0:
-        return None
+        tail = (proc.stderr.strip().splitlines() or [""])[-1][:200]
+        what = "sglang is not importable there" if proc.returncode == 3 else \
+            f"exit {proc.returncode}" + (f": {tail}" if tail else "")
+        return None, what
     try:
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        return json.loads(proc.stdout.strip().splitlines()[-1]), ""
     except (ValueError, IndexError):
-        return None
+        return None, "its output was not the parser's table"
 
 
 # Runs in a child interpreter. `import sglang` would run sglang/__init__.py, which pulls in the

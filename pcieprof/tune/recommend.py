@@ -30,6 +30,7 @@ from pcieprof.bundle.rows import format_ranks
 from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput
+from pcieprof.tune.launch import launch_line, launch_recommendation
 from pcieprof.tune.layout import CommandBuilder, rank_layouts
 from pcieprof.tune.nccl_files import GRAPH_FILE, TOPO_FILE, write_files
 from pcieprof.tune.ring import Ring, best_ring, ring_of_order
@@ -273,14 +274,13 @@ def sglang_command_text(result: Recommendations) -> str:
     """The SGLang launch of the top-ranked layout with the recommended environment."""
     lines = ["#!/bin/sh", "# pcieprof recommend: SGLang launch for the top-ranked layout",
              f"# numbers: {result.provenance}"]
-    env_prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in result.env.items())
     if result.layouts:
         top = result.layouts[0]
         lines.append(f"# layout: {top.label} ({top.why})")
-        for k, v in top.env.items():
-            if k not in result.env:
-                env_prefix += f" {k}={shlex.quote(str(v))}"
-        lines.append(f"{env_prefix} {top.command}".strip())
+        rec = launch_recommendation(result)
+        if rec is not None:
+            lines.append(f"# launch backends: {rec.gain_text}")
+        lines.append(launch_line(result, top))
     else:
         lines.append("# no layout ranked (no model card or no all-reduce measurements)")
     return "\n".join(lines) + "\n"

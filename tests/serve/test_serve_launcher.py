@@ -98,3 +98,60 @@ def test_ready_crash_and_hang(tmp_path: Path) -> None:
     srv.stop()
     assert c is not None and c.outcome is Outcome.HANG and "Capture cuda graph" in c.excerpt
     assert time.monotonic() - t < 30
+
+
+def test_health_checks_are_not_progress(tmp_path: Path) -> None:
+    # A hung server that keeps answering (and logging) health checks, as SGLang does: the
+    # stall clock follows the last progress line, not the log's last line.
+    port = free_port(start=43100)
+    cmd = _script(tmp_path, f"""
+        import sys, time
+        from http.server import BaseHTTPRequestHandler, HTTPServer
+        class H(BaseHTTPRequestHandler):
+            def do_GET(self):
+                print("[t] Health check failed. Server couldn't get a response from detokenizer "
+                      "for last 20 seconds.", flush=True)
+                self.send_response(503); self.end_headers()
+            def log_message(self, fmt, *a):
+                print('[t] 127.0.0.1 - "GET /health_generate HTTP/1.1" 503', flush=True)
+        print("[t TP0] Load weight begin.", flush=True)
+        print("[t TP0] Prefill batch. #new-seq: 1, #new-token: 1", flush=True)
+        HTTPServer(("127.0.0.1", {port}), H).serve_forever()
+    """)
+    srv = ServerProcess(cmd, tmp_path / "hc.log")
+    srv.start()
+    try:
+        c = srv.wait_ready(f"http://127.0.0.1:{port}", deadline_s=120, stall_s=2.0, poll_s=0.1)
+        waited = time.monotonic() - srv.started_at
+    finally:
+        srv.stop()
+    assert c is not None and c.outcome is Outcome.HANG and "stall timeout 2 s" in c.summary
+    assert "Prefill batch" in srv.progress.last_progress
+    assert srv.log_text().count("Health check failed") >= 3  # the log never went quiet
+    assert waited < 2.0 + 10
+
+
+def test_advancing_progress_keeps_an_attempt_alive_a_redrawn_bar_does_not(tmp_path: Path) -> None:
+    # tqdm redraws with carriage returns; a bar that advances is progress, one redrawn at the
+    # same count (its elapsed time ticking) is not.
+    cmd = _script(tmp_path, """
+        import sys, time
+        for i in range(1, 9):
+            sys.stderr.write(f"\\rCapturing batches (bs={64 >> i} avail_mem=9.00 GB): "
+                             f"{i * 12}%| {i}/8 [00:0{i}<00:01, 1.00it/s]")
+            sys.stderr.flush(); time.sleep(0.4)
+        for k in range(100):
+            sys.stderr.write(f"\\rCapturing batches (bs=0 avail_mem=9.00 GB): 96%| 8/8 "
+                             f"[00:{10 + k:02d}<00:00, 1.00it/s]")
+            sys.stderr.flush(); time.sleep(0.3)
+    """)
+    srv = ServerProcess(cmd, tmp_path / "bar.log")
+    srv.start()
+    try:
+        c = srv.wait_ready("http://127.0.0.1:9", deadline_s=120, stall_s=1.5, poll_s=0.1)
+        waited = time.monotonic() - srv.started_at
+    finally:
+        srv.stop()
+    assert c is not None and c.outcome is Outcome.HANG
+    assert srv.progress.count == 8 and "8/8" in srv.progress.last_progress
+    assert 3.2 + 1.5 <= waited < 3.2 + 1.5 + 10

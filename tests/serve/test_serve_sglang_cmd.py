@@ -92,3 +92,42 @@ def test_recorded_env_keeps_nccl_and_sglang_only() -> None:
     cmd = build_command(GLM5, LaunchConfig(env={"NCCL_PROTO": "LL"}))
     env = recorded_env(cmd, base={"NCCL_DEBUG": "INFO", "HOME": "/root", "SGLANG_X": "1"})
     assert env["NCCL_DEBUG"] == "INFO" and env["NCCL_PROTO"] == "LL" and "HOME" not in env
+
+
+def test_sglang_commands_say_python3_not_this_interpreter() -> None:
+    import sys
+
+    cmd = build_command(GLM5, LaunchConfig())
+    assert cmd.argv[0] == "python3" and sys.executable not in cmd.shell()
+    # the reference server is pcieprof's own module: this interpreter, unless a prefix runs it
+    tiny = load_card("tiny-cpu")
+    assert build_command(tiny, LaunchConfig()).argv[0] == sys.executable
+
+
+def test_reference_server_gets_the_backend_flags_sglang_would() -> None:
+    tiny = load_card("tiny-cpu")
+    cmd = build_command(tiny, LaunchConfig(attention_backend="dsa", dsa_decode_backend="trtllm",
+                                           kv_cache_dtype="bf16", cuda_graph=False))
+    a = cmd.argv
+    assert a[a.index("--dsa-decode-backend") + 1] == "trtllm"
+    assert a[a.index("--cuda-graph-backend-decode") + 1] == "disabled"
+
+
+def test_launch_prefix_wraps_command_and_environment() -> None:
+    from pcieprof.serve.sglang_cmd import LaunchPrefix
+
+    docker = LaunchPrefix.parse("docker run --rm --gpus all --network host lmsysorg/sglang:v0.5.23")
+    cmd = build_command(GLM5, LaunchConfig(), prefix=docker)
+    ex = cmd.exec_argv()
+    assert ex[:6] == ["docker", "run", "--rm", "--gpus", "all", "--network"]
+    i = ex.index("env")  # the container does not inherit this shell's environment
+    assert "SGLANG_ENABLE_JIT_DEEPGEMM=0" in ex[i:] and ex[ex.index("python3") + 1] == "-m"
+    assert cmd.argv[0] == "python3" and cmd.to_json()["prefix"][0] == "docker"
+    # ssh and {cmd} templates get the command as one shell string
+    ssh = LaunchPrefix.parse("ssh gpu01").wrap(["python3", "-c", "print('a b')"])
+    assert ssh == ["ssh", "gpu01", "python3 -c 'print('\"'\"'a b'\"'\"')'"]
+    tpl = LaunchPrefix.parse("srun -N1 bash -lc {cmd}").wrap(["python3", "-V"], {"A": "1"})
+    assert tpl == ["srun", "-N1", "bash", "-lc", "env A=1 python3 -V"]
+    assert LaunchPrefix.parse("  ") is None
+    with pytest.raises(BadInput, match="launch-prefix"):
+        LaunchPrefix.parse("docker run 'unclosed")

@@ -11,9 +11,10 @@ import pytest
 
 from pcieprof.errors import BadInput
 from pcieprof.cards import load_card
-from pcieprof.serve.sweep import entries_from
+from pcieprof.serve.search import End, Search
 from pcieprof.serve.sglang_cmd import (PINNED_SGLANG, LaunchConfig, build_command, load_parser,
                                        parse_many_with_sglang, sglang_search_path)
+from pcieprof.serve.space import FLAGS, SearchSpace
 
 CARD = load_card("glm5-nvfp4")
 MAIN = LaunchConfig(attention_backend="flashinfer", fp4_gemm_backend="flashinfer_cutlass",
@@ -33,15 +34,19 @@ def parsed():
     if spec is None:
         pytest.skip(f"SGLang at {path} cannot build its parser here")
     cmds = [build_command(CARD, MAIN, parser=spec), build_command(CARD, OLD, parser=spec)]
-    sweep = [build_command(CARD, e.config, parser=spec)
-             for e in entries_from(CARD, LaunchConfig(), None)]
+    space = SearchSpace.from_card(CARD.name, CARD.search,
+                                  choices=spec.choices([f for f in FLAGS.values() if f]),
+                                  version=spec.version)
+    steps = [st for st in Search(space).plan(12) if not isinstance(st, End)]
+    sweep = [build_command(CARD, LaunchConfig().with_axes(st.config, "x"), parser=spec)
+             for st in steps]
     results = parse_many_with_sglang([c.argv[3:] for c in cmds] + [["--tp-size", "x"]]
                                      + [c.argv[3:] for c in sweep], path)
-    return spec, cmds, results
+    return spec, cmds, results, steps
 
 
 def test_pinned_release_is_the_one_installed(parsed) -> None:
-    spec, _, _ = parsed
+    spec, _, _, _ = parsed
     assert spec.version == PINNED_SGLANG
     # The renames this module translates exist as such in this release.
     assert spec.knows("--dsa-prefill-backend") and not spec.knows("--nsa-prefill-backend")
@@ -49,7 +54,7 @@ def test_pinned_release_is_the_one_installed(parsed) -> None:
 
 
 def test_glm5_command_parses_with_real_sglang_parser(parsed) -> None:
-    _, cmds, results = parsed
+    _, cmds, results, _ = parsed
     cmd, ns = cmds[0], results[0]
     assert cmd.checked_against == PINNED_SGLANG
     assert cmd.argv[1:3] == ["-m", "sglang.launch_server"]
@@ -68,7 +73,7 @@ def test_glm5_command_parses_with_real_sglang_parser(parsed) -> None:
 
 
 def test_old_spellings_translated(parsed) -> None:
-    _, cmds, results = parsed
+    _, cmds, results, _ = parsed
     cmd, ns = cmds[1], results[1]
     assert any("--nsa-decode-backend -> --dsa-decode-backend" in n for n in cmd.notes)
     assert isinstance(ns, dict), ns
@@ -79,18 +84,24 @@ def test_old_spellings_translated(parsed) -> None:
 
 
 def test_unknown_flags_and_values_refused(parsed) -> None:
-    spec, _, _ = parsed
+    spec, _, _, _ = parsed
     with pytest.raises(BadInput, match="does not know --no-such-flag"):
         build_command(CARD, LaunchConfig(extra_args=("--no-such-flag",)), parser=spec)
     with pytest.raises(BadInput, match="not one of"):
         build_command(CARD, LaunchConfig(kv_cache_dtype="fp9"), parser=spec)
 
 
-def test_default_glm5_sweep_parses(parsed) -> None:
-    _, _, results = parsed
+def test_glm5_search_commands_parse(parsed) -> None:
+    # Every configuration of the launch search's plan is a command the pinned SGLang accepts,
+    # with the values the search chose.
+    _, _, results, steps = parsed
     sweep = results[3:]
-    assert len(sweep) == len(CARD.sweep) >= 5
-    for ns, entry in zip(sweep, CARD.sweep):
-        assert isinstance(ns, dict), (entry["name"], ns)
-        assert ns["kv_cache_dtype"] == "bf16" and ns["tp_size"] == 8
-        assert ns["attention_backend"] == entry["attention_backend"]
+    assert len(sweep) == len(steps) >= 8
+    for ns, st in zip(sweep, steps):
+        assert isinstance(ns, dict), (st.config, ns)
+        assert ns["kv_cache_dtype"] == st.config["kv_cache_dtype"] and ns["tp_size"] == 8
+        assert ns["attention_backend"] == st.config["attention_backend"]
+        assert (ns["dsa_decode_backend"] or "") == st.config["dsa_decode_backend"]
+        graphs = "disabled" if st.config["cuda_graph"] == "off" else None
+        assert (ns["cuda_graph_backend_decode"] == "disabled") == (graphs == "disabled")
+    assert steps[0].config["dsa_decode_backend"] == "trtllm"

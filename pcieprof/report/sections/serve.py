@@ -1,8 +1,11 @@
-"""Serve-bench results: latency distributions, throughput vs concurrency, decode curve, launches.
+"""Serve-bench results: the launch search, latency distributions, throughput vs concurrency,
+decode curve, launches.
 
-Reads serve/summary.json, serve/requests.jsonl, serve/decode_curve.csv and serve/attempts.jsonl
-(written by serve-bench). Metric names and formulas as vLLM/SGLang use them; the formulas
-the run used are shown from summary.json.
+Reads serve/search.json, serve/summary.json, serve/requests.jsonl, serve/decode_curve.csv and
+serve/attempts.jsonl (written by serve-bench). The launch search (`--sweep`) is shown as its
+winner, a command ready to paste, next to the table of attempts (configuration, outcome class,
+the log line that decided it, time to failure). Metric names and formulas as vLLM/SGLang use
+them; the formulas the run used are shown from summary.json.
 """
 
 from __future__ import annotations
@@ -12,10 +15,13 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from pcieprof.bundle.recommendations import Recommendation
+from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import RunSummary, ServeSummary
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
-from pcieprof.report.model import BundleView, Facts, Note, Section, Table
+from pcieprof.report.model import Block, BundleView, Facts, Note, Section, Table
+from pcieprof.report.recs import RecsBlock
 
 MAX_POINTS = 4000  # per distribution trace, so a long run keeps the page light
 
@@ -41,12 +47,77 @@ def _stat(run: RunSummary, metric: str, key: str) -> float | None:
     return None if v is None else round(float(v), 2)
 
 
+def _secs(x: float | None) -> str:
+    return "" if x is None else f"{x:.1f}"
+
+
+def search_blocks(view: BundleView, search: ServeSearch, prov: str) -> list[Block]:
+    """The launch search: what it is, its winner as a command ready to paste (or why there is
+    none), and the attempts table next to it."""
+    results = search.results
+    played = f" (playing {search.like}'s search)" if search.like else ""
+    facts: list[tuple[str, object]] = [
+        ("model", f"{search.card}{played}"), ("GPU architecture", search.arch),
+        ("status", search.status), ("why", search.why),
+        ("attempts", f"{len(results)}" + (f" (+{len(search.attempts) - len(results)} "
+                                          f"interrupted, launched again)"
+                                          if len(search.attempts) > len(results) else "")),
+        ("time in failed launches", f"{sum(a.time_to_failure_s or 0 for a in results):.1f} s"),
+        ("flags checked against", f"SGLang {search.sglang}'s parser" if search.sglang
+         else "no SGLang parser")]
+    if search.excluded:
+        facts.append(("values excluded", ", ".join(f"{e.axis}={e.value} (attempt {e.attempt}, "
+                                                   f"{e.rule})" for e in search.excluded)))
+    if not search.found:
+        facts.append(("axes exhausted", ", ".join(search.exhausted_axes) or "none"))
+        facts.append(("axes with values never tried", ", ".join(search.open_axes) or "none"))
+    out: list[Block] = [Facts("launch search (serve-bench --sweep)", facts, provenance=prov)]
+    w = search.winner
+    if w is not None:
+        evidence = [f"{k} = {v}" for k, v in w.config.items() if v]
+        if w.launch_prefix:
+            evidence.append("started through: " + " ".join(w.launch_prefix))
+        caveats = []
+        if search.like:
+            caveats.append(f"{search.card} stands in for {search.like}: its failures were "
+                           f"injected by its launch flags, so this tests the search; it is "
+                           f"not SGLang serving {search.like}.")
+        out.append(RecsBlock(items=[Recommendation(
+            rule="launch search", kind="launch",
+            title=f"Healthy configuration: {w.label} (attempt {w.index})",
+            action=w.command, gain_text=f"served correct tokens after {len(results) - 1} "
+                                        f"failed attempt(s)",
+            evidence=evidence, caveats=caveats, confidence="measured")]))
+        out.append(Note(f"for the layouts' SGLang commands: pcieprof recommend TOPOLOGY_BUNDLE "
+                        f"--serve {view.path} (or pcieprof report TOPOLOGY_BUNDLE {view.path})"))
+    else:
+        end = search.end
+        hint = f"; {end.hint}" if end is not None and end.hint else ""
+        resume = (f"; serve-bench --sweep --resume --out {view.path} continues it"
+                  if search.status in ("running", "interrupted") else "")
+        out.append(Note(f"no healthy configuration found yet ({search.status}): {search.why}"
+                        f"{hint}{resume}", "warn"))
+    rows = [[a.index, a.outcome, _secs(a.time_to_failure_s), a.label,
+             a.deciding_line or a.summary, a.rule, _secs(a.time_to_ready_s)]
+            for a in search.attempts]
+    out.append(Table("launch search attempts", ["#", "class", "time to failure s",
+                                                "configuration", "log line that decided it",
+                                                "chosen by", "ready after s"],
+                     rows, provenance=prov,
+                     caption="class: how the launch ended (ok = served correct tokens); "
+                             "configuration: the values set, in the search's axis order "
+                             f"({', '.join(a.name for a in search.axes)}); each attempt's log "
+                             "is serve/server-<#>.log"))
+    return out
+
+
 def build(view: BundleView, ctx: ReportContext) -> Section | None:
     summary = view.doc(ServeSummary)
+    search = view.doc(ServeSearch)
     requests = read_jsonl(view, "serve/requests.jsonl")
     attempts = read_jsonl(view, "serve/attempts.jsonl")
     curve = view.table("decode_curve")
-    if not (summary or requests or attempts or not curve.empty):
+    if not (summary or search or requests or attempts or not curve.empty):
         return None
     prov = view.provenance("serve")
     sec = Section("serve", "Serving benchmark")
@@ -56,6 +127,8 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
             ("attempt benchmarked", summary.attempt),
             ("input / output tokens", f"{summary.input_len} / {summary.output_len}"),
             ("status", summary.status)], provenance=prov))
+    if search:
+        sec.blocks.extend(search_blocks(view, search, prov))
     runs = summary.runs if summary else []
     if runs:
         rows = [[r.label, r.concurrency, r.completed, r.failed,
@@ -119,13 +192,14 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                                      view.provenance("serve", ok)))
         else:
             sec.blocks.append(Note("decode curve: no batch size reached a steady state", "warn"))
-    if attempts:
+    if attempts and not search:  # a search's attempts are in its own table above
         rows = [[a.get("index"), a.get("name"), a.get("outcome"), a.get("summary"),
                  a.get("time_to_ready_s"), a.get("time_to_failure_s"),
                  "yes" if a.get("benchmarked") else ""] for a in attempts]
         sec.blocks.append(Table("launch attempts and outcomes", ["#", "config", "outcome", "summary",
                                                                  "ready after s", "failed after s",
                                                                  "benchmarked"], rows, provenance=prov))
+    if attempts:
         fig = go.Figure(go.Bar(
             x=[(a.get("time_to_ready_s") or a.get("time_to_failure_s") or 0) for a in attempts],
             y=[plot_text(f"{a.get('index')} {a.get('name')}") for a in attempts], orientation="h",

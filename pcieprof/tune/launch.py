@@ -1,0 +1,140 @@
+"""The SGLang launch backends of the printed commands, and the advice saying where they come from.
+
+serve-bench's launch search (`--sweep`) tries attention/DSA/GEMM/MoE/KV/CUDA-graph choices until
+one serves correct tokens, and records the winner in a serve bundle's serve/search.json
+(pcieprof.bundle.serve_search). When such a winner is at hand, every layout's SGLang command uses
+its backends. When none is, the commands use the search's first-ranked configuration for the GPU
+architecture (what the search would launch first), labelled as not yet served on this box: the
+card's plain defaults (FlashInfer attention for GLM-5) are what the issue 11 field report saw die
+of NaN in decode, so they are never printed as the advice.
+
+The ranking lives with the search (pcieprof.serve.space), a layer the tuner does not import: the
+commands (pcieprof.commands.tuning) work out the `LaunchChoice` and build the commands with it;
+this module turns it into the recommendation that `recommend` and the report print (rule
+`launch_config`, its action the top layout's command ready to paste).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation, Recommendations
+from pcieprof.cards import ModelCard
+from pcieprof.tune.layout import Candidate, CommandBuilder
+
+#: The rule name of the launch recommendation.
+RULE = "launch_config"
+#: How its evidence names the serve bundle the backends come from (read back by `searched_in`).
+FROM = "launch search in "
+#: Above the speed-ups (a server that dies of NaN serves nothing), below the warnings about
+#: wrong data (p2p_data_errors) and hangs (allreduce_hang).
+PRIORITY_SERVED = 800.0
+#: Not served yet: advice, listed after every measured change.
+PRIORITY_UNSERVED = 0.9
+#: The label of backends no search has served on this box (issue 11's wording).
+NOT_YET = "not yet served on this box: run serve-bench --sweep"
+
+
+@dataclass(frozen=True)
+class LaunchChoice:
+    """The launch backends the commands use, and why.
+
+    Attributes:
+        config: axis -> value (pcieprof.serve.space axes: attention_backend, dsa_decode_backend,
+            ..., cuda_graph "on"/"off"); {} leaves every backend to the card and SGLang.
+        served: True when a launch search served correct tokens with it.
+        label: one line: where the backends come from (shown next to every command).
+        arch: the GPU architecture the values were ranked or served on (`sm120`), or "".
+        serve_bundle: the serve bundle whose search it comes from, or "".
+        evidence: lines behind it (the attempts, or the ranking's reasons).
+        caveats: what it does not show (a reference-server search, another layout served).
+        served_command: the winner's own command, as it served ("" when not served).
+    """
+
+    config: dict[str, str]
+    served: bool
+    label: str
+    arch: str = ""
+    serve_bundle: str = ""
+    evidence: tuple[str, ...] = ()
+    caveats: tuple[str, ...] = ()
+    served_command: str = ""
+
+    def describe(self) -> str:
+        """The set values, `axis=value, ...` ("the card's defaults" when none)."""
+        vals = [f"{a}={v}" for a, v in self.config.items() if v]
+        return ", ".join(vals) or "the card's defaults"
+
+
+def launch_line(result: Recommendations, layout: LayoutAdvice | None = None,
+                command: str = "", env: dict[str, str] | None = None) -> str:
+    """One shell line ready to paste: the recommended environment, the layout's own environment,
+    then its command (or `command` / `env` when no layout was ranked)."""
+    cmd = layout.command if layout is not None else command
+    if not cmd:
+        return ""
+    merged = dict(result.env)
+    for k, v in (layout.env if layout is not None else env or {}).items():
+        merged.setdefault(k, str(v))
+    prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in merged.items())
+    return f"{prefix} {cmd}".strip()
+
+
+def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
+          command: CommandBuilder) -> Recommendations:
+    """Add the launch recommendation to `result` (in place) and label every layout's command.
+
+    Args:
+        result: the tuner's output, whose layouts' commands were built with `choice`.
+        choice: the launch backends used.
+        card: the model card.
+        command: the builder the layouts' commands came from, for the card's default layout
+            when no layout was ranked.
+    """
+    for lay in result.layouts:
+        lay.notes.insert(0, f"launch backends: {choice.describe()} ({choice.label})")
+    if result.layouts:
+        top = result.layouts[0]
+        line, where = launch_line(result, top), top.label
+    else:
+        tp = card.sglang.tp_default
+        built = command(card, Candidate(f"TP{tp}", tp=tp), dict(result.env))
+        line, where = launch_line(result, None, built.command, built.env), f"TP{tp}"
+    if choice.served:
+        title = (f"Launch SGLang with the backends the launch search served correct tokens "
+                 f"with: {choice.describe()}")
+    else:
+        title = f"SGLang launch backends {choice.describe()}: {NOT_YET}"
+    evidence = list(choice.evidence)
+    if choice.serve_bundle:
+        evidence.insert(0, f"{FROM}{choice.serve_bundle}")
+    caveats = list(choice.caveats)
+    kv = choice.config.get("kv_cache_dtype", "")
+    if kv and not kv.startswith(card.kv_cache.dtype):
+        caveats.append(f"kv_cache_dtype={kv}, while the layouts' memory fit assumed the card's "
+                       f"{card.kv_cache.dtype} KV cache")
+    caveats.append(f"the command is for the {where} layout; the backends are the same for "
+                   f"every layout's command")
+    rec = Recommendation(
+        rule=RULE, kind="launch", title=title, action=line, gain_text=choice.label,
+        evidence=evidence,
+        caveats=caveats, confidence="measured" if choice.served else "advice",
+        priority=PRIORITY_SERVED if choice.served else PRIORITY_UNSERVED)
+    result.recommendations = [r for r in result.recommendations if r.rule != RULE]
+    result.recommendations.append(rec)
+    result.recommendations.sort(key=lambda r: -r.priority)
+    return result
+
+
+def launch_recommendation(result: Recommendations) -> Recommendation | None:
+    """The launch recommendation of a tuner's output, or None (older documents)."""
+    return next((r for r in result.recommendations if r.rule == RULE), None)
+
+
+def searched_in(result: Recommendations) -> str | None:
+    """The serve bundle whose launch search the document's commands use, or None."""
+    rec = launch_recommendation(result)
+    if rec is None:
+        return None
+    return next((e[len(FROM):] for e in rec.evidence if e.startswith(FROM)), None)
