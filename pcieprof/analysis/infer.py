@@ -56,6 +56,11 @@ SPREAD_STEPS = 2.0
 PCIE_MAX_GBPS = 64.0 * 16 * 242 / 256 / 8
 
 NVLINK, PCIE, NO_P2P = "nvlink", "pcie", "no_p2p"
+#: The metric of an inference from topology.json's levels alone (nothing measured).
+VISIBLE = "topology levels"
+#: Where topology.json's pair levels came from (Pair.level_source), for people.
+LEVEL_SOURCES = {"nvml": "NVML", "topo -m": "nvidia-smi topo -m",
+                 "pcie_tree": "the PCIe tree (lspci, sysfs)"}
 _KIND_ORDER = (NVLINK, PCIE, NO_P2P)
 
 #: What PCIe levels are called, finest first, by how many distinct PCIe levels there are.
@@ -106,7 +111,7 @@ class InferredTopology:
     Attributes:
         gpus: GPU indices.
         metric: what was clustered: `p2p bandwidth_gbps`, `p2p latency_us`, `allreduce pairs
-            busbw_gbps`, or `nvidia-smi levels` (nothing measured).
+            busbw_gbps`, or `topology levels` (nothing measured: topology.json's levels).
         levels: finest first; the last level joins every GPU.
         pair_level: (a, b) -> index into levels of the level of the pair (both orders).
         visible_levels: the pairwise levels the OS/VM shows (topology.json), for comparison.
@@ -122,6 +127,11 @@ class InferredTopology:
     visible_levels: dict[tuple[int, int], str] = field(default_factory=dict)
     hidden_structure: bool = False
     evidence: list[str] = field(default_factory=list)
+
+    @property
+    def measured(self) -> bool:
+        """False when the levels are topology.json's alone (no copy or all-reduce measured)."""
+        return self.metric != VISIBLE
 
     @property
     def unit(self) -> str:
@@ -140,6 +150,24 @@ class InferredTopology:
     def pairs_of(self, kind: str) -> list[tuple[int, int]]:
         """Every pair (a < b) of one kind."""
         return sorted(p for lv in self.levels if lv.kind == kind for p in lv.pairs)
+
+    def is_tree(self, k: int) -> bool:
+        """True when level k's groups are joined pair by pair at it or faster (a hierarchy: a
+        switch, a socket), False when its pairs cross-link groups (e.g. a bipartite pattern)."""
+        lv = self.levels[k]
+        upto = {p for other in self.levels[:k + 1]
+                if other.kind == lv.kind or lv.kind == NO_P2P for p in other.pairs}
+        return all(_is_clique(g, upto) for g in lv.groups if len(g) > 1)
+
+    def where(self, k: int, limit: int = 12) -> str:
+        """Level k for people: `groups 0,1 | 2,3` for a hierarchy level, else `pairs 0-2, ...`
+        (always pairs for the no-P2P level)."""
+        lv = self.levels[k]
+        if lv.kind != NO_P2P and any(len(g) > 1 for g in lv.groups) and self.is_tree(k):
+            return "groups " + " | ".join(",".join(map(str, g)) for g in lv.groups)
+        shown = ", ".join(f"{a}-{b}" for a, b in lv.pairs[:limit])
+        return "pairs " + shown + (f" and {len(lv.pairs) - limit} more"
+                                   if len(lv.pairs) > limit else "")
 
     def switch_groups(self) -> list[list[int]]:
         """GPUs sharing the finest PCIe level (one switch each) when there is more than one."""
@@ -379,7 +407,7 @@ def _from_topology(topology: Topology) -> InferredTopology | None:
     if no_p2p:
         buckets.append(_Bucket(NO_P2P, no_p2p, "no P2P (nvidia-smi / NVML: not supported)",
                                _worst_visible(no_p2p, visible) or "SYS"))
-    return _assemble(gpus, "nvidia-smi levels", buckets, None)
+    return _assemble(gpus, VISIBLE, buckets, None)
 
 
 def allreduce_pair_matrix(ar: pd.DataFrame, gpus: list[int]) -> np.ndarray:
@@ -435,15 +463,6 @@ def _is_clique(group: list[int], pairs: set[tuple[int, int]]) -> bool:
     return all((a, b) in pairs for i, a in enumerate(group) for b in group[i + 1:])
 
 
-def _where(t: InferredTopology, k: int) -> str:
-    """GPU groups when each is joined pair by pair at this level or faster, else the pairs."""
-    lv = t.levels[k]
-    upto = {p for j, other in enumerate(t.levels[:k + 1])
-            if other.kind == lv.kind or lv.kind == NO_P2P for p in other.pairs}
-    multi = [g for g in lv.groups if len(g) > 1]
-    if lv.kind != NO_P2P and multi and all(_is_clique(g, upto) for g in multi):
-        return "groups " + " | ".join(",".join(map(str, g)) for g in lv.groups)
-    return "pairs " + ", ".join(f"{a}-{b}" for a, b in lv.pairs)
 
 
 def value_text(value: float | None, unit: str) -> str:
@@ -462,16 +481,21 @@ def _explain(t: InferredTopology, topology: Topology) -> None:
     vis_kinds = {v for (a, b), v in visible.items() if a in t.gpus and b in t.gpus
                  and _nv_count(v) is None}
     hidden = len(pcie) > 1 and len(vis_kinds) < len(pcie) and (flat or bool(virt.is_vm))
-    if t.metric != "nvidia-smi levels" and not hidden:
+    if t.metric != VISIBLE and not hidden:
         # on bare metal nvidia-smi's own word for a measured level is the truer one
         for lv in pcie:
             lv.smi_level = _worst_visible(lv.pairs, visible) or lv.smi_level
-    measured = t.metric != "nvidia-smi levels"
+    measured = t.measured
+    ks = [k for k, lv in enumerate(t.levels) if lv.kind == PCIE]
+    if measured and len(ks) > 1 and not all(t.is_tree(k) for k in ks):
+        # pairs that cross-link groups are no switch or socket: name the levels by speed only
+        for n, k in enumerate(ks, 1):
+            t.levels[k].name = f"PCIe level {n} of {len(ks)} ({'fastest' if n == 1 else 'slowest' if n == len(ks) else 'between'})"
     for k, lv in enumerate(t.levels):
         # say nvidia-smi's word only where it is known, not where the level count suggests it
         known = not measured or lv.smi_level.startswith("NV") or (
             not hidden and _worst_visible(lv.pairs, visible) is not None)
-        line = f"{lv.name}{f' ({lv.smi_level})' if known else ''}: {_where(t, k)}"
+        line = f"{lv.name}{f' ({lv.smi_level})' if known else ''}: {t.where(k)}"
         if measured:
             line += f"; typical pair {value_text(lv.value, t.unit)} ({t.metric})"
         if lv.kind == NO_P2P and measured:
@@ -481,6 +505,11 @@ def _explain(t: InferredTopology, topology: Topology) -> None:
             line += (f"; faster than any PCIe link carries ({PCIE_MAX_GBPS:.0f} GB/s one way, "
                      "Gen6 x16): NVLink (nvidia-smi topo -m gives the link count)")
         t.evidence.append(line)
+    if not measured:
+        sources = sorted({LEVEL_SOURCES.get(str(p.level_source), "nvidia-smi topo -m")
+                          for p in topology.pairs if p.level is not None})
+        t.evidence.append(f"levels as topology.json gives them (from {', '.join(sources)}); "
+                          "no copy between the GPUs was measured")
     if flat:
         t.evidence += [f"flat virtual PCIe tree (topology.json): {e}" for e in virt.evidence]
     if hidden:

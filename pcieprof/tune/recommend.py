@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from pcieprof.analysis.comm_model import Layout, Pricer, count_collectives
-from pcieprof.analysis.curves import Curves
+from pcieprof.analysis.curves import EXTRAPOLATED, Curves
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.infer import NO_P2P, infer
 from pcieprof.analysis.matrices import gpu_indices, link_matrix, pair_matrix, pair_support
@@ -35,6 +35,7 @@ from pcieprof.tune.nccl_files import GRAPH_FILE, TOPO_FILE, write_files
 from pcieprof.tune.ring import Ring, best_ring, ring_of_order
 from pcieprof.tune.rules import FINDING_RULES, RULES
 from pcieprof.tune.rules.base import RuleContext
+from pcieprof.units import size_label
 
 ENV_FILE = "tune/recommended.env"
 SGLANG_FILE = "tune/sglang_command.sh"
@@ -122,16 +123,20 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
     lonely = _gpus_without_p2p(ctx)
     if lonely:
         support = pair_support(p)
-        why = ("peer access not supported" if all(
+        alone_why = ("peer access not supported" if all(
             support.get((a, b)) == "not_supported" for a in lonely for b in gpu_indices(p)
             if a != b and (a, b) in support) else "no P2P bandwidth measured or supported")
         return (f"GPU {', '.join(map(str, lonely))} has no working P2P with the other GPUs "
-                f"({why}): NCCL moves its traffic through host memory [{ctx.provenance}]")
+                f"({alone_why}): NCCL moves its traffic through host memory [{ctx.provenance}]")
     base = ctx.curves.default()
     if base is not None and ctx.ar_backend == "cpu":
         return (f"none named: this bundle measured the harness on this machine's CPUs (gloo "
                 f"all-reduce {base.at(ctx.band.lo_bytes):.0f} us at {ctx.band.lo_bytes >> 10} KiB "
                 f"over {base.nranks} processes), not GPUs; run on GPUs or with --backend sim")
+    if base is not None and base.extent(ctx.band.lo_bytes) == EXTRAPOLATED:
+        return (f"not named at decode sizes: the all-reduce was measured only up to "
+                f"{size_label(base.max_size)} ({base.nranks} ranks, {base.at(base.max_size):.1f} us "
+                f"there) [{ctx.provenance}]; measure up to 1 MiB to see decode latency")
     if base is not None and not math.isfinite(base.at(ctx.band.lo_bytes)):
         return (f"not named at decode sizes: the all-reduce was measured only from "
                 f"{base.min_size >> 10} KiB up ({base.nranks} ranks, busbw "
@@ -171,7 +176,8 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
         if np.isfinite(bw).any():
             return (f"P2P GPU {gpus[0]}->{gpus[1]} {_gbps(bw[0, 1])}, {gpus[1]}->{gpus[0]} "
                     f"{_gbps(bw[1, 0])} [{ctx.provenance}]; all-reduce not measured")
-    return "not enough measured to name a bottleneck (no P2P matrix, no all-reduce sweep)"
+    return ("not enough measured to name a bottleneck (no P2P bandwidth between the GPUs, no "
+            "all-reduce sweep)")
 
 
 def _gbps(v: float) -> str:
@@ -243,9 +249,10 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
 
 
 def _prices_decode(ctx: RuleContext) -> bool:
-    """True when the default all-reduce curve gives a time at the decode band's smallest size."""
+    """True when the default all-reduce curve covers the decode band's smallest size (measured,
+    interpolated or at the latency floor; not extrapolated, not unknown)."""
     base = ctx.curves.default()
-    return base is None or math.isfinite(base.at(ctx.band.lo_bytes))
+    return base is None or base.covers(ctx.band.lo_bytes)
 
 
 def _ring_choice(ring: Ring) -> RingChoice:

@@ -25,9 +25,8 @@ def _pairs(pairs: list[tuple[int, int]], limit: int = 8) -> str:
 
 def _summary(t: InferredTopology) -> str:
     parts = []
-    for lv in t.levels:
-        where = (f"pairs {_pairs(lv.pairs, 4)}" if lv.kind == NO_P2P or len(t.levels) == 1
-                 else _groups(lv))
+    for k, lv in enumerate(t.levels):
+        where = t.where(k, limit=4).split(" ", 1)[1]
         val = value_text(lv.value, t.unit)
         parts.append(f"{lv.name} {where}" + ("" if val == "not measured" else f" ({val})"))
     return "; ".join(parts)
@@ -37,12 +36,12 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
     t = ctx.inferred
     if t is None or not t.levels:
         return []
-    measured = t.metric != "nvidia-smi levels"
-    if not measured:
+    if not t.measured:
         return [Recommendation(
             rule="p2p_levels", kind="info", priority=0.8, confidence="advice",
-            title=f"nvidia-smi shows {len(t.levels)} level(s): {_summary(t)}",
-            gain_text="what the driver reports; nothing was measured between the GPUs",
+            title=f"Not measured; the topology shows {len(t.levels)} level(s): {_summary(t)}",
+            gain_text=("what the driver or the PCIe tree says; how fast each level is, and whether "
+                       "P2P works on it, has to be measured"),
             action=("# measure every pair (cuda-samples), or let pcieprof measure and check them:\n"
                     "./p2pBandwidthLatencyTest\npcieprof topology --quick"),
             evidence=list(t.evidence))]
