@@ -163,25 +163,25 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
         return what + f" [{ctx.provenance}]"
     finding = next((r for r in recs if r.rule in FINDING_RULES and r.kind == "warn"), None)
     if finding is not None:
-        return f"{finding.title} [{ctx.provenance}]; all-reduce not measured"
+        return f"{finding.title} [{ctx.provenance}]; no all-reduce in this bundle"
     if ctx.ring is not None:
         a, b, gbps, _ = min(ctx.ring.links, key=lambda link: link[2])
         how = (" (no P2P: through host memory)" if ctx.inferred is not None
                and ctx.inferred.kind_of(a, b) == NO_P2P else "")
         return (f"slowest ring link {gbps:.1f} GB/s, GPU {a}-{b}{how} [{ctx.provenance}]; "
-                f"all-reduce not measured")
+                f"no all-reduce in this bundle")
     gpus = gpu_indices(p)
     if len(gpus) == 2:
         bw, _ = link_matrix(p, metric="bandwidth_gbps", gpus=gpus)
         if np.isfinite(bw).any():
             return (f"P2P GPU {gpus[0]}->{gpus[1]} {_gbps(bw[0, 1])}, {gpus[1]}->{gpus[0]} "
-                    f"{_gbps(bw[1, 0])} [{ctx.provenance}]; all-reduce not measured")
-    return ("not enough measured to name a bottleneck (no P2P bandwidth between the GPUs, no "
-            "all-reduce sweep)")
+                    f"{_gbps(bw[1, 0])} [{ctx.provenance}]; no all-reduce in this bundle")
+    return ("not enough in this bundle to name a bottleneck (no P2P bandwidth between the GPUs, "
+            "no all-reduce sweep)")
 
 
 def _gbps(v: float) -> str:
-    return f"{v:.1f} GB/s" if np.isfinite(v) and v > 0 else "not measured"
+    return f"{v:.1f} GB/s" if np.isfinite(v) and v > 0 else "not in this bundle"
 
 
 def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None,

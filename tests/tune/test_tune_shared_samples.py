@@ -24,7 +24,7 @@ ASUS = "rtxpro6000-8x-asus-baremetal"
 FINDINGS = {"p2p_data_errors", "p2p_asymmetry", "p2p_below_staged", "p2p_support_mismatch",
             "p2p_levels"}
 
-NOT_ENOUGH = "not enough measured to name a bottleneck"
+NOT_ENOUGH = "not enough in this bundle to name a bottleneck"
 #: case -> (files, {finding rule: kind}, words the principal bottleneck starts with)
 CASES: dict[str, tuple[list[str], dict[str, str], str]] = {
     # tool-outputs

@@ -82,7 +82,7 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
             provenance=prov))
     if inferred:
         unit = "GB/s" if "gbps" in inferred["metric"] else "us"
-        sec.blocks.append(Table("inferred fabric (from the P2P matrices, else nvidia-smi's levels)",
+        sec.blocks.append(Table("inferred fabric (from the P2P matrices, else the topology's levels)",
                                 ["level", "nvidia-smi level", "GPU groups", "typical pair"],
                                 [[lv["name"], lv["smi_level"],
                                   " | ".join(",".join(map(str, g)) for g in lv["groups"]),
