@@ -303,7 +303,7 @@ def _from_p2p(p2p: pd.DataFrame, gpus: list[int], topology: Topology) -> Inferre
     visible = topology.levels()
     mats = {True: link_matrix(p2p, metric="bandwidth_gbps", gpus=gpus)[0],
             False: link_matrix(p2p, metric="latency_us", gpus=gpus)[0]}
-    if all(np.isnan(m).all() for m in mats.values()):
+    if all(np.isnan(m).all() for m in mats.values()) and "not_supported" not in support.values():
         return None
     sym = {hib: _symmetric(m, hib) for hib, m in mats.items()}
     pos = {g: i for i, g in enumerate(gpus)}
@@ -312,8 +312,8 @@ def _from_p2p(p2p: pd.DataFrame, gpus: list[int], topology: Topology) -> Inferre
         for b in gpus[i + 1:]:
             x, y = pos[a], pos[b]
             measured = np.isfinite(sym[True][x, y]) or np.isfinite(sym[False][x, y])
-            if "not_supported" in (support.get((a, b)), support.get((b, a))) and measured:
-                kind[(a, b)] = NO_P2P
+            if "not_supported" in (support.get((a, b)), support.get((b, a))):
+                kind[(a, b)] = NO_P2P  # a fact even where no copy through host memory ran
             elif _nv_count(visible.get((a, b))) is not None or (
                     np.isfinite(sym[True][x, y]) and sym[True][x, y] > PCIE_MAX_GBPS):
                 kind[(a, b)] = NVLINK
@@ -328,7 +328,7 @@ def _from_p2p(p2p: pd.DataFrame, gpus: list[int], topology: Topology) -> Inferre
     cuts = {hib: split_levels(list(values(hib, PCIE).values()), hib,
                               min_step=_min_step(mats[hib], hib)) for hib in (True, False)}
     usable = ([h for h in (True, False) if values(h, PCIE)]
-              or [h for h in (True, False) if not np.isnan(mats[h]).all()])
+              or [h for h in (True, False) if not np.isnan(mats[h]).all()] or [True])
     hib = max(usable, key=lambda h: (len(cuts[h]), h))
     metric = "p2p bandwidth_gbps" if hib else "p2p latency_us"
     value_of = {p: float(sym[hib][pos[p[0]], pos[p[1]]]) for p in kind}

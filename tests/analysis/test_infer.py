@@ -62,6 +62,8 @@ def check_invariants(t: InferredTopology, b: Bundle) -> None:
         seen |= set(lv.pairs)
         if not t.measured:
             assert lv.value is None
+        elif lv.kind == NO_P2P:  # no P2P is a fact even where no copy through the host ran
+            assert lv.value is None or lv.value > 0, f"{lv.name}: {lv.value}"
         else:
             assert lv.value is not None and lv.value > 0, f"{lv.name}: {lv.value}"
     assert t.levels[-1].groups == [sorted({g for p in seen for g in p})]
@@ -163,3 +165,32 @@ def test_gpu_without_p2p_is_its_own_group(samples: Path, tmp_path: Path) -> None
     assert [lv.kind for lv in t.levels] == [PCIE, NO_P2P]
     assert t.levels[0].groups == [[0], [1, 2, 3, 4]]
     assert t.levels[1].pairs == [(0, 1), (0, 2), (0, 3), (0, 4)]
+
+
+def _no_peer_bundle(path: Path, staged: bool) -> Bundle:
+    """Three GPUs, none with peer access (a consumer box without a P2P driver): the p2p rows are
+    not_supported, with host-staged copies or without any copy."""
+    b = Bundle.create(path, command="topology", source="measured", backend="cuda")
+    rows = []
+    for s in range(3):
+        for d in range(3):
+            if s != d:
+                rows.append({"backend": "cuda", "src": s, "dst": d, "path": "p2p",
+                             "direction": "uni", "size_bytes": 256 << 20,
+                             "status": "not_supported", "detail": "no peer access"})
+                if staged:
+                    rows.append({"backend": "cuda", "src": s, "dst": d, "path": "host_staged",
+                                 "direction": "uni", "size_bytes": 256 << 20,
+                                 "bandwidth_gbps": 20.0 + s + d})
+    b.append_rows("p2p", rows)
+    return b
+
+
+@pytest.mark.parametrize("staged", [True, False])
+def test_no_peer_access_anywhere_is_one_level(tmp_path: Path, staged: bool) -> None:
+    t = inferred(_no_peer_bundle(tmp_path / "b", staged))
+    assert t is not None and [lv.kind for lv in t.levels] == [NO_P2P]
+    (lv,) = t.levels
+    assert lv.pairs == [(0, 1), (0, 2), (1, 2)] and lv.groups == [[0, 1, 2]]
+    # the median pair (20 + s + d GB/s: 21, 22, 23) through host memory; never 0
+    assert lv.value == (pytest.approx(22.0) if staged else None)

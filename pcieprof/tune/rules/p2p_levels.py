@@ -60,7 +60,8 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         return [Recommendation(
             rule="p2p_levels", kind="warn", priority=100, confidence=ctx.confidence,
             title=(f"{len(no_p2p)} of {npairs} GPU pairs have no P2P ({_pairs(no_p2p)}): their "
-                   f"traffic goes through host memory, {value_text(staged.value, t.unit)}"
+                   f"traffic goes through host memory"
+                   + ("" if staged.value is None else f", {value_text(staged.value, t.unit)}")
                    + inside),
             gain_text=("a tensor-parallel group across these pairs runs its all-reduce through "
                        "host memory (NCCL's SHM transport) at the staged-copy rate"
