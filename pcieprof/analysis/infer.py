@@ -332,8 +332,8 @@ def _from_p2p(p2p: pd.DataFrame, gpus: list[int], topology: Topology) -> Inferre
     hib = max(usable, key=lambda h: (len(cuts[h]), h))
     metric = "p2p bandwidth_gbps" if hib else "p2p latency_us"
     value_of = {p: float(sym[hib][pos[p[0]], pos[p[1]]]) for p in kind}
-    buckets = _nvlink_buckets(values(hib, NVLINK) or {p: float("nan") for p, k in kind.items()
-                                                       if k == NVLINK}, visible, hib, mats[hib])
+    nvlink = {p: value_of[p] for p, k in kind.items() if k == NVLINK}  # NaN: not in this metric
+    buckets = _nvlink_buckets(nvlink, visible, hib, mats[hib])
     pcie = values(hib, PCIE)
     alone = not any(k != PCIE for k in kind.values())
     buckets += _pcie_buckets(pcie, cuts[hib], hib, alone)
@@ -362,8 +362,8 @@ def _nvlink_buckets(pairs: dict[tuple[int, int], float], visible: dict[tuple[int
                                f"NVLink ({c} links)", f"NV{c}"))
         return out
     cuts = split_levels(list(pairs.values()), hib, min_step=_min_step(m, hib))
-    out = [_Bucket(NVLINK, [], "NVLink" if not cuts else f"NVLink level {k}", "NV#")
-           for k in range(len(cuts) + 1)]
+    out = [_Bucket(NVLINK, [], "NVLink" if not cuts else f"NVLink level {k + 1} of {len(cuts) + 1}",
+                   "NV#") for k in range(len(cuts) + 1)]
     for p, v in pairs.items():
         out[_level_of(v, cuts, hib) if np.isfinite(v) else 0].pairs.append(p)
     return [b for b in out if b.pairs]
