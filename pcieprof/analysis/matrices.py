@@ -48,3 +48,76 @@ def pair_status(p2p: pd.DataFrame, *, path: str, gpus: list[int]) -> dict[tuple[
     for _, r in bad.iterrows():
         out[(int(r["src"]), int(r["dst"]))] = str(r["status"])
     return {k: v for k, v in out.items() if k[0] in gpus and k[1] in gpus}
+
+
+#: p2p row statuses from worst to best: a pair's support is the worst status among its rows
+#: (a copy that returned wrong bytes outweighs one that completed; `waived` and the like are
+#: no evidence either way).
+SUPPORT_ORDER = ("error", "hang", "failed", "not_supported", "ok")
+
+
+def pair_support(p2p: pd.DataFrame, gpus: list[int] | None = None) -> dict[tuple[int, int], str]:
+    """What the p2p rows (path `p2p`) say of each ordered pair: `ok` (peer copies completed),
+    `not_supported` (the tool found no peer access; its copies went through host memory),
+    `error` (wrong bytes), `hang` or `failed`. Pairs without such rows are left out."""
+    rows = p2p[(p2p["path"] == "p2p") & p2p["status"].isin(SUPPORT_ORDER)]
+    out: dict[tuple[int, int], str] = {}
+    for (src, dst), grp in rows.groupby(["src", "dst"]):
+        key = (int(src), int(dst))
+        if gpus is not None and (key[0] not in gpus or key[1] not in gpus):
+            continue
+        out[key] = min((str(s) for s in grp["status"]), key=SUPPORT_ORDER.index)
+    return out
+
+
+def link_matrix(p2p: pd.DataFrame, *, metric: str, gpus: list[int]
+                ) -> tuple[np.ndarray, set[tuple[int, int]]]:
+    """What a transfer between each ordered pair runs at: P2P where peer copies work, else host
+    memory, which is where NCCL sends the traffic of a pair without peer access (its SHM
+    transport).
+
+    For a pair whose p2p rows are `not_supported` the value is the pair's host-staged copy, or,
+    without one, the tool's own fallback copy (the value of the `not_supported` row: the sample
+    copied through host memory). Unmeasured pairs stay NaN; no pair is ever 0.
+
+    Args:
+        p2p: the bundle's p2p table.
+        metric: `bandwidth_gbps` (GB/s, the largest size) or `latency_us` (us, the smallest).
+        gpus: GPU indices for rows and columns.
+
+    Returns:
+        (matrix, the ordered pairs whose value is a copy through host memory).
+    """
+    m = pair_matrix(p2p, path="p2p", metric=metric, gpus=gpus)
+    staged = pair_matrix(p2p, path="host_staged", metric=metric, gpus=gpus)
+    support = pair_support(p2p, gpus)
+    fallback = p2p[(p2p["path"] == "p2p") & (p2p["status"] == "not_supported")]
+    fb = pair_matrix(fallback.assign(status="ok"), path="p2p", metric=metric, gpus=gpus)
+    via_host: set[tuple[int, int]] = set()
+    for i, a in enumerate(gpus):
+        for j, b in enumerate(gpus):
+            if i == j or support.get((a, b)) != "not_supported" or np.isfinite(m[i, j]):
+                continue
+            value = staged[i, j] if np.isfinite(staged[i, j]) else fb[i, j]
+            if np.isfinite(value) and value > 0:
+                m[i, j] = value
+                via_host.add((a, b))
+    return m, via_host
+
+
+def direction_spread(m: np.ndarray) -> tuple[float, float]:
+    """How much the two directions of one pair disagree, over the pairs measured both ways:
+    (median absolute difference, median relative difference). A pair's two directions cross the
+    same links, so this is the measurement spread of the matrix where nothing else is known;
+    (NaN, NaN) without such a pair."""
+    n = len(m)
+    absd, reld = [], []
+    for i in range(n):
+        for j in range(i + 1, n):
+            a, b = float(m[i, j]), float(m[j, i])
+            if np.isfinite(a) and np.isfinite(b) and max(a, b) > 0:
+                absd.append(abs(a - b))
+                reld.append(abs(a - b) / max(a, b))
+    if not absd:
+        return float("nan"), float("nan")
+    return float(np.median(absd)), float(np.median(reld))

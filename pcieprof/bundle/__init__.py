@@ -157,6 +157,34 @@ class Bundle:
                            hint="upgrade pcieprof")
         return cls(path, upgrade_manifest(manifest))
 
+    def copy_to(self, path: Path | str, *, force: bool = False) -> "Bundle":
+        """Copy the whole bundle to `path` and open the copy (e.g. `recommend --out`, which
+        leaves the original untouched).
+
+        Args:
+            path: the directory; it must not exist or be empty unless `force`, and must not lie
+                inside this bundle.
+            force: replace what a non-empty directory holds.
+        """
+        path = Path(path)
+        src = self.path.resolve()
+        dst = path.resolve()
+        if dst == src or src in dst.parents:
+            raise BadInput(f"{path} is the bundle {self.path} or inside it",
+                           hint="choose a directory outside the bundle")
+        if path.exists() and not path.is_dir():
+            raise BadInput(f"{path} exists and is not a directory")
+        if path.is_dir() and any(path.iterdir()):
+            if not force:
+                raise BadInput(f"output directory {path} exists and is not empty",
+                               hint="choose another --out or pass --force")
+            _clear_dir(path)
+        try:
+            shutil.copytree(self.path, path, dirs_exist_ok=True)
+        except OSError as exc:
+            raise BadInput(f"cannot copy {self.path} to {path}: {exc.strerror or exc}") from None
+        return Bundle.open(path)
+
     # -- manifest --------------------------------------------------------------------------------
 
     def save_manifest(self) -> None:

@@ -24,6 +24,18 @@ def acs_redirect(node: dict[str, Any]) -> list[str]:
     return [b for b in ACS_P2P_REDIRECT if ctl.get(b)]
 
 
+#: nvidia-smi / NVML P2P status code -> what it means for the pair: `ok`, `not_supported` (CNS
+#: chipset, GNS GPU, TNS topology not supported, NS not supported, DR disabled by regkey: no P2P
+#: of that kind on that pair), `unknown` (U). The codes are nvidia-smi's legend (`topo -p2p`).
+P2P_CODE_STATUS = {"OK": "ok", "CNS": "not_supported", "GNS": "not_supported",
+                   "TNS": "not_supported", "NS": "not_supported", "DR": "not_supported",
+                   "U": "unknown"}
+
+#: Pair.p2p keys that say whether peer copies can run (`topo -p2p r|w|rw|p`, NVML read/write).
+#: Atomics and NVLink do not: a pair without either still copies over PCIe.
+P2P_COPY_CAPS = ("read", "write", "pcie")
+
+
 @dataclass
 class Gpu:
     """One GPU. Indices are NVML / nvidia-smi indices (PCI bus order).
@@ -72,6 +84,18 @@ class Pair:
     level_source: str | None = None
     status: dict[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def p2p_state(self) -> str | None:
+        """What NVML / `nvidia-smi topo -p2p` says of peer copies on this pair: `ok` when a copy
+        capability (read, write, pcie) is OK, `not_supported` when every one given is not
+        supported, `unknown` otherwise; None when none was reported."""
+        codes = [str(self.p2p[k]) for k in P2P_COPY_CAPS if self.p2p.get(k)]
+        if not codes:
+            return None
+        states = {P2P_CODE_STATUS.get(c, "unknown") for c in codes}
+        if "ok" in states:
+            return "ok"
+        return "not_supported" if states == {"not_supported"} else "unknown"
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """`pcieprof recommend BUNDLE [--serve SERVE]`: ring order, NCCL settings, parallel layout and
 the SGLang launch backends, each with its evidence.
 
-Writes into the bundle: recommendations.json, tune/recommended.env, tune/sglang_command.sh and the
-NCCL graph/topology files (tune/nccl_graph.xml, tune/nccl_topo.xml). Prints the recommendations.
+Writes into the bundle (or, with `--out DIR`, into a copy of it at DIR, leaving BUNDLE as it
+is): recommendations.json, tune/recommended.env, tune/sglang_command.sh and the NCCL
+graph/topology files (tune/nccl_graph.xml, tune/nccl_topo.xml). Prints the recommendations.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def summary_lines(result: Recommendations) -> list[str]:
         lines.append("no change supported by the measurements")
     for i, r in enumerate(result.recommendations, 1):
         lines.append(f"{i}. [{r.confidence}] {r.title}")
-        if r.gain_text:
-            lines.append(f"   gain: {r.gain_text}")
+        if r.gain_text:  # a finding (warn, info) says what it means, a change what it gains
+            lines.append(f"   {'means' if r.kind in ('warn', 'info') else 'gain'}: {r.gain_text}")
         for a in (r.action or "").splitlines():
             lines.append(f"   {a}")
         for e in r.evidence[:2]:
@@ -62,6 +63,10 @@ def summary_lines(result: Recommendations) -> list[str]:
 
 @click.command("recommend")
 @click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("--out", "-o", "out", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="Write a copy of BUNDLE with the recommendations to DIR and leave BUNDLE "
+              "untouched (default: write into BUNDLE).")
+@click.option("--force", is_flag=True, help="Replace what a non-empty --out directory holds.")
 @click.option("--model", default=DEFAULT_MODEL, show_default=True,
               help="Model card for decode message sizes and the layout advice.")
 @click.option("--batch-max", default=64, show_default=True, type=click.IntRange(1, 4096),
@@ -85,9 +90,9 @@ def summary_lines(result: Recommendations) -> list[str]:
 @click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True,
               help="--verify: deadline of each collective, seconds (past it: status=hang).")
 @verbosity
-def command(bundle: Path, model: str, batch_max: int, context: int, no_layouts: bool,
-            serve: Path | None, arch: str | None, verify: bool, verify_out: Path | None,
-            timeout_s: float) -> None:
+def command(bundle: Path, out: Path | None, force: bool, model: str, batch_max: int,
+            context: int, no_layouts: bool, serve: Path | None, arch: str | None, verify: bool,
+            verify_out: Path | None, timeout_s: float) -> None:
     """Recommend NCCL settings, the ring order, a parallel layout and the SGLang launch for
     BUNDLE (a topology, import or sim bundle).
 
@@ -111,13 +116,16 @@ def command(bundle: Path, model: str, batch_max: int, context: int, no_layouts: 
         if verify_out is not None and not _ours(verify_out):
             raise BadInput(f"--verify-out {verify_out} exists and is not empty",
                            hint="choose another directory (an earlier verify bundle is replaced)")
+    if out is not None:
+        b = b.copy_to(out, force=force)
+        progress.info(f"copied the bundle to {b.path}")
     progress.info(f"tuning {b.path} ({b.source}, backend {b.backend})")
     result = tune(b, card, band, layouts=not no_layouts, context=context, choice=choice)
     try:
         paths = write_outputs(b, result)
     except OSError as exc:
         raise BadInput(f"cannot write the recommendations into {b.path}: {exc.strerror or exc}",
-                       hint="copy the bundle somewhere writable") from None
+                       hint="pass --out DIR to write them into a copy of the bundle") from None
     click.echo("\n".join(summary_lines(result)))
     click.echo("")
     if verify:

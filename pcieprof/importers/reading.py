@@ -51,8 +51,11 @@ def _kind(mode: int) -> str:
 
 def _check_chunk(path: Path, data: bytes) -> None:
     if b"\x00" in data:
+        gz = data[:2] == b"\x1f\x8b"  # gzip magic: how profiler traces are usually kept
         raise BadInput(f"{path}: expected a text file (tool output), got binary data "
-                       "(NUL bytes)")
+                       f"({'gzip' if gz else 'NUL bytes'})",
+                       hint="a PyTorch profiler (Kineto) trace goes to `pcieprof attribute "
+                            "TRACE...`" if gz else None)
 
 
 def _read_stream(path: Path, fd: int, deadline: float) -> bytes:

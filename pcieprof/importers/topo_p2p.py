@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 
+from pcieprof.bundle.topology import P2P_CODE_STATUS
 from pcieprof.importers._text import clean_lines, fail, head_lines
 from pcieprof.importers.records import Parsed
 
@@ -26,8 +27,7 @@ STATUS_CODES = {"OK": "Status Ok", "CNS": "Chipset not supported", "GNS": "GPU n
                 "DR": "Disabled by regkey", "U": "Unknown"}
 
 #: Code -> the status it means for the pair (the project's status vocabulary).
-STATUS = {"OK": "ok", "CNS": "not_supported", "GNS": "not_supported", "TNS": "not_supported",
-          "NS": "not_supported", "DR": "not_supported", "U": "unknown"}
+STATUS = P2P_CODE_STATUS
 
 #: The -p2p flag letter -> the topology.json pair p2p keys it fills.
 CAPABILITIES: dict[str, tuple[str, ...]] = {

@@ -18,6 +18,10 @@ from pcieprof.bundle.rows import format_ranks
 from pcieprof.units import size_label
 
 
+#: Matrix cells of pairs that are not ok, in the 7-character column.
+_SHORT = {"not_supported": "no-P2P"}
+
+
 def _fmt(v: float, width: int = 7, digits: int = 1) -> str:
     return f"{v:{width}.{digits}f}" if isinstance(v, (int, float)) and not math.isnan(v) else f"{'-':>{width}}"
 
@@ -45,10 +49,13 @@ def p2p_matrix(df: pd.DataFrame, path: str) -> list[str]:
             elif not np.isnan(bw[i, j]):
                 cells.append(_fmt(float(bw[i, j])))
             elif (a, b) in status:
-                cells.append(f"{status[(a, b)][:6]:>7}")
+                cells.append(f"{_SHORT.get(status[(a, b)], status[(a, b)][:6]):>7}")
             else:
                 cells.append(_fmt(float("nan")))
         lines.append(f"{a:>7}" + "".join(cells))
+    if "not_supported" in status.values():
+        lines.append("  no-P2P: no peer access (status not_supported); the pair copies through "
+                     "host memory")
     return lines
 
 
@@ -92,7 +99,7 @@ def summarize(bundle: Bundle, band: DecodeBand) -> str:
         m = p2p_matrix(p2p, path)
         if m:
             out += [""] + m
-    lat = p2p[(p2p["path"] == "p2p") & p2p["latency_us"].notna()]
+    lat = p2p[(p2p["path"] == "p2p") & p2p["latency_us"].notna() & (p2p["status"] == "ok")]
     if not lat.empty:
         out.append(f"p2p latency: median {lat['latency_us'].median():.1f} us over "
                    f"{len(lat)} pairs ({size_label(int(lat['size_bytes'].min()))} copies)")

@@ -48,7 +48,9 @@ def link_type(a: int, b: int, inferred: InferredTopology | None) -> str:
     if inferred is None:
         return "SYS"
     lv = inferred.levels[inferred.pair_level.get((a, b), len(inferred.levels) - 1)].smi_level
-    return "PHB" if lv == "NODE" else lv
+    if lv.startswith("NV"):
+        return "NVL"
+    return "PHB" if lv == "NODE" else lv if lv in NCCL_PATH_TYPES else "SYS"
 
 
 def graph_xml(ring: Ring, *, nchannels: int = 2, inferred: InferredTopology | None = None,
@@ -114,7 +116,7 @@ def topo_xml(inferred: InferredTopology, topology: Topology) -> str:
         raise ValueError(f"GPU(s) {missing} have no PCI bus id in topology.json")
     used = {str(gpus[i].bus_id).lower() for i in inferred.gpus}
     switches = inferred.switch_groups()
-    if len(inferred.levels) >= 3:
+    if len(inferred.pcie_levels()) >= 3:
         sockets = inferred.socket_groups()
     else:
         # two levels cannot tell "through the root complex" from "across sockets": split by the
@@ -170,7 +172,7 @@ def write_files(bundle: Bundle, ring: Ring, inferred: InferredTopology | None,
     paths = {"graph": bundle.write_text(GRAPH_FILE, graph_xml(ring, nchannels=nchannels,
                                                                inferred=inferred))}
     if inferred is not None and topology is not None and topology.gpus \
-            and len(inferred.levels) > 1:
+            and len(inferred.pcie_levels()) > 1:
         try:
             paths["topo"] = bundle.write_text(TOPO_FILE, topo_xml(inferred, topology))
         except ValueError:  # a GPU without a bus id: NCCL could not match the file

@@ -18,10 +18,10 @@ from typing import Callable
 import numpy as np
 
 from pcieprof.analysis.comm_model import Layout, Pricer, count_collectives
-from pcieprof.analysis.curves import Curves
+from pcieprof.analysis.curves import EXTRAPOLATED, Curves
 from pcieprof.analysis.decode_band import DecodeBand
-from pcieprof.analysis.infer import infer
-from pcieprof.analysis.matrices import gpu_indices, pair_matrix
+from pcieprof.analysis.infer import NO_P2P, infer
+from pcieprof.analysis.matrices import gpu_indices, link_matrix, pair_matrix, pair_support
 from pcieprof.analysis.provenance import part_provenance
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclChoices
@@ -34,8 +34,9 @@ from pcieprof.tune.launch import launch_line, launch_recommendation
 from pcieprof.tune.layout import CommandBuilder, rank_layouts
 from pcieprof.tune.nccl_files import GRAPH_FILE, TOPO_FILE, write_files
 from pcieprof.tune.ring import Ring, best_ring, ring_of_order
-from pcieprof.tune.rules import RULES
+from pcieprof.tune.rules import FINDING_RULES, RULES
 from pcieprof.tune.rules.base import RuleContext
+from pcieprof.units import size_label
 
 ENV_FILE = "tune/recommended.env"
 SGLANG_FILE = "tune/sglang_command.sh"
@@ -63,16 +64,24 @@ def build_context(bundle: Bundle, card: ModelCard, band: DecodeBand) -> RuleCont
     inferred = infer(p2p, ar, topo)
     ring = old = None
     known = False
+    needs: list[str] = []
     gpus = gpu_indices(p2p)
     if len(gpus) >= 3:
-        bw = pair_matrix(p2p, path="p2p", metric="bandwidth_gbps", gpus=gpus)
-        lat = pair_matrix(p2p, path="p2p", metric="latency_us", gpus=gpus)
+        # a ring link without P2P runs through host memory (NCCL's SHM), never at 0 GB/s
+        bw, _ = link_matrix(p2p, metric="bandwidth_gbps", gpus=gpus)
+        lat, _ = link_matrix(p2p, metric="latency_us", gpus=gpus)
         if not np.isnan(bw).all():
             ring = best_ring(bw, lat, gpus)
             case = choices.default_case()
             nccl = case.ring_devices() if case else None
             known = nccl is not None and sorted(nccl) == sorted(gpus)
             old = ring_of_order(nccl if nccl is not None and known else list(gpus), bw, lat, gpus)
+            if not ring.bottleneck_gbps > 0:  # no ring closes over measured links
+                unmeasured = [f"{a}-{b}" for i, a in enumerate(gpus) for j, b in enumerate(gpus)
+                              if i < j and not (bw[i, j] > 0 and bw[j, i] > 0)]
+                needs.append("P2P bandwidth of every GPU pair for the ring search (not measured: "
+                             + ", ".join(unmeasured[:12]) + ")")
+                ring = old = None
     nranks = cs.max_nranks or len(gpus)
     serve_log = ""
     serve_dir = bundle.path / "serve"
@@ -84,7 +93,8 @@ def build_context(bundle: Bundle, card: ModelCard, band: DecodeBand) -> RuleCont
     return RuleContext(bundle=bundle, topology=topo, p2p=p2p, allreduce=ar, curves=cs,
                        choices=choices, inferred=inferred, ring=ring, nccl_ring=old, band=band,
                        collectives_per_step=collectives_counter(card, nranks),
-                       provenance=prov, serve_log=serve_log, nccl_ring_known=known)
+                       provenance=prov, serve_log=serve_log, nccl_ring_known=known,
+                       needs_measuring=needs)
 
 
 def _gpus_without_p2p(ctx: RuleContext) -> list[int]:
@@ -113,14 +123,21 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
                 f"{format_ranks(r['ranks'])}): nothing can be served with the default settings [{ctx.provenance}]")
     lonely = _gpus_without_p2p(ctx)
     if lonely:
+        support = pair_support(p)
+        alone_why = ("peer access not supported" if all(
+            support.get((a, b)) == "not_supported" for a in lonely for b in gpu_indices(p)
+            if a != b and (a, b) in support) else "no P2P bandwidth measured or supported")
         return (f"GPU {', '.join(map(str, lonely))} has no working P2P with the other GPUs "
-                f"(no P2P bandwidth measured or supported): NCCL moves its traffic through host "
-                f"memory [{ctx.provenance}]")
+                f"({alone_why}): NCCL moves its traffic through host memory [{ctx.provenance}]")
     base = ctx.curves.default()
     if base is not None and ctx.ar_backend == "cpu":
         return (f"none named: this bundle measured the harness on this machine's CPUs (gloo "
                 f"all-reduce {base.at(ctx.band.lo_bytes):.0f} us at {ctx.band.lo_bytes >> 10} KiB "
                 f"over {base.nranks} processes), not GPUs; run on GPUs or with --backend sim")
+    if base is not None and base.extent(ctx.band.lo_bytes) == EXTRAPOLATED:
+        return (f"not named at decode sizes: the all-reduce was measured only up to "
+                f"{size_label(base.max_size)} ({base.nranks} ranks, {base.at(base.max_size):.1f} us "
+                f"there) [{ctx.provenance}]; measure up to 1 MiB to see decode latency")
     if base is not None and not math.isfinite(base.at(ctx.band.lo_bytes)):
         return (f"not named at decode sizes: the all-reduce was measured only from "
                 f"{base.min_size >> 10} KiB up ({base.nranks} ranks, busbw "
@@ -145,10 +162,27 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
         if why:
             what += f" ({', '.join(why)})"
         return what + f" [{ctx.provenance}]"
+    finding = next((r for r in recs if r.rule in FINDING_RULES and r.kind == "warn"), None)
+    if finding is not None:
+        return f"{finding.title} [{ctx.provenance}]; no all-reduce in this bundle"
     if ctx.ring is not None:
-        return (f"slowest P2P link {ctx.ring.bottleneck_gbps:.1f} GB/s between GPU groups "
-                f"[{ctx.provenance}]; all-reduce not measured")
-    return "not enough measured to name a bottleneck (no P2P matrix, no all-reduce sweep)"
+        a, b, gbps, _ = min(ctx.ring.links, key=lambda link: link[2])
+        how = (" (no P2P: through host memory)" if ctx.inferred is not None
+               and ctx.inferred.kind_of(a, b) == NO_P2P else "")
+        return (f"slowest ring link {gbps:.1f} GB/s, GPU {a}-{b}{how} [{ctx.provenance}]; "
+                f"no all-reduce in this bundle")
+    gpus = gpu_indices(p)
+    if len(gpus) == 2:
+        bw, _ = link_matrix(p, metric="bandwidth_gbps", gpus=gpus)
+        if np.isfinite(bw).any():
+            return (f"P2P GPU {gpus[0]}->{gpus[1]} {_gbps(bw[0, 1])}, {gpus[1]}->{gpus[0]} "
+                    f"{_gbps(bw[1, 0])} [{ctx.provenance}]; no all-reduce in this bundle")
+    return ("not enough in this bundle to name a bottleneck (no P2P bandwidth between the GPUs, "
+            "no all-reduce sweep)")
+
+
+def _gbps(v: float) -> str:
+    return f"{v:.1f} GB/s" if np.isfinite(v) and v > 0 else "not in this bundle"
 
 
 def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None,
@@ -193,6 +227,10 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
     elif layouts and not len(ctx.curves):
         ctx.needs_measuring.append("parallel layouts not ranked: no all-reduce rows to price "
                                    "communication with")
+    elif layouts and not _prices_decode(ctx):
+        ctx.needs_measuring.append("parallel layouts not ranked: the all-reduce was not measured "
+                                   "at decode sizes (measure 8 B..1 MiB) to price a decode step "
+                                   "with")
     elif layouts:
         try:
             ranked = rank_layouts(bundle, card, Pricer(bundle), topology=ctx.topology, env=env,
@@ -209,6 +247,13 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
                            ring=None if ctx.ring is None else _ring_choice(ctx.ring),
                            inferred=None if ctx.inferred is None else ctx.inferred.as_dict(),
                            layouts=ranked, env=env)
+
+
+def _prices_decode(ctx: RuleContext) -> bool:
+    """True when the default all-reduce curve covers the decode band's smallest size (measured,
+    interpolated or at the latency floor; not extrapolated, not unknown)."""
+    base = ctx.curves.default()
+    return base is None or base.covers(ctx.band.lo_bytes)
 
 
 def _ring_choice(ring: Ring) -> RingChoice:

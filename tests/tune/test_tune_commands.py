@@ -73,3 +73,26 @@ def test_compare_bad_expressions_are_one_line(tmp_path: Path) -> None:
         r = run_cli("compare", str(a), str(b), "--fail-if", expr)
         assert r.returncode == 2, (expr, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_recommend_out_writes_a_copy_and_leaves_the_bundle(tmp_path: Path) -> None:
+    bw, lat = two_switch(seed=3)
+    src = write_matrix_bundle(tmp_path / "src", bw, lat).path
+    before = {p.relative_to(src): p.read_bytes() for p in src.rglob("*") if p.is_file()}
+    out = tmp_path / "out"
+    r = run_cli("recommend", str(src), "--out", str(out), "--no-layouts")
+    assert r.returncode == 0, r.stderr
+    assert {p.relative_to(src): p.read_bytes() for p in src.rglob("*") if p.is_file()} == before
+    doc = json.loads((out / "recommendations.json").read_text())
+    assert (out / "p2p.csv").read_bytes() == (src / "p2p.csv").read_bytes()
+    graph = out / "tune" / "nccl_graph.xml"
+    assert graph.is_file() and f"recommendations: {out / 'recommendations.json'}" in r.stdout
+    for rec in doc["recommendations"]:  # files named by the advice are the copy's
+        assert str(src / "tune") not in rec["action"]
+    # a second run into the same directory needs --force; inside the bundle is refused
+    again = run_cli("recommend", str(src), "--out", str(out), "--no-layouts")
+    assert again.returncode == 2 and "--force" in again.stderr
+    assert len(again.stderr.strip().splitlines()) == 1
+    assert run_cli("recommend", str(src), "-o", str(out), "--force", "--no-layouts").returncode == 0
+    inside = run_cli("recommend", str(src), "--out", str(src / "copy"), "--no-layouts")
+    assert inside.returncode == 2 and "inside" in inside.stderr

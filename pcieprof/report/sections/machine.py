@@ -7,6 +7,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from pcieprof.analysis.infer import value_text
 from pcieprof.bundle.topology import Topology, acs_redirect
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
@@ -91,13 +92,13 @@ def inferred_tree_lines(inferred: dict[str, Any]) -> list[tuple[int, str, str, s
         for sub in subs:
             if len(sub) > 1:
                 lines.append((depth, levels[k]["name"], f"GPUs {','.join(map(str, sub))}, typical "
-                              f"pair {levels[k]['value']:.3g}", "switch_upstream"))
+                              f"pair {value_text(levels[k]['value'], '')}", "switch_upstream"))
                 walk(k - 1, sub, depth + 1)
             else:
                 walk(-1, sub, depth)
 
     top = levels[-1]
-    lines.append((0, top["name"], f"typical pair {top['value']:.3g}", "numa"))
+    lines.append((0, top["name"], f"typical pair {value_text(top['value'], '')}", "numa"))
     walk(len(levels) - 2, sorted(g for grp in top["groups"] for g in grp), 1)
     return lines
 

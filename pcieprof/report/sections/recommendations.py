@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from pcieprof.analysis.infer import value_text
 from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
@@ -80,11 +81,12 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
             ("search", "exhaustive" if ring.exact else f"heuristic, gap <= {(ring.gap or 0) * 100:.1f}%")],
             provenance=prov))
     if inferred:
-        sec.blocks.append(Table("inferred fabric (from the measured P2P matrices)",
+        unit = "GB/s" if "gbps" in inferred["metric"] else "us"
+        sec.blocks.append(Table("inferred fabric (from the P2P matrices, else the topology's levels)",
                                 ["level", "nvidia-smi level", "GPU groups", "typical pair"],
                                 [[lv["name"], lv["smi_level"],
                                   " | ".join(",".join(map(str, g)) for g in lv["groups"]),
-                                  f"{lv['value']:.3g}"] for lv in inferred["levels"]],
+                                  value_text(lv["value"], unit)] for lv in inferred["levels"]],
                                 provenance=f"{prov}; metric {inferred['metric']}"))
         if inferred.get("hidden_structure"):
             sec.blocks.append(Note("the measured structure is finer than the PCIe tree this "

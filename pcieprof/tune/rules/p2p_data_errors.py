@@ -25,5 +25,10 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
                   "host-staged copies between the same GPUs are ok" if staged_ok else
                   "host-staged copies were not measured ok either"],
         caveats=["NCCL then moves everything through host memory (SHM): slower at large sizes; "
-                 "fix the IOMMU/ACS/driver path (see the host rules) and re-measure"],
+                 "fix the IOMMU/ACS/driver path (see the host rules) and re-measure",
+                 "likely: the driver reports peer access the platform does not deliver (consumer "
+                 "GPUs, a P2P-enabling driver patch, an IOMMU translating peer DMA, ACS "
+                 "redirect); the copy may still report a bandwidth",
+                 "next: after a host or driver change, check the bytes again with cuda-samples' "
+                 "simpleP2P or `pcieprof topology --quick` (every copy checked, both ways)"],
         confidence=ctx.confidence if ctx.ar_backend != "cpu" else "measured")]

@@ -10,6 +10,7 @@ run (if SGLang's P2P check passes).
 
 from __future__ import annotations
 
+from pcieprof.analysis.infer import NVLINK
 from pcieprof.bundle.recommendations import Recommendation
 from pcieprof.tune.rules.base import RuleContext
 
@@ -24,8 +25,13 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         return []
     if ctx.topology.has_nvlink():
         return []
+    nvlink = ctx.inferred.pairs_of(NVLINK) if ctx.inferred is not None else []
+    if nvlink and len(nvlink) == n * (n - 1) // 2:
+        return []
     ev = [f"{SOURCE}: custom all-reduce needs world_size == 2 or full NVLink",
-          f"this box: {n} GPUs, no NVLink pair in topology.json"]
+          f"this box: {n} GPUs, " + (f"NVLink only between {', '.join(f'{a}-{b}' for a, b in nvlink)}"
+                                     " (measured), not full NVLink" if nvlink
+                                     else "no NVLink pair in topology.json")]
     if WARNING in ctx.serve_log:
         ev.append("serve/server-*.log: SGLang printed the warning itself")
     return [Recommendation(
