@@ -35,6 +35,7 @@ from pcieprof.tune.nccl_files import GRAPH_FILE, TOPO_FILE, write_files
 from pcieprof.tune.ring import Ring, best_ring, ring_of_order
 from pcieprof.tune.rules import RULES
 from pcieprof.tune.rules.base import RuleContext
+from pcieprof.tune.vm import bottleneck_why
 
 ENV_FILE = "tune/recommended.env"
 SGLANG_FILE = "tune/sglang_command.sh"
@@ -113,7 +114,7 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
     lonely = _gpus_without_p2p(ctx)
     if lonely:
         return (f"GPU {', '.join(map(str, lonely))} has no working P2P with the other GPUs "
-                f"(no P2P bandwidth measured or supported): NCCL moves its traffic through host "
+                f"(no P2P bandwidth {ctx.obtained} or supported): NCCL moves its traffic through host "
                 f"memory [{ctx.provenance}]")
     base = ctx.curves.default()
     if base is not None and ctx.ar_backend == "cpu":
@@ -121,7 +122,7 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
                 f"all-reduce {base.at(ctx.band.lo_bytes):.0f} us at {ctx.band.lo_bytes >> 10} KiB "
                 f"over {base.nranks} processes), not GPUs; run on GPUs or with --backend sim")
     if base is not None and not math.isfinite(base.at(ctx.band.lo_bytes)):
-        return (f"not named at decode sizes: the all-reduce was measured only from "
+        return (f"not named at decode sizes: the all-reduce was {ctx.obtained} only from "
                 f"{base.min_size >> 10} KiB up ({base.nranks} ranks, busbw "
                 f"{float(base.busbw_gbps.iloc[-1]):.1f} GB/s at the largest size) "
                 f"[{ctx.provenance}]; measure 8 B..1 MiB to see decode latency")
@@ -134,20 +135,14 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
                 f"all-reduce of {size >> 10} KiB")
         if n:
             what += f", x {n} per decode step = {t * n / 1e3:.1f} ms per token at batch {b}"
-        why = []
-        if ctx.topology.virtualization.is_vm:
-            why.append("a VM")
-        if ctx.topology.iommu.mode == "translated":
-            why.append("IOMMU translating peer DMA")
-        if ctx.inferred is not None and ctx.inferred.hidden_structure:
-            why.append("a flat virtual PCIe tree hiding the switches from NCCL")
+        why = bottleneck_why(ctx)
         if why:
-            what += f" ({', '.join(why)})"
+            what += f" ({'; '.join(why)})"
         return what + f" [{ctx.provenance}]"
     if ctx.ring is not None:
         return (f"slowest P2P link {ctx.ring.bottleneck_gbps:.1f} GB/s between GPU groups "
-                f"[{ctx.provenance}]; all-reduce not measured")
-    return "not enough measured to name a bottleneck (no P2P matrix, no all-reduce sweep)"
+                f"[{ctx.provenance}]; no all-reduce in this bundle")
+    return "not enough in this bundle to name a bottleneck (no P2P matrix, no all-reduce sweep)"
 
 
 def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None,
@@ -183,7 +178,7 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
         ctx.needs_measuring.append(
             "all-reduce with the combined environment (" + " ".join(
                 f"{k}={v}" for r in measured_env for k, v in r.env.items())
-            + "): each setting was measured on its own; their gains need not add up")
+            + f"): each setting was {ctx.obtained} on its own; their gains need not add up")
     ranked: list[LayoutAdvice] = []
     if layouts and ctx.ar_backend == "cpu":
         ctx.needs_measuring.append("parallel layouts: the all-reduce rows are gloo on this "
@@ -261,6 +256,10 @@ def env_file_text(result: Recommendations) -> str:
     for r in result.recommendations:
         if r.kind in ("env", "launch") and r.env:
             lines.append(f"# {r.title} ({r.gain_text})")
+            for risk in r.risks:
+                lines.append(f"# RISK: {risk.title}; {risk.check}")
+                if risk.host_alternative:
+                    lines.append(f"# host-side alternative: {risk.host_alternative}")
             for k, v in r.env.items():
                 if result.env.get(k) == v:
                     lines.append(f"export {k}={shlex.quote(v)}")
