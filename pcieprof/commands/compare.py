@@ -53,6 +53,11 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.4g}"
 
 
+def _wrap(text: str) -> list[str]:
+    """Lines of 100 columns, words and hyphenated sizes (12 KiB-768 KiB) kept whole."""
+    return textwrap.wrap(text, 100, break_on_hyphens=False, break_long_words=False)
+
+
 def vm_lines(a: Bundle, b: Bundle, band: DecodeBand) -> list[str]:
     """When one bundle is a VM and the other bare metal: the VM verdict and the like-for-like
     table (pcieprof.tune.vm, as the report shows them), before the metrics, whose per-variant
@@ -66,9 +71,9 @@ def vm_lines(a: Bundle, b: Bundle, band: DecodeBand) -> list[str]:
     out = [f"what the VM costs, like for like ({who} = {vm.path.name} is the VM, "
            f"{'B' if who == 'A' else 'A'} = {bare.path.name} bare metal):"]
     if cost is None:
-        out += textwrap.wrap(unknown_cost(known_state(vm), vm.path.name), 100)
+        out += _wrap(unknown_cost(known_state(vm), vm.path.name))
         return out + [""]
-    out += textwrap.wrap(verdict(cost), 100) + [""] + text_table(cost)
+    out += _wrap(verdict(cost)) + [""] + text_table(cost)
     out += [f"  {s}" for s in settings(cost) + cost.notes]
     out += ["  (the metrics below compare each variant's own setting on both sides; NCCL "
             "decides differently under the same setting, see above)", ""]

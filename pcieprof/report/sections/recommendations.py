@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
+from pcieprof.analysis.provenance import obtained
 from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
@@ -80,15 +81,16 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
             ("search", "exhaustive" if ring.exact else f"heuristic, gap <= {(ring.gap or 0) * 100:.1f}%")],
             provenance=prov))
     if inferred:
-        sec.blocks.append(Table("inferred fabric (from the measured P2P matrices)",
+        sec.blocks.append(Table(f"inferred fabric (from the {obtained(view.bundle.backend)} P2P matrices)",
                                 ["level", "nvidia-smi level", "GPU groups", "typical pair"],
                                 [[lv["name"], lv["smi_level"],
                                   " | ".join(",".join(map(str, g)) for g in lv["groups"]),
                                   f"{lv['value']:.3g}"] for lv in inferred["levels"]],
                                 provenance=f"{prov}; metric {inferred['metric']}"))
         if inferred.get("hidden_structure"):
-            sec.blocks.append(Note("the measured structure is finer than the PCIe tree this "
-                                   "machine shows: the switches are hidden (flat virtual tree)", "warn"))
+            sec.blocks.append(Note(f"the {obtained(view.bundle.backend)} structure is finer than "
+                                   "the PCIe tree this machine shows: the switches are hidden "
+                                   "(flat virtual tree)", "warn"))
     layouts = doc.layouts
     if layouts:
         lprov = f"predicted: compute {layouts[0].compute_source}; comm {layouts[0].comm_source}"
