@@ -19,11 +19,11 @@ from pcieprof.units import size_label
 
 #: How `recommend --verify` checks a setting that can hang, before anyone serves with it.
 VERIFY_CHECK = (
-    "check it on the VM itself before serving with it: `pcieprof recommend BUNDLE --verify` on a "
-    "bundle measured there (backend cuda) re-runs the all-reduce with the setting under the "
-    "probes' watchdog: a launch that makes no progress for --timeout seconds (default 60; NCCL "
-    "init gets 120 s more) is killed and recorded as status=hang, and the run goes on; if it "
-    "hangs, keep NCCL's default or NCCL_P2P_DISABLE=1, or make the host-side change")
+    "before serving with it, run `pcieprof recommend BUNDLE --verify` on a bundle of the VM "
+    "itself (backend cuda): it re-runs the all-reduce with the setting under the probes' "
+    "watchdog, which kills a launch that makes no progress for --timeout seconds (default 60; "
+    "NCCL init gets 120 s more) and records status=hang, and the run goes on; if it hangs, keep "
+    "NCCL's default or NCCL_P2P_DISABLE=1, or make the host-side change")
 #: Said of a simulated bundle: the model prices time, not failures.
 SIM_CANNOT_HANG = ("this bundle is simulated: the fabric model does not model the hang, so "
                    "--verify on it re-simulates the time only")
@@ -116,26 +116,18 @@ def text_table(cost: VmCost) -> list[str]:
     return [line(cols)] + [line(r) for r in rows]
 
 
-def _where(rows: list[Row]) -> str:
-    """`at every decode size`, or the batches where bare metal is faster."""
-    bare = [r.batch for r in rows if r.bare_faster]
-    if len(bare) == len(rows):
-        return "at every decode size"
-    if not bare:
-        return "at no decode size"
-    return "at batch " + ", ".join(map(str, bare))
-
-
 def _who(rows: list[Row]) -> str:
-    """`bare metal is faster at every decode size` / `the VM is faster ...` / mixed."""
-    bare = [r for r in rows if r.bare_faster]
+    """`bare metal is faster at every decode size` / `the VM is faster ...` / by batch."""
+    bare = [r.batch for r in rows if r.bare_faster]
+    vm = [r.batch for r in rows if r.vm_minus_bare_us < -0.05]
     if len(bare) == len(rows):
         return "bare metal is faster at every decode size"
-    if not bare:
+    if len(vm) == len(rows):
         return "the VM is faster at every decode size"
-    vm = [r.batch for r in rows if not r.bare_faster]
-    return (f"bare metal is faster at batch {', '.join(str(r.batch) for r in bare)} and the VM "
-            f"at batch {', '.join(map(str, vm))}")
+    same = [r.batch for r in rows if r.batch not in bare and r.batch not in vm]
+    parts = [f"{who} at batch {', '.join(map(str, batches))}" for who, batches in (
+        ("bare metal is faster", bare), ("the VM is faster", vm), ("they are even", same)) if batches]
+    return ", while ".join(parts)
 
 
 def _range(rows: list[Row]) -> str:
@@ -174,14 +166,14 @@ def verdict_parts(cost: VmCost) -> list[str]:
         r = cost.at(b)
         assert r is not None
         what = "with the same NCCL choices" if b == "same_choices" else "each at its best"
-        who = "" if everywhere else f" {_who(cost.rows(b))},"
+        who = "" if everywhere else f", {_who(cost.rows(b))}:"
         phrase = (f"{what}{who} {_us(r.vm.time_us)} us in the VM vs {_us(r.bare.time_us)} us on "
                   f"bare metal at {size} ({_range(cost.rows(b))} over the band")
-        if b == "best" and P2P_HANG in r.vm.risks and "best_safe" in cost.bases:
+        if b == "best" and P2P_HANG in r.vm.risks:
+            phrase += f"; the VM's best, {r.vm.setting}, risks an NCCL hang"
             safe = cost.at("best_safe")
-            assert safe is not None
-            phrase += (f"; the VM's best, {r.vm.setting}, risks an NCCL hang, and without that "
-                       f"risk the VM takes {_us(safe.vm.time_us)} us")
+            if safe is not None:
+                phrase += f", and without that risk the VM takes {_us(safe.vm.time_us)} us"
         parts.append(phrase + ")")
     if parts:
         text = "; ".join(parts)
@@ -320,11 +312,12 @@ def host_alternative(cost: VmCost | None, state: KnownState, is_vm: bool) -> str
     h = best_host_change(cost) if cost is not None else None
     if cost is not None and h is not None:
         bare = cost.at("best_safe")
-        txt = (f"on the hypervisor host, {_lower(h.title)} ({cost.source}: decode step "
-               f"{_ms(h.step_best_safe_us[0])} -> {_ms(h.step_best_safe_us[1])} ms"
-               + (f", {_us(bare.bare.time_us)} us per all-reduce at {size_label(bare.size_bytes)} "
-                  f"with {bare.bare.setting}" if bare else "")
-               + f"; risk: {first_sentence(h.risk)})")
+        txt = (f"{cost.source}: decode step {_ms(h.step_best_safe_us[0])} -> "
+               f"{_ms(h.step_best_safe_us[1])} ms if the hypervisor host changes this: "
+               f"{_lower(h.title)}"
+               + (f" ({_us(bare.bare.time_us)} us per all-reduce at {size_label(bare.size_bytes)} "
+                  f"with {bare.bare.setting})" if bare else "")
+               + f"; risk: {first_sentence(h.risk)}")
         blocked = [_lower(x.title) for x in cost.host_changes if not x.feasible]
         if blocked:
             txt += "; blocked on this box: " + "; ".join(blocked)
