@@ -273,6 +273,10 @@ def sglang_command_text(result: Recommendations) -> str:
     lines = ["#!/bin/sh", "# pcieprof recommend: SGLang launch for the top-ranked layout",
              f"# numbers: {result.provenance}"]
     env_prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in result.env.items())
+    for r in result.recommendations:  # a setting that can hang says so where it is launched
+        for risk in r.risks if any(result.env.get(k) == v for k, v in r.env.items()) else []:
+            lines.append(f"# RISK of {' '.join(f'{k}={v}' for k, v in r.env.items())}: "
+                         f"{risk.title}; check it first: pcieprof recommend BUNDLE --verify")
     if result.layouts:
         top = result.layouts[0]
         lines.append(f"# layout: {top.label} ({top.why})")

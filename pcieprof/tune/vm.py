@@ -317,7 +317,7 @@ def host_alternative(cost: VmCost | None, state: KnownState, is_vm: bool) -> str
                f"{_lower(h.title)}"
                + (f" ({_us(bare.bare.time_us)} us per all-reduce at {size_label(bare.size_bytes)} "
                   f"with {bare.bare.setting})" if bare else "")
-               + f"; risk: {first_sentence(h.risk)}")
+               + f"; risk: {first_sentence(h.risk).rstrip('.')}")
         blocked = [_lower(x.title) for x in cost.host_changes if not x.feasible]
         if blocked:
             txt += "; blocked on this box: " + "; ".join(blocked)

@@ -246,6 +246,8 @@ def test_every_iommu_path_recommendation_carries_its_risk_and_the_host_alternati
     env = (demo["recommended"] / "tune" / "recommended.env").read_text()
     risk_line = env.index("# RISK: NCCL P2P through a translating IOMMU can hang")
     assert risk_line < env.index("export NCCL_P2P_LEVEL=SYS")
+    launch = (demo["recommended"] / "tune" / "sglang_command.sh").read_text()
+    assert "# RISK of NCCL_P2P_LEVEL=SYS: NCCL P2P through a translating IOMMU" in launch
     out = demo["recommend.stdout"].read_text()
     assert out.count("RISK: NCCL P2P through a translating IOMMU") == 2
     assert "host-side alternative: simulated: decode step" in out
