@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from pcieprof.errors import BadInput
 from probes import variants as V
@@ -235,7 +235,7 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
                variants: list[V.Variant] | None = None, group_kinds: list[str] | None = None,
                orders: list[list[int]] | None = None, p2p_sweep: bool = False,
                timeout_s: float = 60.0, topology: dict[str, Any] | None = None,
-               max_size: int | None = None) -> Plan:
+               max_size: int | None = None, extra_sizes: Sequence[int] = ()) -> Plan:
     """The measurement plan of one run.
 
     Args:
@@ -251,6 +251,8 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
         timeout_s: deadline per copy / collective, seconds.
         topology: topology.json, used to pick shared-uplink flows.
         max_size: cap on every message and copy size, bytes (short runs, tests).
+        extra_sizes: all-reduce sizes measured besides the powers of two, bytes (the decode
+            band's: numbers quoted there are then measured, not interpolated).
 
     Raises:
         BadInput: no devices, duplicate devices or an unknown backend.
@@ -312,7 +314,8 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
 
     allreduce: list[AllReduceCase] = []
     if n >= 2:
-        sizes = sizes_pow2(8, min(64 * MiB if quick else 256 * MiB, cap))
+        top = min(64 * MiB if quick else 256 * MiB, cap)
+        sizes = sorted(set(sizes_pow2(8, top)) | {int(s) for s in extra_sizes if 8 <= s <= top})
         chosen = variants if variants is not None else (
             [V.VARIANTS[v] for v in V.QUICK_VARIANTS[backend]] if quick else list(V.VARIANTS.values()))
         kinds = group_kinds if group_kinds is not None else ([] if quick else ["pairs", "tp4"])

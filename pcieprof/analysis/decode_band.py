@@ -63,6 +63,18 @@ class DecodeBand:
         inside = {b for b in QUOTED_BATCHES if self.batch_min <= b <= self.batch_max}
         return tuple(sorted(inside | {self.batch_min}))
 
+    def sizes(self) -> tuple[int, ...]:
+        """Every decode message size the probes measure directly (bytes): batch_min x 2^k up to
+        batch_max, and batch_max's own. Numbers quoted at these sizes are measured or simulated
+        there, never interpolated."""
+        out, b = [], self.batch_min
+        while b <= self.batch_max:
+            out.append(self.message_bytes(b))
+            b *= 2
+        if self.hi_bytes not in out:
+            out.append(self.hi_bytes)
+        return tuple(out)
+
     def message_bytes(self, batch: int) -> int:
         """All-reduce message at batch size `batch`, in bytes."""
         return batch * self.hidden * self.bytes_per_elem

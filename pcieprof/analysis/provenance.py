@@ -25,6 +25,14 @@ CONSOLE_NOTES = {
 }
 
 
+def obtained(backend: str) -> str:
+    """How a number of `backend` was obtained, as a sentence says it: `simulated` (sim: the
+    fabric model), else `measured` (cuda, cpu, and imported: another tool measured it). Every
+    rule, verdict and verify line that says where its numbers came from in words uses this, so
+    that no simulated number is ever called measured."""
+    return "simulated" if backend == "sim" else "measured"
+
+
 def provenance_text(source: str, backends: list[str]) -> str:
     """`measured, backend cpu (CPUs and host memory, not GPUs)` and the like; the
     source of a known backend is the backend's own (a sim row is simulated in any bundle)."""

@@ -14,6 +14,27 @@ from pcieprof.bundle.document import Document
 
 
 @dataclass
+class Risk:
+    """A known way a recommendation can fail on this box, how to check it safely before use,
+    and the change only the host can make instead.
+
+    Attributes:
+        id: a stable name (`nccl_p2p_hang_translated_iommu`; the fabric profile's known issue).
+        title: what can happen, one line.
+        check: how to find out before relying on it (a command and what it guards against).
+        host_alternative: the host-side change that avoids the risk, with its expected gain and
+            provenance where the bundle knows it.
+        sources: where the failure is reported.
+    """
+
+    id: str
+    title: str
+    check: str = ""
+    host_alternative: str = ""
+    sources: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Recommendation:
     """One change (or one warning) with its evidence and its expected gain.
 
@@ -35,6 +56,9 @@ class Recommendation:
             (from a model of this bundle's numbers), `simulated`, `advice` (no number).
         priority: ordering key (larger first).
         verified: what `recommend --verify` found re-running it (pcieprof.tune.verify), or None.
+        risks: known failures of the change on this box (e.g. an NCCL hang with P2P through a
+            translating IOMMU), each with its check and the host-side alternative; empty in
+            files written before it.
     """
 
     rule: str
@@ -51,6 +75,7 @@ class Recommendation:
     confidence: str = "measured"
     priority: float = 0.0
     verified: dict[str, Any] | None = None
+    risks: list[Risk] = field(default_factory=list)
 
 
 @dataclass

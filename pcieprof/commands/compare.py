@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from pcieprof.analysis.decode_band import DEFAULT_MODEL, band_for
+from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand, band_for
+from pcieprof.analysis.virtualization import known_state, like_for_like, pick_pair
 from pcieprof.bundle import Bundle
 from pcieprof.commands.options import verbosity
 from pcieprof.errors import BadInput, ExitCode
 from pcieprof.analysis.metrics import bundle_metrics, higher_is_better
+from pcieprof.tune.vm import settings, text_table, unknown_cost, verdict
 
 _EXPR = re.compile(r"^\s*(?P<metric>[A-Za-z0-9_.@*?\-\[\]=,]+)\s*(?P<op>[<>])\s*"
                    r"(?P<num>[+-]?\d+(?:\.\d+)?)\s*(?P<pct>%?)\s*$")
@@ -50,6 +53,33 @@ def _fmt(v: float | None) -> str:
     return "-" if v is None else f"{v:.4g}"
 
 
+def _wrap(text: str) -> list[str]:
+    """Lines of 100 columns, words and hyphenated sizes (12 KiB-768 KiB) kept whole."""
+    return textwrap.wrap(text, 100, break_on_hyphens=False, break_long_words=False)
+
+
+def vm_lines(a: Bundle, b: Bundle, band: DecodeBand) -> list[str]:
+    """When one bundle is a VM and the other bare metal: the VM verdict and the like-for-like
+    table (pcieprof.tune.vm, as the report shows them), before the metrics, whose per-variant
+    rows compare the same setting on both sides although NCCL chooses differently under it."""
+    pair = pick_pair(a, b)
+    if pair is None:
+        return []
+    vm, bare = pair
+    cost = like_for_like(vm, bare, band)
+    who = "A" if vm is a else "B"
+    out = [f"what the VM costs, like for like ({who} = {vm.path.name} is the VM, "
+           f"{'B' if who == 'A' else 'A'} = {bare.path.name} bare metal):"]
+    if cost is None:
+        out += _wrap(unknown_cost(known_state(vm), vm.path.name))
+        return out + [""]
+    out += _wrap(verdict(cost)) + [""] + text_table(cost)
+    out += [f"  {s}" for s in settings(cost) + cost.notes]
+    out += ["  (the metrics below compare each variant's own setting on both sides; NCCL "
+            "decides differently under the same setting, see above)", ""]
+    return out
+
+
 @click.command("compare")
 @click.argument("a", type=click.Path(path_type=Path))
 @click.argument("b", type=click.Path(path_type=Path))
@@ -64,11 +94,18 @@ def _fmt(v: float | None) -> str:
 def command(a: Path, b: Path, fail_if: tuple[str, ...], show_all: bool, model: str) -> None:
     """Show the metrics of bundles A and B side by side (B relative to A).
 
+    When one of them ran in a VM and the other on bare metal, first what the VM costs like for
+    like: default vs default and best vs best per decode size and per decode step, why, and
+    what to do (the report's VM verdict and table).
+
     Exit status 1 when a --fail-if condition holds (a regression), 2 on bad input.
     """
     conds = [parse_condition(t) for t in fail_if]
     band = band_for(model)
-    ma, mb = bundle_metrics(Bundle.open(a), band), bundle_metrics(Bundle.open(b), band)
+    ba, bb = Bundle.open(a), Bundle.open(b)
+    for line in vm_lines(ba, bb, band):
+        click.echo(line)
+    ma, mb = bundle_metrics(ba, band), bundle_metrics(bb, band)
     names = sorted(set(ma) | set(mb)) if show_all else sorted(set(ma) & set(mb))
     width = max([len(n) for n in names] + [6])
     click.echo(f"{'metric':<{width}}  {'A':>10}  {'B':>10}  {'B vs A':>8}")

@@ -41,6 +41,12 @@ def summary_lines(result: Recommendations) -> list[str]:
             lines.append(f"   {'means' if r.kind in ('warn', 'info') else 'gain'}: {r.gain_text}")
         for a in (r.action or "").splitlines():
             lines.append(f"   {a}")
+        for risk in r.risks:
+            lines.append(f"   RISK: {risk.title}")
+            if risk.check:
+                lines.append(f"   check: {risk.check}")
+            if risk.host_alternative:
+                lines.append(f"   host-side alternative: {risk.host_alternative}")
         for e in r.evidence[:2]:
             lines.append(f"   evidence: {e}")
     if result.layouts:
@@ -88,7 +94,9 @@ def summary_lines(result: Recommendations) -> list[str]:
 @click.option("--verify-out", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Bundle of the verification (default BUNDLE/verify, replaced on each run).")
 @click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True,
-              help="--verify: deadline of each collective, seconds (past it: status=hang).")
+              help="--verify: the watchdog's deadline, seconds: a launch whose all-reduces make "
+                   "no progress for this long (the first collective of a message size included) "
+                   "is killed and recorded as status=hang, and the run goes on.")
 @verbosity
 def command(bundle: Path, out: Path | None, force: bool, model: str, batch_max: int,
             context: int, no_layouts: bool, serve: Path | None, arch: str | None, verify: bool,

@@ -145,6 +145,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     if not wanted or wanted - {"copies", "allreduce"}:
         raise BadInput(f"--probes {probe_set!r}", hint="copies, allreduce or both")
     out = out or default_out_dir("topology")
+    band = band_for(DEFAULT_MODEL)  # its message sizes join the all-reduce sweep
     bundle = Bundle.create(out, command="topology", source=source_of(backend), backend=backend,
                            force=force)
     progress.info(f"bundle: {bundle.path}")
@@ -155,7 +156,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
         topo = fabric_topology(fabric) if fabric is not None else session.discover().to_json()
         plan = build_plan(backend, devs, quick=quick, variants=chosen, group_kinds=kinds,
                           orders=ring_orders, p2p_sweep=p2p_sweep, timeout_s=timeout_s,
-                          topology=topo, max_size=cap)
+                          topology=topo, max_size=cap, extra_sizes=band.sizes())
         if "copies" not in wanted:
             plan.p2p, plan.concurrent = [], []
         if "allreduce" not in wanted:
@@ -164,7 +165,6 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
         session.measure(plan)
     wall = time.monotonic() - t0
     status = bundle.finish()
-    band = band_for(DEFAULT_MODEL)
     if not no_report:  # after finish(): the report shows the bundle as it stays
         _report(bundle, band)
     click.echo(summarize(bundle, band))

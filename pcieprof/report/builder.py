@@ -27,7 +27,7 @@ from pcieprof.report.model import BundleView, Figure, Note, NoteGroup, Section, 
 
 #: Section modules in page order. Each has build(view, ctx) -> Section | None.
 SECTION_MODULES: tuple[str, ...] = (
-    "summary", "machine", "p2p", "concurrent", "allreduce", "serve", "attribution",
+    "summary", "vm", "machine", "p2p", "concurrent", "allreduce", "serve", "attribution",
     "recommendations", "tables",
 )
 #: Sections shown even when empty, with a "not measured" line (the core of issue 2's report).

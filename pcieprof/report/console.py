@@ -79,7 +79,7 @@ def allreduce_decode(df: pd.DataFrame, band: DecodeBand) -> list[str]:
             cells.append(_fmt(c.at(s), 9) + ("*" if mark else " "))
         lines.append(f"{c.variant:<16}" + "".join(cells))
     if extrapolated:
-        lines.append("  * above the largest measured size: extrapolated linearly in size")
+        lines.append("  * above the sweep's largest size: extrapolated linearly in size")
     if df["detail"].astype(str).str.contains("gloo ignores").any():
         lines.append("  (NCCL_* variants on gloo: same transport as default, measured again)")
     for _, r in df[~df["status"].isin(["ok"])].iterrows():

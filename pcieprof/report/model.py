@@ -64,7 +64,7 @@ class Table:
 
 @dataclass
 class Note:
-    """A paragraph of text; `level` is info | warn | missing."""
+    """A paragraph of text; `level` is info | warn | missing | headline | verdict (the VM's)."""
 
     text: str
     level: str = "info"

@@ -36,6 +36,7 @@ from pcieprof.tune.nccl_files import GRAPH_FILE, TOPO_FILE, write_files
 from pcieprof.tune.ring import Ring, best_ring, ring_of_order
 from pcieprof.tune.rules import FINDING_RULES, RULES
 from pcieprof.tune.rules.base import RuleContext
+from pcieprof.tune.vm import bottleneck_why
 from pcieprof.units import size_label
 
 ENV_FILE = "tune/recommended.env"
@@ -126,7 +127,7 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
         support = pair_support(p)
         alone_why = ("peer access not supported" if all(
             support.get((a, b)) == "not_supported" for a in lonely for b in gpu_indices(p)
-            if a != b and (a, b) in support) else "no P2P bandwidth measured or supported")
+            if a != b and (a, b) in support) else f"no P2P bandwidth {ctx.obtained} or supported")
         return (f"GPU {', '.join(map(str, lonely))} has no working P2P with the other GPUs "
                 f"({alone_why}): NCCL moves its traffic through host memory [{ctx.provenance}]")
     base = ctx.curves.default()
@@ -139,7 +140,7 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
                 f"{size_label(base.max_size)} ({base.nranks} ranks, {base.at(base.max_size):.1f} us "
                 f"there) [{ctx.provenance}]; measure up to 1 MiB to see decode latency")
     if base is not None and not math.isfinite(base.at(ctx.band.lo_bytes)):
-        return (f"not named at decode sizes: the all-reduce was measured only from "
+        return (f"not named at decode sizes: the all-reduce was {ctx.obtained} only from "
                 f"{base.min_size >> 10} KiB up ({base.nranks} ranks, busbw "
                 f"{float(base.busbw_gbps.iloc[-1]):.1f} GB/s at the largest size) "
                 f"[{ctx.provenance}]; measure 8 B..1 MiB to see decode latency")
@@ -152,15 +153,9 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
                 f"all-reduce of {size >> 10} KiB")
         if n:
             what += f", x {n} per decode step = {t * n / 1e3:.1f} ms per token at batch {b}"
-        why = []
-        if ctx.topology.virtualization.is_vm:
-            why.append("a VM")
-        if ctx.topology.iommu.mode == "translated":
-            why.append("IOMMU translating peer DMA")
-        if ctx.inferred is not None and ctx.inferred.hidden_structure:
-            why.append("a flat virtual PCIe tree hiding the switches from NCCL")
+        why = bottleneck_why(ctx)
         if why:
-            what += f" ({', '.join(why)})"
+            what += f" ({'; '.join(why)})"
         return what + f" [{ctx.provenance}]"
     finding = next((r for r in recs if r.rule in FINDING_RULES and r.kind == "warn"), None)
     if finding is not None:
@@ -218,7 +213,7 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
         ctx.needs_measuring.append(
             "all-reduce with the combined environment (" + " ".join(
                 f"{k}={v}" for r in measured_env for k, v in r.env.items())
-            + "): each setting was measured on its own; their gains need not add up")
+            + f"): each setting was {ctx.obtained} on its own; their gains need not add up")
     ranked: list[LayoutAdvice] = []
     if layouts and ctx.ar_backend == "cpu":
         ctx.needs_measuring.append("parallel layouts: the all-reduce rows are gloo on this "
@@ -307,6 +302,10 @@ def env_file_text(result: Recommendations) -> str:
     for r in result.recommendations:
         if r.kind in ("env", "launch") and r.env:
             lines.append(f"# {r.title} ({r.gain_text})")
+            for risk in r.risks:
+                lines.append(f"# RISK: {risk.title}; {risk.check}")
+                if risk.host_alternative:
+                    lines.append(f"# host-side alternative: {risk.host_alternative}")
             for k, v in r.env.items():
                 if result.env.get(k) == v:
                     lines.append(f"export {k}={shlex.quote(v)}")
@@ -319,6 +318,10 @@ def sglang_command_text(result: Recommendations) -> str:
     """The SGLang launch of the top-ranked layout with the recommended environment."""
     lines = ["#!/bin/sh", "# pcieprof recommend: SGLang launch for the top-ranked layout",
              f"# numbers: {result.provenance}"]
+    for r in result.recommendations:  # a setting that can hang says so where it is launched
+        for risk in r.risks if any(result.env.get(k) == v for k, v in r.env.items()) else []:
+            lines.append(f"# RISK of {' '.join(f'{k}={v}' for k, v in r.env.items())}: "
+                         f"{risk.title}; check it first: pcieprof recommend BUNDLE --verify")
     if result.layouts:
         top = result.layouts[0]
         lines.append(f"# layout: {top.label} ({top.why})")

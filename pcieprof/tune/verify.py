@@ -23,7 +23,7 @@ from typing import Any
 
 from pcieprof.analysis.curves import Curve, Curves
 from pcieprof.analysis.decode_band import DecodeBand
-from pcieprof.analysis.provenance import part_provenance
+from pcieprof.analysis.provenance import obtained, part_provenance
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import Recommendation, Recommendations
 from pcieprof.errors import BadInput
@@ -43,12 +43,7 @@ CPU_NOTE = ("cpu backend: gloo reads no NCCL_* variable and local processes have
 
 def band_sizes(band: DecodeBand, large: int) -> list[int]:
     """Decode message sizes batch_min x 2^k .. batch_max (bytes), plus `large` (bytes)."""
-    sizes, b = [], band.batch_min
-    while b <= band.batch_max:
-        sizes.append(band.message_bytes(b))
-        b *= 2
-    if band.message_bytes(band.batch_max) not in sizes:
-        sizes.append(band.message_bytes(band.batch_max))
+    sizes = list(band.sizes())
     if large > sizes[-1]:
         sizes.append(large)
     return sizes
@@ -160,12 +155,13 @@ def _num(x: float) -> float | None:
 
 def verified_block(rec: Recommendation, base_old: Curve, base: Curve, new: Curve | None,
                    band: DecodeBand, sizes: list[int], backend: str, provenance: str,
-                   out: Path) -> dict[str, Any]:
+                   out: Path, failure: dict[str, Any] | None = None) -> dict[str, Any]:
     """One recommendation's `verified` entry (times in us, sizes in bytes).
 
     The predicted gain is the recommendation's own (from the original bundle) at batch
     `band.batch_min`; the measured (or simulated) one compares the fresh baseline with the
-    run that applied the recommendation, at the same sizes in the same bundle.
+    run that applied the recommendation, at the same sizes in the same bundle. `failure` is the
+    first hang or error row of the re-run with the recommendation (the watchdog's record).
     """
     s1 = band.message_bytes(band.batch_min)
     pred_gain = rec.gain_us_per_allreduce.get(band.batch_min)
@@ -182,9 +178,17 @@ def verified_block(rec: Recommendation, base_old: Curve, base: Curve, new: Curve
         "gain_fraction": None, "band_gain_fraction": None, "large_gain_fraction": None,
         "per_size": [], "status": "ok", "note": "",
     }
-    if new is None:
+    if failure is not None and failure.get("status") == "hang":
+        d.update(status="hang", note=(
+            f"HANG: the all-reduce with it made no progress at {failure['size_bytes']} B and the "
+            f"watchdog killed it ({failure.get('detail') or 'status=hang'}): do not serve with it"))
+    elif new is None:
         d.update(status="failed", note="no ok all-reduce rows with the recommendation (see the "
-                                       "verify bundle's allreduce.csv: hang or error)")
+                                       "verify bundle's allreduce.csv: "
+                                       + (f"{failure['status']}: {failure.get('detail', '')}"
+                                          if failure else "hang or error") + ")")
+    if new is None or d["status"] == "hang":
+        d["text"] = verified_text(d)
         return d
     per: list[dict[str, Any]] = []
     for s in sizes:
@@ -213,14 +217,19 @@ def verified_block(rec: Recommendation, base_old: Curve, base: Curve, new: Curve
         f" at batch {band.batch_min}"
     if backend == "sim" and abs(rel) < NOISE and "NCCL_TOPO_FILE" in rec.env:
         d["note"] += " (the model reads no NCCL_TOPO_FILE: only hardware can verify this one)"
+    if backend == "sim" and rec.risks:
+        d["note"] += ("; not checked for " + ", ".join(r.id for r in rec.risks)
+                      + ": the fabric model does not model hangs, only a run on the box does")
     d["text"] = verified_text(d)
     return d
 
 
 def verified_text(v: dict[str, Any]) -> str:
     """One line for people: the verified time next to the predicted one (report, stdout)."""
-    what = "simulated" if v["backend"] == "sim" else "measured"
+    what = obtained(v["backend"])
     kib = f"{v['size_bytes'] / 1024:g} KiB"
+    if v.get("status") == "hang":
+        return f"verify ({what}, backend {v['backend']}): {v.get('note', '')}"
     pred = (f"predicted {v['predicted_baseline_us']:.1f} -> {v['predicted_time_us']:.1f} us"
             if v.get("predicted_time_us") is not None else "no predicted time")
     if v.get("time_us") is None or v.get("baseline_time_us") is None:
@@ -262,12 +271,19 @@ def verify_results(bundle: Bundle, verify_bundle: Bundle, plan: VerifyPlan,
         raise BadInput(f"verify: the baseline all-reduce produced no rows (see {verify_bundle.path})",
                        hint="look at the verify bundle's manifest and logs")
     prov = part_provenance(verify_bundle.manifest, "allreduce")
+    rows = verify_bundle.read_table("allreduce")
+    bad = rows[rows["status"].isin(["hang", "error"])]
     blocks = {}
     for r in recs:
         if r.rule in plan.rules:
-            new = next((c for c in cs if c.variant == plan.rules[r.rule]), None)
+            name = plan.rules[r.rule]
+            new = next((c for c in cs if c.variant == name), None)
+            fail = bad[bad["variant"] == name]
+            failure = None if fail.empty else {
+                "status": str(fail.iloc[0]["status"]), "size_bytes": int(fail.iloc[0]["size_bytes"]),
+                "detail": str(fail.iloc[0]["detail"] or "")}
             blocks[r.rule] = verified_block(r, base_old, base, new, band, list(plan.sizes),
-                                            bundle.backend, prov, verify_bundle.path)
+                                            bundle.backend, prov, verify_bundle.path, failure)
     return blocks
 
 
@@ -278,7 +294,7 @@ def verify_lines(recs: list[Recommendation], blocks: dict[str, dict[str, Any]]) 
         v = blocks.get(r.rule)
         if v is None:
             continue
-        what = "simulated" if v["backend"] == "sim" else "measured"
+        what = obtained(v["backend"])
         kib = v["size_bytes"] / 1024
         pred = v["predicted_time_us"]
         ptxt = f"predicted {pred:.1f} us" if pred is not None else "no predicted time at batch 1"

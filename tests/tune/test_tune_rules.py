@@ -112,7 +112,11 @@ def test_iommu_rule_in_vm_points_to_the_host(tmp_path: Path) -> None:
     rec = _rules(recommend(b, GLM5, layouts=False))["iommu_acs"]
     assert rec.kind == "host"
     assert "iommu=pt" in rec.action and "guest cannot clear ACS" in rec.action
+    # iommu=pt on the host leaves VFIO's translation in place: never offered as the fix
+    assert "iommu=pt on the host kernel: no change for GPUs passed through with VFIO" in rec.action
     assert any("in a VM, ACS cannot be turned off" in c for c in rec.caveats)
+    # no fabric model here: the gain is unknown, and the card says what to measure
+    assert "not known from this bundle" in rec.gain_text and "pcieprof compare" in rec.gain_text
 
 
 def test_hidden_switches_give_topo_file_and_ring(tmp_path: Path) -> None:

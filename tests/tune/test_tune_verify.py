@@ -15,7 +15,7 @@ from pcieprof.analysis.decode_band import band_for
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import Recommendation
 from pcieprof.commands.recommend import measure_verify
-from pcieprof.tune.verify import CPU_NOTE, plan_verify, verify_results
+from pcieprof.tune.verify import CPU_NOTE, plan_verify, verify_lines, verify_results
 from probes.variants import GLOO_IGNORES_NCCL
 
 CPU_BUNDLE = Path(__file__).resolve().parents[1] / "report" / "data" / "cpu_2rank_topology"
@@ -50,6 +50,9 @@ def test_verify_sim_p2p_level_gain_is_the_models(sim_sys_bundle: Path, tmp_path:
     rec = next(x for x in doc["recommendations"] if x["env"] == {"NCCL_P2P_LEVEL": "SYS"})
     v = rec["verified"]
     assert v["source"] == "simulated" and "simulated" in v["provenance"]
+    # the VM's IOMMU translates: the rule carries the hang risk, which the model cannot re-run
+    assert [k["id"] for k in rec["risks"]] == ["nccl_p2p_hang_translated_iommu"]
+    assert "the fabric model does not model hangs" in v["note"]
 
     fabric = load_profile("rtxpro6000-8x-vm")
     ranks = list(range(8))
@@ -127,3 +130,32 @@ def test_verify_imported_bundle_is_one_line(vm_bundle: Bundle) -> None:
     r = run_cli("recommend", str(vm_bundle.path), "--no-layouts", "--verify")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "imported" in r.stderr
+
+
+def test_verify_kills_a_hanging_setting_and_says_so(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hang of NCCL_P2P_LEVEL=SYS over a translating IOMMU, for real on this machine's CPUs:
+    the test-only hook (probes/rows.py) makes rank 1 hang at the first decode size in the launch
+    that applies the recommendation; --verify's watchdog kills it at the deadline, the baseline
+    stands, and the recommendation's verified block says HANG instead of a time."""
+    monkeypatch.setenv("PCIEPROF_TEST_HOOKS", "i-know-this-is-for-tests")
+    monkeypatch.setenv("PCIEPROF_TEST_HANG", f"1:{12 * KiB}:rec_p2p_level")
+    b = tmp_path / "cpu"
+    shutil.copytree(CPU_BUNDLE, b)
+    bundle = Bundle.open(b)
+    rec = Recommendation(rule="p2p_level", title="P2P at every distance", kind="env",
+                         env={"NCCL_P2P_LEVEL": "SYS"}, gain_us_per_allreduce={1: 5.0},
+                         gain_fraction=0.1)
+    band = band_for("glm5-nvfp4", 1, 2)
+    plan = plan_verify(bundle, [rec], band, large_bytes=256 * KiB)
+    vb = measure_verify(bundle, plan, b / "verify", timeout_s=5.0)
+    ar = vb.read_table("allreduce")
+    hung = ar[ar["status"] == "hang"]
+    assert len(hung) == 1 and hung.iloc[0]["variant"] == "rec_p2p_level"
+    assert int(hung.iloc[0]["size_bytes"]) == 12 * KiB and "no progress" in hung.iloc[0]["detail"]
+    assert set(ar[ar["variant"] == "default"]["status"]) == {"ok"}  # the baseline ran
+    v = verify_results(bundle, vb, plan, [rec], band)["p2p_level"]
+    assert v["status"] == "hang" and v["time_us"] is None and v["gain_us"] is None
+    assert v["note"].startswith("HANG") and "watchdog" in v["note"] and "do not serve" in v["note"]
+    assert "HANG" in v["text"]
+    assert any("HANG" in line for line in verify_lines([rec], {"p2p_level": v}))

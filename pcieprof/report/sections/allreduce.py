@@ -73,7 +73,7 @@ def decode_table(curves: list[Curve], ctx: ReportContext) -> Table | None:
                 vals.append(round(t, 2))
         out.append([c.variant, format_ranks(c.ranks), c.dtype, *vals])
     return Table("all-reduce time at decode message sizes, us (log-log interpolation between "
-                 "measured sizes)", cols, out)
+                 "the sweep's sizes)", cols, out)
 
 
 def build(view: BundleView, ctx: ReportContext) -> Section | None:

@@ -9,7 +9,8 @@ from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
 from pcieprof.units import size_label
 from pcieprof.analysis.metrics import bundle_metrics, higher_is_better
-from pcieprof.report.model import BundleView, Section, Table
+from pcieprof.analysis.virtualization import is_vm
+from pcieprof.report.model import BundleView, Note, Section, Table
 
 _TICKS = [8, 1 << 10, 16 << 10, 256 << 10, 4 << 20, 64 << 20]
 
@@ -19,6 +20,13 @@ def build(views: list[BundleView], ctx: ReportContext) -> Section | None:
     if len(views) < 2:
         return None
     sec = Section("compare", f"Side by side: {len(views)} bundles (relative to the first)")
+    vms = [v for v in views if is_vm(v.bundle)]
+    if vms and len(vms) < len(views):
+        sec.blocks.append(Note(
+            f"What the VM costs like for like (default vs default, best vs best, per decode "
+            f"size): the summary and 'What the VM costs' of {', '.join(v.label for v in vms)}. "
+            "The metrics below compare each variant's own setting on both sides, under which "
+            "NCCL chooses differently in the guest (it sees a flat tree)."))
     fig = go.Figure()
     provs = []
     for v in views:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from pcieprof.analysis.infer import value_text
+from pcieprof.analysis.provenance import obtained
 from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
@@ -82,15 +83,16 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
             provenance=prov))
     if inferred:
         unit = "GB/s" if "gbps" in inferred["metric"] else "us"
-        sec.blocks.append(Table("inferred fabric (from the P2P matrices, else the topology's levels)",
+        sec.blocks.append(Table(f"inferred fabric (from the {obtained(view.bundle.backend)} P2P matrices, else the topology's levels)",
                                 ["level", "nvidia-smi level", "GPU groups", "typical pair"],
                                 [[lv["name"], lv["smi_level"],
                                   " | ".join(",".join(map(str, g)) for g in lv["groups"]),
                                   value_text(lv["value"], unit)] for lv in inferred["levels"]],
                                 provenance=f"{prov}; metric {inferred['metric']}"))
         if inferred.get("hidden_structure"):
-            sec.blocks.append(Note("the measured structure is finer than the PCIe tree this "
-                                   "machine shows: the switches are hidden (flat virtual tree)", "warn"))
+            sec.blocks.append(Note(f"the {obtained(view.bundle.backend)} structure is finer than "
+                                   "the PCIe tree this machine shows: the switches are hidden "
+                                   "(flat virtual tree)", "warn"))
     layouts = doc.layouts
     if layouts:
         lprov = f"predicted: compute {layouts[0].compute_source}; comm {layouts[0].comm_source}"

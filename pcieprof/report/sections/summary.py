@@ -7,6 +7,7 @@ from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.report.context import ReportContext
 from pcieprof.report.model import BundleView, Note, Section
 from pcieprof.report.recs import RecsBlock
+from pcieprof.report.sections.vm import vm_verdict
 
 TOP = 3
 
@@ -58,6 +59,9 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         sec.blocks.append(Note(f"the tuner could not run on this bundle: {doc.error}", "warn"))
         return sec
     sec.blocks.append(Note(f"Principal bottleneck: {doc.bottleneck or 'unknown'}", "headline"))
+    vm = vm_verdict(view, ctx)
+    if vm is not None:
+        sec.blocks.append(vm)
     recs = [r for r in doc.recommendations if r.kind != "info"][:TOP]
     if recs:
         sec.blocks.append(Note(f"Top {len(recs)} change(s), most valuable first "

@@ -2,8 +2,8 @@
 
 In the wild NCCL over a broken IOMMU/ACS P2P path hangs on the first all-reduce. The probes kill
 such a launch at its deadline and record `status=hang` (or `error` for a dead rank). When the
-default hangs and a variant works, the working variant is the measured way to run now; the host
-fix is the iommu_acs rule's.
+default hangs and a variant works, the working variant is the way to run now; the host fix is
+the iommu_acs rule's.
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         rule="allreduce_hang", kind="env" if alt and alt.env else "warn", priority=900,
         confidence=ctx.confidence,
         title="NCCL's default all-reduce hangs on this box" + (
-            f": run with {' '.join(f'{k}={v}' for k, v in alt.env.items())} (measured to work)"
+            f": run with {' '.join(f'{k}={v}' for k, v in alt.env.items())} ({ctx.obtained} to work)"
             if alt and alt.env else ""),
         env=dict(alt.env) if alt else {},
         action="\n".join(f"export {k}={v}" for k, v in (alt.env.items() if alt else [])),
-        gain_text=(f"serving starts at all; {alt.variant} measured {alt.at(ctx.band.lo_bytes):.1f} us "
+        gain_text=(f"serving starts at all; {alt.variant} {ctx.obtained} {alt.at(ctx.band.lo_bytes):.1f} us "
                    f"at {ctx.band.lo_bytes >> 10} KiB" if alt else
                    "no variant completed: fix the host P2P path first (IOMMU/ACS rule)"),
         evidence=ev + ([f"allreduce.csv: variant {alt.variant} ({json.dumps(alt.env)}) completed "

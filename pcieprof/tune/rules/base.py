@@ -12,6 +12,7 @@ import pandas as pd
 from pcieprof.analysis.curves import Curve, Curves
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.infer import InferredTopology
+from pcieprof.analysis.provenance import obtained
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices
 from pcieprof.bundle.topology import Topology
@@ -68,9 +69,18 @@ class RuleContext:
         return self.ar_backend in ("cuda", "sim", "imported")
 
     @property
+    def obtained(self) -> str:
+        """How this bundle's numbers were obtained, as rule text says it (`simulated` or
+        `measured`: pcieprof.analysis.provenance.obtained); never hard-code the word."""
+        backend = self.ar_backend
+        if backend in ("none", "mixed"):
+            backend = str(self.bundle.backend or "")
+        return obtained(backend)
+
+    @property
     def confidence(self) -> str:
         """`simulated` for sim bundles, else `measured`."""
-        return "simulated" if self.ar_backend == "sim" else "measured"
+        return self.obtained
 
     def nccl_default(self) -> NcclCase | None:
         """What NCCL chose with no setting (nccl_choices.json), or None."""
@@ -124,5 +134,6 @@ def fmt_gain(per_ar: dict[int, float], per_step: dict[int, float], base: Curve |
         parts.append(f"{-per_step[b0]:+.2f} ms per decode step")
     b1 = max(per_ar)
     if b1 != b0:
-        parts.append(f"{-per_ar[b1]:+.1f} us at batch {b1}")
+        parts.append(f"{-per_ar[b1]:+.1f} us at batch {b1}" if abs(per_ar[b1]) >= 0.05
+                     else f"no change at batch {b1}")
     return ", ".join(parts)

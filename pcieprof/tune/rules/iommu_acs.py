@@ -1,11 +1,16 @@
 """IOMMU translation and ACS redirect put every P2P transfer through the root complex.
 
-When P2P is measured slow (below the host-staged path, or below SLOW_VS_H2D of the same GPUs'
-host-to-device rate, which is what their links carry without the peer path) or broken, and the topology shows the IOMMU translating or ACS ReqRedir/CmpltRedir set, the fix is
-on the host: `iommu=pt` (with `amd_iommu=on` / `intel_iommu=on`) keeps the IOMMU for VFIO but
-passes host DMA through; ACS redirect is cleared per bridge with setpci or in the BIOS. In a VM
-the guest cannot change either: VFIO needs ACS isolation on the host, so it is a hypervisor
-setting (or a different passthrough layout), not a guest one.
+Bare metal: when P2P is slow (below the host-staged path, or below SLOW_VS_H2D of the same GPUs'
+host-to-device rate, which is what their links carry without the peer path) or broken, and the
+topology shows the IOMMU translating or ACS ReqRedir/CmpltRedir set, the fix is on the host:
+`iommu=pt` (with `amd_iommu=on` / `intel_iommu=on`) passes host DMA through; ACS redirect is
+cleared per bridge with setpci or in the BIOS.
+
+In a VM the guest can change neither, and `iommu=pt` on the host does not help either: a GPU
+bound to vfio-pci gets VFIO's own translating domain (that is its isolation). The card lists the
+changes only the hypervisor host can make, priced by the fabric model where the bundle carries
+its table (topology.json `sim.vm`: serve on the host, ACS off, ATS, the real topology in the
+guest, each with its risk or why it is blocked), else what is known and what to measure.
 """
 
 from __future__ import annotations
@@ -13,8 +18,11 @@ from __future__ import annotations
 import numpy as np
 
 from pcieprof.analysis.matrices import gpu_indices, pair_matrix
-from pcieprof.bundle.recommendations import Recommendation
+from pcieprof.analysis.virtualization import known_state
+from pcieprof.bundle.recommendations import Recommendation, Risk
 from pcieprof.tune.rules.base import RuleContext
+from pcieprof.tune.vm import (best_host_change, host_change_line, known_words, vm_cost,
+                              what_to_measure)
 
 #: P2P slower than this share of host-to-device bandwidth means the peer path costs (translation,
 #: redirect to the root complex); bare-metal boxes measure P2P at 93-100% of H2D (calibration).
@@ -33,7 +41,8 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
     gpus = gpu_indices(p)
     if not gpus:
         ctx.needs_measuring.append("P2P copies (p2p and host_staged paths): the IOMMU/ACS state "
-                                   "only matters if P2P is slow or broken, which was not measured")
+                                   "only matters if P2P is slow or broken, which this bundle "
+                                   "does not show")
         return []
     bw = pair_matrix(p, path="p2p", metric="bandwidth_gbps", gpus=gpus)
     hs = pair_matrix(p, path="host_staged", metric="bandwidth_gbps", gpus=gpus)
@@ -58,35 +67,98 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         evidence.append(f"p2p.csv: median P2P {med_p2p:.1f} GB/s (best pair {best:.1f}), "
                         f"host-staged {med_hs:.1f} GB/s, host-to-device {med_h2d:.1f} GB/s "
                         f"[{ctx.provenance}]")
+    if is_vm:
+        return [_vm_host_card(ctx, evidence, slow, broken, med_p2p, med_h2d)]
     if not slow:
+        share = f", {med_p2p / med_h2d * 100:.0f}% of host-to-device" if np.isfinite(med_p2p) and \
+            np.isfinite(med_h2d) and med_h2d > 0 else ""
         return [Recommendation(
             rule="iommu_acs", kind="info", priority=1,
-            title="IOMMU/ACS are in the P2P path, but measured P2P is healthy: nothing to change",
+            title=(f"IOMMU/ACS are in the P2P path, but the {ctx.obtained} P2P copies are healthy "
+                   f"({med_p2p:.1f} GB/s{share}): nothing to change for copies"),
             evidence=evidence, confidence="advice",
-            caveats=["a hang on the first NCCL all-reduce would point here; none was measured"])]
-    if is_vm:
-        action = ("# on the hypervisor host, not in this guest:\n"
-                  "#   kernel command line: amd_iommu=on iommu=pt   (Intel: intel_iommu=on iommu=pt)\n"
-                  "#   ACS: the guest cannot clear ACS on the host's bridges; VFIO needs it for\n"
-                  "#   isolation. Pass the GPUs of one switch through together, or ask the\n"
-                  "#   provider for a P2P-capable (ATS/ACS-override) configuration.")
-        title = "P2P runs through the host IOMMU/root complex: change the hypervisor host, not the guest"
-    else:
-        action = ("# kernel command line (then reboot): amd_iommu=on iommu=pt   (Intel: intel_iommu=on iommu=pt)\n"
-                  "# or disable the IOMMU in the BIOS if nothing needs it\n")
-        if acs:
-            action += "# clear ACS redirect on each bridge (as root, until reboot), or disable ACS in the BIOS:\n"
-            action += "\n".join(f"setpci -s {b} ECAP_ACS+0x6.w=0000" for b in acs[:16])
-        title = "IOMMU translation / ACS redirect slow P2P down: pass DMA through and clear ACS"
+            caveats=["a hang on the first NCCL all-reduce with P2P would point here (see the "
+                     "risk of any NCCL_P2P_LEVEL recommendation)"])]
+    action = ("# kernel command line (then reboot): amd_iommu=on iommu=pt   (Intel: intel_iommu=on iommu=pt)\n"
+              "# or disable the IOMMU in the BIOS if nothing needs it\n")
+    if acs:
+        action += "# clear ACS redirect on each bridge (as root, until reboot), or disable ACS in the BIOS:\n"
+        action += "\n".join(f"setpci -s {b} ECAP_ACS+0x6.w=0000" for b in acs[:16])
     return [Recommendation(
         rule="iommu_acs", kind="host", priority=500 if broken else 200, action=action,
-        title=title,
+        title="IOMMU translation / ACS redirect slow P2P down: pass DMA through and clear ACS",
         gain_text=("P2P is broken on this path; " if broken else
-                   f"P2P measured {med_p2p:.1f} GB/s vs {med_h2d:.1f} GB/s host-to-device on the "
-                   f"same links (at most {max(med_h2d / med_p2p - 1, 0) * 100:.0f}% more P2P "
-                   f"bandwidth); ")
+                   f"P2P {ctx.obtained} {med_p2p:.1f} GB/s vs {med_h2d:.1f} GB/s host-to-device "
+                   f"on the same links (at most {max(med_h2d / med_p2p - 1, 0) * 100:.0f}% more "
+                   f"P2P bandwidth); ")
                   + "the gain after the change has to be measured (rerun pcieprof topology)",
         evidence=evidence, confidence="advice",
         caveats=["iommu=pt keeps VFIO working; turning the IOMMU off breaks device passthrough",
-                 "setpci changes are lost on reboot and on hot-reset of the bridge"]
-                + (["in a VM, ACS cannot be turned off from the guest"] if is_vm else []))]
+                 "setpci changes are lost on reboot and on hot-reset of the bridge"])]
+
+
+def _vm_host_card(ctx: RuleContext, evidence: list[str], slow: bool, broken: bool,
+                  med_p2p: float, med_h2d: float) -> Recommendation:
+    """In a VM the IOMMU and ACS belong to the hypervisor host: the changes only it can make,
+    each priced by the fabric model when the bundle carries its table (topology.json sim.vm),
+    else what is known and what to measure."""
+    cost = vm_cost(ctx)
+    state = known_state(ctx.bundle)
+    copies = (f"P2P copies {ctx.obtained} at {med_p2p:.1f} GB/s vs {med_h2d:.1f} GB/s "
+              "host-to-device on the same links" if np.isfinite(med_p2p) and np.isfinite(med_h2d)
+              else "")
+    if cost is not None and cost.host_changes:
+        best = best_host_change(cost)
+        lines = [f"# on the hypervisor host ({cost.source}, decode step at batch "
+                 f"{cost.batches[0]}; each change in the report's 'What the VM costs'):"]
+        # how, each risk, why some are blocked: the report's VM section
+        lines += [f"# - {host_change_line(h)}" for h in cost.host_changes
+                  if h.feasible and h.changes_anything]
+        for what, group in (("no change for the guest's GPUs",
+                             [h for h in cost.host_changes if h.feasible and not h.changes_anything]),
+                            ("blocked on this box", [h for h in cost.host_changes if not h.feasible])):
+            if group:
+                lines.append(f"# - {what}: " + "; ".join(h.title for h in group))
+        gain = (f"{cost.source}: decode step {best.step_best_safe_us[0] / 1e3:.2f} -> "
+                f"{best.step_best_safe_us[1] / 1e3:.2f} ms if served on the host with its best "
+                "setting free of the hang risk" if best is not None else
+                f"{cost.source}: no feasible host-side change saves time here")
+        gain += "; nothing in the guest changes the IOMMU or ACS"
+        risks = [Risk(id=h.id, title=f"{h.title}: {h.risk}",
+                      check=("after the change, run `pcieprof topology` where the GPUs are "
+                             f"served and `pcieprof compare {ctx.bundle.path.name} NEW`"),
+                      sources=list(h.sources))
+                 for h in cost.host_changes if h.feasible and h.changes_anything]
+        saved_ms = (best.step_best_safe_us[0] - best.step_best_safe_us[1]) / 1e3 if best else 0.0
+        return Recommendation(
+            rule="iommu_acs", kind="host", priority=500 if broken else max(10.0 * saved_ms, 1.0),
+            title="Only the hypervisor host can take the IOMMU and ACS redirect out of the GPUs' path",
+            action="\n".join(lines), gain_text=gain,
+            evidence=evidence + ([copies] if copies else []) + [
+                f"topology.json sim.vm: host-side changes priced by the fabric model "
+                f"({', '.join(h.id for h in cost.host_changes)})"],
+            confidence="simulated" if cost.source == "simulated" else "advice",
+            caveats=["iommu=pt on the host kernel does not change GPUs passed through with VFIO: "
+                     "VFIO keeps translating (that is its isolation)"],
+            risks=risks)
+    return Recommendation(
+        rule="iommu_acs", kind="host", priority=500 if broken else (200 if slow else 30),
+        title=("The IOMMU and ACS redirect in the GPUs' path belong to the hypervisor host: what "
+               "the host can change, and what to measure first"),
+        action=("# on the hypervisor host, not in this guest:\n"
+                "# - serve on the host instead (GPUs bound to the nvidia driver, not vfio-pci): no "
+                "translation, and ACS redirect can be cleared (setpci / BIOS)\n"
+                "# - ACS: the guest cannot clear ACS on the host's bridges, and the host should "
+                "not without ATS: ATS on the GPUs with ACS Direct Translated P2P on the switch "
+                "ports, where the GPUs and the hypervisor support it (lspci -vvv: an ATS "
+                "capability)\n"
+                "# - iommu=pt on the host kernel: no change for GPUs passed through with VFIO\n"
+                "# - give the guest the real topology (NUMA cells, switch grouping) or use "
+                "NCCL_TOPO_FILE"),
+        gain_text=(("P2P is broken on this path; " if broken else (copies + "; " if copies else ""))
+                   + f"the gain of a host-side change is not known from this bundle (known: "
+                   f"{known_words(state)}); to know it, {what_to_measure(ctx.bundle.path.name)}"),
+        evidence=evidence, confidence="advice",
+        caveats=["in a VM, ACS cannot be turned off from the guest; clearing it on the host "
+                 "without ATS lets the switch route guest addresses untranslated",
+                 "iommu=pt keeps VFIO translating: it changes host-owned devices only"])

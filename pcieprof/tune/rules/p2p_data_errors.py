@@ -23,7 +23,7 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         evidence=[f"p2p.csv: {len(pairs)} GPU pair(s) with status error/hang on path=p2p "
                   f"({shown}){'; ' + detail if detail else ''}",
                   "host-staged copies between the same GPUs are ok" if staged_ok else
-                  "host-staged copies were not measured ok either"],
+                  f"host-staged copies were not {ctx.obtained} ok either"],
         caveats=["NCCL then moves everything through host memory (SHM): slower at large sizes; "
                  "fix the IOMMU/ACS/driver path (see the host rules) and re-measure",
                  "likely: the driver reports peer access the platform does not deliver (consumer "

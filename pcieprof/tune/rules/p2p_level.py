@@ -3,13 +3,17 @@
 NCCL's default P2P level is PXB: pairs whose path crosses a CPU host bridge (PHB, NODE, SYS) use
 shared host memory instead (NVIDIA/nccl src/graph/paths.cc, ncclTopoCheckP2p). In a VM whose
 virtual tree is flat every pair looks like PHB, so NCCL may use SHM everywhere although the
-copies measured over P2P are fast.
+copies over P2P are fast. Where the IOMMU translates the GPUs' DMA (a VFIO guest, an iommu=on
+host) the P2P transport runs through it and NCCL can hang on its first collective: the
+recommendation then carries that risk, how `recommend --verify` checks it safely, and the
+host-side alternative (pcieprof.tune.vm).
 """
 
 from __future__ import annotations
 
 from pcieprof.bundle.recommendations import Recommendation
 from pcieprof.tune.rules.base import MIN_GAIN, RuleContext, fmt_gain, priority_of
+from pcieprof.tune.vm import iommu_path_risk, vm_cost
 
 
 def evaluate(ctx: RuleContext) -> list[Recommendation]:
@@ -35,6 +39,13 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
     if shm:
         ev.append(f"nccl_choices.json: by default NCCL used host memory for {len(shm)} link(s), "
                   f"e.g. {', '.join(shm[:4])}")
+    risk = iommu_path_risk(ctx, {"NCCL_P2P_LEVEL": "SYS"}, sys_.variant)
+    cost = vm_cost(ctx)
+    best = cost.at("best") if cost is not None else None
+    if cost is not None and best is not None:
+        ev.append(f"like for like ({cost.source}): each at its best {best.vm.time_us:.1f} us in "
+                  f"the VM ({best.vm.setting}) vs {best.bare.time_us:.1f} us on bare metal "
+                  f"({best.bare.setting}) at {best.size_bytes >> 10} KiB")
     return [Recommendation(
         rule="p2p_level", kind="env", env={"NCCL_P2P_LEVEL": "SYS"},
         action="export NCCL_P2P_LEVEL=SYS", priority=priority_of(per_step, max(rel, 0.3 * large)),
@@ -46,4 +57,5 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
                      if abs(large) >= 0.02 else "; no change at large messages"),
         evidence=ev, confidence=ctx.confidence,
         caveats=["only safe when P2P copies between every pair are correct (p2p.csv has no "
-                 "error rows)"])]
+                 "error rows)"],
+        risks=[risk] if risk else [])]

@@ -92,10 +92,10 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         m_ar, m_step, m_rel = ctx.gains(base, measured)
         per_ar, per_step, rel_decode = m_ar, m_step, m_rel
         confidence = ctx.confidence
-        ev.append(f"allreduce.csv: measured over the recommended order "
+        ev.append(f"allreduce.csv: {ctx.obtained} over the recommended order "
                   f"{format_ranks(measured.ranks)} vs {format_ranks(base.ranks)} (variant {measured.variant})")
         mb = measured.busbw_at(base.max_size) / base.busbw_at(base.max_size) - 1
-        text_parts.append(f"measured: {fmt_gain(m_ar, m_step, base, ctx.band)}; busbw at large "
+        text_parts.append(f"{ctx.obtained}: {fmt_gain(m_ar, m_step, base, ctx.band)}; busbw at large "
                           f"sizes {mb * 100:+.0f}% (predicted {big_gain * 100:+.0f}%)")
     if max(big_gain, rel_decode) < MIN_GAIN and confidence == "predicted":
         return []
