@@ -41,6 +41,7 @@ class Status(str, Enum):
     WAIVED = "waived"  # does not apply here (e.g. P2P between a GPU and itself)
     NOT_SUPPORTED = "not_supported"
     RUNNING = "running"
+    INTERRUPTED = "interrupted"  # left running by a writer that is gone (pcieprof.bundle.writer)
 
 
 def source_of(backend: str) -> str:

@@ -13,6 +13,7 @@ import click
 
 from pcieprof import progress
 from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand
+from pcieprof.analysis.nodes import Nodes
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.topology import Topology
@@ -86,6 +87,10 @@ def command(bundle: Path, model: str, batch_max: int, context: int, no_layouts: 
     b = Bundle.open(bundle)
     card = load_card(model)  # a wrong name is one line, before any work
     band = DecodeBand.of_card(card, 1, batch_max)
+    nodes = Nodes.of(b)
+    if verify and nodes is not None:
+        raise BadInput(f"--verify re-measures on this machine alone; {b.path} is a "
+                       f"{nodes.describe()} bundle", hint="re-run pcieprof topology on every node")
     if verify:
         check_verifiable(b)
         if timeout_s <= 0:
@@ -100,6 +105,9 @@ def command(bundle: Path, model: str, batch_max: int, context: int, no_layouts: 
     except OSError as exc:
         raise BadInput(f"cannot write the recommendations into {b.path}: {exc.strerror or exc}",
                        hint="copy the bundle somewhere writable") from None
+    if nodes is not None:
+        click.echo("\n".join(nodes.lines()))
+        click.echo("")
     click.echo("\n".join(summary_lines(result)))
     click.echo("")
     if verify:
