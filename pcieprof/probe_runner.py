@@ -528,6 +528,9 @@ class ProbeRunner:
             if group is not None and not cross and not group.ended:
                 group.end(self._summary(out, whys))  # the others go on with their copies
             if cross and self._lost():
+                if not out["not_run"]:
+                    progress.warn(f"all-reduce: {self._lost()}; the remaining cross-node cases "
+                                  "are not run")
                 out["not_run"] += 1
                 continue
             over = (f" across {self.plan.nnodes} nodes ({self.plan.world(case)} ranks)" if cross
@@ -539,6 +542,7 @@ class ProbeRunner:
                 r, name, entry = self._case(k, case, launch)
             except NodeLost as exc:  # before this node's launch started: the case did not run
                 self._node_lost = str(exc)
+                progress.warn(f"all-reduce: {exc}; the remaining cross-node cases are not run")
                 out["not_run"] += 1
                 continue
             out["cases"] += 1
@@ -561,11 +565,7 @@ class ProbeRunner:
                     nranks=len(ranks), ranks=ranks, size_bytes=size,
                     dtype=dtype, iters=0, status=r.status, detail=detail)])
                 whys.append(f"{case.label}: {r.status}")
-                progress.warn(f"all-reduce {case.label}: {detail}; going on with the next "
-                              + ("case" if not self._lost() else "case of this node alone"))
-            if cross and self._lost():
-                progress.warn(f"all-reduce: {self._lost()}; the remaining cross-node cases are "
-                              "not run")
+                progress.warn(f"all-reduce {case.label}: {detail}; going on with the next case")
         if group is not None and not group.ended:
             group.end(self._summary(out, whys))
         return self._summary(out, whys)

@@ -10,7 +10,7 @@ from enum import Enum
 
 #: Bumped when a column or file is added or its meaning changes. Readers accept all older ones
 #: (docs/bundle.md says what each version changed).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class Source(str, Enum):

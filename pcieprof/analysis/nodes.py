@@ -87,13 +87,16 @@ class Nodes:
         """A group in words: `2 nodes x 8 GPUs (16 ranks, inter-node)`, or `8 GPUs of node 0
         (intra-node)`."""
         ranks = list(ranks)
-        unit = "processes" if self.backend == "cpu" else "GPUs"
+
+        def unit(n: int) -> str:
+            return ("process" if n == 1 else "processes") if self.backend == "cpu" else \
+                ("GPU" if n == 1 else "GPUs")
         if self.layout.spans_nodes(ranks):
             nodes = {self.layout.node_of(r) for r in ranks}
             per = len(ranks) // max(1, len(nodes))
-            return f"{len(nodes)} nodes x {per} {unit} ({len(ranks)} ranks, inter-node)"
+            return f"{len(nodes)} nodes x {per} {unit(per)} ({len(ranks)} ranks, inter-node)"
         node = self.layout.node_of(ranks[0]) if ranks else 0
-        return f"{len(ranks)} {unit} of node {node} (intra-node)"
+        return f"{len(ranks)} {unit(len(ranks))} of node {node} (intra-node)"
 
     def facts(self) -> list[tuple[str, str]]:
         """The layout as (name, value) pairs: nodes, hosts and bundles, where the collective

@@ -54,8 +54,9 @@ def record(pid: int | None = None) -> dict[str, Any]:
 
 def is_this_process(rec: dict[str, Any] | None) -> bool:
     """True when `rec` names the calling process."""
-    return bool(rec) and rec.get("pid") == os.getpid() and \
-        rec.get("host") == socket.gethostname() and \
+    if not rec:
+        return False
+    return rec.get("pid") == os.getpid() and rec.get("host") == socket.gethostname() and \
         rec.get("start_ticks") == _start_ticks(os.getpid())
 
 
