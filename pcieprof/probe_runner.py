@@ -644,6 +644,7 @@ class ProbeRunner:
                                "not_run": 0, "from_node0": None}
         whys: list[str] = []
         cuda = self.plan.backend == "cuda"
+        started: set[int] = set()
         while True:
             try:
                 msg = group.next_step(self._peer_wait_s())
@@ -654,6 +655,7 @@ class ProbeRunner:
                 out["from_node0"] = msg.get("summary")
                 break
             k, stage, step = int(msg["k"]), str(msg["stage"]), str(msg["step"])
+            started.add(k)
             case = self.plan.allreduce[k]
             name = self._name(case)
             env, _devices = self._case_env(case)
@@ -675,8 +677,16 @@ class ProbeRunner:
             group.send_result(step, r.status, r.why)
             if r.status != "ok":
                 out["hangs" if r.status == "hang" else "errors"] += 1
-                whys.append(f"{case.label} ({stage}): {r.status}: {r.why}")
+                lost = group.lost()
+                whys.append(f"{case.label}{f' ({stage})' if cuda else ''}: {r.status}"
+                            + ("" if lost and lost in r.why else f": {r.why}"))
+                progress.warn(f"all-reduce {case.label}: {r.why}")
         group.leave()
+        if self._lost():
+            out["not_run"] = sum(1 for k, c in enumerate(self.plan.allreduce)
+                                 if not c.node0_only and k not in started)
+            progress.warn(f"all-reduce: {self._lost()}" + (
+                "; the remaining cross-node cases are not run" if out["not_run"] else ""))
         res = self._summary(out, whys)
         node0 = out["from_node0"] or {}
         if node0.get("status") not in (None, "ok") and res["status"] == "ok":
