@@ -280,7 +280,9 @@ class MeasurementSession:
             group.send_plan(plan.to_dict())
             return
         try:
-            theirs = Plan.from_dict(group.plan(self.launch.rdzv_timeout_s + 60.0))
+            # node 0 discovers its machine first (seconds; minutes at worst); a node 0 that is
+            # gone is seen at once
+            theirs = Plan.from_dict(group.plan(self.launch.rdzv_timeout_s + 300.0))
         except NodeLost as exc:
             raise EnvironmentMissing(f"rendezvous {group.endpoint}: {exc}") from None
         plan.allreduce, plan.timeout_s = theirs.allreduce, theirs.timeout_s

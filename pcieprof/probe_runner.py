@@ -146,6 +146,10 @@ class LaunchResult:
     events: list[dict[str, Any]] = field(default_factory=list)
 
 
+#: Runs one launch of an all-reduce case: (stage, worker args, ranks on this node, env, log).
+Launcher = Callable[[str, list[str], int, dict[str, str], Path], LaunchResult]
+
+
 class _Tail:
     """Reads the complete lines added to the rank<r>.jsonl files of one launch."""
 
@@ -592,16 +596,13 @@ class ProbeRunner:
         rendezvous, a case's deadline) and then some. A loss is seen sooner (node_group)."""
         return STARTUP_GRACE_S + self.launch.rdzv_timeout_s + 2 * self.plan.timeout_s + 30.0
 
-    # A launcher runs one launch of a case: (stage, worker args, ranks on this node, env, log).
-    _Launcher = Callable[[str, list[str], int, dict[str, str], Path], LaunchResult]
-
-    def _local(self, launch: Launch) -> "ProbeRunner._Launcher":
+    def _local(self, launch: Launch) -> Launcher:
         def run(_stage: str, args: list[str], nproc: int, env: dict[str, str],
                 log: Path) -> LaunchResult:
             return self._run("probes.allreduce_worker", args, nproc, env, log, launch)
         return run
 
-    def _stepper(self, k: int) -> "ProbeRunner._Launcher":
+    def _stepper(self, k: int) -> Launcher:
         """Node 0's launcher of a cross-node case: each launch at a port of its own, started on
         every node, stopped on every node when one fails; the others' outcomes joined in."""
         group = self.group
@@ -706,7 +707,7 @@ class ProbeRunner:
             env = self._bundle_paths(env)
         return env, devices
 
-    def _case(self, k: int, case: AllReduceCase, launch: "ProbeRunner._Launcher"
+    def _case(self, k: int, case: AllReduceCase, launch: Launcher
               ) -> tuple[LaunchResult, str, dict[str, Any]]:
         """Run one case (cuda: the untimed launch with the tuner log, then the timed one).
         Returns the last launch's result, the case's name and its nccl_choices entry."""

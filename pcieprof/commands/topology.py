@@ -195,6 +195,8 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     for k in kinds or []:
         if k not in V.GROUP_KINDS:
             raise BadInput(f"unknown group {k!r}", hint="pairs or tp4")
+    if orders and nnodes > 1:  # a ring order is a permutation of one node's GPUs
+        raise BadInput("--ring-order orders the GPUs of one node", hint="drop --nnodes for it")
     ring_orders = [V.parse_order(o, devs) for o in orders]
     cap = parse_size(max_size)
     wanted = {t.strip() for t in probe_set.split(",") if t.strip()}

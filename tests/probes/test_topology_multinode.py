@@ -188,6 +188,10 @@ def test_a_node_killed_mid_sweep_stops_the_cross_node_cases_at_once(tmp_path: Pa
     (["--nnodes", "2", "--node-rank", "1"], "--nnodes 2 needs --rdzv-endpoint"),
     (["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "nohost"], "expected HOST:PORT"),
     (["--node-rank", "1"], "--node-rank 1 needs --nnodes above 1"),
+    (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1", "--ring-order",
+      "1,0"], "--ring-order orders the GPUs of one node"),
+    (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1", "--backend", "sim"],
+     "--backend sim models one box"),
 ])
 def test_bad_node_options_get_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                        argv: list[str], says: str) -> None:
