@@ -8,6 +8,9 @@ Used by `pcieprof topology`, `pcieprof recommend --verify` (through the command)
 - part status in the manifest (`running`, then `ok` / `partial` / `failed` with why);
 - signals: SIGTERM is handled like Ctrl-C; either kills the running launch, marks the bundle
   partial (rows measured so far are kept) and ends the command with exit status 130;
+- several nodes: `join` meets the other nodes once, within the rendezvous deadline
+  (pcieprof.node_group), and records the layout in the manifest (`nodes`); `measure` runs node
+  0's all-reduce cases on every node, in step, before the copy probes, which stay on each node;
 - cleanup of the runner's work directory.
 """
 
@@ -19,10 +22,12 @@ from typing import Any
 
 from pcieprof import progress
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.nodes import NodeInfo, NodeLayout
 from pcieprof.bundle.topology import Topology
 from pcieprof.discover import versions
 from pcieprof.discover.topology import discover
 from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
+from pcieprof.node_group import Member, NodeGroup, NodeLost
 from pcieprof.probe_runner import Launch, ProbeRunner
 from pcieprof.sim.backend import run_plan
 from pcieprof.sim.fabric import DEFAULT_PROFILE, Fabric, load_profile
@@ -167,7 +172,8 @@ class MeasurementSession:
                  launch: Launch | None = None) -> None:
         self.bundle = bundle
         self.sim_profile = sim_profile or DEFAULT_PROFILE
-        self.launch = launch
+        self.launch = launch or Launch()
+        self.group: NodeGroup | None = None
         self._runner: ProbeRunner | None = None
         self._old: Any = None
 
@@ -189,6 +195,8 @@ class MeasurementSession:
                     self.bundle.interrupted(f"stopped by an error: {exc}")
         finally:
             signal.signal(signal.SIGTERM, self._old)
+            if self.group is not None:
+                self.group.close()
             if self._runner is not None:
                 self._runner.cleanup()
                 self._runner = None
@@ -215,6 +223,37 @@ class MeasurementSession:
         b.set_part("discovery", status, why=why, gpus=len(topo.gpus))
         return topo
 
+    def join(self, devices: list[int], backend: str) -> NodeLayout | None:
+        """Several nodes: meet the others at the rendezvous endpoint, once, within its deadline,
+        and record the layout in the manifest (`nodes`, pcieprof.bundle.nodes). None on one
+        node.
+
+        Raises:
+            EnvironmentMissing: a node did not join in time (one line naming the endpoint and
+                the node), or the endpoint cannot be listened on.
+            BadInput: the nodes disagree (ranks, number of nodes, backend, devices).
+        """
+        la = self.launch
+        if la.nnodes <= 1:
+            return None
+        stride = max(devices) + 1
+        layout = NodeLayout(nnodes=la.nnodes, node_rank=la.node_rank,
+                            rdzv_endpoint=la.rdzv_endpoint, rdzv_timeout_s=la.rdzv_timeout_s,
+                            stride=stride)
+        self.bundle.set_nodes(layout)  # a run that never joins still says what it tried
+        me = Member.here(la.node_rank, str(self.bundle.path.resolve()), devices, backend)
+        self.group = group = NodeGroup.join(str(la.rdzv_endpoint), la.nnodes, la.node_rank, me,
+                                            la.rdzv_timeout_s)
+        layout.nodes = [NodeInfo(node_rank=r, host=m.host, pid=m.pid, bundle=m.bundle,
+                                 devices=list(m.devices),
+                                 gpus=[r * stride + d for d in m.devices])
+                        for r, m in sorted(group.members.items())]
+        node0 = group.members[0]
+        layout.collective_rows = ("this bundle" if la.node_rank == 0
+                                  else f"node 0 ({node0.host}): {node0.bundle}")
+        self.bundle.set_nodes(layout)
+        return layout
+
     def measure(self, plan: Plan) -> None:
         """Run `plan` with its backend into the bundle, setting the parts it measures."""
         if plan.backend == "sim":
@@ -231,11 +270,36 @@ class MeasurementSession:
             if self.bundle.part(part).get("status") == "running":
                 self.bundle.set_part(part, "ok")
 
+    def _share_plan(self, plan: Plan) -> None:
+        """Several nodes: node 0 sends its all-reduce cases; the others take them (so every
+        node runs the same cases in the same order) and say so in their plan.json."""
+        group = self.group
+        if group is None:
+            return
+        if group.leader:
+            group.send_plan(plan.to_dict())
+            return
+        try:
+            # node 0 discovers its machine first (seconds; minutes at worst); a node 0 that is
+            # gone is seen at once
+            theirs = Plan.from_dict(group.plan(self.launch.rdzv_timeout_s + 300.0))
+        except NodeLost as exc:
+            raise EnvironmentMissing(f"rendezvous {group.endpoint}: {exc}") from None
+        plan.allreduce, plan.timeout_s = theirs.allreduce, theirs.timeout_s
+        if self.bundle.has("plan.json"):
+            self.bundle.write_json("plan.json", plan.to_dict())
+
     def _probe(self, plan: Plan) -> None:
         b = self.bundle
-        self._runner = runner = ProbeRunner(b, plan, self.launch)
+        group = self.group
+        if group is not None and plan.nnodes != group.nnodes:
+            raise BadInput(f"the plan spans {plan.nnodes} node(s), the run {group.nnodes}")
+        self._share_plan(plan)
+        self._runner = runner = ProbeRunner(b, plan, self.launch, group=group)
         for part in ["p2p", "concurrent"] * bool(plan.p2p) + ["allreduce"] * bool(plan.allreduce):
             b.set_part(part, "running")
+        if group is not None and plan.allreduce:  # the nodes are there now: cross-node first
+            self._allreduce(runner)
         if plan.p2p:
             progress.info(f"copies: {len(plan.p2p)} P2P cases, {len(plan.concurrent)} concurrent "
                           f"patterns over {plan.nranks} {'ranks' if plan.backend == 'cpu' else 'GPUs'}")
@@ -245,7 +309,14 @@ class MeasurementSession:
             for part, res in copies.items():
                 b.set_part(part, res["status"], why=res["why"], cases=res["rows"],
                            hangs=res["hangs"], errors=res["errors"])
-        if plan.allreduce:
-            ar = runner.run_allreduce()
-            b.set_part("allreduce", ar["status"], why=ar["why"], cases=ar["cases"],
-                       hangs=ar["hangs"], errors=ar["errors"])
+        if group is None and plan.allreduce:
+            self._allreduce(runner)
+
+    def _allreduce(self, runner: ProbeRunner) -> None:
+        ar = runner.run_allreduce()
+        extra = {k: ar[k] for k in ("not_run",) if ar.get(k)}
+        nodes = NodeLayout.of_manifest(self.bundle.manifest)
+        if nodes is not None and nodes.node_rank != 0:
+            extra["rows_in"] = nodes.collective_rows
+        self.bundle.set_part("allreduce", ar["status"], why=ar["why"], cases=ar["cases"],
+                             hangs=ar["hangs"], errors=ar["errors"], **extra)

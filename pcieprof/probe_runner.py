@@ -10,9 +10,11 @@ heartbeat events, and:
 - records a launch that exits non-zero mid-case (a dead rank) as `status=error` with its exit;
 - on Ctrl-C / SIGTERM (the caller raises), kills the launch in `finally`.
 
-Several nodes: every node runs `pcieprof topology` with the same --nnodes/--rdzv-endpoint; the
-copy probes stay on each node, each all-reduce case is one torchrun job across the nodes (the
-case's ranks on every node), and the node holding global rank 0 writes its rows.
+Several nodes: every node runs `pcieprof topology` with the same --nnodes/--rdzv-endpoint and
+its own --node-rank; the copy probes stay on each node; each launch of an all-reduce case is one
+torchrun job across the nodes (the case's ranks on every node, torchrun's static rendezvous at a
+port node 0 picks for that launch), started in step through pcieprof.node_group. `--node-rank`
+fixes the global rank order, so node 0 holds global rank 0 and its bundle gets every row.
 
 Every all-reduce case is its own launch (fresh process group: NCCL reads its env at init). On
 cuda each case runs twice: first untimed, one all-reduce per size, with NCCL's tuner log on
@@ -33,6 +35,7 @@ from __future__ import annotations
 import copy
 import ctypes
 import json
+import math
 import os
 import re
 import shutil
@@ -41,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -50,6 +53,7 @@ from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.rows import AllReduceRow
 from pcieprof.importers.nccl_log import parse_nccl_log
+from pcieprof.node_group import NodeGroup, NodeLost, free_port
 from probes.nccl_graph import GraphHeader, check_ring, header_from_dump, ring_graph_xml
 from probes.plan import AllReduceCase, P2PCase, Plan
 from probes.variants import GLOO_IGNORES_NCCL, NCCL_DEBUG_ENV, NCCL_TUNING_LOG_ENV
@@ -92,25 +96,33 @@ def masked(env: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass
 class Launch:
-    """How torchrun is started: one node (`--standalone`) or several (`--nnodes` + rendezvous).
+    """How torchrun is started: one node (`--standalone`), or one node of several through
+    torchrun's static rendezvous, where `--node-rank` fixes the global rank order (node r's
+    ranks are r * nproc .. r * nproc + nproc - 1), so node 0 always holds global rank 0.
 
     Attributes:
-        nnodes: number of nodes ("1", or "2", or "1:4" as torchrun takes it).
-        rdzv_endpoint: host:port of the c10d rendezvous (several nodes).
+        nnodes: number of nodes.
+        node_rank: this node's rank.
+        rdzv_endpoint: HOST:PORT of the rendezvous: for the run, where node 0's pcieprof
+            listens (pcieprof.node_group); for one launch, where node 0's torchrun agent does.
         rdzv_id: the job id every node passes.
+        rdzv_timeout_s: how long the nodes wait for each other, seconds.
     """
 
-    nnodes: str = "1"
+    nnodes: int = 1
+    node_rank: int = 0
     rdzv_endpoint: str | None = None
     rdzv_id: str = "pcieprof"
+    rdzv_timeout_s: float = 120.0
 
     def args(self) -> list[str]:
-        if self.nnodes in ("1", "1:1") and not self.rdzv_endpoint:
+        if self.nnodes <= 1:
             return ["--standalone", "--nnodes", "1"]
-        out = ["--nnodes", self.nnodes, "--rdzv-backend", "c10d", "--rdzv-id", self.rdzv_id]
-        if self.rdzv_endpoint:
-            out += ["--rdzv-endpoint", self.rdzv_endpoint]
-        return out
+        return ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank),
+                "--rdzv-backend", "static", "--rdzv-endpoint", str(self.rdzv_endpoint),
+                "--rdzv-id", self.rdzv_id,
+                # static rendezvous: node 0's agent store waits this long for the others
+                "--rdzv-conf", f"timeout={max(1, math.ceil(self.rdzv_timeout_s))}"]
 
 
 @dataclass
@@ -132,6 +144,10 @@ class LaunchResult:
     rows: int
     why: str = ""
     events: list[dict[str, Any]] = field(default_factory=list)
+
+
+#: Runs one launch of an all-reduce case: (stage, worker args, ranks on this node, env, log).
+Launcher = Callable[[str, list[str], int, dict[str, str], Path], LaunchResult]
 
 
 class _Tail:
@@ -251,11 +267,15 @@ class ProbeRunner:
         plan: what to measure.
         launch: torchrun node/rendezvous options.
         on_progress: called with a short description after each row batch (progress bars).
+        group: the nodes of a multi-node run (pcieprof.node_group), joined; None on one node.
     """
 
     def __init__(self, bundle: Bundle, plan: Plan, launch: Launch | None = None,
-                 on_progress: Callable[[str, int], None] | None = None) -> None:
+                 on_progress: Callable[[str, int], None] | None = None,
+                 group: NodeGroup | None = None) -> None:
         self.bundle = bundle
+        self.group = group
+        self._node_lost: str | None = None
         self.plan = copy.deepcopy(plan)  # ring orders get their graph file below
         self.launch = launch or Launch()
         self.on_progress = on_progress or (lambda _d, _n: None)
@@ -267,7 +287,7 @@ class ProbeRunner:
             progress.warn(f"not passed to the probes: {', '.join(sorted(dropped))} (each variant "
                           "measures its own NCCL settings only; recorded in nccl_choices.json)")
         self._graph_dumps: dict[tuple[int, ...], Path] = {}
-        if self.plan.backend == "cuda" and self.launch.nnodes in ("1", "1:1"):
+        if self.plan.backend == "cuda" and self.launch.nnodes <= 1:
             for case in self.plan.allreduce:
                 if _is_ring_order(case) and "NCCL_GRAPH_FILE" not in case.env:
                     case.env = {**case.env, "NCCL_GRAPH_FILE": f"nccl/{self._name(case)}.graph.xml"}
@@ -282,13 +302,19 @@ class ProbeRunner:
         self._nlaunch = 0
 
     def _name(self, case: AllReduceCase) -> str:
-        """The case's file name stem: the variant over all devices, else variant@group."""
-        return case.variant if case.ranks == self.plan.devices else case.label
+        """The case's file name stem: the variant over all devices, else variant@group (and
+        `.node0` for node 0's own case in a multi-node plan)."""
+        if case.ranks == self.plan.devices:
+            return case.variant + (".node0" if case.node0_only else "")
+        return case.label
 
     # -- one launch ------------------------------------------------------------------------------
 
     def _run(self, module: str, args: list[str], nproc: int, env: dict[str, str],
-             log: Path, launch: Launch | None = None) -> LaunchResult:
+             log: Path, launch: Launch | None = None,
+             abort: Callable[[], str | None] | None = None) -> LaunchResult:
+        """One torchrun launch, watched until it ends; `abort` (polled) names a reason to kill
+        it at once (another node lost, or its launch failed)."""
         self._nlaunch += 1
         rows_dir = self.work / f"launch{self._nlaunch}"
         rows_dir.mkdir()
@@ -358,6 +384,14 @@ class ProbeRunner:
                         if rc != 0 and len(finished) < nproc:
                             status = "error"
                             why = f"torchrun exited with status {rc}: {_last_error(log)}"
+                        break
+                    reason = abort() if abort is not None and len(finished) < nproc else None
+                    if reason:
+                        status, why = "error", reason
+                        stop(proc)
+                        for item in tail.read():  # rows that landed during the kill
+                            if "table" in item:
+                                nrows += self.bundle.append_rows(item["table"], [item["row"]])
                         break
                     limit = self.plan.timeout_s + (0 if started else STARTUP_GRACE_S)
                     if len(finished) >= nproc:
@@ -474,76 +508,47 @@ class ProbeRunner:
 
     def run_allreduce(self) -> dict[str, Any]:
         """Every all-reduce case, each a fresh launch (on cuda: an untimed launch with NCCL's tuner
-        log, then the timed one). Returns {status, why, cases, hangs, errors}."""
-        out: dict[str, Any] = {"status": "ok", "why": None, "cases": 0, "hangs": 0, "errors": 0}
+        log, then the timed one).
+
+        Several nodes (`self.group`): node 0 runs the plan and, for each launch of a cross-node
+        case, tells the other nodes to start theirs (pcieprof.node_group); the others only
+        follow. Node 0's rank 0 writes every row into node 0's bundle; a launch that fails on
+        one node is stopped on the others at once; a node lost stops the cross-node cases that
+        remain (node 0 still runs its own intra-node case).
+
+        Returns:
+            The part record {status, why, cases, hangs, errors, not_run}; on the other nodes
+            with `from_node0`, node 0's record of the cross-node part.
+        """
+        if self.group is not None and not self.group.leader:
+            return self._follow()
+        out: dict[str, Any] = {"status": "ok", "why": None, "cases": 0, "hangs": 0, "errors": 0,
+                               "not_run": 0}
         choices: dict[str, Any] = {}
-        whys = []
-        cuda = self.plan.backend == "cuda"
+        whys: list[str] = []
+        group = self.group
         for k, case in enumerate(self.plan.allreduce):
-            name = self._name(case)
-            log = f"nccl/{name}.log"
-            env = dict(case.env)
-            # rank r drives the r-th GPU of the group in PCI order; a ring order is NCCL's graph
-            # file's business (probes/nccl_graph.py says why a permutation is not enough)
-            devices = sorted(case.ranks) if cuda and "NCCL_GRAPH_FILE" in env else list(case.ranks)
-            if cuda:
-                env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
-                env = self._bundle_paths(env)
-            progress.info(f"all-reduce {k + 1}/{len(self.plan.allreduce)}: {case.label} "
+            cross = group is not None and not case.node0_only
+            if group is not None and not cross and not group.ended:
+                group.end(self._summary(out, whys))  # the others go on with their copies
+            if cross and self._lost():
+                if not out["not_run"]:
+                    progress.warn(f"all-reduce: {self._lost()}; the remaining cross-node cases "
+                                  "are not run")
+                out["not_run"] += 1
+                continue
+            over = (f" across {self.plan.nnodes} nodes ({self.plan.world(case)} ranks)" if cross
+                    else " on this node" if group is not None else "")
+            progress.info(f"all-reduce {k + 1}/{len(self.plan.allreduce)}: {case.label}{over} "
                           f"{' '.join(f'{a}={b}' for a, b in case.env.items()) or '(no env)'}")
-            # a rendezvous id per case: every node derives the same one, and consecutive jobs
-            # never meet in a finished job's rendezvous
-            launch = Launch(self.launch.nnodes, self.launch.rdzv_endpoint,
-                            f"{self.launch.rdzv_id}-ar{k}")
-            entry = self._entry(case, log, devices)
-            r: LaunchResult | None = None
-            if cuda:
-                header = self._write_ring_graph(case, env)
-                if header is not None:
-                    entry["ring_graph"] = {"file": case.env["NCCL_GRAPH_FILE"],
-                                           "header": header.source}
-                tuning_env = {**env, **NCCL_TUNING_LOG_ENV}
-                if _plain_default(case):  # NCCL's own ring graph: the header for forced rings
-                    tuning_env["NCCL_GRAPH_DUMP_FILE"] = str(self.bundle.file(f"nccl/{name}.graph.xml"))
-                r = self._run("probes.allreduce_worker", ["--case", str(k), "--untimed"],
-                              len(case.ranks), tuning_env, self.bundle.file(f"nccl/{name}.tuning.log"),
-                              launch)
-                self.bundle.register(f"nccl/{name}.tuning.log")
-                entry["tuning_log"] = f"nccl/{name}.tuning.log"
-                tuned = self._parse(f"nccl/{name}.tuning.log", entry)
-                entry["tuner"] = (tuned or {}).get("tuner") or []
-                if _plain_default(case) and self.bundle.has(f"nccl/{name}.graph.xml"):
-                    self.bundle.register(f"nccl/{name}.graph.xml")
-                    self._graph_dumps[tuple(devices)] = self.bundle.file(f"nccl/{name}.graph.xml")
-                if _is_ring_order(case):
-                    check = check_ring(tuned, case.ranks, entry["rank_to_device"])
-                    entry["ring_check"] = {"untimed": check}
-                    how = ("NCCL_GRAPH_FILE" if "NCCL_GRAPH_FILE" in case.env
-                           else "CUDA_VISIBLE_DEVICES order")
-                    said = (f"ring order applied through {how}: {check['why']} (NCCL's log)"
-                            if check["applied"] else f"ring order NOT applied: {check['why']}")
-                    if not check["applied"]:
-                        progress.warn(f"all-reduce {case.label}: {check['why']}")
-                    # said in every row of the timed launch
-                    case.detail = "; ".join(x for x in (case.detail, said) if x)
-                    self.plan_file.write_text(self.plan.to_json(), encoding="utf-8")
-                if r.status == "ok":
-                    r = None  # the timed launch follows
-                else:
-                    entry["parsed"] = tuned
-                    r.why = f"{r.why} (untimed launch with NCCL's tuner log)"
-            if r is None:
-                r = self._run("probes.allreduce_worker", ["--case", str(k)], len(case.ranks),
-                              {**env, **NCCL_DEBUG_ENV} if cuda else env, self.bundle.file(log),
-                              launch)
-                self.bundle.register(log)
-                if cuda:
-                    parsed = self._parse(log, entry)
-                    entry["parsed"] = {**parsed, "tuner": entry["tuner"]} if parsed else None
-                    if _is_ring_order(case):
-                        entry["ring_check"]["timed"] = check_ring(parsed, case.ranks,
-                                                                  entry["rank_to_device"])
+            launch = self._stepper(k) if cross else self._local(Launch())
+            try:
+                r, name, entry = self._case(k, case, launch)
+            except NodeLost as exc:  # before this node's launch started: the case did not run
+                self._node_lost = str(exc)
+                progress.warn(f"all-reduce: {exc}; the remaining cross-node cases are not run")
+                out["not_run"] += 1
+                continue
             out["cases"] += 1
             for ev in r.events:
                 if ev.get("event") == "versions" and ev.get("nccl"):
@@ -556,17 +561,208 @@ class ProbeRunner:
                 size = int(cur.get("size", 0) or 0)
                 dtype = str(cur.get("dtype", ""))
                 where = f"size {size} B, dtype {dtype}" if cur else "before the first message"
+                ranks = self.plan.global_ranks(case)
                 detail = (f"{r.why} (variant {case.variant}, {where}, "
-                          f"ranks {','.join(map(str, case.ranks))})")
+                          f"ranks {','.join(map(str, ranks))})")
                 self.bundle.append_rows("allreduce", [AllReduceRow(
                     backend=self.plan.backend, variant=case.variant, env=dict(case.env),
-                    nranks=len(case.ranks), ranks=tuple(case.ranks), size_bytes=size,
+                    nranks=len(ranks), ranks=ranks, size_bytes=size,
                     dtype=dtype, iters=0, status=r.status, detail=detail)])
                 whys.append(f"{case.label}: {r.status}")
-                progress.warn(f"all-reduce {case.label}: {detail}; going on with the next variant")
-        if whys:
-            out.update(status="partial", why="; ".join(whys))
-        return out
+                progress.warn(f"all-reduce {case.label}: {detail}; going on with the next case")
+        if group is not None and not group.ended:
+            group.end(self._summary(out, whys))
+        return self._summary(out, whys)
+
+    def _lost(self) -> str | None:
+        """Why the cross-node cases stop (another node lost), or None."""
+        if self._node_lost is None and self.group is not None:
+            self._node_lost = self.group.lost()
+        return self._node_lost
+
+    def _summary(self, out: dict[str, Any], whys: list[str]) -> dict[str, Any]:
+        """The part record: partial when a case failed or a node was lost."""
+        res = dict(out)
+        notes = list(whys)
+        if self._lost():
+            notes.append(str(self._lost()) + (f"; {out['not_run']} cross-node case(s) not run"
+                                              if out["not_run"] else ""))
+        if notes:
+            res.update(status="partial", why="; ".join(notes))
+        return res
+
+    def _peer_wait_s(self) -> float:
+        """How long a node waits for another node's next step: its slowest launch (start-up,
+        rendezvous, a case's deadline) and then some. A loss is seen sooner (node_group)."""
+        return STARTUP_GRACE_S + self.launch.rdzv_timeout_s + 2 * self.plan.timeout_s + 30.0
+
+    def _local(self, launch: Launch) -> Launcher:
+        def run(_stage: str, args: list[str], nproc: int, env: dict[str, str],
+                log: Path) -> LaunchResult:
+            return self._run("probes.allreduce_worker", args, nproc, env, log, launch)
+        return run
+
+    def _stepper(self, k: int) -> Launcher:
+        """Node 0's launcher of a cross-node case: each launch at a port of its own, started on
+        every node, stopped on every node when one fails; the others' outcomes joined in."""
+        group = self.group
+        assert group is not None
+
+        def run(stage: str, args: list[str], nproc: int, env: dict[str, str],
+                log: Path) -> LaunchResult:
+            port = free_port(group.host)
+            step = group.start(k, stage, port)
+            launch = Launch(group.nnodes, 0, f"{group.host}:{port}",
+                            f"{self.launch.rdzv_id}-ar{k}-{stage}", self.launch.rdzv_timeout_s)
+            r = self._run("probes.allreduce_worker", args, nproc, env, log, launch,
+                          abort=lambda: group.failed_peer(step))
+            if r.status != "ok":
+                group.abort(step, r.why)
+            try:
+                answers = group.results(step, self._peer_wait_s())
+            except NodeLost as exc:
+                self._node_lost = str(exc)
+                if r.status != "ok" or stage != "timed":  # else measured: its rows stand
+                    r.status = "error"
+                    r.why = r.why if str(exc) in r.why else \
+                        "; ".join(x for x in (r.why, str(exc)) if x)
+                return r
+            bad = {n: a for n, a in answers.items() if a.get("status") != "ok"}
+            if bad and (r.status != "ok" or stage != "timed"):
+                said = "; ".join(f"node {n}: {a.get('why')}" for n, a in bad.items()
+                                 if str(a.get("why")) not in r.why)
+                r.status = r.status if r.status != "ok" else "error"
+                r.why = "; ".join(x for x in (r.why, said) if x)
+            return r
+        return run
+
+    def _follow(self) -> dict[str, Any]:
+        """Nodes other than 0: launch what node 0 says, until its `end`; no rows here (node 0's
+        rank 0 writes them), the NCCL logs of this node's ranks in this bundle."""
+        group = self.group
+        assert group is not None
+        out: dict[str, Any] = {"status": "ok", "why": None, "cases": 0, "hangs": 0, "errors": 0,
+                               "not_run": 0, "from_node0": None}
+        whys: list[str] = []
+        cuda = self.plan.backend == "cuda"
+        started: set[int] = set()
+        while True:
+            try:
+                msg = group.next_step(self._peer_wait_s())
+            except NodeLost as exc:
+                self._node_lost = str(exc)
+                break
+            if msg["op"] == "end":
+                out["from_node0"] = msg.get("summary")
+                break
+            k, stage, step = int(msg["k"]), str(msg["stage"]), str(msg["step"])
+            started.add(k)
+            case = self.plan.allreduce[k]
+            name = self._name(case)
+            env, _devices = self._case_env(case)
+            progress.info(f"all-reduce {k + 1}/{len(self.plan.allreduce)}: {case.label} across "
+                          f"{self.plan.nnodes} nodes ({self.plan.world(case)} ranks)"
+                          + (f", {stage} launch" if cuda else ""))
+            if stage == "untimed":
+                args, env, log = (["--case", str(k), "--untimed"], {**env, **NCCL_TUNING_LOG_ENV},
+                                  f"nccl/{name}.tuning.log")
+            else:
+                args, log = ["--case", str(k)], f"nccl/{name}.log"
+                env = {**env, **NCCL_DEBUG_ENV} if cuda else env
+                out["cases"] += 1
+            launch = Launch(group.nnodes, group.node_rank, f"{group.host}:{msg['port']}",
+                            f"{self.launch.rdzv_id}-ar{k}-{stage}", self.launch.rdzv_timeout_s)
+            r = self._run("probes.allreduce_worker", args, len(case.ranks), env,
+                          self.bundle.file(log), launch, abort=lambda: group.failed_peer(step))
+            self.bundle.register(log)
+            group.send_result(step, r.status, r.why)
+            if r.status != "ok":
+                out["hangs" if r.status == "hang" else "errors"] += 1
+                lost = group.lost()
+                whys.append(f"{case.label}{f' ({stage})' if cuda else ''}: {r.status}"
+                            + ("" if lost and lost in r.why else f": {r.why}"))
+                progress.warn(f"all-reduce {case.label}: {r.why}")
+        group.leave()
+        if self._lost():
+            out["not_run"] = sum(1 for k, c in enumerate(self.plan.allreduce)
+                                 if not c.node0_only and k not in started)
+            progress.warn(f"all-reduce: {self._lost()}" + (
+                "; the remaining cross-node cases are not run" if out["not_run"] else ""))
+        res = self._summary(out, whys)
+        node0 = out["from_node0"] or {}
+        if node0.get("status") not in (None, "ok") and res["status"] == "ok":
+            res.update(status=node0["status"], why=f"node 0: {node0.get('why')}")
+        return res
+
+    def _case_env(self, case: AllReduceCase) -> tuple[dict[str, str], list[int]]:
+        """A case's launch environment and the devices its ranks drive, in rank order."""
+        cuda = self.plan.backend == "cuda"
+        env = dict(case.env)
+        # rank r drives the r-th GPU of the group in PCI order; a ring order is NCCL's graph
+        # file's business (probes/nccl_graph.py says why a permutation is not enough)
+        devices = sorted(case.ranks) if cuda and "NCCL_GRAPH_FILE" in env else list(case.ranks)
+        if cuda:
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+            env = self._bundle_paths(env)
+        return env, devices
+
+    def _case(self, k: int, case: AllReduceCase, launch: Launcher
+              ) -> tuple[LaunchResult, str, dict[str, Any]]:
+        """Run one case (cuda: the untimed launch with the tuner log, then the timed one).
+        Returns the last launch's result, the case's name and its nccl_choices entry."""
+        name = self._name(case)
+        log = f"nccl/{name}.log"
+        cuda = self.plan.backend == "cuda"
+        env, devices = self._case_env(case)
+        nproc = len(case.ranks)
+        entry = self._entry(case, log, devices)
+        r: LaunchResult | None = None
+        if cuda:
+            header = self._write_ring_graph(case, env)
+            if header is not None:
+                entry["ring_graph"] = {"file": case.env["NCCL_GRAPH_FILE"],
+                                       "header": header.source}
+            tuning_env = {**env, **NCCL_TUNING_LOG_ENV}
+            if _plain_default(case):  # NCCL's own ring graph: the header for forced rings
+                tuning_env["NCCL_GRAPH_DUMP_FILE"] = str(self.bundle.file(f"nccl/{name}.graph.xml"))
+            r = launch("untimed", ["--case", str(k), "--untimed"], nproc, tuning_env,
+                       self.bundle.file(f"nccl/{name}.tuning.log"))
+            self.bundle.register(f"nccl/{name}.tuning.log")
+            entry["tuning_log"] = f"nccl/{name}.tuning.log"
+            tuned = self._parse(f"nccl/{name}.tuning.log", entry)
+            entry["tuner"] = (tuned or {}).get("tuner") or []
+            if _plain_default(case) and self.bundle.has(f"nccl/{name}.graph.xml"):
+                self.bundle.register(f"nccl/{name}.graph.xml")
+                self._graph_dumps[tuple(devices)] = self.bundle.file(f"nccl/{name}.graph.xml")
+            if _is_ring_order(case):
+                check = check_ring(tuned, case.ranks, entry["rank_to_device"])
+                entry["ring_check"] = {"untimed": check}
+                how = ("NCCL_GRAPH_FILE" if "NCCL_GRAPH_FILE" in case.env
+                       else "CUDA_VISIBLE_DEVICES order")
+                said = (f"ring order applied through {how}: {check['why']} (NCCL's log)"
+                        if check["applied"] else f"ring order NOT applied: {check['why']}")
+                if not check["applied"]:
+                    progress.warn(f"all-reduce {case.label}: {check['why']}")
+                # said in every row of the timed launch
+                case.detail = "; ".join(x for x in (case.detail, said) if x)
+                self.plan_file.write_text(self.plan.to_json(), encoding="utf-8")
+            if r.status == "ok":
+                r = None  # the timed launch follows
+            else:
+                entry["parsed"] = tuned
+                r.why = f"{r.why} (untimed launch with NCCL's tuner log)"
+        if r is None:
+            r = launch("timed", ["--case", str(k)], nproc,
+                       {**env, **NCCL_DEBUG_ENV} if cuda else env, self.bundle.file(log))
+            self.bundle.register(log)
+            if cuda:
+                parsed = self._parse(log, entry)
+                entry["parsed"] = {**parsed, "tuner": entry["tuner"]} if parsed else None
+                if _is_ring_order(case):
+                    entry["ring_check"]["timed"] = check_ring(parsed, case.ranks,
+                                                              entry["rank_to_device"])
+        return r, name, entry
 
     def _bundle_paths(self, env: dict[str, str]) -> dict[str, str]:
         """NCCL_*_FILE values relative to the bundle as absolute paths (workers run elsewhere)."""
@@ -593,10 +789,16 @@ class ProbeRunner:
 
     def _entry(self, case: AllReduceCase, log: str, devices: list[int]) -> dict[str, Any]:
         """The nccl_choices.json entry of one case before its launches."""
-        entry: dict[str, Any] = {"variant": case.variant, "ranks": case.ranks, "env": case.env,
+        # NCCL's rings are in rank space; rank r drives GPU devices[r] (several nodes: global
+        # rank r the global GPU number of Plan.global_ranks, as the rows' `ranks`)
+        if self.plan.case_nodes(case) > 1:
+            ranks, to_device = list(self.plan.global_ranks(case)), list(self.plan.global_ranks(
+                AllReduceCase(**{**asdict(case), "ranks": devices})))
+        else:
+            ranks, to_device = list(case.ranks), devices
+        entry: dict[str, Any] = {"variant": case.variant, "ranks": ranks, "env": case.env,
                                  "log": log, "user_env": self.env_record,
-                                 # NCCL's rings are in rank space; rank r drives GPU devices[r]
-                                 "rank_to_device": {str(r): d for r, d in enumerate(devices)},
+                                 "rank_to_device": {str(r): d for r, d in enumerate(to_device)},
                                  "parsed": None, "tuner": []}
         if self.plan.backend != "cuda":
             entry["note"] = (f"{self.plan.backend} backend: gloo process group, NCCL not used"

@@ -10,7 +10,7 @@ from enum import Enum
 
 #: Bumped when a column or file is added or its meaning changes. Readers accept all older ones
 #: (docs/bundle.md says what each version changed).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class Source(str, Enum):
@@ -41,6 +41,7 @@ class Status(str, Enum):
     WAIVED = "waived"  # does not apply here (e.g. P2P between a GPU and itself)
     NOT_SUPPORTED = "not_supported"
     RUNNING = "running"
+    INTERRUPTED = "interrupted"  # left running by a writer that is gone (pcieprof.bundle.writer)
 
 
 def source_of(backend: str) -> str:

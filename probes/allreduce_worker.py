@@ -85,14 +85,13 @@ def time_back_to_back(op: Callable[[], object], iters: int, trials: int, *,
 
 
 def allreduce_row(case: AllReduceCase, backend: str, size: int, dtype: str,
-                  times_s: list[float], ok: bool, detail: str = "", world: int = 0,
-                  iters: int = 1) -> AllReduceRow:
+                  times_s: list[float], ok: bool, detail: str = "",
+                  ranks: tuple[int, ...] | None = None, iters: int = 1) -> AllReduceRow:
     """The allreduce.csv row of one size from per-trial times (seconds per all-reduce, slowest
-    rank); `iters` all-reduces per trial; `world` is the process-group size when it spans several
-    nodes."""
-    n = world or len(case.ranks)
-    # several nodes: the global ranks (each node runs the case's devices in its ring order)
-    ranks = tuple(case.ranks) if n == len(case.ranks) else tuple(range(n))
+    rank); `iters` all-reduces per trial; `ranks` the group as the rows name it (several nodes:
+    `Plan.global_ranks`, global GPU numbers), the case's devices by default."""
+    ranks = tuple(case.ranks) if ranks is None else tuple(ranks)
+    n = len(ranks)
     row = AllReduceRow(backend=backend, variant=case.variant, env=dict(case.env), nranks=n,
                        ranks=ranks, size_bytes=size, dtype=dtype, iters=iters, detail=detail)
     if not ok:
@@ -117,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     case = plan.allreduce[args.case]
     die_with_parent()
     rank, world, local_rank = dist_env()
-    if world % len(case.ranks):
-        raise SystemExit(f"case {case.label} needs {len(case.ranks)} ranks per node, got {world}")
+    if world != plan.world(case):
+        raise SystemExit(f"case {case.label} needs {plan.world(case)} ranks "
+                         f"({plan.case_nodes(case)} node(s) x {len(case.ranks)}), got {world}")
     out = RowWriter(args.rows, rank)
     # longer than the runner's watchdog, so a stuck collective is killed and labelled a
     # hang by the runner rather than aborted by the process group's own timeout
@@ -170,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                 if rank == 0:
                     out.row("allreduce", allreduce_row(case, plan.backend, size, dtype,
                                                        [float(t) for t in stats[:-1].cpu()],
-                                                       float(stats[-1]) == 0.0, case.detail, world,
-                                                       iters))
+                                                       float(stats[-1]) == 0.0, case.detail,
+                                                       plan.global_ranks(case), iters))
                 out.event("done", case=args.case, size=size, dtype=dtype)
         out.event("finished")  # teardown from here on is not a hang
     finally:

@@ -96,6 +96,8 @@ class AllReduceCase:
         warmup: untimed all-reduces per size.
         iters: the most timed all-reduces per size (fewer at large sizes, see `iters_for`).
         detail: caveat written into every row (e.g. gloo ignoring NCCL_* settings).
+        node0_only: in a multi-node plan, a case that runs on node 0 alone (the intra-node
+            reference); every other case runs its ranks on every node.
     """
 
     variant: str
@@ -106,11 +108,13 @@ class AllReduceCase:
     warmup: int
     iters: int
     detail: str = ""
+    node0_only: bool = False
 
     @property
     def label(self) -> str:
         """`variant` plus the group, unique within a plan (file names, progress)."""
-        return f"{self.variant}@{'-'.join(map(str, self.ranks))}"
+        return f"{self.variant}@{'-'.join(map(str, self.ranks))}" + (
+            ".node0" if self.node0_only else "")
 
 
 @dataclass
@@ -128,6 +132,8 @@ class Plan:
         keep_env: names of the user's NCCL_* / TORCH_NCCL_* variables that launches inherit (all
             others are left out, so that every variant, `default` included, measures only its
             own settings).
+        nnodes: nodes the all-reduce cases span (each runs `devices` on every node; the copy
+            probes stay on each node).
     """
 
     backend: str
@@ -138,14 +144,40 @@ class Plan:
     timeout_s: float = 60.0
     quick: bool = False
     keep_env: list[str] = field(default_factory=list)
+    nnodes: int = 1
 
     @property
     def nranks(self) -> int:
+        """Ranks on this node (the devices)."""
         return len(self.devices)
 
+    @property
+    def stride(self) -> int:
+        """Global GPU number = node rank * stride + device (pcieprof.bundle.nodes)."""
+        return max(self.devices) + 1 if self.devices else 0
+
+    def case_nodes(self, case: AllReduceCase) -> int:
+        """Nodes one all-reduce case runs on."""
+        return 1 if case.node0_only else self.nnodes
+
+    def world(self, case: AllReduceCase) -> int:
+        """Ranks of one all-reduce case over all its nodes (the rows' `nranks`)."""
+        return len(case.ranks) * self.case_nodes(case)
+
+    def global_ranks(self, case: AllReduceCase) -> tuple[int, ...]:
+        """The rows' `ranks` of a case: global GPU numbers in global rank order (node 0's
+        ranks first, each node's in the case's ring order); the devices on one node."""
+        return tuple(n * self.stride + d for n in range(self.case_nodes(case)) for d in case.ranks)
+
     def to_dict(self) -> dict[str, Any]:
+        """The plan as plan.json holds it: `nranks` the ranks over every node, and per
+        all-reduce case its `nranks` and `global_ranks` as its rows will say them."""
         d = asdict(self)
-        d["nranks"] = self.nranks
+        d["nranks"] = self.nranks * self.nnodes
+        d["ranks_per_node"] = self.nranks
+        d["stride"] = self.stride
+        for case, c in zip(self.allreduce, d["allreduce"]):
+            c["nranks"], c["global_ranks"] = self.world(case), list(self.global_ranks(case))
         return d
 
     def to_json(self) -> str:
@@ -158,13 +190,17 @@ class Plan:
             p2p=[P2PCase(**c) for c in d.get("p2p", [])],
             concurrent=[ConcurrentCase(**{**c, "flows": [tuple(f) for f in c["flows"]]})
                         for c in d.get("concurrent", [])],
-            allreduce=[AllReduceCase(**c) for c in d.get("allreduce", [])],
+            allreduce=[AllReduceCase(**{k: v for k, v in c.items() if k in _CASE_FIELDS})
+                       for c in d.get("allreduce", [])],
             timeout_s=float(d.get("timeout_s", 60.0)), quick=bool(d.get("quick", False)),
-            keep_env=[str(k) for k in d.get("keep_env", [])])
+            keep_env=[str(k) for k in d.get("keep_env", [])], nnodes=int(d.get("nnodes", 1)))
 
     @classmethod
     def from_json(cls, text: str) -> "Plan":
         return cls.from_dict(json.loads(text))
+
+
+_CASE_FIELDS = frozenset(AllReduceCase.__dataclass_fields__)
 
 
 def sizes_pow2(lo: int, hi: int) -> list[int]:
@@ -235,7 +271,8 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
                variants: list[V.Variant] | None = None, group_kinds: list[str] | None = None,
                orders: list[list[int]] | None = None, p2p_sweep: bool = False,
                timeout_s: float = 60.0, topology: dict[str, Any] | None = None,
-               max_size: int | None = None, extra_sizes: Sequence[int] = ()) -> Plan:
+               max_size: int | None = None, extra_sizes: Sequence[int] = (),
+               nnodes: int = 1) -> Plan:
     """The measurement plan of one run.
 
     Args:
@@ -253,9 +290,12 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
         max_size: cap on every message and copy size, bytes (short runs, tests).
         extra_sizes: all-reduce sizes measured besides the powers of two, bytes (the decode
             band's: numbers quoted there are then measured, not interpolated).
+        nnodes: nodes of the run. Above 1 every all-reduce case runs `devices` on every node
+            (one device per node is a valid cross-node all-reduce), and the default variant
+            also runs on node 0 alone (`node0_only`), the intra-node reference.
 
     Raises:
-        BadInput: no devices, duplicate devices or an unknown backend.
+        BadInput: no devices, duplicate devices, an unknown backend or nnodes below 1.
     """
     if backend not in ("cuda", "cpu", "sim"):
         raise BadInput(f"unknown backend {backend!r}", hint="cuda, cpu or sim")
@@ -263,6 +303,8 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
         raise BadInput("no devices to measure")
     if len(set(devices)) != len(devices):
         raise BadInput(f"devices repeat: {devices}")
+    if nnodes < 1:
+        raise BadInput(f"nnodes {nnodes}: needs at least 1")
     cpu = backend == "cpu"
     # Large copies: nvbandwidth uses 512 MiB; we keep to 256 MiB (64 MiB quick). On cpu the
     # copies are host memcpy through /dev/shm, where 16 MiB already reaches steady state.
@@ -313,7 +355,7 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
             concurrent.append(ConcurrentCase("all_to_all", op, list(pairs), cc_size, cc_iters))
 
     allreduce: list[AllReduceCase] = []
-    if n >= 2:
+    if n * nnodes >= 2:
         top = min(64 * MiB if quick else 256 * MiB, cap)
         sizes = sorted(set(sizes_pow2(8, top)) | {int(s) for s in extra_sizes if 8 <= s <= top})
         chosen = variants if variants is not None else (
@@ -337,5 +379,7 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
                     allreduce.append(case(base, g))
         for order in orders or []:
             allreduce.append(case(base, order))
+        if nnodes > 1 and n >= 2:  # last: the other nodes go on with their copies meanwhile
+            allreduce.append(AllReduceCase(**{**asdict(case(base, devices)), "node0_only": True}))
     return Plan(backend=backend, devices=list(devices), p2p=p2p, concurrent=concurrent,
-                allreduce=allreduce, timeout_s=float(timeout_s), quick=quick)
+                allreduce=allreduce, timeout_s=float(timeout_s), quick=quick, nnodes=nnodes)

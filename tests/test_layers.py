@@ -5,7 +5,7 @@ Layers, lowest first; a module may import its own layer and the layers listed as
 - foundation (errors, schema, progress, units, cards, the package itself): imported by all;
 - bundle: the results bundle, its typed rows and documents;
 - measure (probes, discover, importers, sim, serve, refserver, probe_runner, measurement,
-  gpu_selftest) and analysis: both stand on the bundle and never import each other (measuring
+  node_group, gpu_selftest) and analysis: both stand on the bundle and never import each other (measuring
   never analyses, analysis never measures);
 - tune: decides from analysis;
 - report: draws (analysis, tune's document types through the bundle);
@@ -33,6 +33,7 @@ LAYER_OF = {
     "probes": "measure", "pcieprof.discover": "measure", "pcieprof.importers": "measure",
     "pcieprof.sim": "measure", "pcieprof.serve": "measure", "pcieprof.refserver": "measure",
     "pcieprof.probe_runner": "measure", "pcieprof.measurement": "measure",
+    "pcieprof.node_group": "measure",
     "pcieprof.analysis": "analysis",
     "pcieprof.tune": "tune",
     "pcieprof.report": "report",

@@ -8,6 +8,8 @@ Names (units in the name, as in the tables):
   allreduce.<variant>.n<N>.busbw_gbps@max   busbw at the largest measured size
   allreduce.<variant>.g<r-r-..>.*           the same for a sub-group (pairs, TP4 groups)
   allreduce.<variant>.order_<r-r-..>.*      the full group in another ring order
+  allreduce.<variant>.<K>x<N>.*             a multi-node bundle's group over all K nodes x N
+                                            GPUs (its node 0's own N GPUs: n<N>, as on one box)
   serve.<run label>.<metric>[.stat]         serve/summary.json runs (e.g. serve.c=4.tpot_ms.median)
   serve.decode.bs<B>.step_time_ms           the fixed-batch decode curve
   attribution.decode.<stat>                 DECODE-step means of attribution.json, averaged over
@@ -60,9 +62,16 @@ def bundle_metrics(bundle: Bundle, band: DecodeBand) -> dict[str, float]:
     if not p2p.empty:
         out["p2p.bad_rows"] = float(len(bad))
     cs = Curves(bundle.read_table("allreduce"))
+    nodes = bundle.nodes()
     for c in cs:
         dashed = "-".join(map(str, c.ranks))
-        if c.nranks < cs.max_nranks:  # a sub-group: pairs, TP4 groups
+        if nodes is not None and nodes.spans_nodes(c.ranks) and c.nranks == cs.max_nranks:
+            key = (f"allreduce.{c.variant}.{nodes.nnodes}x{c.nranks // nodes.nnodes}"
+                   if c.plain_order else f"allreduce.{c.variant}.order_{dashed}")
+        elif nodes is not None and not nodes.spans_nodes(c.ranks) and c.plain_order and \
+                c.nranks == nodes.per_node:  # node 0's own GPUs: comparable with one box
+            key = f"allreduce.{c.variant}.n{c.nranks}"
+        elif c.nranks < cs.max_nranks:  # a sub-group: pairs, TP4 groups
             key = f"allreduce.{c.variant}.g{dashed}"
         elif not c.plain_order:  # the full group in another ring order
             key = f"allreduce.{c.variant}.order_{dashed}"

@@ -25,7 +25,9 @@ from pcieprof import __version__
 from pcieprof.errors import BadInput
 from pcieprof.bundle import contract
 from pcieprof.bundle import rows as R
+from pcieprof.bundle import writer
 from pcieprof.bundle.document import Readable
+from pcieprof.bundle.nodes import NodeLayout
 from pcieprof.schema import SCHEMA_VERSION, Status
 
 if TYPE_CHECKING:  # pandas costs ~0.3 s to import; only readers of tables pay for it
@@ -130,6 +132,8 @@ class Bundle:
             "source": source,
             "backend": backend,
             "status": Status.PARTIAL.value,  # until finish(): a killed run stays 'partial'
+            # who writes it: a reader finds the parts a dead writer left running (writer.py)
+            "writer": writer.record(),
             "versions": {},
             "parts": {},
             "files": [],
@@ -155,7 +159,23 @@ class Bundle:
             raise BadInput(f"{path}: bundle schema {manifest['schema_version']} is newer than "
                            f"this pcieprof understands ({SCHEMA_VERSION})",
                            hint="upgrade pcieprof")
-        return cls(path, upgrade_manifest(manifest))
+        bundle = cls(path, upgrade_manifest(manifest))
+        bundle._settle_dead_writer()
+        return bundle
+
+    def _settle_dead_writer(self) -> None:
+        """Parts left `running` by a writer that is gone become `interrupted`, and so does the
+        bundle (in memory: a reader that saves the manifest keeps it so)."""
+        m = self.manifest
+        left = [n for n, p in m["parts"].items() if p.get("status") == Status.RUNNING.value]
+        if not (left or m.get("end_time") is None) or writer.state(m.get("writer")) != "gone":
+            return
+        why = (f"interrupted: its writer ({writer.describe(m['writer'])}) ended without "
+               "closing the bundle" + (f"; left running: {', '.join(left)}" if left else ""))
+        for name in left:
+            m["parts"][name].update(status=Status.INTERRUPTED.value, why=why)
+        m["status"] = Status.INTERRUPTED.value
+        m["why"] = why
 
     def copy_to(self, path: Path | str, *, force: bool = False) -> "Bundle":
         """Copy the whole bundle to `path` and open the copy (e.g. `recommend --out`, which
@@ -204,6 +224,9 @@ class Bundle:
             backend: backend of this part if it differs from the bundle's.
             extra: further JSON-able facts about the part (counts, durations).
         """
+        if status == Status.RUNNING.value and not writer.is_this_process(
+                self.manifest.get("writer")):
+            self.manifest["writer"] = writer.record()  # another process goes on writing it
         part = dict(self.manifest["parts"].get(name, {}))
         part.update(status=status, why=why,
                     source=source or part.get("source") or self.manifest["source"],
@@ -211,6 +234,15 @@ class Bundle:
                     updated=now_iso(), **extra)
         self.manifest["parts"][name] = part
         self.save_manifest()
+
+    def set_nodes(self, layout: NodeLayout) -> None:
+        """Record the nodes of a multi-node run (manifest `nodes`, pcieprof.bundle.nodes)."""
+        self.manifest["nodes"] = layout.to_json()
+        self.save_manifest()
+
+    def nodes(self) -> NodeLayout | None:
+        """The nodes of a multi-node run, None for a one-node bundle."""
+        return NodeLayout.of_manifest(self.manifest)
 
     def set_versions(self, **versions: str | None) -> None:
         """Record tool versions (driver, cuda, nccl, torch, sglang)."""

@@ -12,6 +12,7 @@ import click
 
 from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand, band_for
 from pcieprof.analysis.virtualization import known_state, like_for_like, pick_pair
+from pcieprof.analysis.nodes import Nodes
 from pcieprof.bundle import Bundle
 from pcieprof.commands.options import verbosity
 from pcieprof.errors import BadInput, ExitCode
@@ -106,6 +107,11 @@ def command(a: Path, b: Path, fail_if: tuple[str, ...], show_all: bool, model: s
     for line in vm_lines(ba, bb, band):
         click.echo(line)
     ma, mb = bundle_metrics(ba, band), bundle_metrics(bb, band)
+    for name, bundle in (("A", ba), ("B", bb)):
+        nodes = Nodes.of(bundle)
+        if nodes is not None:  # allreduce.*.<K>x<N> metrics are its groups across the nodes
+            click.echo(f"{name}: {nodes.describe()} (node {nodes.layout.node_rank}'s bundle; "
+                       f"inter-node transport: {nodes.transport})")
     names = sorted(set(ma) | set(mb)) if show_all else sorted(set(ma) & set(mb))
     width = max([len(n) for n in names] + [6])
     click.echo(f"{'metric':<{width}}  {'A':>10}  {'B':>10}  {'B vs A':>8}")

@@ -16,6 +16,7 @@ import click
 
 from pcieprof import progress
 from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand
+from pcieprof.analysis.nodes import Nodes
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.topology import Topology
@@ -117,6 +118,10 @@ def command(bundle: Path, out: Path | None, force: bool, model: str, batch_max: 
         raise BadInput(f"--arch {arch!r}: give a compute capability as smXY (sm120, sm100, sm90)")
     choice = launch_choice(card, Bundle.open(serve) if serve is not None else None, arch)
     band = DecodeBand.of_card(card, 1, batch_max)
+    nodes = Nodes.of(b)
+    if verify and nodes is not None:
+        raise BadInput(f"--verify re-measures on this machine alone; {b.path} is a "
+                       f"{nodes.describe()} bundle", hint="re-run pcieprof topology on every node")
     if verify:
         check_verifiable(b)
         if timeout_s <= 0:
@@ -134,6 +139,9 @@ def command(bundle: Path, out: Path | None, force: bool, model: str, batch_max: 
     except OSError as exc:
         raise BadInput(f"cannot write the recommendations into {b.path}: {exc.strerror or exc}",
                        hint="pass --out DIR to write them into a copy of the bundle") from None
+    if nodes is not None:
+        click.echo("\n".join(nodes.lines()))
+        click.echo("")
     click.echo("\n".join(summary_lines(result)))
     click.echo("")
     if verify:

@@ -8,6 +8,7 @@ see GPUs, else cpu, said in one line).
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 import time
@@ -28,6 +29,7 @@ from pcieprof.measurement import (
     resolve_backend,
     resolve_devices,
 )
+from pcieprof.node_group import parse_endpoint
 from pcieprof.probe_runner import Launch
 from pcieprof.report import ReportContext, write_report
 from pcieprof.report.console import summarize
@@ -36,6 +38,42 @@ from pcieprof.sim.fabric import DEFAULT_PROFILE
 from pcieprof.sim.fabric import topology as fabric_topology
 from probes import variants as V
 from probes.plan import build_plan
+
+
+#: NCCL's system-configuration variables that choose the network between nodes (NCCL user
+#: guide, Environment Variables, "System configuration":
+#: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html): a multi-node run keeps
+#: them from the user's shell (recorded as kept in nccl_choices.json); every other NCCL_* is left
+#: out so that each variant measures its own settings.
+NETWORK_ENV = ("NCCL_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX")
+
+
+def node_launch(nnodes: int, node_rank: int | None, endpoint: str | None,
+                timeout_s: float) -> Launch:
+    """The run's node options, checked.
+
+    Raises:
+        BadInput: --nnodes below 1, several nodes without --node-rank or --rdzv-endpoint, a
+            node rank out of range, a bad endpoint or timeout.
+    """
+    if nnodes < 1:
+        raise BadInput(f"--nnodes {nnodes}: needs at least 1")
+    if nnodes == 1:
+        if node_rank not in (None, 0):
+            raise BadInput(f"--node-rank {node_rank} needs --nnodes above 1")
+        return Launch()
+    if node_rank is None:
+        raise BadInput(f"--nnodes {nnodes} needs --node-rank",
+                       hint="0 on the node at --rdzv-endpoint, 1.. on the others")
+    if not 0 <= node_rank < nnodes:
+        raise BadInput(f"--node-rank {node_rank} is not in 0..{nnodes - 1}")
+    if not endpoint:
+        raise BadInput(f"--nnodes {nnodes} needs --rdzv-endpoint HOST:PORT (node 0's address)")
+    parse_endpoint(endpoint)
+    if timeout_s <= 0:
+        raise BadInput(f"--rdzv-timeout {timeout_s:g}: must be positive")
+    return Launch(nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=endpoint.strip(),
+                  rdzv_timeout_s=timeout_s)
 
 
 def parse_devices(text: str | None) -> list[int] | None:
@@ -95,9 +133,18 @@ def parse_size(text: str | None) -> int | None:
               "and recorded as status=hang.")
 @click.option("--max-size", default=None, metavar="BYTES|64KiB",
               help="Cap on every copy and all-reduce message size (a short run).")
-@click.option("--nnodes", default="1", show_default=True, help="torchrun --nnodes.")
+@click.option("--nnodes", type=int, default=1, show_default=True,
+              help="Nodes of a multi-node run: run the same command on each, with its own "
+              "--node-rank; every all-reduce case spans the nodes, the copy probes stay on each.")
+@click.option("--node-rank", type=int, default=None,
+              help="This node's rank (several nodes): 0 on the node at --rdzv-endpoint, which "
+              "holds global rank 0 and gets every all-reduce row; 1.. on the others.")
 @click.option("--rdzv-endpoint", default=None, metavar="HOST:PORT",
-              help="torchrun rendezvous endpoint (several nodes).")
+              help="Node 0's address and a free port (several nodes): node 0 listens there, the "
+              "others connect; each all-reduce launch gets its own torchrun port from node 0.")
+@click.option("--rdzv-timeout", "rdzv_timeout_s", type=float, default=120.0, show_default=True,
+              help="Seconds the nodes wait for each other to join; past it the run ends with one "
+              "line naming the missing node (exit 3).")
 @click.option("--probes", "probe_set", default="copies,allreduce", show_default=True,
               metavar="copies,allreduce", help="Which probes to run: the copy probes (P2P matrix, "
               "h2d/d2h, concurrent traffic) and/or the all-reduce sweep.")
@@ -106,7 +153,8 @@ def parse_size(text: str | None) -> int | None:
 @verbosity
 def command(backend: str, sim_profile: str | None, devices: str | None, nranks: int | None,
             quick: bool, variants: str | None, groups: str | None, orders: tuple[str, ...],
-            p2p_sweep: bool, timeout_s: float, max_size: str | None, nnodes: str, rdzv_endpoint: str | None,
+            p2p_sweep: bool, timeout_s: float, max_size: str | None, nnodes: int,
+            node_rank: int | None, rdzv_endpoint: str | None, rdzv_timeout_s: float,
             probe_set: str, no_report: bool, out: Path | None, force: bool) -> None:
     """Discover GPUs, PCIe tree, IOMMU/ACS/VM; probe P2P copies, concurrent traffic and the
     all-reduce sweep; write a bundle and report.html.
@@ -123,6 +171,11 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     --ring-order is applied through NCCL_GRAPH_FILE and checked against the rings NCCL logged.
     NCCL_* / TORCH_NCCL_* variables of your shell are not passed on (recorded in
     nccl_choices.json). Details: docs/probes.md.
+
+    Several nodes: `pcieprof topology --nnodes 2 --node-rank 0 --rdzv-endpoint HOST:PORT` on the
+    node at HOST, the same with `--node-rank 1` on the other. Node 0's bundle gets every
+    all-reduce row (ranks numbered node_rank x stride + device), the others' manifests say where
+    they are; each bundle holds its own node's discovery and copy probes.
     """
     if not sys.platform.startswith("linux"):
         raise EnvironmentMissing(f"pcieprof topology needs Linux (this is {platform.system()})")
@@ -130,7 +183,10 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
         raise BadInput(f"--timeout {timeout_s:g}: must be positive")
     if sim_profile and backend != "sim":
         raise BadInput("--sim-profile goes with --backend sim")
+    launch = node_launch(nnodes, node_rank, rdzv_endpoint, rdzv_timeout_s)
     backend = resolve_backend(backend)
+    if backend == "sim" and nnodes > 1:
+        raise BadInput("--backend sim models one box", hint="drop --nnodes")
     devs = parse_devices(devices)
     available, fabric = available_devices(backend, sim_profile)
     devs = resolve_devices(backend, devs, nranks, available)
@@ -139,6 +195,8 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     for k in kinds or []:
         if k not in V.GROUP_KINDS:
             raise BadInput(f"unknown group {k!r}", hint="pairs or tp4")
+    if orders and nnodes > 1:  # a ring order is a permutation of one node's GPUs
+        raise BadInput("--ring-order orders the GPUs of one node", hint="drop --nnodes for it")
     ring_orders = [V.parse_order(o, devs) for o in orders]
     cap = parse_size(max_size)
     wanted = {t.strip() for t in probe_set.split(",") if t.strip()}
@@ -150,13 +208,15 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
                            force=force)
     progress.info(f"bundle: {bundle.path}")
     t0 = time.monotonic()
-    with MeasurementSession(bundle, sim_profile=sim_profile,
-                            launch=Launch(nnodes=nnodes, rdzv_endpoint=rdzv_endpoint)) as session:
+    with MeasurementSession(bundle, sim_profile=sim_profile, launch=launch) as session:
+        session.join(devs, backend)  # several nodes: once, before anything is measured
         # sim: the fabric's own tree picks the shared-uplink flows (run_plan writes it)
         topo = fabric_topology(fabric) if fabric is not None else session.discover().to_json()
         plan = build_plan(backend, devs, quick=quick, variants=chosen, group_kinds=kinds,
                           orders=ring_orders, p2p_sweep=p2p_sweep, timeout_s=timeout_s,
-                          topology=topo, max_size=cap, extra_sizes=band.sizes())
+                          topology=topo, max_size=cap, extra_sizes=band.sizes(), nnodes=nnodes)
+        if nnodes > 1:  # NCCL has to find the network between the nodes as the user set it up
+            plan.keep_env = sorted(k for k in os.environ if k in NETWORK_ENV)
         if "copies" not in wanted:
             plan.p2p, plan.concurrent = [], []
         if "allreduce" not in wanted:
@@ -170,6 +230,10 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     click.echo(summarize(bundle, band))
     click.echo("")
     click.echo(f"bundle ({status}, {wall:.0f} s of probes): {bundle.path}")
+    nodes = bundle.nodes()
+    if nodes is not None and nodes.node_rank != 0:
+        click.echo(f"all-reduce rows of the {nodes.describe(backend)} run: "
+                   f"{nodes.collective_rows}")
     if bundle.has("report.html"):
         click.echo(f"report: {bundle.path / 'report.html'}")
     click.echo(f"rebuild the report: pcieprof report {bundle.path}")

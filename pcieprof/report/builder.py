@@ -246,4 +246,6 @@ def manifest_facts(view: BundleView) -> list[tuple[str, Any]]:
             ("time", f"{m.get('start_time')} .. {m.get('end_time')}"),
             ("versions", ", ".join(f"{k} {v}" for k, v in (m.get("versions") or {}).items() if v)
              or "not recorded"),
-            ("parts", part_txt)]
+            ("parts", part_txt)] + ([("nodes", f"{nodes.describe(view.bundle.backend)}, node "
+                                      f"{nodes.node_rank}; collective rows: {nodes.collective_rows}")]
+                                    if (nodes := view.bundle.nodes()) is not None else [])

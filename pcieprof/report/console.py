@@ -12,6 +12,7 @@ import pandas as pd
 from pcieprof.analysis.curves import EXTRAPOLATED, Curves
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.matrices import gpu_indices, pair_matrix, pair_status
+from pcieprof.analysis.nodes import Nodes
 from pcieprof.analysis.provenance import CONSOLE_NOTES
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.rows import format_ranks
@@ -59,15 +60,17 @@ def p2p_matrix(df: pd.DataFrame, path: str) -> list[str]:
     return lines
 
 
-def allreduce_decode(df: pd.DataFrame, band: DecodeBand) -> list[str]:
+def allreduce_decode(df: pd.DataFrame, band: DecodeBand, nodes: Nodes | None = None) -> list[str]:
     """Lines of the all-reduce time (us) at the decode band's sizes per variant over the largest
-    group (plain ring order), by pcieprof.analysis.curves' rule; `*` marks an extrapolation."""
+    group (plain ring order), by pcieprof.analysis.curves' rule; `*` marks an extrapolation.
+    A multi-node bundle's group is named as its nodes (`2 nodes x 8 GPUs (16 ranks, ...)`)."""
     curves = [c for c in Curves(df).full_group() if c.plain_order]
     if not curves:
         return []
     sizes = [band.message_bytes(b) for b in band.batches]
     c0 = curves[0]
-    lines = [f"all-reduce time, us ({c0.nranks} ranks, {c0.dtype}, decode sizes of {band.model}, "
+    who = nodes.group(c0.ranks) if nodes is not None else f"{c0.nranks} ranks"
+    lines = [f"all-reduce time, us ({who}, {c0.dtype}, decode sizes of {band.model}, "
              f"batch {', '.join(map(str, band.batches))}):",
              f"{'variant':<16}" + "".join(f"{size_label(s):>10}" for s in sizes)]
     extrapolated = False
@@ -106,9 +109,12 @@ def summarize(bundle: Bundle, band: DecodeBand) -> str:
     errors = p2p[p2p["status"].isin(["error", "hang"])]
     if not errors.empty:
         out.append(f"p2p: {len(errors)} case(s) with status error/hang (see p2p.csv)")
-    ar = allreduce_decode(bundle.read_table("allreduce"), band)
+    nodes = Nodes.of(bundle)
+    ar = allreduce_decode(bundle.read_table("allreduce"), band, nodes)
     if ar:
         out += [""] + ar
+    if nodes is not None:
+        out += [""] + nodes.lines()
     cc = bundle.read_table("concurrent")
     agg = cc[(cc["flow"] == -1) & (cc["status"] == "ok")]
     if not agg.empty:

@@ -18,10 +18,11 @@ from typing import Callable
 import numpy as np
 
 from pcieprof.analysis.comm_model import Layout, Pricer, count_collectives
-from pcieprof.analysis.curves import EXTRAPOLATED, Curves
+from pcieprof.analysis.curves import EXTRAPOLATED, Curve, Curves
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.infer import NO_P2P, infer
 from pcieprof.analysis.matrices import gpu_indices, link_matrix, pair_matrix, pair_support
+from pcieprof.analysis.nodes import Nodes
 from pcieprof.analysis.provenance import part_provenance
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclChoices
@@ -113,6 +114,11 @@ def _gpus_without_p2p(ctx: RuleContext) -> list[int]:
 
 def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
     """One sentence: what limits decode on this box, from the strongest evidence available."""
+    nodes = Nodes.of(ctx.bundle)
+    if nodes is not None and nodes.layout.node_rank != 0 and ctx.allreduce.empty:
+        return (f"not named here: this bundle is node {nodes.layout.node_rank} of a "
+                f"{nodes.describe()} run, whose all-reduce rows are in node 0's bundle "
+                f"({nodes.layout.collective_rows}); run pcieprof recommend on that bundle")
     p = ctx.p2p
     if not p[(p["path"] == "p2p") & p["status"].isin(["error", "hang"])].empty:
         return "P2P between GPUs is broken (copies fail or return wrong data)"
@@ -131,10 +137,13 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
         return (f"GPU {', '.join(map(str, lonely))} has no working P2P with the other GPUs "
                 f"({alone_why}): NCCL moves its traffic through host memory [{ctx.provenance}]")
     base = ctx.curves.default()
+    # several nodes: name the group as nodes x GPUs, and the intra-node curve beside it
+    over = nodes.group(base.ranks) if nodes is not None and base is not None else None
     if base is not None and ctx.ar_backend == "cpu":
         return (f"none named: this bundle measured the harness on this machine's CPUs (gloo "
                 f"all-reduce {base.at(ctx.band.lo_bytes):.0f} us at {ctx.band.lo_bytes >> 10} KiB "
-                f"over {base.nranks} processes), not GPUs; run on GPUs or with --backend sim")
+                f"over {over or f'{base.nranks} processes'}"
+                f"{_intra_node(ctx, nodes, base)}), not GPUs; run on GPUs or with --backend sim")
     if base is not None and base.extent(ctx.band.lo_bytes) == EXTRAPOLATED:
         return (f"not named at decode sizes: the all-reduce was measured only up to "
                 f"{size_label(base.max_size)} ({base.nranks} ranks, {base.at(base.max_size):.1f} us "
@@ -149,8 +158,9 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
         size = ctx.band.lo_bytes
         t = base.at(size)
         n = ctx.collectives_per_step(b)
-        what = (f"all-reduce latency at decode sizes: {t:.1f} us per {base.nranks}-GPU "
-                f"all-reduce of {size >> 10} KiB")
+        what = (f"all-reduce latency at decode sizes: {t:.1f} us per "
+                f"{f'all-reduce over {over}' if over else f'{base.nranks}-GPU all-reduce'} of "
+                f"{size >> 10} KiB{_intra_node(ctx, nodes, base)}")
         if n:
             what += f", x {n} per decode step = {t * n / 1e3:.1f} ms per token at batch {b}"
         why = bottleneck_why(ctx)
@@ -178,6 +188,20 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
 
 def _gbps(v: float) -> str:
     return f"{v:.1f} GB/s" if np.isfinite(v) and v > 0 else "not in this bundle"
+
+
+def _intra_node(ctx: RuleContext, nodes: Nodes | None, base: Curve) -> str:
+    """`; intra-node (2 GPUs of node 0): 40 us, inter-node transport Socket (...)` beside an
+    inter-node curve of a multi-node bundle; empty otherwise."""
+    if nodes is None or not nodes.layout.spans_nodes(base.ranks):
+        return ""
+    size = ctx.band.lo_bytes
+    inside = [c for c in ctx.curves if c.variant == base.variant
+              and not nodes.layout.spans_nodes(c.ranks)]
+    inside.sort(key=lambda c: -c.nranks)
+    said = (f"; intra-node ({nodes.group(inside[0].ranks).replace(' (intra-node)', '')}): "
+            f"{inside[0].at(size):.1f} us" if inside else "")
+    return f"{said}; inter-node transport: {nodes.transport}"
 
 
 def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None,
@@ -232,6 +256,12 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
                                   context=context, command=command)
         except BadInput as exc:  # e.g. a one-GPU box: the NCCL rules stand on their own
             ctx.needs_measuring.append(f"parallel layouts not ranked: {exc.one_line()}")
+    nodes = Nodes.of(bundle)
+    if nodes is not None and ranked:
+        ctx.needs_measuring.append(
+            f"layouts across nodes: this is a {nodes.describe()} bundle; the layouts above are "
+            "for one node's GPUs (priced with its intra-node curve where measured); TP or PP "
+            "over the nodes is not ranked")
     layout_rec = layout_recommendation(ranked, card)
     if layout_rec is not None:
         recs.append(layout_rec)

@@ -27,6 +27,7 @@ FIXTURES = {
         ROOT / "tests" / "report" / "data" / "tiny_cpu_serve"],
     2: [DATA / "bundle_schema2" / "sim_vm_4gpu", DATA / "bundle_schema2" / "sim_vm_4gpu" / "verify",
         DATA / "bundle_schema2" / "tiny_cpu_serve"],
+    3: [DATA / "bundle_schema3" / "cpu_2node" / "node0", DATA / "bundle_schema3" / "cpu_2node" / "node1"],
 }
 DOCUMENTS = (Topology, NcclChoices, Recommendations, ServeSummary, Attribution)
 

@@ -48,6 +48,35 @@ def test_plan_round_trips_through_json() -> None:
     assert isinstance(again.concurrent[0].flows[0], tuple)
 
 
+def test_one_rank_per_node_is_a_cross_node_all_reduce() -> None:
+    assert build_plan("cpu", [0], quick=True).allreduce == []  # one rank on one node: none
+    plan = build_plan("cpu", [0], quick=True, nnodes=2, variants=[V.VARIANTS["default"]])
+    [case] = plan.allreduce
+    assert not case.node0_only and plan.world(case) == 2 and plan.global_ranks(case) == (0, 1)
+    d = json.loads(plan.to_json())
+    assert (d["nranks"], d["ranks_per_node"], d["nnodes"], d["stride"]) == (2, 1, 2, 1)
+    assert Plan.from_json(plan.to_json()) == plan
+
+
+def test_multi_node_plan_numbers_ranks_globally_and_adds_node0s_own_case() -> None:
+    plan = build_plan("cuda", [0, 1, 2, 3], quick=True, nnodes=2, group_kinds=["pairs"],
+                      variants=[V.VARIANTS["default"], V.VARIANTS["proto_ll"]])
+    cross = [c for c in plan.allreduce if not c.node0_only]
+    [own] = [c for c in plan.allreduce if c.node0_only]
+    assert plan.allreduce[-1] is own  # last: the other nodes go on with their copies
+    assert own.variant == "default" and own.ranks == [0, 1, 2, 3] and own.label.endswith(".node0")
+    assert plan.world(own) == 4 and plan.global_ranks(own) == (0, 1, 2, 3)
+    full = cross[0]
+    assert plan.world(full) == 8 and plan.global_ranks(full) == tuple(range(8))
+    pair = next(c for c in cross if c.ranks == [2, 3])
+    assert plan.global_ranks(pair) == (2, 3, 6, 7)  # node x 4 + device, node 0 first
+    d = json.loads(plan.to_json())
+    assert [c["global_ranks"] for c in d["allreduce"]][:2] == [list(range(8))] * 2
+    assert len({c.label for c in plan.allreduce}) == len(plan.allreduce)
+    with pytest.raises(BadInput, match="nnodes 0"):
+        build_plan("cpu", [0, 1], nnodes=0)
+
+
 def test_variant_env_names_match_nccl_docs() -> None:
     assert V.VARIANTS["p2p_disable"].env == {"NCCL_P2P_DISABLE": "1"}
     assert V.VARIANTS["p2p_level_sys"].env == {"NCCL_P2P_LEVEL": "SYS"}

@@ -8,6 +8,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from pcieprof.analysis.curves import EXTRAPOLATED, Curve, Curves
+from pcieprof.analysis.nodes import Nodes
 from pcieprof.bundle.rows import format_ranks
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
@@ -51,9 +52,11 @@ def _curve_fig(rows: pd.DataFrame, y: str, ctx: ReportContext, *, log_y: bool) -
     return fig
 
 
-def decode_table(curves: list[Curve], ctx: ReportContext) -> Table | None:
+def decode_table(curves: list[Curve], ctx: ReportContext,
+                 nodes: Nodes | None = None) -> Table | None:
     """Time per curve at the decode band's batches (pcieprof.analysis.curves' rule; a value
-    above the largest measured size is marked as extrapolated)."""
+    above the largest measured size is marked as extrapolated); a multi-node bundle's groups
+    say whether they cross nodes."""
     if not curves:
         return None
     batches = ctx.band.batches
@@ -71,7 +74,8 @@ def decode_table(curves: list[Curve], ctx: ReportContext) -> Table | None:
                 vals.append(f"{t:.2f} (extrapolated)")
             else:
                 vals.append(round(t, 2))
-        out.append([c.variant, format_ranks(c.ranks), c.dtype, *vals])
+        group = format_ranks(c.ranks) + (f" ({nodes.group(c.ranks)})" if nodes else "")
+        out.append([c.variant, group, c.dtype, *vals])
     return Table("all-reduce time at decode message sizes, us (log-log interpolation between "
                  "the sweep's sizes)", cols, out)
 
@@ -85,25 +89,33 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
     rows = ok_rows(df)
     full = full_group(rows)
     curves = Curves(df)
+    several = Nodes.of(view.bundle)
+    if several is not None:
+        sec.blocks.append(Note(f"{several.describe()}: the groups over every node are inter-node "
+                               f"(transport: {several.transport}); `ranks` are global GPU "
+                               f"numbers, node x {several.layout.stride} + device"))
     if full.empty:
         sec.blocks.append(Note("no all-reduce completed (every row failed or hung)", "warn"))
     else:
         n = int(full["nranks"].max())
+        who = (several.group(full["ranks"].iloc[0]) if several is not None else f"{n} ranks")
         prov = view.provenance("allreduce", full)
         sec.blocks.append(figure(_curve_fig(full, "time_us", ctx, log_y=True),
-                                 f"all-reduce latency over {n} ranks, us, per variant", prov))
+                                 f"all-reduce latency over {who}, us, per variant", prov))
         sec.blocks.append(figure(_curve_fig(full, "busbw_gbps", ctx, log_y=False),
-                                 f"all-reduce busbw over {n} ranks, GB/s (nccl-tests: "
+                                 f"all-reduce busbw over {who}, GB/s (nccl-tests: "
                                  f"algbw x 2(n-1)/n)", prov))
-        t = decode_table(curves.full_group(), ctx)
+        t = decode_table(curves.full_group(), ctx, several)
         if t:
             t.provenance = prov
             sec.blocks.append(t)
     sub = rows[rows["nranks"] < (rows["nranks"].max() if not rows.empty else 0)]
     if not sub.empty:
-        t = decode_table([c for c in curves if c.nranks < curves.max_nranks], ctx)
+        t = decode_table([c for c in curves if c.nranks < curves.max_nranks], ctx, several)
         if t:
-            t.title = "sub-group all-reduce time at decode sizes (pairs, TP4 groups, orders)"
+            t.title = ("sub-group all-reduce time at decode sizes (pairs, TP4 groups, orders)"
+                       if several is None else "intra-node and sub-group all-reduce time at "
+                       "decode sizes (node 0's own GPUs; pairs, TP4 groups across the nodes)")
             t.provenance = view.provenance("allreduce", sub)
             sec.blocks.append(t)
     bad = df[df["status"] != "ok"]

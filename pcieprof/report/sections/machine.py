@@ -8,6 +8,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from pcieprof.analysis.infer import value_text
+from pcieprof.analysis.nodes import Nodes
 from pcieprof.bundle.topology import Topology, acs_redirect
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
@@ -191,6 +192,11 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
     facts.append(("ACS P2P redirect", f"on at {len(acs_on)} bridge(s): {', '.join(acs_on[:8])}"
                   if acs_on else ("off on every bridge" if nodes else "unknown")))
     sec.blocks.append(Facts("state", facts, provenance=prov))
+    several = Nodes.of(view.bundle)
+    if several is not None:  # this bundle is one node of several: the layout, and where rows are
+        sec.blocks.append(Facts(f"nodes: {several.describe()} (the state above is node "
+                                f"{several.layout.node_rank}'s)", list(several.facts()),
+                                provenance=prov))
     for ev in iommu.evidence[:5] + virt.evidence[:5]:
         sec.blocks.append(Note(f"evidence: {ev}"))
     if topo.gpus:

@@ -11,6 +11,7 @@ run (if SGLang's P2P check passes).
 from __future__ import annotations
 
 from pcieprof.analysis.infer import NVLINK
+from pcieprof.analysis.nodes import Nodes
 from pcieprof.bundle.recommendations import Recommendation
 from pcieprof.tune.rules.base import RuleContext
 
@@ -20,7 +21,8 @@ SOURCE = ("sgl-project/sglang python/sglang/srt/distributed/device_communicators
 
 
 def evaluate(ctx: RuleContext) -> list[Recommendation]:
-    n = len(ctx.topology.gpus) or ctx.curves.max_nranks
+    nodes = Nodes.of(ctx.bundle)  # several nodes: a box is one node, its GPUs those of a node
+    n = len(ctx.topology.gpus) or (nodes.layout.per_node if nodes else ctx.curves.max_nranks)
     if n <= 2:
         return []
     if ctx.topology.has_nvlink():
@@ -29,9 +31,9 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
     if nvlink and len(nvlink) == n * (n - 1) // 2:
         return []
     ev = [f"{SOURCE}: custom all-reduce needs world_size == 2 or full NVLink",
-          f"this box: {n} GPUs, " + (f"NVLink only between {', '.join(f'{a}-{b}' for a, b in nvlink)}"
-                                     " (measured), not full NVLink" if nvlink
-                                     else "no NVLink pair in topology.json")]
+          f"this box: {n} GPUs" + (f" per node ({nodes.describe()})" if nodes else "") + ", "
+          + (f"NVLink only between {', '.join(f'{a}-{b}' for a, b in nvlink)}"
+             " (measured), not full NVLink" if nvlink else "no NVLink pair in topology.json")]
     if WARNING in ctx.serve_log:
         ev.append("serve/server-*.log: SGLang printed the warning itself")
     return [Recommendation(

@@ -1,0 +1,145 @@
+"""pcieprof.node_group over real loopback sockets, nodes as threads of this process: the join
+and its deadline, disagreements refused on both sides, launches in step, a lost node seen at
+once."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from pcieprof.errors import BadInput, EnvironmentMissing
+from pcieprof.node_group import Member, NodeGroup, NodeLost, free_port, parse_endpoint
+
+
+def _endpoint() -> str:
+    return f"127.0.0.1:{free_port('127.0.0.1')}"
+
+
+def _member(rank: int, devices: list[int] | None = None, backend: str = "cpu") -> Member:
+    return Member.here(rank, f"/bundles/n{rank}", devices if devices is not None else [0, 1],
+                       backend)
+
+
+def _join_both(endpoint: str, follower: Member, timeout_s: float = 10.0
+               ) -> tuple[NodeGroup | BaseException, NodeGroup | BaseException]:
+    """Node 0 in a thread, node 1 here; each side's group or the error it raised."""
+    got: dict[str, Any] = {}
+
+    def lead() -> None:
+        try:
+            got["0"] = NodeGroup.join(endpoint, 2, 0, _member(0), timeout_s)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            got["0"] = exc
+
+    t = threading.Thread(target=lead)
+    t.start()
+    try:
+        one: NodeGroup | BaseException = NodeGroup.join(endpoint, 2, 1, follower, timeout_s)
+    except BaseException as exc:  # noqa: BLE001
+        one = exc
+    t.join(timeout_s + 10)
+    return got["0"], one
+
+
+def test_two_nodes_join_and_run_a_launch_in_step() -> None:
+    zero, one = _join_both(_endpoint(), _member(1))
+    assert isinstance(zero, NodeGroup) and isinstance(one, NodeGroup)
+    try:
+        assert sorted(zero.members) == sorted(one.members) == [0, 1]
+        assert one.members[0].bundle == "/bundles/n0" and zero.members[1].devices == [0, 1]
+        zero.send_plan({"allreduce": [], "nnodes": 2})
+        assert one.plan(5.0)["nnodes"] == 2
+        step = zero.start(0, "timed", 12345)
+        msg = one.next_step(5.0)
+        assert (msg["op"], msg["k"], msg["stage"], msg["port"], msg["step"]) == \
+            ("case", 0, "timed", 12345, step)
+        assert zero.failed_peer(step) is None
+        one.send_result(step, "error", "torchrun exited with status 1")
+        deadline = time.monotonic() + 5
+        while zero.failed_peer(step) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "node 1's launch failed: torchrun exited with status 1" in str(zero.failed_peer(step))
+        assert zero.results(step, 5.0)[1]["status"] == "error"
+        ending = threading.Thread(target=zero.end, args=({"status": "ok"},))
+        ending.start()  # node 0 waits for the goodbye
+        assert one.next_step(5.0) == {"op": "end", "summary": {"status": "ok"}, "_from": 0}
+        t0 = time.monotonic()
+        one.leave()
+        ending.join(10)
+        assert not ending.is_alive() and time.monotonic() - t0 < 5
+        assert zero.lost() is None  # a goodbye is not a loss
+    finally:
+        zero.close()
+        one.close()
+
+
+def test_a_node_that_disagrees_is_refused_on_both_sides() -> None:
+    zero, one = _join_both(_endpoint(), _member(1, devices=[0, 1, 2]))
+    assert isinstance(zero, BadInput) and isinstance(one, BadInput)
+    for exc in (zero, one):
+        assert "node 1 runs devices [0, 1, 2], node 0 [0, 1]" in str(exc)
+    zero, one = _join_both(_endpoint(), _member(1, backend="cuda"))
+    assert isinstance(zero, BadInput) and "cuda backend" in str(one)
+
+
+def test_node0_alone_names_the_missing_node_within_its_deadline() -> None:
+    endpoint = _endpoint()
+    t0 = time.monotonic()
+    with pytest.raises(EnvironmentMissing) as exc:
+        NodeGroup.join(endpoint, 3, 0, _member(0), 0.5)
+    assert time.monotonic() - t0 < 3
+    assert exc.value.one_line().startswith(
+        f"rendezvous {endpoint}: nodes 1, 2 of 3 did not join within 0.5 s")
+    assert "--node-rank 1" in exc.value.one_line()
+
+
+def test_a_node_alone_names_node0() -> None:
+    endpoint = _endpoint()
+    t0 = time.monotonic()
+    with pytest.raises(EnvironmentMissing, match=f"rendezvous {endpoint}: node 0 did not answer "
+                                                 "within 0.5 s"):
+        NodeGroup.join(endpoint, 2, 1, _member(1), 0.5)
+    assert time.monotonic() - t0 < 5
+
+
+def test_node0_cannot_listen_on_a_port_in_use() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        endpoint = f"127.0.0.1:{busy.getsockname()[1]}"
+        with pytest.raises(EnvironmentMissing, match="node 0 cannot listen there"):
+            NodeGroup.join(endpoint, 2, 0, _member(0), 0.5)
+
+
+def test_a_node_whose_connection_closes_is_lost_at_once() -> None:
+    zero, one = _join_both(_endpoint(), _member(1))
+    assert isinstance(zero, NodeGroup) and isinstance(one, NodeGroup)
+    try:
+        step = zero.start(0, "timed", 1)
+        one.peers[0].sock.shutdown(socket.SHUT_RDWR)  # as a process that died: no goodbye
+        deadline = time.monotonic() + 5
+        while zero.lost() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert zero.lost() is not None and zero.lost().startswith("node 1 (")
+        assert "connection closed" in str(zero.failed_peer(step))
+        with pytest.raises(NodeLost, match="node 1 .* lost"):
+            zero.results(step, 30.0)  # no waiting for a node that is gone
+    finally:
+        zero.close()
+        one.close()
+
+
+@pytest.mark.parametrize("text, want", [("10.0.0.1:29400", ("10.0.0.1", 29400)),
+                                        ("[::1]:5", ("::1", 5)), ("h:65535", ("h", 65535))])
+def test_endpoints(text: str, want: tuple[str, int]) -> None:
+    assert parse_endpoint(text) == want
+
+
+@pytest.mark.parametrize("text", ["host", ":80", "h:0", "h:70000", "h:x"])
+def test_bad_endpoints(text: str) -> None:
+    with pytest.raises(BadInput, match="expected HOST:PORT"):
+        parse_endpoint(text)
