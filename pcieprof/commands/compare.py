@@ -103,7 +103,7 @@ def command(a: Path, b: Path, fail_if: tuple[str, ...], show_all: bool, model: s
     """
     conds = [parse_condition(t) for t in fail_if]
     band = band_for(model)
-    ba, bb = Bundle.open(a), Bundle.open(b)
+    ba, bb = Bundle.open(a).check(), Bundle.open(b).check()
     for line in vm_lines(ba, bb, band):
         click.echo(line)
     ma, mb = bundle_metrics(ba, band), bundle_metrics(bb, band)

@@ -22,7 +22,7 @@ import click
 
 from pcieprof import progress
 from pcieprof.analysis.decode_band import DEFAULT_MODEL
-from pcieprof.bundle import default_out_dir
+from pcieprof.bundle import default_out_dir, prepare_out_dir
 from pcieprof.commands import recommend, report, serve_bench, topology
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.errors import BadInput
@@ -56,10 +56,10 @@ def command(profile: str, baseline: str, model: str, tp: int, no_serve: bool, ou
     measured, backend cpu). Takes a few minutes on a laptop.
     """
     root = out or default_out_dir("demo")
-    if root.exists() and any(root.iterdir()) and not force:
+    if root.is_dir() and any(root.iterdir()) and not force:  # --force clears each part's own
         raise BadInput(f"output directory {root} exists and is not empty",
                        hint="choose another --out or pass --force")
-    root.mkdir(parents=True, exist_ok=True)
+    prepare_out_dir(root, force=False)
     force_args = ["--force"] if force else []
     t0 = time.monotonic()
 
