@@ -158,6 +158,16 @@ def dumps(obj: Any) -> str:
     return json.dumps(_clean_nan(obj), indent=2, default=_json_default, allow_nan=False) + "\n"
 
 
+#: Bundles this process created and has not finished (by path): what an interrupt leaves
+#: partial, named by the CLI's one interrupt handler (pcieprof.cli).
+_UNFINISHED: dict[Path, "Bundle"] = {}
+
+
+def unfinished() -> list["Bundle"]:
+    """The bundles this process created and did not finish, oldest first."""
+    return list(_UNFINISHED.values())
+
+
 class Bundle:
     """A results bundle directory.
 
@@ -207,6 +217,7 @@ class Bundle:
         }
         bundle = cls(path, manifest)
         bundle.save_manifest()
+        _UNFINISHED[path] = bundle
         return bundle
 
     @classmethod
@@ -305,9 +316,10 @@ class Bundle:
             backend: backend of this part if it differs from the bundle's.
             extra: further JSON-able facts about the part (counts, durations).
         """
-        if status == Status.RUNNING.value and not writer.is_this_process(
-                self.manifest.get("writer")):
-            self.manifest["writer"] = writer.record()  # another process goes on writing it
+        if status == Status.RUNNING.value:
+            _UNFINISHED.setdefault(self.path, self)  # e.g. serve-bench --resume
+            if not writer.is_this_process(self.manifest.get("writer")):
+                self.manifest["writer"] = writer.record()  # another process goes on writing it
         part = dict(self.manifest["parts"].get(name, {}))
         part.update(status=status, why=why,
                     source=source or part.get("source") or self.manifest["source"],
@@ -346,6 +358,7 @@ class Bundle:
         self.manifest["status"] = status
         self.manifest["end_time"] = now_iso()
         self.save_manifest()
+        _UNFINISHED.pop(self.path, None)
         return status
 
     def interrupted(self, why: str) -> None:
@@ -358,6 +371,22 @@ class Bundle:
         self.manifest["end_time"] = now_iso()
         self.manifest["why"] = why
         self.save_manifest()
+
+    def incomplete(self) -> str | None:
+        """Why the bundle is not a finished `ok` one, in one line (None when it is): `partial`,
+        `failed` or `interrupted`, with its reason and the parts that are not ok."""
+        m = self.manifest
+        status = str(m.get("status") or "unknown")
+        if status == Status.OK.value:
+            return None
+        if m.get("end_time") is None and writer.state(m.get("writer")) == "running":
+            return f"{status}: still being written ({writer.describe(m['writer'])})"
+        bad = [f"{n} {p.get('status')}" for n, p in m["parts"].items()
+               if p.get("status") not in (Status.OK.value, None)]
+        why = m.get("why")
+        said = [str(why)] if why else []
+        said += [f"parts not ok: {', '.join(bad)}"] if bad else []
+        return status + (f" ({'; '.join(said)})" if said else "")
 
     @property
     def source(self) -> str:

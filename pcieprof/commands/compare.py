@@ -13,6 +13,7 @@ import click
 from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand, band_for
 from pcieprof.analysis.virtualization import known_state, like_for_like, pick_pair
 from pcieprof.analysis.nodes import Nodes
+from pcieprof import progress
 from pcieprof.bundle import Bundle
 from pcieprof.commands.options import verbosity
 from pcieprof.errors import BadInput, ExitCode
@@ -104,6 +105,10 @@ def command(a: Path, b: Path, fail_if: tuple[str, ...], show_all: bool, model: s
     conds = [parse_condition(t) for t in fail_if]
     band = band_for(model)
     ba, bb = Bundle.open(a).check(), Bundle.open(b).check()
+    for name, bundle in (("A", ba), ("B", bb)):
+        if (why := bundle.incomplete()) is not None:
+            progress.warn(f"{name} {bundle.path}: bundle {why}; its metrics may be missing "
+                          "or incomplete")
     for line in vm_lines(ba, bb, band):
         click.echo(line)
     ma, mb = bundle_metrics(ba, band), bundle_metrics(bb, band)
