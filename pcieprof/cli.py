@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 import click
 
-from pcieprof import __version__, progress
+from pcieprof import __version__, bundle, progress
 from pcieprof.commands.options import verbosity
 from pcieprof.errors import ExitCode, PcieprofError
 
@@ -70,9 +70,7 @@ def cli() -> None:
 def _interrupted() -> NoReturn:
     """Ctrl-C (or SIGTERM where a command turns it into one), for every command: each bundle
     this process started and did not finish is marked partial and named, then exit 130."""
-    # pcieprof.bundle is in sys.modules only when a command used it (no import cost for --help).
-    bundle_mod = sys.modules.get("pcieprof.bundle")
-    left = bundle_mod.unfinished() if bundle_mod is not None else []
+    left = bundle.unfinished()
     for b in left:
         try:
             if b.manifest.get("end_time") is None:  # its command did not mark it itself
@@ -87,6 +85,7 @@ def _interrupted() -> NoReturn:
 
 def main(argv: list[str] | None = None) -> Any:
     """Console-script entry point."""
+    bundle.forget_unfinished()
     try:
         return cli.main(args=argv, prog_name="pcieprof", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):

@@ -168,6 +168,12 @@ def unfinished() -> list["Bundle"]:
     return list(_UNFINISHED.values())
 
 
+def forget_unfinished() -> None:
+    """Start a new command invocation in this process (pcieprof.cli.main): the bundles of an
+    earlier one are not its own."""
+    _UNFINISHED.clear()
+
+
 class Bundle:
     """A results bundle directory.
 
