@@ -129,6 +129,11 @@ def decode(cls: type[Any], data: dict[str, Any], where: str) -> Any:
     extra: dict[str, Any] = {}
     for key, value in data.items():
         if key in fields and key != "extra":
+            f = fields[key]
+            if value is None and not _nullable(hints[key]):
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    raise BadInput(f"{where}: {key}: expected a value, got null")
+                continue  # null where the field has a default: read as absent
             kwargs[key] = _value(hints[key], value, f"{where}: {key}")
         else:
             extra[key] = value
@@ -138,6 +143,21 @@ def decode(cls: type[Any], data: dict[str, Any], where: str) -> Any:
         return cls(**kwargs)
     except TypeError as exc:  # a required field missing
         raise BadInput(f"{where}: {exc}") from None
+
+
+def _nullable(hint: Any) -> bool:
+    """True when null is a value of `hint` (Optional, Any, object)."""
+    if hint is Any or hint is object:
+        return True
+    return (typing.get_origin(hint) in (Union, types.UnionType)
+            and type(None) in typing.get_args(hint))
+
+
+def _item(hint: Any, value: Any, where: str) -> Any:
+    """An element of a list or a value of a dict: null only where the hint allows it."""
+    if value is None and not _nullable(hint):
+        raise BadInput(f"{where}: expected {_HINT_WORDS.get(hint, 'a value')}, got null")
+    return _value(hint, value, where)
 
 
 def _value(hint: Any, value: Any, where: str) -> Any:
@@ -159,13 +179,13 @@ def _value(hint: Any, value: Any, where: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise BadInput(f"{where}: expected a list, got {_json_kind(value)}")
         item = args[0] if args else Any
-        items = [_value(item, v, where) for v in value]
+        items = [_item(item, v, where) for v in value]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
             raise BadInput(f"{where}: expected an object, got {_json_kind(value)}")
         kt, vt = args if args else (Any, Any)
-        return {_value(kt, k, where): _value(vt, v, where) for k, v in value.items()}
+        return {_value(kt, k, where): _item(vt, v, where) for k, v in value.items()}
     if hint in (int, float, str) and isinstance(value, (dict, list)):
         raise BadInput(f"{where}: expected {_HINT_WORDS[hint]}, got {_json_kind(value)}")
     if hint is int and isinstance(value, (str, float)) and not isinstance(value, bool):
