@@ -135,6 +135,18 @@ BROKEN: dict[str, tuple[Callable[[Path], Any], str, str]] = {
                               "is newer than this pcieprof reads"),
     "nccl_choices_list": (_text("nccl_choices.json", "[]"), "nccl_choices.json",
                           "not a JSON object"),
+    "nccl_case_null_rank": (_text("nccl_choices.json", '{"default": {"ranks": [0, null]}}'),
+                            "nccl_choices.json", "default: ranks: expected an integer, got null"),
+    "recommendations_inferred_no_levels": (
+        _text("recommendations.json", json.dumps({"format": "pcieprof.recommendations/1",
+                                                  "inferred": {"metric": "bandwidth_gbps",
+                                                               "gpus": [0, 1]}})),
+        "recommendations.json", "inferred: levels: expected a list"),
+    "recommendations_inferred_bad_group": (
+        _text("recommendations.json", json.dumps({"inferred": {
+            "metric": "bandwidth_gbps", "gpus": [0, 1],
+            "levels": [{"name": "switch", "groups": [[0, "one"]], "value": 50.0}]}})),
+        "recommendations.json", "inferred: levels[0].groups: expected lists of GPU indices"),
 }
 
 
@@ -322,3 +334,20 @@ def test_compare_warns_once_per_bundle_that_is_not_ok(sim_bundle: Path, tmp_path
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and err[0].startswith(f"warning: B {dead}: bundle interrupted ("), err
     assert "left running: allreduce" in err[0]
+
+
+@pytest.mark.timeout(20)
+def test_null_where_a_field_has_a_default_reads_as_absent(sim_bundle: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]
+                                                         ) -> None:
+    """Before: `gpus`, `pairs`, `iommu` or `virtualization` null in topology.json made the
+    report an internal error; now the field reads as not known and the report is written."""
+    d = _copy(sim_bundle, tmp_path, _topology(gpus=None, pairs=None, iommu=None,
+                                              virtualization=None))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(["report", str(d), "-q", "-o", str(tmp_path / "r.html")])
+        raise SystemExit(0)
+    err = capsys.readouterr().err
+    assert e.value.code in (0, None), err
+    assert "internal error" not in err and (tmp_path / "r.html").stat().st_size > 0
