@@ -121,3 +121,22 @@ def test_a_search_without_a_winner_says_so_and_how_to_go_on(tmp_path: Path) -> N
     rec = launch_recommendation(doc)
     assert rec is not None and rec.confidence == "advice"
     assert searched_in(doc) == str(b.path.resolve())
+
+
+def test_a_disabled_p2p_transport_drops_the_cards_p2p_level_from_the_line(tmp_path: Path,
+                                                                          samples: Path) -> None:
+    """simpleP2P on the 2x4090 box returned NaN: the line disables P2P and does not also carry the
+    card's NCCL_P2P_LEVEL=SYS (moot once P2P is disabled, and a contradiction to read)."""
+    out = tmp_path / "b"
+    r = run_cli("import", str(samples / "tool-outputs-more" /
+                              "simpleP2P_2x4090_trpro5995wx_driver525_nan_verification.txt"),
+                "--out", str(out), "-q")
+    assert r.returncode == 0, r.stderr
+    doc = tune(Bundle.open(out), GLM5, DecodeBand.of_card(GLM5, 1, 64), write_files=False)
+    assert doc.env.get("NCCL_P2P_DISABLE") == "1"
+    rec = launch_recommendation(doc)
+    assert rec is not None
+    assert rec.action.startswith("NCCL_P2P_DISABLE=1 ") and "NCCL_P2P_LEVEL" not in rec.action
+    assert "NCCL_IB_DISABLE=1" in rec.action  # the card's other settings stay
+    # no layout could be ranked (no all-reduce rows): the card's TP8 is said to be for another box
+    assert any("TP8 needs 8 GPUs and this bundle shows 2" in c for c in rec.caveats)
