@@ -46,6 +46,14 @@ def _fresh_verbosity() -> None:
     progress.configure(quiet=False, debug=False)
 
 
+@pytest.fixture(autouse=True)
+def _cwd_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests write only under their tmp dirs: what a command writes by default relative to the
+    working directory (reports/<command>-<time>) lands in the test's own tmp dir, and so does
+    that of the processes it starts."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="session")
 def samples() -> Path:
     """../shared/samples: real tool outputs (never edit)."""
