@@ -25,7 +25,9 @@ def test_the_bottleneck_names_the_nodes_and_both_groups() -> None:
     one = recommend(Bundle.open(TWO / "node1"), card, write_files=False)
     assert one.bottleneck.startswith("not named here: this bundle is node 1 of a 2 nodes x 2 "
                                      "processes run")
-    assert str(TWO / "node0") in one.bottleneck
+    # where node 0's rows are, as node 1 recorded it (the path on the recording machine)
+    assert "whose all-reduce rows are in node 0's bundle (node 0 (vm): /" in one.bottleneck
+    assert "/cpu_2node/node0); run pcieprof recommend on that bundle" in one.bottleneck
 
 
 def test_recommend_command_prints_the_layout_and_refuses_verify(tmp_path: Path) -> None:
