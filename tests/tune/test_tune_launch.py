@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tune_fixtures import run_cli
+from builders.cli import cli
 
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.bundle import Bundle
@@ -59,7 +59,7 @@ def test_without_a_search_the_first_ranked_backends_not_yet_served() -> None:
 def test_recommend_prints_the_first_ranked_command_labelled(tmp_path: Path) -> None:
     box = tmp_path / "box"
     shutil.copytree(SIM, box)
-    r = run_cli("recommend", str(box))
+    r = cli("recommend", str(box))
     assert r.returncode == 0, r.stderr[-2000:]
     doc = Bundle.open(box).read_doc(Recommendations)
     assert doc is not None
@@ -83,7 +83,7 @@ def test_a_serve_bundle_without_a_search_is_refused(tmp_path: Path) -> None:
         launch_choice(GLM5, Bundle.open(SERVE_NO_SEARCH))
     box = tmp_path / "box"
     shutil.copytree(SIM, box)
-    r = run_cli("recommend", str(box), "--serve", str(SERVE_NO_SEARCH))
+    r = cli("recommend", str(box), "--serve", str(SERVE_NO_SEARCH))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "Traceback" not in r.stderr
     before = json.loads((SIM / "recommendations.json").read_text())
@@ -98,7 +98,7 @@ def test_a_search_of_another_model_or_architecture_is_refused(tmp_path: Path) ->
                            status="running")
     with pytest.raises(BadInput, match="searched for sm120"):
         launch_choice(GLM5, sm120, arch="sm100")
-    r = run_cli("recommend", str(SIM), "--arch", "blackwell")
+    r = cli("recommend", str(SIM), "--arch", "blackwell")
     assert r.returncode == 2 and "smXY" in r.stderr
 
 
