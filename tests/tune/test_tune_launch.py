@@ -128,7 +128,7 @@ def test_a_disabled_p2p_transport_drops_the_cards_p2p_level_from_the_line(tmp_pa
     """simpleP2P on the 2x4090 box returned NaN: the line disables P2P and does not also carry the
     card's NCCL_P2P_LEVEL=SYS (moot once P2P is disabled, and a contradiction to read)."""
     out = tmp_path / "b"
-    r = run_cli("import", str(samples / "tool-outputs-more" /
+    r = cli("import", str(samples / "tool-outputs-more" /
                               "simpleP2P_2x4090_trpro5995wx_driver525_nan_verification.txt"),
                 "--out", str(out), "-q")
     assert r.returncode == 0, r.stderr
