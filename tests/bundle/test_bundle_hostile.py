@@ -20,8 +20,8 @@ from typing import Any, Callable
 
 import pytest
 
+from builders.cli import cli
 from pcieprof.bundle import Bundle, writer
-from pcieprof.cli import main
 from pcieprof.errors import BadInput
 
 
@@ -29,10 +29,9 @@ from pcieprof.errors import BadInput
 def sim_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real bundle: the quick simulated topology run, with its report."""
     out = tmp_path_factory.mktemp("sim") / "topo"
-    with pytest.raises(SystemExit) as e:
-        main(["topology", "--backend", "sim", "--quick", "-q", "-o", str(out)])
-        raise SystemExit(0)
-    assert e.value.code in (0, None)
+    r = cli("topology", "--backend", "sim", "--quick", "-q", "-o", str(out), process=True,
+            timeout=120)  # a real process: the command installs signal handlers
+    assert r.returncode == 0, r.stderr
     return out
 
 
@@ -161,16 +160,13 @@ def test_a_broken_bundle_is_refused_on_open(case: str, sim_bundle: Path, tmp_pat
     assert line.startswith(str(d / name)) and expected in line, line
 
 
-def one_error(argv: list[str], capsys: pytest.CaptureFixture[str], code: int = 2) -> str:
-    """Run the CLI in-process; the one stderr line of a refusal with exit `code`."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as e:
-        main([*argv, "-q"])
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert e.value.code == code, err
-    assert len(lines) == 1, err
-    assert "Traceback" not in err and "internal error" not in err, err
+def one_error(argv: list[str]) -> str:
+    """Run the CLI in-process; the one stderr line of a refusal (exit 2)."""
+    r = cli(*argv, "-q")
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2, r.stderr
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
     return lines[0]
 
 
@@ -189,11 +185,10 @@ def _commands(bad: Path, good: Path, tmp: Path) -> dict[str, list[str]]:
 @pytest.mark.parametrize("case", ["schema_version_word", "parts_null", "allreduce_word_cell",
                                   "allreduce_wrong_header", "topology_gpus_string"])
 def test_every_reader_of_bundles_exits_2_with_one_line(case: str, command: str, sim_bundle: Path,
-                                                       tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+                                                       tmp_path: Path) -> None:
     change, name, expected = BROKEN[case]
     bad = _copy(sim_bundle, tmp_path, change)
-    line = one_error(_commands(bad, sim_bundle, tmp_path)[command], capsys)
+    line = one_error(_commands(bad, sim_bundle, tmp_path)[command])
     assert line.startswith(f"pcieprof: error: {bad / name}") and expected in line, line
     # refused before any output: recommend -o made no copy, attribute no bundle
     assert not (tmp_path / "rec").exists() and not (tmp_path / "attr").exists()
@@ -241,21 +236,20 @@ OUT_PATHS: dict[str, tuple[list[str], str]] = {
 
 @pytest.mark.timeout(15)
 @pytest.mark.parametrize("case", sorted(OUT_PATHS))
-def test_an_unwritable_out_is_one_line(case: str, sim_bundle: Path, tmp_path: Path,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unwritable_out_is_one_line(case: str, sim_bundle: Path, tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x")
     shutil.copy(Path(__file__).parents[1] / "data" / "importers" / "nvbandwidth_2x2080ti_waived.txt",
                 tmp_path / "nvbandwidth.txt")
     argv, expected = OUT_PATHS[case]
     fill = {"t": str(tmp_path), "b": str(sim_bundle)}
-    line = one_error([a.format(**fill) for a in argv], capsys)
+    line = one_error([a.format(**fill) for a in argv])
     assert line.startswith("pcieprof: error: ") and expected.format(**fill) in line, line
 
 
 @pytest.mark.timeout(10)
-def test_an_out_under_sys_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_out_under_sys_is_one_line() -> None:
     target = _sys_dir()
-    line = one_error(["topology", "--backend", "sim", "--quick", "-o", str(target)], capsys)
+    line = one_error(["topology", "--backend", "sim", "--quick", "-o", str(target)])
     assert f"{target}: cannot create the output directory" in line
 
 
@@ -276,10 +270,8 @@ def test_every_file_of_a_bundle_has_one_mode(umask: int, tmp_path: Path) -> None
                      ["import", str(Path(__file__).parents[1] / "data" / "importers"
                                     / "nvbandwidth_2x2080ti_waived.txt"), "-q", "-o", str(imp)],
                      ["report", str(topo), str(imp), "-q", "-o", str(tmp_path / "both.html")]):
-            with pytest.raises(SystemExit) as e:
-                main(argv)
-                raise SystemExit(0)
-            assert e.value.code in (0, None)
+            r = cli(*argv, process=True, timeout=120)  # the child inherits the umask
+            assert r.returncode == 0, r.stderr
     finally:
         os.umask(old)
     modes = {**{f"topo/{k}": v for k, v in _modes(topo).items()},
@@ -298,8 +290,7 @@ def _dead_pid() -> int:
 
 
 @pytest.mark.timeout(20)
-def test_compare_warns_once_per_bundle_that_is_not_ok(sim_bundle: Path, tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_compare_warns_once_per_bundle_that_is_not_ok(sim_bundle: Path, tmp_path: Path) -> None:
     partial = tmp_path / "partial"
     shutil.copytree(sim_bundle, partial)
     _manifest(status="partial", why="did not finish")(partial)
@@ -309,12 +300,9 @@ def test_compare_warns_once_per_bundle_that_is_not_ok(sim_bundle: Path, tmp_path
     m["status"] = "failed"
     m["parts"]["allreduce"].update(status="failed", why="all sizes hung")
     (failed / "manifest.json").write_text(json.dumps(m))
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as e:
-        main(["compare", str(partial), str(failed), "-q"])
-        raise SystemExit(0)
-    assert e.value.code in (0, None)
-    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    r = cli("compare", str(partial), str(failed), "-q")
+    assert r.returncode == 0, r.stderr
+    err = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert err == [
         f"warning: A {partial}: bundle partial (did not finish); its metrics may be missing or "
         "incomplete",
@@ -328,26 +316,20 @@ def test_compare_warns_once_per_bundle_that_is_not_ok(sim_bundle: Path, tmp_path
              writer={**writer.record(), "pid": _dead_pid(), "host": socket.gethostname()})
     m["parts"]["allreduce"]["status"] = "running"
     (dead / "manifest.json").write_text(json.dumps(m))
-    with pytest.raises(SystemExit):
-        main(["compare", str(sim_bundle), str(dead), "-q"])
-        raise SystemExit(0)
-    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    r = cli("compare", str(sim_bundle), str(dead), "-q")
+    assert r.returncode == 0, r.stderr
+    err = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(err) == 1 and err[0].startswith(f"warning: B {dead}: bundle interrupted ("), err
     assert "left running: allreduce" in err[0]
 
 
 @pytest.mark.timeout(20)
-def test_null_where_a_field_has_a_default_reads_as_absent(sim_bundle: Path, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]
+def test_null_where_a_field_has_a_default_reads_as_absent(sim_bundle: Path, tmp_path: Path
                                                          ) -> None:
     """Before: `gpus`, `pairs`, `iommu` or `virtualization` null in topology.json made the
     report an internal error; now the field reads as not known and the report is written."""
     d = _copy(sim_bundle, tmp_path, _topology(gpus=None, pairs=None, iommu=None,
                                               virtualization=None))
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as e:
-        main(["report", str(d), "-q", "-o", str(tmp_path / "r.html")])
-        raise SystemExit(0)
-    err = capsys.readouterr().err
-    assert e.value.code in (0, None), err
-    assert "internal error" not in err and (tmp_path / "r.html").stat().st_size > 0
+    r = cli("report", str(d), "-q", "-o", str(tmp_path / "r.html"))
+    assert r.returncode == 0, r.stderr
+    assert "internal error" not in r.stderr and (tmp_path / "r.html").stat().st_size > 0

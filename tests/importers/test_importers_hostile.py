@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from builders.cli import cli, pcieprof_argv
 from pcieprof.cli import main
 from pcieprof.errors import BadInput
 from pcieprof.importers import reading
@@ -214,19 +214,18 @@ def test_as_a_user_runs_it(case: str, tmp_path: Path) -> None:
                                           + '"/></system>\n')
     args, expected = PROCESS_CASES[case]
     args = [a.format(t=tmp_path) for a in args]
-    cmd = [sys.executable, "-m", "pcieprof", "import", *args, "-q", "-o", str(tmp_path / "out")]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    argv = ["import", *args, "-q", "-o", str(tmp_path / "out")]
     t0 = time.monotonic()
     if case == "endless_pipe":  # `yes | pcieprof import /dev/stdin`: text that never ends
         yes = subprocess.Popen(["yes", "GPU0 GPU1"], stdout=subprocess.PIPE)
         try:
-            r = subprocess.run(cmd, stdin=yes.stdout, capture_output=True, text=True, env=env,
-                               timeout=20)
+            r = subprocess.run(pcieprof_argv(*argv), stdin=yes.stdout, capture_output=True,
+                               text=True, timeout=20)
         finally:
             yes.kill()
             yes.wait()
     else:
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=20)
+        r = cli(*argv, process=True, timeout=20)
     took = time.monotonic() - t0
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1, r.stderr
