@@ -62,8 +62,13 @@ def http_get(url: str, timeout_s: float = 5.0, max_bytes: int = 1 << 20) -> tupl
 async def _get(url: str, timeout_s: float, max_bytes: int) -> tuple[int, bytes]:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
         async with session.get(url) as r:
-            body = await r.content.read(max_bytes)
-            return int(r.status), body if r.status == 200 else b""
+            body = bytearray()
+            while len(body) <= max_bytes:  # to the end: a short or dripping body is no answer
+                chunk = await r.content.read(1 << 16)
+                if not chunk:
+                    break
+                body += chunk
+            return int(r.status), bytes(body[:max_bytes]) if r.status == 200 else b""
 
 
 class ServerProcess:

@@ -5,6 +5,7 @@ the server's own processes, matched by socket inode."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -37,8 +38,6 @@ def _address(hex_addr: str) -> str:
     words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
     if len(words) == 4:
         return ".".join(str(b) for b in words)
-    import ipaddress  # noqa: PLC0415 (only for IPv6 rows)
-
     return str(ipaddress.IPv6Address(words))
 
 
