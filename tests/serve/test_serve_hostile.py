@@ -337,3 +337,31 @@ def test_sigkill_of_serve_bench_leaves_no_server_behind(tmp_path: Path) -> None:
     assert manifest["status"] == "interrupted", manifest
     assert manifest["parts"]["serve"]["status"] == "interrupted"
     assert "ended without closing the bundle" in manifest["parts"]["serve"]["why"]
+
+
+def test_sighup_stops_like_sigterm_and_says_where_the_bundle_is(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "pcieprof", "serve-bench", "--model", "tiny-cpu", "--tp", "1",
+         "--out", str(out), *LIGHT, "--num-requests", "100000", "--output-len", "64"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    tree: set[int] = set()
+    try:
+        deadline = time.monotonic() + 180
+        log = out / "serve" / "server-0.log"
+        while not (log.is_file() and "fired up" in log.read_text(errors="replace")):
+            assert bench.poll() is None and time.monotonic() < deadline, "not serving"
+            time.sleep(0.2)
+        tree = _children(bench.pid)
+        bench.send_signal(signal.SIGHUP)
+        _, err = bench.communicate(timeout=30)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+    text = err.decode()
+    assert bench.returncode == 130, text[-2000:]
+    assert f"the partial bundle is {out}" in text, text[-2000:]
+    assert tree and not any(_alive(p) for p in tree)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "partial" and manifest["parts"]["serve"]["status"] == "partial"
