@@ -6,7 +6,7 @@ process group that `stop()` signals as a whole: SIGTERM, a grace period, then SI
 dies with pcieprof, even when pcieprof is SIGKILLed: the kernel sends it a parent-death signal
 (prctl PR_SET_PDEATHSIG), and its own children die with it (SGLang's scheduler processes set
 their own parent-death SIGKILL, sglang.srt.utils.kill_itself_when_parent_died; the reference
-server's ranks likewise, pcieprof.refserver.procs). Its stdout and stderr are copied line by line
+server's ranks likewise, pcieprof.refserver.procs). Its stdout and stderr are copied as they come
 into the bundle (`serve/server-<n>.log`) with secrets masked (pcieprof.redact), flushed as they
 come. Readiness is SGLang's: `GET /health_generate` answers 200 once the server can generate a
 token.
@@ -18,6 +18,7 @@ import asyncio
 import ctypes
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -294,19 +295,40 @@ def _die_with(parent: int, sig: int) -> Callable[[], None]:
     return preexec
 
 
-def _copy_redacted(src: IO[bytes], dst: IO[bytes], max_line: int = 1 << 16) -> None:
-    """Copy the server's output into its log, line by line, secrets masked; a line longer than
-    `max_line` bytes is written in pieces of that size."""
+def _copy_redacted(src: IO[bytes], dst: IO[bytes], max_line: int = 1 << 16,
+                   idle_s: float = 0.2) -> None:
+    """Copy the server's output into its log as it comes, secrets masked: up to the last line
+    break (newline, or the carriage return a progress bar redraws with); the unfinished rest
+    once the output pauses for `idle_s` seconds or grows past `max_line` bytes."""
+    fd = src.fileno()
+    pending = b""
+
+    def write(data: bytes) -> None:
+        try:
+            dst.write(redact(data.decode("utf-8", "replace")).encode("utf-8"))
+        except (OSError, ValueError):  # the log is closed or its disk full: keep draining
+            pass
+
     try:
         while True:
-            line = src.readline(max_line)
-            if not line:
+            if not select.select([fd], [], [], idle_s)[0]:
+                if pending:
+                    write(pending)
+                    pending = b""
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
                 break
-            text = line.decode("utf-8", "replace")
-            try:
-                dst.write(redact(text).encode("utf-8"))
-            except (OSError, ValueError):  # the log is closed or its disk full: keep draining
-                pass
+            pending += chunk
+            cut = max(pending.rfind(b"\n"), pending.rfind(b"\r"))
+            if cut >= 0:
+                write(pending[:cut + 1])
+                pending = pending[cut + 1:]
+            if len(pending) > max_line:
+                write(pending)
+                pending = b""
+        if pending:
+            write(pending)
     finally:
         src.close()
 
