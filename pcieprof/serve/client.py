@@ -129,8 +129,8 @@ async def one_request(session: aiohttp.ClientSession, base_url: str, spec: LoadS
                                 headers={"Content-Type": "application/json"},
                                 timeout=aiohttp.ClientTimeout(total=spec.timeout_s)) as resp:
             if resp.status != 200:
-                body = (await resp.content.read(200)).decode("utf-8", "replace")
-                rec.error = _printable(f"HTTP {resp.status}: {body}")
+                said = (await resp.content.read(200)).decode("utf-8", "replace")
+                rec.error = _printable(f"HTTP {resp.status}: {said}")
                 return rec
             async for line in resp.content:
                 now = time.perf_counter()

@@ -370,8 +370,8 @@ def _attached(bundle: Bundle, opts: BenchOptions) -> ServeSummary:
                   benchmarked=True)
     _write_attempts(bundle, [att])
     summary = _benchmark(bundle, opts, url, None, att, nranks=tp)
-    status, why = _served_status(summary)
-    bundle.set_part("serve", status, why=why, model=opts.card.name, attached=shown)
+    served, why = _served_status(summary)
+    bundle.set_part("serve", served, why=why, model=opts.card.name, attached=shown)
     return summary
 
 

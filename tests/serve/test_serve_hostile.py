@@ -110,7 +110,7 @@ def test_secrets_never_reach_bundle_report_or_output(tmp_path: Path) -> None:
     assert (out / "report.html").stat().st_size > 0
     # the server was given the real values, so they were there to leak
     manifest = json.loads((out / "manifest.json").read_text())
-    assert f"HF_TOKEN=***" in manifest["argv"], manifest["argv"]
+    assert "HF_TOKEN=***" in manifest["argv"], manifest["argv"]
     command = json.loads((out / "serve" / "command.json").read_text())
     assert command["env"]["HF_TOKEN"] == "***" and command["recorded_env"]["SGLANG_API_KEY"] == "***"
     assert not _leaks(out, p.stdout, p.stderr, r.stdout, r.stderr)
