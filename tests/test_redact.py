@@ -4,10 +4,13 @@ linear time."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
+from pcieprof.bundle import Bundle
 from pcieprof.redact import MASK, is_secret_name, redact, remember
+from pcieprof.report.builder import manifest_facts, open_views
 
 
 @pytest.mark.parametrize("name", ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "MY_API_KEY",
@@ -65,3 +68,13 @@ def test_hostile_text_is_linear(text: str) -> None:
     t0 = time.perf_counter()
     redact(text)
     assert time.perf_counter() - t0 < 2.0
+
+
+def test_report_masks_an_old_bundles_argv(tmp_path: Path) -> None:
+    # A bundle written before masking existed holds its argv in clear; the report masks it.
+    b = Bundle.create(tmp_path / "old", command="serve-bench", source="measured", backend="cpu")
+    b.manifest["argv"] = ["pcieprof", "serve-bench", "--env", "HF_TOKEN=oldsecret1234"]
+    b.finish()
+    view = open_views([b.path])[0]
+    facts = dict(manifest_facts(view))
+    assert facts["command"] == "pcieprof serve-bench --env HF_TOKEN=***"
