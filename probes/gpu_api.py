@@ -2,7 +2,7 @@
 
 `TorchCuda` is the real thing (torch.cuda). The interface exists so that the timing and
 synchronisation logic of the probes, which this project's CI cannot run on a GPU, can be run on a
-CPU against a stand-in that keeps CUDA's ordering rules (tests/probes/cuda_standin.py): work on
+CPU against a stand-in that keeps CUDA's ordering rules (tests/builders/cuda.py): work on
 one stream is ordered, streams are not ordered with each other (torch's streams are created
 non-blocking, so not even with the default stream), an event's time exists only once the event
 has completed, and `synchronize(device)` waits for that device alone.

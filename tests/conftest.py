@@ -1,11 +1,18 @@
-"""Shared test fixtures. Real data lives in ../shared/samples (read-only) and tests/data/."""
+"""Shared test fixtures. Real data lives in ../shared/samples (read-only) and tests/data/; what
+the tests build is in tests/builders/ (importable as `builders`: this file puts tests/ on the
+path)."""
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from builders.bundles import (DEMO_PROFILES, REPORT_DATA, make_bundle, sim_bundle, two_switch,
+                              write_matrix_bundle)
+
+from pcieprof.bundle import Bundle
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -39,6 +46,14 @@ def _fresh_verbosity() -> None:
     progress.configure(quiet=False, debug=False)
 
 
+@pytest.fixture(autouse=True)
+def _cwd_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests write only under their tmp dirs: what a command writes by default relative to the
+    working directory (reports/<command>-<time>) lands in the test's own tmp dir, and so does
+    that of the processes it starts."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="session")
 def samples() -> Path:
     """../shared/samples: real tool outputs (never edit)."""
@@ -53,3 +68,50 @@ def chromium() -> str:
     if not exe:
         pytest.skip("no headless Chromium on this machine")
     return exe
+
+
+@pytest.fixture
+def vm_bundle(tmp_path: Path) -> Bundle:
+    """`write_matrix_bundle` of `two_switch` seen from a VM (flat tree, IOMMU on)."""
+    bw, lat = two_switch()
+    return write_matrix_bundle(tmp_path / "vm", bw, lat, flat_vm=True)
+
+
+@pytest.fixture
+def bundle_factory(tmp_path: Path) -> Callable[..., Bundle]:
+    """`make_bundle` under tmp_path: factory(name, **kw)."""
+    def factory(name: str = "calib", **kw: object) -> Bundle:
+        return make_bundle(tmp_path / name, **kw)  # type: ignore[arg-type]
+    return factory
+
+
+@pytest.fixture
+def serve_bundle(tmp_path: Path) -> Path:
+    """A copy of tests/report/data/tiny_cpu_serve (a real serve-bench run of the reference
+    server)."""
+    dst = tmp_path / "tiny_cpu_serve"
+    shutil.copytree(REPORT_DATA / "tiny_cpu_serve", dst)
+    return dst
+
+
+@pytest.fixture(scope="session")
+def sim_vm_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The simulated rtxpro6000-8x-vm box (quick plan), made once per session: copy it before
+    changing it."""
+    return sim_bundle(tmp_path_factory.mktemp("sim") / "vm", "rtxpro6000-8x-vm", "--quick")
+
+
+@pytest.fixture(scope="session")
+def sim_vm_variants_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The simulated rtxpro6000-8x-vm box (quick plan with four variants), made once per
+    session: copy it before changing it."""
+    return sim_bundle(tmp_path_factory.mktemp("sim") / "vm", "rtxpro6000-8x-vm", "--quick",
+                      "--variants", "default,p2p_level_sys,proto_ll,nch8")
+
+
+@pytest.fixture(scope="session")
+def demo_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The demo's two simulated boxes (the full plan, as `pcieprof demo` makes them), made once
+    per session: copy one before changing it."""
+    root = tmp_path_factory.mktemp("demo")
+    return {p: sim_bundle(root / f"topology-{p}", p) for p in DEMO_PROFILES}

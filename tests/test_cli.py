@@ -4,19 +4,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pcieprof", *args], capture_output=True, text=True)
+from builders.cli import cli
 
 
 def test_help_lists_commands() -> None:
-    r = run("--help")
+    r = cli("--help", process=True)  # the real entry point, python -m pcieprof
     assert r.returncode == 0
     assert "PCIe" in r.stdout
 
 
 def test_unknown_command_is_one_line_error() -> None:
-    r = run("no-such-command")
+    r = cli("no-such-command", process=True)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
 
@@ -40,10 +38,8 @@ def test_each_command_writes_where_the_readme_says() -> None:
     assert "`topology`, `serve-bench`, `import`, `attribute` and `demo` write a\nnew bundle to " \
            "`--out DIR`" in readme
     for cmd in ("topology", "serve-bench", "import", "attribute", "demo", "recommend", "report"):
-        r = subprocess.run([sys.executable, "-m", "pcieprof", cmd, "--help"], capture_output=True,
-                           text=True, timeout=60)
+        r = cli(cmd, "--help")
         assert "-o, --out" in r.stdout, cmd
     for cmd in (["compare"], ["sim", "list"], ["sim", "describe"], ["sim", "calibration"]):
-        r = subprocess.run([sys.executable, "-m", "pcieprof", *cmd, "--help"],
-                           capture_output=True, text=True, timeout=60)
+        r = cli(*cmd, "--help")
         assert r.returncode == 0 and "--out" not in r.stdout, cmd

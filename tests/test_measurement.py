@@ -4,11 +4,10 @@ the topology report written once the bundle is final."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from builders.cli import cli
 
 from pcieprof.bundle import Bundle
 from pcieprof.errors import BadInput
@@ -44,9 +43,8 @@ def test_an_error_inside_leaves_a_partial_bundle(tmp_path: Path) -> None:
 
 def test_the_topology_report_shows_the_finished_bundle(tmp_path: Path) -> None:
     out = tmp_path / "vm"
-    r = subprocess.run([sys.executable, "-m", "pcieprof", "topology", "--backend", "sim",
-                        "--quick", "--max-size", "64KiB", "-q", "-o", str(out)],
-                       capture_output=True, text=True, timeout=300)
+    r = cli("topology", "--backend", "sim", "--quick", "--max-size", "64KiB", "-q", "-o", str(out),
+            process=True, timeout=300)
     assert r.returncode == 0, r.stderr
     m = json.loads((out / "manifest.json").read_text())
     assert m["status"] == "ok" and m["parts"]["report"]["status"] == "ok"

@@ -27,6 +27,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -133,26 +134,26 @@ def _find_steps(rt: RankTrace, gpu_mode: bool) -> tuple[str, list[dict[str, Any]
 
     gpu_spans = [s for s in rt.spans if s[1] == "gpu_user_annotation"]
     cpu_spans = [s for s in rt.spans if s[1] != "gpu_user_annotation"]
-    gpu_steps = [s for s in gpu_spans if s[0].startswith("step[")]
-    if gpu_mode and gpu_steps:
-        return "gpu step[] annotations", rows(gpu_steps, "gpu")
-    sg = [s for s in cpu_spans if s[0].startswith("step[")]
-    if sg:
-        return "cpu step[] annotations", rows(sg, "cpu")
-    # vLLM: the CPU span of each engine step; its kernels join it by their launch, which also
-    # catches the ones that run after the GPU-side annotation has closed
-    vl = [s for s in cpu_spans if s[0].startswith("execute_context_")]
-    if vl:
-        return "vLLM execute_context annotations", rows(vl, "cpu")
-    vl = [s for s in gpu_spans if s[0].startswith("execute_context_")]
-    if gpu_mode and vl:
-        return "vLLM execute_context annotations (GPU)", rows(vl, "gpu")
-    ps = [s for s in cpu_spans if s[0].startswith("ProfilerStep")]
-    if ps:
-        return "ProfilerStep spans", rows(ps, "cpu")
-    em = _outermost([s for s in cpu_spans if s[0].endswith("execute_model")])
-    if em:
-        return "execute_model spans", rows(em, "cpu")
+    # the first kind of span the trace has, in this order of trust (GPU spans only in gpu_mode):
+    # (how, timeline, is it a step, keep only spans not nested in another). vLLM: the CPU span of
+    # each engine step first; its kernels join it by their launch, which also catches the ones
+    # that run after the GPU-side annotation has closed
+    tries: list[tuple[str, str, Callable[[str], bool], bool]] = [
+        ("gpu step[] annotations", "gpu", lambda n: n.startswith("step["), False),
+        ("cpu step[] annotations", "cpu", lambda n: n.startswith("step["), False),
+        ("vLLM execute_context annotations", "cpu",
+         lambda n: n.startswith("execute_context_"), False),
+        ("vLLM execute_context annotations (GPU)", "gpu",
+         lambda n: n.startswith("execute_context_"), False),
+        ("ProfilerStep spans", "cpu", lambda n: n.startswith("ProfilerStep"), False),
+        ("execute_model spans", "cpu", lambda n: n.endswith("execute_model"), True),
+    ]
+    for how, timeline, is_step, outermost in tries:
+        if timeline == "gpu" and not gpu_mode:
+            continue
+        found = [s for s in (gpu_spans if timeline == "gpu" else cpu_spans) if is_step(s[0])]
+        if found:
+            return how, rows(_outermost(found) if outermost else found, timeline)
     if gpu_mode and rt.l_graph.any():
         t = np.sort(rt.l_ts[rt.l_graph])
         ends = np.append(t[1:], np.inf)

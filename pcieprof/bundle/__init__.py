@@ -111,13 +111,7 @@ class Bundle:
             argv: the command line to record (defaults to sys.argv; secrets are masked).
         """
         path = Path(path)
-        if path.exists() and not path.is_dir():
-            raise BadInput(f"{path} exists and is not a directory")
-        if path.is_dir() and any(path.iterdir()):
-            if not force:
-                raise BadInput(f"output directory {path} exists and is not empty",
-                               hint="choose another --out or pass --force")
-            _clear_dir(path)
+        _empty_out(path, force)
         path.mkdir(parents=True, exist_ok=True)
         manifest: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
@@ -193,13 +187,7 @@ class Bundle:
         if dst == src or src in dst.parents:
             raise BadInput(f"{path} is the bundle {self.path} or inside it",
                            hint="choose a directory outside the bundle")
-        if path.exists() and not path.is_dir():
-            raise BadInput(f"{path} exists and is not a directory")
-        if path.is_dir() and any(path.iterdir()):
-            if not force:
-                raise BadInput(f"output directory {path} exists and is not empty",
-                               hint="choose another --out or pass --force")
-            _clear_dir(path)
+        _empty_out(path, force)
         try:
             shutil.copytree(self.path, path, dirs_exist_ok=True)
         except OSError as exc:
@@ -411,6 +399,18 @@ class Bundle:
             files.append(name)
             self.save_manifest()
 
+
+
+def _empty_out(path: Path, force: bool) -> None:
+    """Make sure `path` is no file and holds nothing: empty a non-empty directory with `force`,
+    else refuse it (BadInput)."""
+    if path.exists() and not path.is_dir():
+        raise BadInput(f"{path} exists and is not a directory")
+    if path.is_dir() and any(path.iterdir()):
+        if not force:
+            raise BadInput(f"output directory {path} exists and is not empty",
+                           hint="choose another --out or pass --force")
+        _clear_dir(path)
 
 
 def _clear_dir(path: Path) -> None:

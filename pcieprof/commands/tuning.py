@@ -15,9 +15,11 @@ from typing import Sequence
 
 from pcieprof import progress
 from pcieprof.analysis.decode_band import DecodeBand
+from pcieprof.analysis.matrices import gpu_indices
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.serve_search import ServeSearch
+from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard, load_card
 from pcieprof.errors import BadInput, PcieprofError
 from pcieprof.serve.search import Search, Step
@@ -175,7 +177,10 @@ def tune(bundle: Bundle, card: ModelCard, band: DecodeBand, *, layouts: bool = T
     build = builder(choice)
     result = recommend(bundle, card, band=band, layouts=layouts, context=context,
                        write_files=write_files, command=build)
-    return launch.apply(result, choice, card, build)
+    topo = bundle.read_doc(Topology)
+    gpus = len(topo.gpus) if topo is not None and topo.gpus else len(
+        gpu_indices(bundle.read_table("p2p")))
+    return launch.apply(result, choice, card, build, gpus=gpus)
 
 
 def serve_searches(bundles: Sequence[Bundle]) -> list[Bundle]:

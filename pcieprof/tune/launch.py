@@ -34,6 +34,13 @@ PRIORITY_SERVED = 800.0
 PRIORITY_UNSERVED = 0.9
 #: The label of backends no search has served on this box (issue 11's wording).
 NOT_YET = "not yet served on this box: run serve-bench --sweep"
+#: A recommended setting -> the card settings it makes moot, left out of the launch line so that
+#: the line says one thing. NCCL reads NCCL_P2P_DISABLE before NCCL_P2P_LEVEL (ncclGetLevel,
+#: called from ncclTopoCheckP2p in NVIDIA/nccl src/graph/paths.cc): with P2P disabled the level
+#: is never read.
+SUPERSEDES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("NCCL_P2P_DISABLE", "1"): ("NCCL_P2P_LEVEL",),
+}
 
 
 @dataclass(frozen=True)
@@ -75,14 +82,16 @@ def launch_line(result: Recommendations, layout: LayoutAdvice | None = None,
     if not cmd:
         return ""
     merged = dict(result.env)
+    moot = {m for kv, names in SUPERSEDES.items() if merged.get(kv[0]) == kv[1] for m in names}
     for k, v in (layout.env if layout is not None else env or {}).items():
-        merged.setdefault(k, str(v))
+        if k not in moot:
+            merged.setdefault(k, str(v))
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in merged.items())
     return f"{prefix} {cmd}".strip()
 
 
 def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
-          command: CommandBuilder) -> Recommendations:
+          command: CommandBuilder, gpus: int = 0) -> Recommendations:
     """Add the launch recommendation to `result` (in place) and label every layout's command.
 
     Args:
@@ -91,6 +100,8 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
         card: the model card.
         command: the builder the layouts' commands came from, for the card's default layout
             when no layout was ranked.
+        gpus: GPUs the bundle shows (0: unknown); a default layout wider than that is said to be
+            for another box.
     """
     for lay in result.layouts:
         lay.notes.insert(0, f"launch backends: {choice.describe()} ({choice.label})")
@@ -116,6 +127,11 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
                        f"{card.kv_cache.dtype} KV cache")
     caveats.append(f"the command is for the {where} layout; the backends are the same for "
                    f"every layout's command")
+    tp = card.sglang.tp_default
+    if not result.layouts and 0 < gpus < tp:
+        caveats.append(f"{card.name}'s default layout TP{tp} needs {tp} GPUs and this bundle "
+                       f"shows {gpus}: the command is for the box the card was written for, "
+                       f"not this one")
     rec = Recommendation(
         rule=RULE, kind="launch", title=title, action=line, gain_text=choice.label,
         evidence=evidence,

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from builders.cli import cli
+from builders.procs import free_port
 
 from pcieprof.analysis.attribution import attribute_traces
 
@@ -46,18 +47,12 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def gloo_traces(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     out = tmp_path_factory.mktemp("gloo")
     script = out / "worker.py"
     script.write_text(WORKER)
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     procs = [subprocess.Popen([sys.executable, str(script), str(r), "2", str(out)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(2)]
     try:
@@ -105,8 +100,7 @@ def test_gloo_allreduce_is_communication_per_rank_and_step(gloo_traces: list[Pat
 def test_cli_writes_bundle_tables(gloo_traces: list[Path], tmp_path: Path) -> None:
     """The CLI on the same traces (built-in table only)."""
     out = tmp_path / "b"
-    r = subprocess.run([sys.executable, "-m", "pcieprof", "attribute", *map(str, gloo_traces),
-                        "--out", str(out), "-q"], capture_output=True, text=True, timeout=120)
+    r = cli("attribute", *map(str, gloo_traces), "--out", str(out), "-q")
     assert r.returncode == 0, r.stderr
     assert "wrote" in r.stdout
     for name in ("per_rank", "per_step", "per_class", "top_kernels", "classes"):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -16,16 +15,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from builders.procs import free_port
 
 from pcieprof.analysis.attribution import attribute_traces
 
 pytest.importorskip("pcieprof.refserver")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _http(url: str, body: dict | None = None, timeout: float = 60) -> tuple[int, str]:
@@ -43,7 +37,7 @@ def _http(url: str, body: dict | None = None, timeout: float = 60) -> tuple[int,
 @pytest.fixture(scope="module")
 def refserver_traces(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     out = tmp_path_factory.mktemp("ref")
-    port = _free_port()
+    port = free_port()
     log = (out / "server.log").open("w")
     proc = subprocess.Popen([sys.executable, "-m", "pcieprof.refserver", "--tp-size", "2",
                              "--host", "127.0.0.1", "--port", str(port)],

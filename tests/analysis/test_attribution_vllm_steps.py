@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders.cli import cli
 
 from pcieprof.analysis.attribution import NO_STEPS, attribute_traces
-from pcieprof.cli import main
 
 VLLM = "traces/tracelens_b200_vllm_tp8/tracelens_b200_vllm_tp8_gptoss_eager_rank0.json.gz"
 STEP = "execute_context_1(888_788544)_generation_0(0)"
@@ -147,8 +147,7 @@ def test_execute_model_frame_when_no_annotation(samples: Path, tmp_path: Path) -
     _check(step, ref)
 
 
-def test_trace_without_step_markers_says_so(samples: Path, tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_trace_without_step_markers_says_so(samples: Path, tmp_path: Path) -> None:
     def edit(e: dict[str, Any]) -> dict[str, Any] | None:
         n = str(e.get("name", ""))
         return None if n == STEP or n.endswith(": execute_model") else e
@@ -158,8 +157,9 @@ def test_trace_without_step_markers_says_so(samples: Path, tmp_path: Path,
     r = doc["ranks"][0]
     assert (r["steps_from"], r["n_steps"], r["steps_note"]) == ("none", 0, NO_STEPS)
     assert r["totals"]["comm_us"] > 0
-    main(["attribute", str(path), "--out", str(tmp_path / "out")])
-    out = capsys.readouterr().out
+    r = cli("attribute", str(path), "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
     assert sum(NO_STEPS in line for line in out.splitlines()) == 1
     written = json.loads((tmp_path / "out" / "attribution.json").read_text())
     assert written["ranks"][0]["steps_note"] == NO_STEPS

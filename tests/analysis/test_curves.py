@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from builders.cli import cli
 
 from pcieprof.analysis.curves import EXTRAPOLATED, FLOOR, INTERPOLATED, MEASURED, UNKNOWN, Curves
 from pcieprof.analysis.decode_band import DEFAULT_MODEL, QUOTED_BATCHES, DecodeBand, band_for
@@ -89,8 +88,7 @@ def test_decode_band_from_the_card() -> None:
 def test_an_unknown_model_is_one_line_and_exit_2(command: str, tmp_path: Path) -> None:
     b = _bundle(tmp_path)
     args = [str(b.path)] * (2 if command == "compare" else 1)
-    r = subprocess.run([sys.executable, "-m", "pcieprof", command, *args, "--model", "glm-9"],
-                       capture_output=True, text=True, timeout=300)
+    r = cli(command, *args, "--model", "glm-9")
     assert r.returncode == 2, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "unknown model card 'glm-9'" in r.stderr
     assert not (b.path / "report.html").exists() and not (b.path / "recommendations.json").exists()

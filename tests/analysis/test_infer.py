@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from builders.bundles import imported, transposed
 
 from pcieprof.analysis.infer import NO_P2P, NVLINK, PCIE, InferredTopology, infer
 from pcieprof.analysis.matrices import gpu_indices, pair_matrix, pair_support
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.topology import Topology
-from pcieprof.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "importers"
@@ -30,23 +30,6 @@ def matrix_files() -> list[str]:
         for d in ("tool-outputs", "tool-outputs-more", "rtxpro6000-8x-asus-baremetal"):
             found += [p for p in sorted((SHARED / d).iterdir()) if MATRIX_NAME.match(p.name)]
     return [str(p) for p in found]
-
-
-def imported(files: list[Path], out: Path) -> Bundle:
-    main(["import", *map(str, files), "--out", str(out), "-q"])
-    return Bundle.open(out)
-
-
-def transposed(b: Bundle, out: Path) -> Bundle:
-    """The same bundle with every copy's direction reversed (src and dst swapped)."""
-    t = Bundle.create(out, command="import", source="imported", backend="imported")
-    topo = b.read_doc(Topology)
-    if topo is not None:
-        t.write_doc(topo)
-    p2p = b.read_table("p2p")
-    rows = p2p.rename(columns={"src": "dst", "dst": "src"}).to_dict("records")
-    t.append_rows("p2p", rows)
-    return t
 
 
 def inferred(b: Bundle) -> InferredTopology | None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
+import shutil
 from pathlib import Path
 
 import pytest
+from builders.cli import cli
 
 from pcieprof.analysis.comm_model import ALL_REDUCE, Layout, Pricer, predict_step_comm
 from pcieprof.analysis.curves import Curves
@@ -24,23 +24,14 @@ from pcieprof.report.builder import build_sections, open_views
 from pcieprof.report.console import summarize
 from pcieprof.report.model import Note, Table
 
-PROFILES = ("rtxpro6000-8x-vm", "rtxpro6000-8x-switch")
 
-
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pcieprof", *args], capture_output=True,
-                          text=True, timeout=600)
-
-
-@pytest.fixture(scope="module")
-def demo_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("demo")
+@pytest.fixture
+def demo_copies(demo_bundles: dict[str, Path], tmp_path: Path) -> dict[str, Path]:
+    """Copies of the demo's bundles (`recommend` writes into the bundle it reads)."""
     out = {}
-    for profile in PROFILES:
-        out[profile] = root / f"topology-{profile}"
-        r = _cli("topology", "--backend", "sim", "--sim-profile", profile, "--no-report", "-q",
-                 "--out", str(out[profile]))
-        assert r.returncode == 0, r.stderr
+    for profile, path in demo_bundles.items():
+        out[profile] = tmp_path / path.name
+        shutil.copytree(path, out[profile])
     return out
 
 
@@ -58,7 +49,7 @@ def _answers(path: Path, tmp_path: Path) -> dict[str, str | float]:
     row = next(ln for ln in text.splitlines() if ln.startswith("default "))
     got["console"] = row.split()[col]  # "12 KiB" is two words in the header, one column
     # pcieprof recommend: the principal bottleneck on stdout and in recommendations.json
-    r = _cli("recommend", str(path), "--no-layouts", "-q")
+    r = cli("recommend", str(path), "--no-layouts", "-q")
     assert r.returncode == 0, r.stderr
     m = re.search(r"decode sizes: ([\d.]+) us per 8-GPU all-reduce of 12 KiB", r.stdout)
     assert m, r.stdout[:400]
@@ -84,17 +75,17 @@ def _answers(path: Path, tmp_path: Path) -> dict[str, str | float]:
                                   if c["op"] == ALL_REDUCE and c["size_bytes"] == size)
     # pcieprof compare's metric, in memory and as the command prints it
     got["compare metric"] = bundle_metrics(b, band)["allreduce.default.n8.time_us@12KiB"]
-    r = _cli("compare", str(path), str(path))
+    r = cli("compare", str(path), str(path))
     assert r.returncode == 0, r.stderr
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("allreduce.default.n8.time_us@12KiB "))
     got["compare stdout"] = line.split()[1]
     return got
 
 
-def test_every_place_gives_the_same_decode_allreduce(demo_bundles: dict[str, Path],
+def test_every_place_gives_the_same_decode_allreduce(demo_copies: dict[str, Path],
                                                      tmp_path: Path) -> None:
     values = {}
-    for profile, path in demo_bundles.items():
+    for profile, path in demo_copies.items():
         want = Curves(Bundle.open(path).read_table("allreduce")).default().at(12 * 1024)
         got = _answers(path, tmp_path)
         shown = {"console": f"{want:.1f}", "recommend stdout": f"{want:.1f}",

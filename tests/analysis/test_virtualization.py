@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from builders.bundles import DEMO_PROFILES
 
 from pcieprof.analysis.curves import Curves
 from pcieprof.analysis.decode_band import band_for
@@ -19,25 +18,6 @@ from pcieprof.analysis.virtualization import (BASES, P2P_HANG, bare_for, known_s
 from pcieprof.bundle import Bundle
 from pcieprof.sim import vm_cost
 
-PROFILES = ("rtxpro6000-8x-vm", "rtxpro6000-8x-switch")
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pcieprof", *args], capture_output=True,
-                          text=True, timeout=600)
-
-
-@pytest.fixture(scope="module")
-def boxes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The demo's two bundles (the full plan, as `pcieprof demo` makes them)."""
-    root = tmp_path_factory.mktemp("vmcost")
-    out = {}
-    for profile in PROFILES:
-        out[profile] = root / profile
-        r = cli("topology", "--backend", "sim", "--sim-profile", profile, "--no-report", "-q",
-                "--out", str(out[profile]))
-        assert r.returncode == 0, r.stderr
-    return out
 
 
 def _without_model_table(src: Path, dst: Path) -> Bundle:
@@ -50,8 +30,8 @@ def _without_model_table(src: Path, dst: Path) -> Bundle:
     return Bundle.open(dst)
 
 
-def test_the_vm_bundle_carries_the_models_table(boxes: dict[str, Path]) -> None:
-    vm = Bundle.open(boxes["rtxpro6000-8x-vm"])
+def test_the_vm_bundle_carries_the_models_table(demo_bundles: dict[str, Path]) -> None:
+    vm = Bundle.open(demo_bundles["rtxpro6000-8x-vm"])
     cost = like_for_like(vm, None, band_for())
     assert cost is not None and cost.source == "simulated"
     assert cost.bases == BASES and cost.nranks == 8 and cost.step_allreduces == 157
@@ -70,10 +50,11 @@ def test_the_vm_bundle_carries_the_models_table(boxes: dict[str, Path]) -> None:
         "iommu_translation", "acs_redirect", "flat_guest_tree"}
 
 
-def test_the_bundles_curves_give_the_tables_numbers_at_every_decode_size(boxes: dict[str, Path]) -> None:
+def test_the_bundles_curves_give_the_tables_numbers_at_every_decode_size(
+        demo_bundles: dict[str, Path]) -> None:
     # the sweep measures the decode sizes themselves: what compare's metrics and the summary read
     # from the curves is the model table's default row, not an interpolation next to it
-    vm, bare = (Bundle.open(boxes[p]) for p in PROFILES)
+    vm, bare = (Bundle.open(demo_bundles[p]) for p in DEMO_PROFILES)
     band = band_for()
     cost = like_for_like(vm, bare, band)
     assert cost is not None and cost.source == "simulated" and cost.at("same_choices") is not None
@@ -87,10 +68,10 @@ def test_the_bundles_curves_give_the_tables_numbers_at_every_decode_size(boxes: 
         assert db.at(size) == pytest.approx(row.bare.time_us, abs=1e-6)
 
 
-def test_two_bundles_without_the_model_table_compare_their_curves(boxes: dict[str, Path],
+def test_two_bundles_without_the_model_table_compare_their_curves(demo_bundles: dict[str, Path],
                                                                     tmp_path: Path) -> None:
-    vm = _without_model_table(boxes["rtxpro6000-8x-vm"], tmp_path / "vm")
-    bare = Bundle.open(boxes["rtxpro6000-8x-switch"])
+    vm = _without_model_table(demo_bundles["rtxpro6000-8x-vm"], tmp_path / "vm")
+    bare = Bundle.open(demo_bundles["rtxpro6000-8x-switch"])
     band = band_for()
     assert like_for_like(vm, None, band) is None  # nothing to compare with: no numbers
     assert bare_for(vm, [bare]) is bare and pick_pair(bare, vm) == (vm, bare)
@@ -118,7 +99,7 @@ def test_two_bundles_without_the_model_table_compare_their_curves(boxes: dict[st
     assert pick_pair(vm, vm) is None and pick_pair(bare, bare) is None  # one VM, one bare box
 
 
-def test_known_state_of_a_vm_bundle(boxes: dict[str, Path]) -> None:
-    s = known_state(Bundle.open(boxes["rtxpro6000-8x-vm"]))
+def test_known_state_of_a_vm_bundle(demo_bundles: dict[str, Path]) -> None:
+    s = known_state(Bundle.open(demo_bundles["rtxpro6000-8x-vm"]))
     assert s.hypervisor == "KVM" and s.iommu == "translated" and s.flat_tree
     assert len(s.shm_links) == 8  # NCCL's default ring through host memory, every edge

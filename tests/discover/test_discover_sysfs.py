@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from discover_fake_sysfs import write_fake_root
+from builders.sysfs import write_fake_root
 from pcieprof.discover.lspci import parse_lspci
 from pcieprof.discover.pcie_tree import build_tree
 from pcieprof.discover.sysfs import read_sysfs_pci

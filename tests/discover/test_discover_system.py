@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from discover_fake_sysfs import write_fake_root
+from builders.sysfs import write_fake_root
 from pcieprof.discover import versions
 from pcieprof.discover.nvml import Nvml
 from pcieprof.discover.nvml_snapshot import NvmlReplay

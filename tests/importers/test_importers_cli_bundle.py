@@ -7,16 +7,22 @@ import re
 from pathlib import Path
 
 import pytest
+from builders.cli import cli
 
 from pcieprof.bundle import Bundle
-from pcieprof.cli import main
 
 TOOL = "tool-outputs"
 
 
-def run_import(files: list[Path], out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Bundle, str]:
-    main(["import", *map(str, files), "--out", str(out), "-q"])
-    return Bundle.open(out), capsys.readouterr().out
+def run_import(files: list[Path], out: Path, *, check: bool = True) -> tuple[Bundle, str]:
+    """`pcieprof import files --out out`: the bundle and stdout; with `check`, its provenance
+    checked (`check_provenance`)."""
+    r = cli("import", *map(str, files), "--out", str(out), "-q")
+    assert r.returncode == 0, r.stderr
+    b = Bundle.open(out)
+    if check:
+        check_provenance(b, files)
+    return b, r.stdout
 
 
 def check_provenance(b: Bundle, files: list[Path]) -> None:
@@ -32,10 +38,9 @@ def check_provenance(b: Bundle, files: list[Path]) -> None:
         assert set(df["backend"]) <= {"imported"}
 
 
-def test_topo_m_8x_server(samples: Path, tmp_path: Path, capsys) -> None:
+def test_topo_m_8x_server(samples: Path, tmp_path: Path) -> None:
     f = samples / TOOL / "topo_m_8x_rtxpro6000_server_baremetal_broadcom.txt"
-    b, out = run_import([f], tmp_path / "b", capsys)
-    check_provenance(b, [f])
+    b, out = run_import([f], tmp_path / "b")
     topo = b.read_json("topology.json")
     level = {(p["a"], p["b"]): p["level"] for p in topo["pairs"]}
     # cells as the file prints them: GPU0 row "X PIX NODE NODE SYS ...", GPU6 row "... NODE NODE X PIX"
@@ -48,11 +53,10 @@ def test_topo_m_8x_server(samples: Path, tmp_path: Path, capsys) -> None:
     assert "8 GPUs" in out
 
 
-def test_topo_m_and_p2p_of_one_box(samples: Path, tmp_path: Path, capsys) -> None:
+def test_topo_m_and_p2p_of_one_box(samples: Path, tmp_path: Path) -> None:
     files = [samples / TOOL / "topo_m_5gpu_5060ti_5070_proxmox_host.txt",
              samples / TOOL / "topo_p2p_rw_5gpu_5060ti_5070_proxmox_host.txt"]
-    b, _out = run_import(files, tmp_path / "b", capsys)
-    check_provenance(b, files)
+    b, _out = run_import(files, tmp_path / "b")
     pairs = {(p["a"], p["b"]): p for p in b.read_json("topology.json")["pairs"]}
     assert len(pairs) == 20
     assert all(p["level"] == "PHB" for p in pairs.values())
@@ -60,10 +64,9 @@ def test_topo_m_and_p2p_of_one_box(samples: Path, tmp_path: Path, capsys) -> Non
     assert pairs[(3, 1)]["status"] == {"p2p": "unknown"}  # atomics were not asked
 
 
-def test_p2p_bandwidth_latency(samples: Path, tmp_path: Path, capsys) -> None:
+def test_p2p_bandwidth_latency(samples: Path, tmp_path: Path) -> None:
     f = samples / TOOL / "p2pbwlat_5gpu_5060ti_5070_gen3x4_p2p_patched.txt"
-    b, out = run_import([f], tmp_path / "b", capsys)
-    check_provenance(b, [f])
+    b, out = run_import([f], tmp_path / "b")
     df = b.read_table("p2p")
     assert len(df) == 120  # off-diagonal cells of 4 bandwidth matrices and 2 GPU latency blocks
 
@@ -89,10 +92,9 @@ def test_p2p_bandwidth_latency(samples: Path, tmp_path: Path, capsys) -> None:
     assert b.part("p2p")["status"] == "ok" and b.part("p2p")["source"] == "imported"
 
 
-def test_all_reduce_perf(samples: Path, tmp_path: Path, capsys) -> None:
+def test_all_reduce_perf(samples: Path, tmp_path: Path) -> None:
     f = samples / TOOL / "all_reduce_perf_6x4090_tinybox_p2p_patched_driver.txt"
-    b, out = run_import([f], tmp_path / "b", capsys)
-    check_provenance(b, [f])
+    b, out = run_import([f], tmp_path / "b")
     df = b.read_table("allreduce")
     row = next(l for l in f.read_text().splitlines() if l.strip().startswith("33554432")).split()
     got = {r["variant"]: r for r in df.to_dict("records")}
@@ -107,10 +109,9 @@ def test_all_reduce_perf(samples: Path, tmp_path: Path, capsys) -> None:
     assert names[5] == "NVIDIA GeForce RTX 4090"
 
 
-def test_nccl_debug_log(samples: Path, tmp_path: Path, capsys) -> None:
+def test_nccl_debug_log(samples: Path, tmp_path: Path) -> None:
     f = samples / TOOL / "nccl_debug_info_4x5060ti_p2p_cumem.log"
-    b, out = run_import([f], tmp_path / "b", capsys)
-    check_provenance(b, [f])
+    b, out = run_import([f], tmp_path / "b")
     choices = b.read_json("nccl_choices.json")
     entry = choices[f"imported:{f.name}"]
     assert entry["log"] == f"imported/{f.name}" and entry["ranks"] == [0, 1, 2, 3]
@@ -121,11 +122,10 @@ def test_nccl_debug_log(samples: Path, tmp_path: Path, capsys) -> None:
     assert "P2P/CUMEM" in out
 
 
-def test_nccl_graph_and_topology_xml(samples: Path, tmp_path: Path, capsys) -> None:
+def test_nccl_graph_and_topology_xml(samples: Path, tmp_path: Path) -> None:
     files = [samples / TOOL / "nccl_topo_azure_ncv4_4xA100pcie_vm.xml",
              samples / TOOL / "nccl_graph_azure_ncv4_4xA100pcie_vm.xml"]
-    b, out = run_import(files, tmp_path / "b", capsys)
-    check_provenance(b, files)
+    b, out = run_import(files, tmp_path / "b")
     graph = b.read_json("nccl_graph.json")
     text = files[1].read_text()
     first = re.search(r"<graph [^>]*>", text).group(0)
@@ -140,28 +140,26 @@ def test_nccl_graph_and_topology_xml(samples: Path, tmp_path: Path, capsys) -> N
     assert [n["id"] for n in topo["numa"]["nodes"]] == [0, 1, 2, 3]
 
 
-def test_every_shared_tool_output_imports(samples: Path, tmp_path: Path, capsys) -> None:
+def test_every_shared_tool_output_imports(samples: Path, tmp_path: Path) -> None:
     files = sorted(p for p in (samples / TOOL).iterdir() if p.name != "SOURCES.md")
     for k, f in enumerate(files):
-        b, out = run_import([f], tmp_path / f"b{k}", capsys)
-        check_provenance(b, [f])
+        b, out = run_import([f], tmp_path / f"b{k}")
         rec = b.part("import")["files"][0]
         assert rec["format"] and rec["summary"] in out
         json.loads((b.path / "topology.json").read_text())
 
 
-def test_out_directory_not_empty(samples: Path, tmp_path: Path, capsys) -> None:
+def test_out_directory_not_empty(samples: Path, tmp_path: Path) -> None:
     f = samples / TOOL / "topo_p2p_rw_5gpu_5060ti_5070_proxmox_host.txt"
-    run_import([f], tmp_path / "b", capsys)
-    with pytest.raises(SystemExit) as e:
-        main(["import", str(f), "--out", str(tmp_path / "b")])
-    assert e.value.code == 2
-    assert "not empty" in capsys.readouterr().err
-    main(["import", str(f), "--out", str(tmp_path / "b"), "--force", "-q"])
+    run_import([f], tmp_path / "b")
+    r = cli("import", str(f), "--out", str(tmp_path / "b"))
+    assert r.returncode == 2
+    assert "not empty" in r.stderr
+    assert cli("import", str(f), "--out", str(tmp_path / "b"), "--force", "-q").returncode == 0
     assert Bundle.open(tmp_path / "b").manifest["status"] == "ok"
 
 
-def test_cuda_numbering_mapped_to_nvidia_smi_by_bus_id(samples: Path, tmp_path: Path, capsys) -> None:
+def test_cuda_numbering_mapped_to_nvidia_smi_by_bus_id(samples: Path, tmp_path: Path) -> None:
     # A p2pBandwidthLatencyTest run on the ASUS box whose CUDA order differs from the PCI order:
     # its device lines are rewritten from nvidia-smi -q's bus ids, the matrix is the real sample's.
     box = samples / "rtxpro6000-8x-asus-baremetal"
@@ -171,7 +169,8 @@ def test_cuda_numbering_mapped_to_nvidia_smi_by_bus_id(samples: Path, tmp_path: 
     text = text.replace("pciBusID: 2,", "pciBusID: 85,").replace("pciBusID: 17,", "pciBusID: 6,")
     f = tmp_path / "p2p_on_asus.txt"
     f.write_text(text)
-    b, _out = run_import([box / "nvidia_smi_full.log", box / "lspci_full.log", f], tmp_path / "b", capsys)
+    b, _out = run_import([box / "nvidia_smi_full.log", box / "lspci_full.log", f], tmp_path / "b",
+                         check=False)
     df = b.read_table("p2p")
     row = df[(df["path"] == "host_staged") & (df["direction"] == "uni")
              & df["detail"].str.contains("row 0 col 1", regex=False)].iloc[0]
@@ -180,14 +179,14 @@ def test_cuda_numbering_mapped_to_nvidia_smi_by_bus_id(samples: Path, tmp_path: 
     assert "CUDA device -> nvidia-smi index by bus id: 0->5, 1->0" in row["detail"]
 
 
-def test_same_file_name_from_two_folders(samples: Path, tmp_path: Path, capsys) -> None:
+def test_same_file_name_from_two_folders(samples: Path, tmp_path: Path) -> None:
     a = samples / TOOL / "topo_p2p_rw_5gpu_5060ti_5070_proxmox_host.txt"
     other = tmp_path / "again"
     other.mkdir()
     (other / "p2p.txt").write_bytes((samples / TOOL / "p2pbwlat_5gpu_5060ti_5070_gen3x4_p2p_patched.txt").read_bytes())
     first = tmp_path / "p2p.txt"
     first.write_bytes(a.read_bytes())
-    b, _out = run_import([first, other / "p2p.txt"], tmp_path / "b", capsys)
+    b, _out = run_import([first, other / "p2p.txt"], tmp_path / "b", check=False)
     stored = [f["stored_as"] for f in b.part("import")["files"]]
     assert stored == ["imported/p2p.txt", "imported/p2p-2.txt"]
     assert (b.path / "imported/p2p-2.txt").read_bytes() == (other / "p2p.txt").read_bytes()

@@ -8,9 +8,9 @@ import re
 from pathlib import Path
 
 import pytest
+from builders.cli import cli
 
 from pcieprof.bundle import Bundle
-from pcieprof.cli import main
 
 BOX = "rtxpro6000-8x-asus-baremetal"
 LOGS = ("lspci_full.log", "nvidia_smi_full.log", "nvidia_topo.log", "cmdline.log")
@@ -20,7 +20,8 @@ LOGS = ("lspci_full.log", "nvidia_smi_full.log", "nvidia_topo.log", "cmdline.log
 def bundle(samples: Path, tmp_path_factory: pytest.TempPathFactory) -> Bundle:
     pytest.importorskip("pcieprof.discover.from_logs")
     out = tmp_path_factory.mktemp("asus") / "bundle"
-    main(["import", *[str(samples / BOX / f) for f in LOGS], "--out", str(out), "-q"])
+    r = cli("import", *[str(samples / BOX / f) for f in LOGS], "--out", str(out), "-q")
+    assert r.returncode == 0, r.stderr
     return Bundle.open(out)
 
 
@@ -104,10 +105,10 @@ def test_iommu_off(bundle: Bundle) -> None:
     assert "iommu=off" in iommu["cmdline"]
 
 
-def test_two_lspci_logs_refused(samples: Path, tmp_path: Path, capsys) -> None:
+def test_two_lspci_logs_refused(samples: Path, tmp_path: Path) -> None:
     f = samples / BOX / "lspci_full.log"
     copy = tmp_path / "other.log"
     copy.write_bytes(f.read_bytes())
-    with pytest.raises(SystemExit):
-        main(["import", str(f), str(copy), "--out", str(tmp_path / "b")])
-    assert "a second lspci -vvv log" in capsys.readouterr().err
+    r = cli("import", str(f), str(copy), "--out", str(tmp_path / "b"))
+    assert r.returncode != 0
+    assert "a second lspci -vvv log" in r.stderr

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from builders.cli import cli
 
 
 def test_gzipped_trace_points_to_attribute(samples: Path, tmp_path: Path) -> None:
@@ -15,9 +14,7 @@ def test_gzipped_trace_points_to_attribute(samples: Path, tmp_path: Path) -> Non
     if not traces:
         pytest.skip("no traces in ../shared/samples/traces")
     for trace in traces:
-        r = subprocess.run([sys.executable, "-m", "pcieprof", "import", str(trace), "--out",
-                            str(tmp_path / trace.name)], capture_output=True, text=True,
-                           timeout=120)
+        r = cli("import", str(trace), "--out", str(tmp_path / trace.name))
         assert r.returncode == 2, trace
         (line,) = r.stderr.strip().splitlines()
         assert str(trace) in line and "gzip" in line and "pcieprof attribute" in line

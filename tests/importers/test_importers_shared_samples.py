@@ -9,8 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
+from builders.cli import cli
 
-from pcieprof.cli import main
 from pcieprof.discover.from_logs import topology_from_logs
 from pcieprof.importers.nccl_xml import parse_topo_xml
 from pcieprof.importers.parse import parse_text
@@ -30,7 +30,8 @@ def shared_files() -> list[str]:
 
 
 def import_one(files: list[Path], out: Path) -> Path:
-    main(["import", *map(str, files), "--out", str(out), "-q"])
+    r = cli("import", *map(str, files), "--out", str(out), "-q")
+    assert r.returncode == 0, r.stderr
     return out
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from builders.cli import cli
 
-from pcieprof.cli import main
 from pcieprof.discover.topo_matrix import parse_topo_matrix
 from pcieprof.errors import BadInput
 from pcieprof.importers.detect import detect
@@ -188,7 +188,8 @@ def test_ns_is_not_supported_not_unknown(samples: Path, tmp_path: Path) -> None:
         [f"0->{b}" for b in range(1, 5)] + [f"{a}->0" for a in range(1, 5)])
     assert parsed.facts["status_counts"] == {"NS": 8, "OK": 12}
     # imported: the code lands in topology.json under the capability; no p2p.csv row is made
-    main(["import", str(f), "--out", str(tmp_path / "b"), "-q"])
+    r = cli("import", str(f), "--out", str(tmp_path / "b"), "-q")
+    assert r.returncode == 0, r.stderr
     topo = json.loads((tmp_path / "b" / "topology.json").read_text())
     pair = next(p for p in topo["pairs"] if (p["a"], p["b"]) == (2, 0))
     assert pair["p2p"]["pcie"] == "NS"

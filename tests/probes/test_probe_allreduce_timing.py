@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cuda_standin import CudaStandin
+from builders.cuda import CudaStandin
 from probes.allreduce_worker import TRIALS, allreduce_row, time_back_to_back
 from probes.plan import AllReduceCase
 from probes.variants import NCCL_DEBUG_ENV, NCCL_TUNING_LOG_ENV

@@ -1,5 +1,5 @@
 """The cuda copy probe's timing, synchronisation and data check, on the CPU against the stand-in of
-the CUDA stream/event API (tests/probes/cuda_standin.py): issue 15, defects 2, 4 and 5."""
+the CUDA stream/event API (tests/builders/cuda.py): issue 15, defects 2, 4 and 5."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from probes.p2p_worker import CudaCopier, concurrent_rows, p2p_row
 from probes.plan import KiB, ConcurrentCase, P2PCase, Plan, build_plan
-from cuda_standin import CudaStandin, PeerCopies
+from builders.cuda import CudaStandin, PeerCopies
 
 
 def _copier(devices: list[int], cases: list[P2PCase], **kw: float) -> tuple[CudaCopier, CudaStandin]:

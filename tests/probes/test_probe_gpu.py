@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from builders.cli import cli
 
 pytestmark = pytest.mark.gpu
 
@@ -54,9 +55,8 @@ def test_gpu_selftest_passes(tmp_path: Path) -> None:
 
 
 def test_topology_cuda_quick(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "pcieprof", "topology", "--backend", "cuda",
-                           "--quick", "--max-size", "4MiB", "--out", str(tmp_path / "b")],
-                          capture_output=True, text=True, timeout=600)
+    proc = cli("topology", "--backend", "cuda", "--quick", "--max-size", "4MiB",
+               "--out", str(tmp_path / "b"), process=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     from pcieprof.bundle import Bundle
 

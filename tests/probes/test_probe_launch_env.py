@@ -21,7 +21,7 @@ from pcieprof.importers.nccl_xml import parse_graph_xml
 from pcieprof.probe_runner import ProbeRunner, launch_environ
 from probes import variants as V
 from probes.nccl_graph import check_ring, ring_graph_xml, same_ring
-from probes.plan import build_plan
+from probes.plan import Plan, build_plan
 
 LOG = "tool-outputs/nccl_debug_info_4x5060ti_p2p_cumem.log"
 GRAPH = "tool-outputs/nccl_graph_azure_ncv4_4xA100pcie_vm.xml"
@@ -49,6 +49,19 @@ class Launches:
         return self.real(replay, **kw)
 
 
+def _allreduce_only(tmp_path: Path, plan: Plan) -> Bundle:
+    """The plan's all-reduce cases (no copies) run by the probe runner into a new bundle."""
+    plan.p2p, plan.concurrent = [], []
+    bundle = Bundle.create(tmp_path / "b", command="topology", source="measured",
+                           backend=plan.backend)
+    runner = ProbeRunner(bundle, plan)
+    try:
+        runner.run_allreduce()
+    finally:
+        runner.cleanup()
+    return bundle
+
+
 def test_the_users_nccl_settings_reach_no_launch(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NCCL_P2P_LEVEL", "SYS")
@@ -59,14 +72,8 @@ def test_the_users_nccl_settings_reach_no_launch(tmp_path: Path,
     monkeypatch.setattr(probe_runner.subprocess, "Popen", launches)
     plan = build_plan("cpu", [0, 1], quick=True, max_size=64,
                       variants=[V.VARIANTS["default"], V.VARIANTS["proto_ll"]])
-    plan.p2p, plan.concurrent = [], []
     plan.keep_env = ["NCCL_SOCKET_IFNAME"]  # chosen by the caller: passed on
-    bundle = Bundle.create(tmp_path / "b", command="topology", source="measured", backend="cpu")
-    runner = ProbeRunner(bundle, plan)
-    try:
-        runner.run_allreduce()
-    finally:
-        runner.cleanup()
+    bundle = _allreduce_only(tmp_path, plan)
     assert len(launches.seen) == 2
     default, proto_ll = (s["env"] for s in launches.seen)
     for env in (default, proto_ll):
@@ -120,13 +127,7 @@ def test_ring_orders_go_through_a_graph_file_and_are_checked(
     plan = build_plan("cuda", [1, 2, 3, 4], quick=True, max_size=64,
                       variants=[V.VARIANTS["default"]], group_kinds=[],
                       orders=[[2, 3, 4, 1], [1, 3, 2, 4]])
-    plan.p2p, plan.concurrent = [], []
-    bundle = Bundle.create(tmp_path / "b", command="topology", source="measured", backend="cuda")
-    runner = ProbeRunner(bundle, plan)
-    try:
-        runner.run_allreduce()
-    finally:
-        runner.cleanup()
+    bundle = _allreduce_only(tmp_path, plan)
     # default, then each order: an untimed launch with the tuner log, then the timed one
     assert len(launches.seen) == 6
     untimed = [s for s in launches.seen if "--untimed" in s["cmd"]]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from cuda_standin import CudaStandin, PeerCopies
+from builders.cuda import CudaStandin, PeerCopies
 from probes.numa import on_numa_node, parse_cpulist, pci_numa_node
 from probes.p2p_worker import CudaCopier
 from probes.plan import P2PCase, Plan

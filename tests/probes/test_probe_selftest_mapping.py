@@ -3,7 +3,7 @@ index is found by PCI bus id, since CUDA numbers GPUs fastest-first unless told 
 
 from __future__ import annotations
 
-from cuda_standin import CudaStandin
+from builders.cuda import CudaStandin
 from probes.gpu_selftest import cuda_ordinal
 
 

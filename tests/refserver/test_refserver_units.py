@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
+from builders.cli import cli
 
 from pcieprof.refserver.args import ArgsError, Injection, parse_args, parse_injection
 from pcieprof.refserver.names import trace_file_name
@@ -41,8 +40,7 @@ def test_injection_forms() -> None:
 
 
 def test_cli_wrapper_refuses_unknown_flag_with_exit_2() -> None:
-    r = subprocess.run([sys.executable, "-m", "pcieprof", "reference-server", "--bogus"],
-                       capture_output=True, text=True, timeout=120)
+    r = cli("reference-server", "--bogus", process=True, timeout=120)
     assert r.returncode == 2
     assert "unrecognized arguments: --bogus" in r.stderr
 

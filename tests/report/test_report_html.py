@@ -6,7 +6,7 @@ import zlib
 from pathlib import Path
 
 from plotly.offline import get_plotlyjs
-from report_fixtures import report_with_advice
+from builders.browser import report_with_advice
 
 from pcieprof.bundle import Bundle
 from pcieprof.report import write_report

@@ -10,12 +10,11 @@ import html
 import re
 import shlex
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from report_fixtures import page_facts, run_chromium
+from builders.browser import page_facts, run_chromium
+from builders.cli import cli
 
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import Recommendations
@@ -33,11 +32,6 @@ FIELD_START = {"attention_backend": "dsa", "dsa_prefill_backend": "flashmla_spar
 FAST = ["--num-requests", "4", "--warmup", "1", "--input-len", "16", "--output-len", "12",
         "--concurrency", "1", "--decode-batches", "none", "--no-profile"]
 LAUNCH = ["python3", "-m", "sglang.launch_server"]
-
-
-def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pcieprof", *args], capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def _box(tmp_path: Path, name: str = "box") -> Path:
@@ -63,9 +57,9 @@ def searched(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A serve-bench --sweep bundle of the reference server under the field-report matrix."""
     pytest.importorskip("pcieprof.refserver.server")
     out = tmp_path_factory.mktemp("search") / "serve"
-    r = _cli("serve-bench", "--model", "tiny-cpu", "--tp", "2", "--sweep",
+    r = cli("serve-bench", "--model", "tiny-cpu", "--tp", "2", "--sweep",
              *[f"--{a.replace('_', '-')}={v}" for a, v in FIELD_START.items()], *FAST,
-             "--out", str(out), "--", "--inject-matrix", str(MATRIX))
+             "--out", str(out), "--", "--inject-matrix", str(MATRIX), process=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     doc = Bundle.open(out).read_doc(ServeSearch)
     assert doc is not None and doc.winner is not None
@@ -83,7 +77,7 @@ def test_recommend_prints_the_healthy_configuration_ready_to_paste(searched: Pat
     w = doc.winner
     assert (w.config["attention_backend"], w.config["dsa_decode_backend"]) == ("dsa", "trtllm")
     box = _box(tmp_path)
-    r = _cli("recommend", str(box), "--serve", str(searched))
+    r = cli("recommend", str(box), "--serve", str(searched))
     assert r.returncode == 0, r.stderr[-3000:]
     recs = Bundle.open(box).read_doc(Recommendations)
     assert recs is not None
@@ -123,7 +117,7 @@ def test_report_of_both_bundles_joins_them_and_shows_the_attempts(searched: Path
     assert doc is not None and doc.winner is not None
     box = _box(tmp_path)
     out = tmp_path / "joined.html"
-    r = _cli("report", str(box), str(searched), "-o", str(out))
+    r = cli("report", str(box), str(searched), "-o", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
     # the box's recommendations.json predates the search: the report computes them with it
     assert "was made without the launch search" in r.stderr
@@ -163,7 +157,7 @@ def test_report_without_a_search_labels_the_first_ranked_command(tmp_path: Path)
     box = _box(tmp_path)
     (box / "recommendations.json").unlink()  # so the report computes the advice itself
     out = tmp_path / "box.html"
-    r = _cli("report", str(box), "-o", str(out))
+    r = cli("report", str(box), "-o", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
     page = html.unescape(out.read_text(encoding="utf-8"))
     assert NOT_YET in page

@@ -7,9 +7,9 @@ from __future__ import annotations
 import html
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+
+from builders.cli import cli
 
 from pcieprof.analysis.decode_band import DEFAULT_MODEL, band_for
 from pcieprof.bundle import Bundle
@@ -28,9 +28,7 @@ def test_report_of_both_nodes(tmp_path: Path) -> None:
     for n in ("node0", "node1"):
         shutil.copytree(TWO / n, tmp_path / n)
     page = tmp_path / "both.html"
-    r = subprocess.run([sys.executable, "-m", "pcieprof", "report", str(tmp_path / "node0"),
-                        str(tmp_path / "node1"), "-o", str(page), "-q"], capture_output=True,
-                       text=True, timeout=300)
+    r = cli("report", str(tmp_path / "node0"), str(tmp_path / "node1"), "-o", str(page), "-q")
     assert r.returncode == 0, r.stderr
     text = _text(page)
     assert "nodes: 2 nodes x 2 processes (the state above is node 0's)" in text

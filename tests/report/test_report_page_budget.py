@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from report_fixtures import DATA_DIR, page_facts
+from builders.browser import page_facts
+from builders.bundles import REPORT_DATA
+from builders.cli import cli
 
 from pcieprof.report import write_report
 
@@ -25,24 +25,17 @@ MAX_HEIGHT_PX = 12_000
 WIDTH_PX = 1366
 
 
-def _pcieprof(*args: str) -> None:
-    r = subprocess.run([sys.executable, "-m", "pcieprof", *args], capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-
-
 @pytest.fixture(scope="module")
-def demo_set(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+def demo_set(demo_bundles: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """The demo's three bundles (see the module docstring)."""
     root = tmp_path_factory.mktemp("demo-set")
-    vm, switch = root / "topology-rtxpro6000-8x-vm", root / "topology-rtxpro6000-8x-switch"
-    for out, profile in ((vm, "rtxpro6000-8x-vm"), (switch, "rtxpro6000-8x-switch")):
-        _pcieprof("topology", "--backend", "sim", "--sim-profile", profile, "--no-report", "-q",
-                  "--out", str(out))
-    _pcieprof("recommend", str(vm), "--model", "glm5-nvfp4", "-q")
+    vm = root / "topology-rtxpro6000-8x-vm"
+    shutil.copytree(demo_bundles["rtxpro6000-8x-vm"], vm)
+    r = cli("recommend", str(vm), "--model", "glm5-nvfp4", "-q")
+    assert r.returncode == 0, r.stderr[-2000:]
     serve = root / "tiny_cpu_serve"
-    shutil.copytree(DATA_DIR / "tiny_cpu_serve", serve)
-    return [vm, switch, serve]
+    shutil.copytree(REPORT_DATA / "tiny_cpu_serve", serve)
+    return [vm, demo_bundles["rtxpro6000-8x-switch"], serve]
 
 
 @pytest.mark.slow

@@ -6,24 +6,19 @@ These launch `python -m pcieprof.refserver` (TP=2 over gloo) through the CLI, as
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from builders.cli import cli, pcieprof_argv
+from builders.procs import group_gone
 
 pytest.importorskip("pcieprof.refserver.server")
 pytestmark = pytest.mark.slow
 
 FAST = ["--num-requests", "6", "--warmup", "1", "--input-len", "16", "--output-len", "12"]
-
-
-def _cli(args: list[str], timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pcieprof", *args], capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def _attempts(out: Path) -> list[dict]:
@@ -33,22 +28,15 @@ def _attempts(out: Path) -> list[dict]:
 def _assert_gone(attempts: list[dict]) -> None:
     """No process of any attempt's server group is left (zombies get a moment to be reaped)."""
     for a in attempts:
-        if not a.get("pid"):
-            continue
-        for _ in range(100):
-            try:
-                os.killpg(a["pid"], 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail(f"server group {a['pid']} of attempt {a['name']} is still there")
+        if a.get("pid"):
+            assert group_gone(a["pid"]), f"server group {a['pid']} of attempt {a['name']} is left"
 
 
 def test_tiny_cpu_tp2_writes_a_complete_bundle(tmp_path: Path) -> None:
     out = tmp_path / "b"
-    p = _cli(["serve-bench", "--model", "tiny-cpu", "--tp", "2", "--out", str(out), *FAST,
-              "--decode-batches", "1,4,16", "--decode-output-len", "24", "--profile-steps", "4"])
+    p = cli("serve-bench", "--model", "tiny-cpu", "--tp", "2", "--out", str(out), *FAST,
+            "--decode-batches", "1,4,16", "--decode-output-len", "24", "--profile-steps", "4",
+            process=True, timeout=400)
     assert p.returncode == 0, p.stderr[-3000:]
     manifest = json.loads((out / "manifest.json").read_text())
     parts = {k: (v["status"], v.get("why")) for k, v in manifest["parts"].items()}
@@ -77,8 +65,8 @@ def test_nan_after_20_is_one_classified_line_and_a_partial_bundle(tmp_path: Path
     # during the probe itself is the sweep test's nan attempt).
     probe = "4"
     out = tmp_path / "nan"
-    p = _cli(["serve-bench", "--model", "tiny-cpu", "--tp", "2", "--inject", "nan-after 20",
-              "--probe-tokens", probe, "--out", str(out), *FAST])
+    p = cli("serve-bench", "--model", "tiny-cpu", "--tp", "2", "--inject", "nan-after 20",
+            "--probe-tokens", probe, "--out", str(out), *FAST, process=True, timeout=400)
     assert p.returncode == 1, p.stderr[-3000:]
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("pcieprof: error: server nan_in_decode") and "probability tensor" in last
@@ -101,9 +89,9 @@ def test_sweep_records_each_attempt_and_benchmarks_the_first_healthy(tmp_path: P
                      '[[sweep]]\nname = "healthy"\n'
                      '[[sweep]]\nname = "never-tried"\ninject = "crash-on-start"\n')
     out = tmp_path / "sw"
-    p = _cli(["serve-bench", "--model", "tiny-cpu", "--tp", "2", "--sweep-file", str(sweep),
-              "--out", str(out), *FAST, "--concurrency", "1,4", "--decode-batches", "none",
-              "--no-profile", "--probe-timeout", "8"])
+    p = cli("serve-bench", "--model", "tiny-cpu", "--tp", "2", "--sweep-file", str(sweep),
+            "--out", str(out), *FAST, "--concurrency", "1,4", "--decode-batches", "none",
+            "--no-profile", "--probe-timeout", "8", process=True, timeout=400)
     assert p.returncode == 0, p.stderr[-3000:]
     att = _attempts(out)
     assert [a["outcome"] for a in att] == ["crashed", "nan_in_decode", "ok"]
@@ -119,9 +107,9 @@ def test_sweep_records_each_attempt_and_benchmarks_the_first_healthy(tmp_path: P
 @pytest.mark.parametrize("when", ["startup", "load"])
 def test_ctrl_c_tears_the_server_down(tmp_path: Path, when: str) -> None:
     out = tmp_path / "int"
-    proc = subprocess.Popen([sys.executable, "-m", "pcieprof", "serve-bench", "--model",
-                             "tiny-cpu", "--tp", "2", "--out", str(out), "--num-requests", "400",
-                             "--concurrency", "2", "--output-len", "64"],
+    proc = subprocess.Popen(pcieprof_argv("serve-bench", "--model", "tiny-cpu", "--tp", "2",
+                                          "--out", str(out), "--num-requests", "400",
+                                          "--concurrency", "2", "--output-len", "64"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     marker = out / "serve" / ("attempts.jsonl" if when == "startup" else "requests.jsonl")
     try:
@@ -146,7 +134,8 @@ def test_ctrl_c_tears_the_server_down(tmp_path: Path, when: str) -> None:
 
 
 def test_glm5_dry_run_prints_command_and_environment(tmp_path: Path) -> None:
-    p = _cli(["serve-bench", "--model", "glm5-nvfp4", "--dry-run", "--out", str(tmp_path / "x")])
+    p = cli("serve-bench", "--model", "glm5-nvfp4", "--dry-run", "--out", str(tmp_path / "x"),
+            process=True, timeout=400)
     assert p.returncode == 0, p.stderr
     assert "-m sglang.launch_server --model-path nvidia/GLM-5-NVFP4 --tp-size 8" in p.stdout
     assert "--quantization modelopt_fp4 --kv-cache-dtype bf16" in p.stdout
@@ -161,9 +150,9 @@ def test_url_attaches_to_a_running_server(tmp_path: Path) -> None:
 
     out = tmp_path / "att"
     with FakeServer(token_delay_s=0.001) as srv:
-        p = _cli(["serve-bench", "--model", "tiny-cpu", "--url", srv.url, "--out", str(out),
-                  *FAST, "--concurrency", "2", "--decode-batches", "1,2", "--no-profile",
-                  "--api", "completions"])
+        p = cli("serve-bench", "--model", "tiny-cpu", "--url", srv.url, "--out", str(out),
+                *FAST, "--concurrency", "2", "--decode-batches", "1,2", "--no-profile",
+                "--api", "completions", process=True, timeout=400)
     assert p.returncode == 0, p.stderr[-2000:]
     att = _attempts(out)
     assert att[0]["name"] == "attached" and att[0]["pid"] is None
@@ -175,6 +164,7 @@ def test_url_attaches_to_a_running_server(tmp_path: Path) -> None:
 def test_glm5_without_sglang_is_one_line(tmp_path: Path) -> None:
     if __import__("importlib").util.find_spec("sglang") is not None:
         pytest.skip("sglang is installed here")
-    p = _cli(["serve-bench", "--model", "glm5-nvfp4", "--out", str(tmp_path / "g")])
+    p = cli("serve-bench", "--model", "glm5-nvfp4", "--out", str(tmp_path / "g"),
+            process=True, timeout=400)
     assert p.returncode == 3
     assert p.stderr.strip().splitlines()[-1].startswith("pcieprof: error: sglang is not installed")

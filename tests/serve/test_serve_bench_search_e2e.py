@@ -6,7 +6,6 @@ its launch flags (a fault matrix shaped like the issue 11 field report), Ctrl-C 
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -16,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from builders.cli import cli, pcieprof_argv
+from builders.procs import group_gone
 
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.cards import load_card
@@ -37,11 +38,6 @@ SEARCH = ["serve-bench", "--model", "tiny-cpu", "--tp", "2", "--sweep",
           *[f"--{a.replace('_', '-')}={v}" for a, v in FIELD_START.items()], *FAST]
 
 
-def _cli(args: list[str], timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pcieprof", *args], capture_output=True,
-                          text=True, timeout=timeout)
-
-
 def _rows(out: Path) -> list[dict]:
     path = out / "serve" / "attempts.jsonl"
     if not path.is_file():
@@ -49,18 +45,10 @@ def _rows(out: Path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
 
 
-def _assert_gone(rows: list[dict]) -> None:
-    for a in rows:
-        if not a.get("pid"):
-            continue
-        for _ in range(100):
-            try:
-                os.killpg(a["pid"], 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail(f"server group {a['pid']} of attempt {a['index']} is still there")
+def _assert_gone(attempts: list[dict]) -> None:
+    for a in attempts:
+        if a.get("pid"):
+            assert group_gone(a["pid"]), f"server group {a['pid']} of attempt {a['index']} is left"
 
 
 def _replays(rows: list[dict]) -> None:
@@ -84,8 +72,7 @@ def _replays(rows: list[dict]) -> None:
 @pytest.mark.timeout(900)
 def test_search_finds_the_serving_backend_and_resumes_after_ctrl_c(tmp_path: Path) -> None:
     out = tmp_path / "search"
-    argv = [sys.executable, "-m", "pcieprof", *SEARCH, "--out", str(out), "--",
-            "--inject-matrix", str(MATRIX)]
+    argv = pcieprof_argv(*SEARCH, "--out", str(out), "--", "--inject-matrix", str(MATRIX))
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:  # Ctrl-C while the third attempt is under way (two results recorded)
@@ -111,7 +98,8 @@ def test_search_finds_the_serving_backend_and_resumes_after_ctrl_c(tmp_path: Pat
     assert json.loads((out / "manifest.json").read_text())["status"] == "partial"
 
     t1 = time.monotonic()
-    p = _cli([*SEARCH, "--resume", "--out", str(out), "--", "--inject-matrix", str(MATRIX)])
+    p = cli(*SEARCH, "--resume", "--out", str(out), "--", "--inject-matrix", str(MATRIX),
+            process=True, timeout=600)
     resumed = time.monotonic() - t1
     assert p.returncode == 0, p.stderr[-3000:]
     assert "resuming the launch search: 2 attempt(s) recorded, 1 interrupted" in p.stderr
@@ -152,7 +140,8 @@ def test_hung_attempt_is_declared_within_the_stall_timeout(tmp_path: Path) -> No
     # checks, each logged (a 30 s stall timeout once took 184 s here). The card's default stall
     # timeout for tiny-cpu is 30 s.
     out = tmp_path / "hang"
-    p = _cli(["serve-bench", "--model", "tiny-cpu", "--inject", "hang", "--out", str(out), *FAST])
+    p = cli("serve-bench", "--model", "tiny-cpu", "--inject", "hang", "--out", str(out), *FAST,
+            process=True, timeout=600)
     assert p.returncode == 1, p.stderr[-2000:]
     att = _rows(out)[0]
     assert att["outcome"] == "hang" and "stall timeout 30 s" in att["summary"]
@@ -169,8 +158,8 @@ def test_hung_attempt_is_declared_within_the_stall_timeout(tmp_path: Path) -> No
 
 
 def test_glm5_dry_run_lists_the_search_with_reasons_and_sources(tmp_path: Path) -> None:
-    p = _cli(["serve-bench", "--model", "glm5-nvfp4", "--sweep", "--dry-run",
-              "--out", str(tmp_path / "x")])
+    p = cli("serve-bench", "--model", "glm5-nvfp4", "--sweep", "--dry-run",
+            "--out", str(tmp_path / "x"), process=True, timeout=600)
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
     order = [ln for ln in lines[:16] if re.match(r"# \d+: ", ln)]
@@ -186,8 +175,9 @@ def test_glm5_dry_run_lists_the_search_with_reasons_and_sources(tmp_path: Path) 
     assert sys.executable not in p.stdout
     assert not (tmp_path / "x").exists()
     # through a container: printed as the user runs it; the dry run does not start the prefix
-    p = _cli(["serve-bench", "--model", "glm5-nvfp4", "--dry-run", "--launch-prefix",
-              "docker run --rm --gpus all --network host lmsysorg/sglang:v0.5.23"])
+    p = cli("serve-bench", "--model", "glm5-nvfp4", "--dry-run", "--launch-prefix",
+            "docker run --rm --gpus all --network host lmsysorg/sglang:v0.5.23",
+            process=True, timeout=600)
     assert p.returncode == 0, p.stderr
     assert "# --dry-run does not run the launch prefix" in p.stdout
     run = [ln for ln in p.stdout.splitlines() if ln.startswith("docker run")]
@@ -200,8 +190,8 @@ def test_launch_prefix_starts_the_server_through_it(tmp_path: Path) -> None:
     if probe.returncode != 0:
         pytest.skip("python3 on PATH cannot import pcieprof here, so it cannot run the server")
     out = tmp_path / "pre"
-    p = _cli(["serve-bench", "--model", "tiny-cpu", "--launch-prefix", "env PCIEPROF_VIA=prefix",
-              "--out", str(out), *FAST])
+    p = cli("serve-bench", "--model", "tiny-cpu", "--launch-prefix", "env PCIEPROF_VIA=prefix",
+            "--out", str(out), *FAST, process=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     cmd = json.loads((out / "serve" / "command.json").read_text())
     assert cmd["exec_argv"][:2] == ["env", "PCIEPROF_VIA=prefix"] and cmd["argv"][0] == "python3"
@@ -212,9 +202,9 @@ def test_launch_prefix_starts_the_server_through_it(tmp_path: Path) -> None:
 def test_parser_check_through_a_failing_prefix_is_one_line(tmp_path: Path) -> None:
     # python3 here has no sglang: the check inside the prefix says so in one line and the local
     # pinned parser (if installed) checks instead; the launch then fails as it would.
-    p = _cli(["serve-bench", "--model", "glm5-nvfp4", "--sweep", "--max-attempts", "1",
-              "--launch-prefix", "env PYTHONPATH=/nonexistent", "--stall-timeout", "20",
-              "--out", str(tmp_path / "p")], timeout=300)
+    p = cli("serve-bench", "--model", "glm5-nvfp4", "--sweep", "--max-attempts", "1",
+            "--launch-prefix", "env PYTHONPATH=/nonexistent", "--stall-timeout", "20",
+            "--out", str(tmp_path / "p"), process=True, timeout=300)
     skipped = [ln for ln in p.stderr.splitlines()
                if "parser check inside the launch prefix skipped" in ln]
     assert len(skipped) == 1 and "sglang is not importable there" in skipped[0]

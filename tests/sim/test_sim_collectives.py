@@ -6,20 +6,9 @@ import pytest
 
 from pcieprof.errors import BadInput
 from pcieprof.sim.collectives import busbw_gbps, predict_allreduce
-from pcieprof.sim.fabric import load_profile
 
 ALL8 = list(range(8))
 KiB, MiB = 1024, 1 << 20
-
-
-@pytest.fixture(scope="module")
-def vm():
-    return load_profile("rtxpro6000-8x-vm")
-
-
-@pytest.fixture(scope="module")
-def bare():
-    return load_profile("rtxpro6000-8x-switch")
 
 
 def test_vm_small_allreduce_much_slower_with_p2p_off(vm) -> None:

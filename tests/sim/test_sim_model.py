@@ -14,16 +14,6 @@ GiB = 1 << 30
 PAIRS = [(a, b) for a in range(8) for b in range(8) if a != b]
 
 
-@pytest.fixture(scope="module")
-def vm():
-    return load_profile("rtxpro6000-8x-vm")
-
-
-@pytest.fixture(scope="module")
-def bare():
-    return load_profile("rtxpro6000-8x-switch")
-
-
 def test_vm_direct_p2p_is_slower_than_bare_metal_for_every_pair(vm, bare) -> None:
     for a, b in PAIRS:
         bw_vm, lat_vm = model.predict_p2p(vm, a, b, "p2p", "uni", GiB)

@@ -8,13 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from builders.bundles import imported, transposed
 
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import Recommendation, Recommendations
-from pcieprof.bundle.topology import Topology
 from pcieprof.cards import load_card
-from pcieprof.cli import main
 from pcieprof.tune.recommend import recommend
 
 MORE = "tool-outputs-more"
@@ -37,22 +36,6 @@ def matrix(text: str, title: str) -> list[list[float]]:
     i = next(k for k, line in enumerate(lines) if line.strip() == title)
     n = len(lines[i + 1].split()) - 1
     return [[float(x) for x in lines[i + 2 + r].split()[1:]] for r in range(n)]
-
-
-def imported(files: list[Path], out: Path) -> Bundle:
-    main(["import", *map(str, files), "--out", str(out), "-q"])
-    return Bundle.open(out)
-
-
-def transposed(b: Bundle, out: Path) -> Bundle:
-    """The bundle with every copy's direction reversed (src and dst swapped)."""
-    t = Bundle.create(out, command="import", source="imported", backend="imported")
-    topo = b.read_doc(Topology)
-    if topo is not None:
-        t.write_doc(topo)
-    t.append_rows("p2p", b.read_table("p2p").rename(columns={"src": "dst", "dst": "src"})
-                  .to_dict("records"))
-    return t
 
 
 def tuned(b: Bundle) -> Recommendations:

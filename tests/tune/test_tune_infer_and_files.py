@@ -4,7 +4,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from tune_fixtures import two_switch, write_matrix_bundle
+from builders.bundles import two_switch, write_matrix_bundle
 
 from pcieprof.analysis.infer import infer
 from pcieprof.bundle.topology import Topology

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tune_fixtures import run_cli
+from builders.cli import cli
 
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.bundle import Bundle
@@ -59,7 +59,7 @@ def test_without_a_search_the_first_ranked_backends_not_yet_served() -> None:
 def test_recommend_prints_the_first_ranked_command_labelled(tmp_path: Path) -> None:
     box = tmp_path / "box"
     shutil.copytree(SIM, box)
-    r = run_cli("recommend", str(box))
+    r = cli("recommend", str(box))
     assert r.returncode == 0, r.stderr[-2000:]
     doc = Bundle.open(box).read_doc(Recommendations)
     assert doc is not None
@@ -83,7 +83,7 @@ def test_a_serve_bundle_without_a_search_is_refused(tmp_path: Path) -> None:
         launch_choice(GLM5, Bundle.open(SERVE_NO_SEARCH))
     box = tmp_path / "box"
     shutil.copytree(SIM, box)
-    r = run_cli("recommend", str(box), "--serve", str(SERVE_NO_SEARCH))
+    r = cli("recommend", str(box), "--serve", str(SERVE_NO_SEARCH))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "Traceback" not in r.stderr
     before = json.loads((SIM / "recommendations.json").read_text())
@@ -98,7 +98,7 @@ def test_a_search_of_another_model_or_architecture_is_refused(tmp_path: Path) ->
                            status="running")
     with pytest.raises(BadInput, match="searched for sm120"):
         launch_choice(GLM5, sm120, arch="sm100")
-    r = run_cli("recommend", str(SIM), "--arch", "blackwell")
+    r = cli("recommend", str(SIM), "--arch", "blackwell")
     assert r.returncode == 2 and "smXY" in r.stderr
 
 
@@ -121,3 +121,22 @@ def test_a_search_without_a_winner_says_so_and_how_to_go_on(tmp_path: Path) -> N
     rec = launch_recommendation(doc)
     assert rec is not None and rec.confidence == "advice"
     assert searched_in(doc) == str(b.path.resolve())
+
+
+def test_a_disabled_p2p_transport_drops_the_cards_p2p_level_from_the_line(tmp_path: Path,
+                                                                          samples: Path) -> None:
+    """simpleP2P on the 2x4090 box returned NaN: the line disables P2P and does not also carry the
+    card's NCCL_P2P_LEVEL=SYS (moot once P2P is disabled, and a contradiction to read)."""
+    out = tmp_path / "b"
+    r = cli("import", str(samples / "tool-outputs-more" /
+                              "simpleP2P_2x4090_trpro5995wx_driver525_nan_verification.txt"),
+                "--out", str(out), "-q")
+    assert r.returncode == 0, r.stderr
+    doc = tune(Bundle.open(out), GLM5, DecodeBand.of_card(GLM5, 1, 64), write_files=False)
+    assert doc.env.get("NCCL_P2P_DISABLE") == "1"
+    rec = launch_recommendation(doc)
+    assert rec is not None
+    assert rec.action.startswith("NCCL_P2P_DISABLE=1 ") and "NCCL_P2P_LEVEL" not in rec.action
+    assert "NCCL_IB_DISABLE=1" in rec.action  # the card's other settings stay
+    # no layout could be ranked (no all-reduce rows): the card's TP8 is said to be for another box
+    assert any("TP8 needs 8 GPUs and this bundle shows 2" in c for c in rec.caveats)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tune_fixtures import add_allreduce, two_switch, write_matrix_bundle
+from builders.bundles import add_allreduce, two_switch, write_matrix_bundle
 
 from pcieprof.analysis.comm_model import Pricer
 from pcieprof.bundle.topology import Topology
@@ -24,8 +24,8 @@ def box(tmp_path: Path):
     bw, lat = two_switch(seed=2)
     b = write_matrix_bundle(tmp_path / "box", bw, lat, flat_vm=False)
     add_allreduce(b, "default", {}, AR8)
-    add_allreduce(b, "default", {}, {s: 0.8 * t for s, t in AR8.items()}, nranks=4, ranks="0,1,2,3")
-    add_allreduce(b, "default", {}, {s: 0.6 * t for s, t in AR8.items()}, nranks=2, ranks="0,1")
+    add_allreduce(b, "default", {}, {s: 0.8 * t for s, t in AR8.items()}, nranks=4, ranks=(0, 1, 2, 3))
+    add_allreduce(b, "default", {}, {s: 0.6 * t for s, t in AR8.items()}, nranks=2, ranks=(0, 1))
     return b
 
 

@@ -4,9 +4,9 @@ tests/data/bundle_schema3/cpu_2node)."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+
+from builders.cli import cli
 
 from pcieprof.analysis.decode_band import DEFAULT_MODEL
 from pcieprof.bundle import Bundle
@@ -14,11 +14,6 @@ from pcieprof.cards import load_card
 from pcieprof.tune.recommend import recommend
 
 TWO = Path(__file__).resolve().parents[2] / "tests" / "data" / "bundle_schema3" / "cpu_2node"
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pcieprof", *args], capture_output=True,
-                          text=True, timeout=300)
 
 
 def test_the_bottleneck_names_the_nodes_and_both_groups() -> None:
@@ -30,18 +25,20 @@ def test_the_bottleneck_names_the_nodes_and_both_groups() -> None:
     one = recommend(Bundle.open(TWO / "node1"), card, write_files=False)
     assert one.bottleneck.startswith("not named here: this bundle is node 1 of a 2 nodes x 2 "
                                      "processes run")
-    assert str(TWO / "node0") in one.bottleneck
+    # where node 0's rows are, as node 1 recorded it (the path on the recording machine)
+    assert "whose all-reduce rows are in node 0's bundle (node 0 (vm): /" in one.bottleneck
+    assert "/cpu_2node/node0); run pcieprof recommend on that bundle" in one.bottleneck
 
 
 def test_recommend_command_prints_the_layout_and_refuses_verify(tmp_path: Path) -> None:
     b = tmp_path / "node0"
     shutil.copytree(TWO / "node0", b)
-    r = run("recommend", str(b), "-q")
+    r = cli("recommend", str(b), "-q")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "layout: 2 nodes x 2 processes; this bundle is node 0 of 2"
     assert "inter-node transport: gloo over TCP (cpu backend: NCCL not used)" in lines
-    v = run("recommend", str(b), "--verify", "-q")
+    v = cli("recommend", str(b), "--verify", "-q")
     assert v.returncode == 2 and "is a 2 nodes x 2 processes bundle" in v.stderr
     assert "Traceback" not in v.stderr
 
@@ -49,7 +46,7 @@ def test_recommend_command_prints_the_layout_and_refuses_verify(tmp_path: Path) 
 def test_compare_says_the_layout_and_matches_groups(tmp_path: Path) -> None:
     b = tmp_path / "again"
     shutil.copytree(TWO / "node0", b)
-    r = run("compare", str(TWO / "node0"), str(b))
+    r = cli("compare", str(TWO / "node0"), str(b))
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0].startswith("A: 2 nodes x 2 processes (node 0's bundle; "
                                                "inter-node transport: gloo over TCP")

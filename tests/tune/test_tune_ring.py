@@ -4,7 +4,7 @@ import time
 
 import numpy as np
 import pytest
-from tune_fixtures import two_switch
+from builders.bundles import two_switch
 
 from pcieprof.tune.ring import best_ring, brute_force, ring_of_order
 

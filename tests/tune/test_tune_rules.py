@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tune_fixtures import add_allreduce, two_switch, write_matrix_bundle
+from builders.bundles import add_allreduce, two_switch, write_matrix_bundle
+from builders.cli import cli
 
 from pcieprof.bundle import Bundle
 from pcieprof.cards import load_card
@@ -139,17 +140,15 @@ def test_hidden_switches_give_topo_file_and_ring(tmp_path: Path) -> None:
 def test_real_imports_give_honest_bottlenecks(samples: Path, tmp_path: Path) -> None:
     """Real tool outputs through the importer: a GPU without P2P, and an nccl-tests run
     that only measured 32 MiB (no decode-size claim may be made from it)."""
-    from tune_fixtures import run_cli
-
     out = samples / "tool-outputs"
     a, b = tmp_path / "proxmox", tmp_path / "tinybox"
-    r = run_cli("import", str(out / "p2pbwlat_5gpu_5060ti_5070_gen3x4_p2p_patched.txt"),
+    r = cli("import", str(out / "p2pbwlat_5gpu_5060ti_5070_gen3x4_p2p_patched.txt"),
                 str(out / "topo_m_5gpu_5060ti_5070_proxmox_host.txt"), "-o", str(a), "-q")
     assert r.returncode == 0, r.stderr
     res = recommend(Bundle.open(a), GLM5, layouts=False)
     assert res.bottleneck.startswith("GPU 0 has no working P2P")
     assert "topo_file" not in _rules(res)  # bare-metal host: nothing hidden by a hypervisor
-    r = run_cli("import", str(out / "all_reduce_perf_6x4090_tinybox_p2p_patched_driver.txt"),
+    r = cli("import", str(out / "all_reduce_perf_6x4090_tinybox_p2p_patched_driver.txt"),
                 "-o", str(b), "-q")
     assert r.returncode == 0, r.stderr
     res = recommend(Bundle.open(b), GLM5, layouts=False)

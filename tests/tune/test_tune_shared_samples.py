@@ -15,8 +15,8 @@ import re
 from pathlib import Path
 
 import pytest
+from builders.cli import cli
 
-from pcieprof.cli import main
 
 MORE = "tool-outputs-more"
 TOOLS = "tool-outputs"
@@ -94,13 +94,13 @@ def test_every_shared_tool_output_has_a_case(samples: Path) -> None:
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_recommend_states_what_the_data_shows(samples: Path, tmp_path: Path, case: str,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_recommend_states_what_the_data_shows(samples: Path, tmp_path: Path, case: str) -> None:
     files, findings, bottleneck = CASES[case]
-    main(["import", *(str(samples / f) for f in files), "--out", str(tmp_path / "b"), "-q"])
-    capsys.readouterr()
-    main(["recommend", str(tmp_path / "b"), "--out", str(tmp_path / "rec"), "-q"])
-    out = capsys.readouterr().out
+    r = cli("import", *(str(samples / f) for f in files), "--out", str(tmp_path / "b"), "-q")
+    assert r.returncode == 0, r.stderr
+    r = cli("recommend", str(tmp_path / "b"), "--out", str(tmp_path / "rec"), "-q")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
     assert not (tmp_path / "b" / "recommendations.json").exists()  # --out left it untouched
     doc = json.loads((tmp_path / "rec" / "recommendations.json").read_text())
     assert doc["bottleneck"].startswith(bottleneck), doc["bottleneck"]
@@ -111,7 +111,7 @@ def test_recommend_states_what_the_data_shows(samples: Path, tmp_path: Path, cas
             assert r["evidence"], r["rule"]
             assert r["kind"] == "env" or r["action"] or r["rule"] == "p2p_levels", r["rule"]
     assert f"principal bottleneck: {doc['bottleneck']}" in out
-    main(["report", str(tmp_path / "rec"), "-q"])
+    assert cli("report", str(tmp_path / "rec"), "-q").returncode == 0
     html = (tmp_path / "rec" / "report.html").read_text()
     for where, text in (("recommend output", out),
                         ("recommendations.json", json.dumps(doc)), ("report", html)):

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from tune_fixtures import run_cli
+from builders.bundles import sim_bundle
+from builders.cli import cli
 
 from pcieprof.analysis.decode_band import band_for
 from pcieprof.bundle import Bundle
@@ -25,12 +26,8 @@ KiB = 1024
 @pytest.fixture(scope="module")
 def sim_sys_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The simulated VM box, quick plan plus the NCCL_P2P_LEVEL=SYS variant (the rule needs it)."""
-    out = tmp_path_factory.mktemp("simv") / "vm"
-    r = run_cli("topology", "--backend", "sim", "--sim-profile", "rtxpro6000-8x-vm", "--quick",
-                "--variants", "default,p2p_disable,p2p_level_sys,proto_ll", "--no-report", "-q",
-                "-o", str(out))
-    assert r.returncode == 0, r.stderr
-    return out
+    return sim_bundle(tmp_path_factory.mktemp("simv") / "vm", "rtxpro6000-8x-vm", "--quick",
+                      "--variants", "default,p2p_disable,p2p_level_sys,proto_ll")
 
 
 def test_verify_sim_p2p_level_gain_is_the_models(sim_sys_bundle: Path, tmp_path: Path) -> None:
@@ -39,7 +36,7 @@ def test_verify_sim_p2p_level_gain_is_the_models(sim_sys_bundle: Path, tmp_path:
 
     b = tmp_path / "vm"
     shutil.copytree(sim_sys_bundle, b)
-    r = run_cli("recommend", str(b), "--no-layouts", "--verify")
+    r = cli("recommend", str(b), "--no-layouts", "--verify", process=True)
     assert r.returncode == 0, r.stderr
     vdir = b / "verify"
     man = json.loads((vdir / "manifest.json").read_text())
@@ -77,7 +74,7 @@ def test_verify_sim_p2p_level_gain_is_the_models(sim_sys_bundle: Path, tmp_path:
     assert f"predicted {v['predicted_time_us']:.1f} us -> simulated {v['time_us']:.1f} us" in line
     # the report shows the verified gain next to the predicted one
     html = tmp_path / "r.html"
-    rr = run_cli("report", str(b), "-o", str(html))
+    rr = cli("report", str(b), "-o", str(html))
     assert rr.returncode == 0, rr.stderr
     text = html.read_text()
     assert "verified (simulated" in text and "verified by re-running the all-reduce" in text
@@ -109,25 +106,22 @@ def test_verify_cpu_runs_gloo_and_claims_no_gain(tmp_path: Path) -> None:
 def test_verify_cpu_bundle_with_nothing_to_verify_is_one_line(tmp_path: Path) -> None:
     b = tmp_path / "cpu"
     shutil.copytree(CPU_BUNDLE, b)
-    r = run_cli("recommend", str(b), "--verify", "-q")
+    r = cli("recommend", str(b), "--verify", "-q", process=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "nothing to verify" in r.stderr
     assert not (b / "verify").exists()
 
 
 def test_verify_without_allreduce_rows_is_one_line(tmp_path: Path) -> None:
-    out = tmp_path / "copies"
-    r = run_cli("topology", "--backend", "sim", "--sim-profile", "rtxpro6000-8x-vm", "--quick",
-                "--probes", "copies", "--no-report", "-q", "-o", str(out))
-    assert r.returncode == 0, r.stderr
-    r = run_cli("recommend", str(out), "--no-layouts", "--verify")
+    out = sim_bundle(tmp_path / "copies", "rtxpro6000-8x-vm", "--quick", "--probes", "copies")
+    r = cli("recommend", str(out), "--no-layouts", "--verify", process=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "all-reduce" in r.stderr
 
 
 def test_verify_imported_bundle_is_one_line(vm_bundle: Bundle) -> None:
-    r = run_cli("recommend", str(vm_bundle.path), "--no-layouts", "--verify")
+    r = cli("recommend", str(vm_bundle.path), "--no-layouts", "--verify", process=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "imported" in r.stderr
 

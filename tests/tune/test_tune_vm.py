@@ -14,7 +14,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tune_fixtures import add_allreduce, run_cli, two_switch, write_matrix_bundle
+from builders.bundles import add_allreduce, two_switch, write_matrix_bundle
+from builders.cli import cli
 
 from pcieprof.analysis.decode_band import band_for
 from pcieprof.analysis.virtualization import BASIS_HEADS, P2P_HANG
@@ -39,17 +40,13 @@ ALLOWED_MEASURED = ("has to be measured", "measured on AMD with iommu=on")
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The demo's topology bundles (full plan) and `pcieprof recommend` run on the VM's."""
+def demo(demo_bundles: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The demo's topology bundles (full plan) and `pcieprof recommend` run on a copy of the VM's."""
     root = tmp_path_factory.mktemp("vmstory")
-    out = {p: root / f"topology-{p}" for p in (VM, BARE)}
-    for profile, path in out.items():
-        r = run_cli("topology", "--backend", "sim", "--sim-profile", profile, "--no-report", "-q",
-                    "--out", str(path))
-        assert r.returncode == 0, r.stderr
+    out = {p: demo_bundles[p] for p in (VM, BARE)}
     rec = root / "recommended-vm"
     shutil.copytree(out[VM], rec)
-    r = run_cli("recommend", str(rec), "--no-layouts")
+    r = cli("recommend", str(rec), "--no-layouts")
     assert r.returncode == 0, r.stderr
     out["recommended"] = rec
     (root / "recommend.stdout").write_text(r.stdout)
@@ -115,7 +112,7 @@ def test_verdict_table_cards_and_compare_tell_one_story(demo: dict[str, Path],
             assert step[heads[c.basis]] == _cell(c.vm.time_us, c.bare.time_us, 2, 1e3)
 
     # 2. compare prints the same table and the same verdict before its metrics
-    r = run_cli("compare", str(demo[VM]), str(demo[BARE]))
+    r = cli("compare", str(demo[VM]), str(demo[BARE]))
     assert r.returncode == 0, r.stderr
     block, metrics = r.stdout.split("\nmetric ", 1)
     lines = [re.split(r"\s{2,}", ln.strip()) for ln in block.splitlines()]
@@ -198,7 +195,7 @@ def test_no_text_on_a_simulated_bundle_says_measured(demo: dict[str, Path]) -> N
     for sid in ("summary", "vm", "compare", "recommendations"):
         for sec in secs.get(sid, {}).values():
             texts += _section_texts(sec)
-    r = run_cli("compare", str(demo[VM]), str(demo[BARE]))
+    r = cli("compare", str(demo[VM]), str(demo[BARE]))
     texts.append(r.stdout.split("\nmetric ", 1)[0])
     texts.append(demo["recommend.stdout"].read_text())
     found = []
@@ -304,7 +301,7 @@ def test_compare_of_two_bundles_without_the_model_table(demo: dict[str, Path],
     topo = json.loads((vm / "topology.json").read_text())
     topo["sim"].pop("vm")
     (vm / "topology.json").write_text(json.dumps(topo))
-    r = run_cli("compare", str(demo[BARE]), str(vm))  # the VM second: found all the same
+    r = cli("compare", str(demo[BARE]), str(vm))  # the VM second: found all the same
     assert r.returncode == 0, r.stderr
     block = r.stdout.split("\nmetric ", 1)[0]
     assert "B = vm-without-model is the VM" in block

@@ -12,30 +12,20 @@ import time
 from pathlib import Path
 
 import pytest
+from builders.cli import cli, pcieprof_argv
+from builders.procs import alive, descendants
 
 from pcieprof.analysis.decode_band import band_for
 from pcieprof.bundle import Bundle
-from pcieprof.cli import main
 
-RUN = [sys.executable, "-m", "pcieprof", "topology", "--backend", "cpu", "--nranks", "2",
-       "--quick", "--max-size", "64KiB"]
-
-
-def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+TOPOLOGY = ("topology", "--backend", "cpu", "--nranks", "2", "--quick")
 
 
 def test_cpu_run_writes_a_complete_bundle(tmp_path: Path) -> None:
     out = tmp_path / "b"
     t0 = time.monotonic()
-    proc = subprocess.run(RUN + ["--variants", "default,proto_ll,nch2", "--out", str(out)],
-                          capture_output=True, text=True, timeout=240)
+    proc = cli(*TOPOLOGY, "--max-size", "64KiB", "--variants", "default,proto_ll,nch2",
+               "--out", str(out), process=True, timeout=240)
     wall = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr
     b = Bundle.open(out)
@@ -75,43 +65,13 @@ def test_cpu_run_writes_a_complete_bundle(tmp_path: Path) -> None:
     assert wall < 200
 
 
-def _descendants(pid: int) -> set[int]:
-    kids: dict[int, list[int]] = {}
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(p.name))
-    out, todo = set(), [pid]
-    while todo:
-        for k in kids.get(todo.pop(), []):
-            out.add(k)
-            todo.append(k)
-    return out
-
-
-def _alive(pids: set[int]) -> set[int]:
-    alive = set()
-    for p in pids:
-        try:
-            state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            alive.add(p)
-    return alive
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_killed_run_leaves_a_partial_bundle_with_intact_rows(tmp_path: Path, sig: int) -> None:
     out = tmp_path / "b"
     # all-reduce only, sizes up to 16 MiB: one launch that runs long enough to be cut halfway
-    run = [a for a in RUN if a != "64KiB"]
-    run[run.index("--max-size") + 1:run.index("--max-size") + 1] = ["16MiB"]
-    proc = subprocess.Popen(run + ["--probes", "allreduce", "--variants", "default",
-                                   "--out", str(out), "-q"],
+    proc = subprocess.Popen(pcieprof_argv(*TOPOLOGY, "--max-size", "16MiB", "--probes",
+                                          "allreduce", "--variants", "default", "--out", str(out),
+                                          "-q"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 150
@@ -123,16 +83,16 @@ def test_killed_run_leaves_a_partial_bundle_with_intact_rows(tmp_path: Path, sig
             time.sleep(0.2)
         else:
             pytest.fail("no all-reduce rows within 150 s")
-        family = _descendants(proc.pid)
+        family = descendants(proc.pid)
         assert family, "the torchrun launch should be running"
         proc.send_signal(sig)
         proc.wait(timeout=30)
         if sig == signal.SIGTERM:
             assert proc.returncode == 130
         end = time.monotonic() + 20
-        while _alive(family) and time.monotonic() < end:
+        while any(alive(p) for p in family) and time.monotonic() < end:
             time.sleep(0.2)
-        assert not _alive(family), "workers left behind"
+        assert not [p for p in family if alive(p)], "workers left behind"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -152,39 +112,40 @@ def test_killed_run_leaves_a_partial_bundle_with_intact_rows(tmp_path: Path, sig
 
 
 def test_bad_input_gets_one_line_and_a_nonzero_exit(tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str],
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    code, _, err = _cli(["topology", "--backend", "cpu", "--nranks", "0"], capsys)
-    assert code == 2 and "--nranks 0" in err and len(err.strip().splitlines()) == 1
+    r = cli("topology", "--backend", "cpu", "--nranks", "0")
+    assert r.returncode == 2 and "--nranks 0" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
     full = tmp_path / "full"
     full.mkdir()
     (full / "x").write_text("keep me")
-    code, _, err = _cli(["topology", "--backend", "cpu", "--out", str(full)], capsys)
-    assert code == 2 and "not empty" in err and "--force" in err
+    r = cli("topology", "--backend", "cpu", "--out", str(full))
+    assert r.returncode == 2 and "not empty" in r.stderr and "--force" in r.stderr
     assert (full / "x").read_text() == "keep me"
-    code, _, err = _cli(["topology", "--backend", "sim", "--devices", "0,99",
-                         "--out", str(tmp_path / "s")], capsys)
-    assert code == 2 and "unknown device index 99" in err and len(err.strip().splitlines()) == 1
+    r = cli("topology", "--backend", "sim", "--devices", "0,99", "--out", str(tmp_path / "s"))
+    assert r.returncode == 2 and "unknown device index 99" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "s").exists()
-    code, _, err = _cli(["topology", "--backend", "cpu", "--devices", "0,1"], capsys)
-    assert code == 2 and "--nranks" in err
-    code, _, err = _cli(["topology", "--backend", "cpu", "--variants", "proto_fast"], capsys)
-    assert code == 2 and "unknown variant" in err
-    code, _, err = _cli(["topology", "--backend", "cpu", "--max-size", "lots"], capsys)
-    assert code == 2 and "number of bytes" in err
+    r = cli("topology", "--backend", "cpu", "--devices", "0,1")
+    assert r.returncode == 2 and "--nranks" in r.stderr
+    r = cli("topology", "--backend", "cpu", "--variants", "proto_fast")
+    assert r.returncode == 2 and "unknown variant" in r.stderr
+    r = cli("topology", "--backend", "cpu", "--max-size", "lots")
+    assert r.returncode == 2 and "number of bytes" in r.stderr
     monkeypatch.setattr(sys, "platform", "darwin")
-    code, _, err = _cli(["topology", "--backend", "cpu"], capsys)
-    assert code == 3 and "needs Linux" in err and len(err.strip().splitlines()) == 1
+    r = cli("topology", "--backend", "cpu")
+    assert r.returncode == 3 and "needs Linux" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
 
 
-def test_cuda_backend_without_a_gpu_says_so(capsys: pytest.CaptureFixture[str],
-                                            tmp_path: Path) -> None:
+def test_cuda_backend_without_a_gpu_says_so(tmp_path: Path) -> None:
     from pcieprof.measurement import gpu_count
 
     if gpu_count()[0]:
         pytest.skip("this machine has a GPU")
-    code, _, err = _cli(["topology", "--backend", "cuda", "--out", str(tmp_path / "c")], capsys)
-    assert code == 3 and "--backend cpu" in err and len(err.strip().splitlines()) == 1
+    r = cli("topology", "--backend", "cuda", "--out", str(tmp_path / "c"))
+    assert r.returncode == 3 and "--backend cpu" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "c").exists()
 
 

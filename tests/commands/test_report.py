@@ -1,21 +1,19 @@
 from __future__ import annotations
 
-import subprocess
-import sys
+import shutil
 from pathlib import Path
+
+from builders.bundles import REPORT_DATA
+from builders.cli import cli
 
 from pcieprof.analysis.decode_band import band_for
 from pcieprof.analysis.metrics import bundle_metrics, higher_is_better
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pcieprof", *args], capture_output=True,
-                          text=True, timeout=300)
+from pcieprof.report import write_report
 
 
 def test_report_command_writes_into_the_bundle(bundle_factory) -> None:
     b = bundle_factory("one")
-    r = run("report", str(b.path), "--no-tune", "-q")
+    r = cli("report", str(b.path), "--no-tune", "-q")
     assert r.returncode == 0, r.stderr
     assert (b.path / "report.html").is_file()
     assert f"report: {b.path / 'report.html'}" in r.stdout
@@ -25,11 +23,11 @@ def test_report_command_several_bundles_and_bad_input(bundle_factory, serve_bund
                                                        tmp_path: Path) -> None:
     a = bundle_factory("a")
     out = tmp_path / "both.html"
-    r = run("report", str(a.path), str(serve_bundle), "-o", str(out), "-q")
+    r = cli("report", str(a.path), str(serve_bundle), "-o", str(out), "-q")
     assert r.returncode == 0, r.stderr
     html = out.read_text(encoding="utf-8")
     assert 'id="serve"' in html and 'id="attribution"' in html and "cols-2" in html
-    bad = run("report", str(tmp_path / "nope"))
+    bad = cli("report", str(tmp_path / "nope"))
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "not a pcieprof bundle" in bad.stderr
 
@@ -51,13 +49,8 @@ def test_metrics_of_real_bundles(bundle_factory, serve_bundle: Path) -> None:
 def test_gloo_trace_priced_with_the_gloo_curve(serve_bundle: Path, tmp_path: Path) -> None:
     """The serve bundle's trace (reference server, gloo) next to the analytic model priced with
     a real cpu-backend topology bundle; alone, the report says why the comparison is missing."""
-    import shutil
-
-    from pcieprof.report import write_report
-    from report_fixtures import DATA_DIR
-
     topo = tmp_path / "cpu_2rank_topology"
-    shutil.copytree(DATA_DIR / "cpu_2rank_topology", topo)
+    shutil.copytree(REPORT_DATA / "cpu_2rank_topology", topo)
     html = write_report([serve_bundle, topo], tmp_path / "r.html").read_text(encoding="utf-8")
     assert "trace vs analytic model (predicted = collectives x the all-reduce curve of" in html
     assert "cpu_2rank_topology" in html

@@ -4,13 +4,14 @@ import json
 import shutil
 from pathlib import Path
 
-from tune_fixtures import add_allreduce, run_cli, two_switch, write_matrix_bundle
+from builders.bundles import add_allreduce, two_switch, write_matrix_bundle
+from builders.cli import cli
 
 
 def test_recommend_on_simulated_vm(sim_vm_bundle: Path, tmp_path: Path) -> None:
     b = tmp_path / "vm"
     shutil.copytree(sim_vm_bundle, b)
-    r = run_cli("recommend", str(b))
+    r = cli("recommend", str(b))
     assert r.returncode == 0, r.stderr
     assert "principal bottleneck:" in r.stdout and "simulated" in r.stdout
     doc = json.loads((b / "recommendations.json").read_text())
@@ -28,7 +29,7 @@ def test_recommend_on_simulated_vm(sim_vm_bundle: Path, tmp_path: Path) -> None:
 
 
 def test_recommend_bad_input_is_one_line(tmp_path: Path) -> None:
-    r = run_cli("recommend", str(tmp_path / "missing"))
+    r = cli("recommend", str(tmp_path / "missing"))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
@@ -45,11 +46,11 @@ def _pair(tmp_path: Path, slower: float) -> tuple[Path, Path]:
 
 def test_compare_flags_a_regression(tmp_path: Path) -> None:
     a, b = _pair(tmp_path, 1.2)
-    r = run_cli("compare", str(a), str(b), "--fail-if", "allreduce.default.n8.time_us@12KiB>+10%")
+    r = cli("compare", str(a), str(b), "--fail-if", "allreduce.default.n8.time_us@12KiB>+10%")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "REGRESSION allreduce.default.n8.time_us@12KiB" in r.stdout
     assert "+20.0% worse" in r.stdout
-    ok = run_cli("compare", str(a), str(b), "--fail-if", "allreduce.*.time_us@*>+25%",
+    ok = cli("compare", str(a), str(b), "--fail-if", "allreduce.*.time_us@*>+25%",
                  "--fail-if", "p2p.p2p.bandwidth_gbps.median<-5%")
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert "no regression (2 condition(s))" in ok.stdout
@@ -70,7 +71,7 @@ def test_compare_bad_expressions_are_one_line(tmp_path: Path) -> None:
     assert d.failed(50.0, 44.0) and not d.failed(50.0, 46.0)
     a, b = _pair(tmp_path, 1.0)
     for expr in ("allreduce time went up", "p2p.nonexistent>+1%"):
-        r = run_cli("compare", str(a), str(b), "--fail-if", expr)
+        r = cli("compare", str(a), str(b), "--fail-if", expr)
         assert r.returncode == 2, (expr, r.stdout, r.stderr)
         assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
@@ -80,7 +81,7 @@ def test_recommend_out_writes_a_copy_and_leaves_the_bundle(tmp_path: Path) -> No
     src = write_matrix_bundle(tmp_path / "src", bw, lat).path
     before = {p.relative_to(src): p.read_bytes() for p in src.rglob("*") if p.is_file()}
     out = tmp_path / "out"
-    r = run_cli("recommend", str(src), "--out", str(out), "--no-layouts")
+    r = cli("recommend", str(src), "--out", str(out), "--no-layouts")
     assert r.returncode == 0, r.stderr
     assert {p.relative_to(src): p.read_bytes() for p in src.rglob("*") if p.is_file()} == before
     doc = json.loads((out / "recommendations.json").read_text())
@@ -90,9 +91,9 @@ def test_recommend_out_writes_a_copy_and_leaves_the_bundle(tmp_path: Path) -> No
     for rec in doc["recommendations"]:  # files named by the advice are the copy's
         assert str(src / "tune") not in rec["action"]
     # a second run into the same directory needs --force; inside the bundle is refused
-    again = run_cli("recommend", str(src), "--out", str(out), "--no-layouts")
+    again = cli("recommend", str(src), "--out", str(out), "--no-layouts")
     assert again.returncode == 2 and "--force" in again.stderr
     assert len(again.stderr.strip().splitlines()) == 1
-    assert run_cli("recommend", str(src), "-o", str(out), "--force", "--no-layouts").returncode == 0
-    inside = run_cli("recommend", str(src), "--out", str(src / "copy"), "--no-layouts")
+    assert cli("recommend", str(src), "-o", str(out), "--force", "--no-layouts").returncode == 0
+    inside = cli("recommend", str(src), "--out", str(src / "copy"), "--no-layouts")
     assert inside.returncode == 2 and "inside" in inside.stderr

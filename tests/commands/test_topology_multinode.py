@@ -8,26 +8,19 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from builders.cli import cli, pcieprof_argv
+from builders.procs import free_port
 
 from pcieprof.bundle import Bundle
-from pcieprof.cli import main
 
 #: A tiny plan: cross-node all-reduce only, 8..64 B, one variant unless a test adds more.
-RUN = [sys.executable, "-m", "pcieprof", "topology", "--backend", "cpu", "--quick",
-       "--probes", "allreduce", "--max-size", "64", "--no-report"]
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+RUN = pcieprof_argv("topology", "--backend", "cpu", "--quick", "--probes", "allreduce",
+                    "--max-size", "64", "--no-report")
 
 
 def _node(rank: int, out: Path, endpoint: str, *extra: str) -> subprocess.Popen[str]:
@@ -48,16 +41,24 @@ def _ended(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
-def test_two_nodes_one_rank_each_give_one_dataset_in_node0s_bundle(tmp_path: Path) -> None:
-    endpoint = f"127.0.0.1:{_port()}"
+def _two_nodes(tmp_path: Path, nranks: int, wait0_s: float) -> tuple[str, Path, Path,
+                                                                     tuple[int, str, str],
+                                                                     tuple[int, str, str]]:
+    """Nodes 0 and 1 of a `nranks`-per-node run (default variant) on this machine, until both
+    end: the endpoint, their bundles, and (exit code, stdout, stderr) of each."""
+    endpoint = f"127.0.0.1:{free_port()}"
     n0, n1 = tmp_path / "n0", tmp_path / "n1"
-    p0 = _node(0, n0, endpoint, "--nranks", "1", "--variants", "default", "--rdzv-timeout", "60")
-    p1 = _node(1, n1, endpoint, "--nranks", "1", "--variants", "default", "--rdzv-timeout", "60")
+    args = ("--nranks", str(nranks), "--variants", "default", "--rdzv-timeout", "60")
+    p0 = _node(0, n0, endpoint, *args)
+    p1 = _node(1, n1, endpoint, *args)
     try:
-        rc0, out0, err0 = _ended(p0, 240)
-        rc1, out1, err1 = _ended(p1, 60)
+        return endpoint, n0, n1, _ended(p0, wait0_s), _ended(p1, 60)
     finally:
         _stop(p0, p1)
+
+
+def test_two_nodes_one_rank_each_give_one_dataset_in_node0s_bundle(tmp_path: Path) -> None:
+    endpoint, n0, n1, (rc0, out0, err0), (rc1, out1, err1) = _two_nodes(tmp_path, 1, 240)
     assert rc0 == 0, err0
     assert rc1 == 0, err1
     b0, b1 = Bundle.open(n0), Bundle.open(n1)
@@ -91,15 +92,7 @@ def test_two_nodes_one_rank_each_give_one_dataset_in_node0s_bundle(tmp_path: Pat
 
 @pytest.mark.slow
 def test_two_nodes_of_two_ranks_inter_and_intra_node_rows(tmp_path: Path) -> None:
-    endpoint = f"127.0.0.1:{_port()}"
-    n0, n1 = tmp_path / "n0", tmp_path / "n1"
-    p0 = _node(0, n0, endpoint, "--nranks", "2", "--variants", "default", "--rdzv-timeout", "60")
-    p1 = _node(1, n1, endpoint, "--nranks", "2", "--variants", "default", "--rdzv-timeout", "60")
-    try:
-        rc0, _, err0 = _ended(p0, 300)
-        rc1, _, err1 = _ended(p1, 60)
-    finally:
-        _stop(p0, p1)
+    _, n0, n1, (rc0, _, err0), (rc1, _, err1) = _two_nodes(tmp_path, 2, 300)
     assert rc0 == 0 and rc1 == 0, err0 + err1
     ar = Bundle.open(n0).read_table("allreduce")
     assert (ar["status"] == "ok").all()
@@ -114,7 +107,7 @@ def test_two_nodes_of_two_ranks_inter_and_intra_node_rows(tmp_path: Path) -> Non
 
 
 def test_a_node_that_never_joins_ends_the_run_within_the_deadline(tmp_path: Path) -> None:
-    endpoint = f"127.0.0.1:{_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     t0 = time.monotonic()
     p0 = _node(0, tmp_path / "n0", endpoint, "--nranks", "1", "--rdzv-timeout", "4")
     try:
@@ -143,7 +136,7 @@ def test_a_node_that_never_joins_ends_the_run_within_the_deadline(tmp_path: Path
 
 
 def test_a_node_killed_mid_sweep_stops_the_cross_node_cases_at_once(tmp_path: Path) -> None:
-    endpoint = f"127.0.0.1:{_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     n0, n1 = tmp_path / "n0", tmp_path / "n1"
     three = ("--nranks", "1", "--variants", "default,proto_ll,nch2", "--rdzv-timeout", "60")
     p0 = _node(0, n0, endpoint, *three)
@@ -193,10 +186,7 @@ def test_a_node_killed_mid_sweep_stops_the_cross_node_cases_at_once(tmp_path: Pa
     (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1", "--backend", "sim"],
      "--backend sim models one box"),
 ])
-def test_bad_node_options_get_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                       argv: list[str], says: str) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main(["topology", "--backend", "cpu", "--out", str(tmp_path / "b"), *argv])
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
-    assert says in err and len(err.strip().splitlines()) == 1
+def test_bad_node_options_get_one_line(tmp_path: Path, argv: list[str], says: str) -> None:
+    r = cli("topology", "--backend", "cpu", "--out", str(tmp_path / "b"), *argv)
+    assert r.returncode == 2
+    assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -7,10 +7,9 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
-import pytest
+from builders.cli import cli
 
 from pcieprof.bundle import Bundle
-from pcieprof.cli import main
 from pcieprof.schema import busbw_factor_allreduce
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "comm_model_rtx6kpro_8gpu"
@@ -31,14 +30,15 @@ def _topology(path: Path) -> Path:
     return path
 
 
-def test_model_table_from_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_model_table_from_cli(tmp_path: Path) -> None:
     topo = _topology(tmp_path / "topo")
     serve = Bundle.create(tmp_path / "serve", command="serve-bench", source="imported", backend="imported")
     shutil.copy(DATA / "decode_curve_public.csv", serve.file("serve/decode_curve.csv"))
     out = tmp_path / "out"
-    main(["attribute", "--model", "glm5-nvfp4", "--topology", str(topo), "--serve", str(serve.path),
-          "--batches", "1,8,64", "--out", str(out), "-q"])
-    text = capsys.readouterr().out
+    r = cli("attribute", "--model", "glm5-nvfp4", "--topology", str(topo), "--serve",
+            str(serve.path), "--batches", "1,8,64", "--out", str(out), "-q")
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
     assert "glm5-nvfp4 TP8" in text and "158" in text
     doc = json.loads((out / "comm_model.json").read_text())
     rows = {r["batch"]: r for r in doc["table"]}
@@ -50,11 +50,9 @@ def test_model_table_from_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert man["parts"]["comm_model"]["source"] == "imported"
 
 
-def test_cli_refuses_half_a_model_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as e:
-        main(["attribute", "--model", "glm5-nvfp4", "--out", str(tmp_path / "o")])
-    assert e.value.code == 2
-    assert "--model and --topology go together" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as e:
-        main(["attribute", "--out", str(tmp_path / "o2")])
-    assert e.value.code == 2
+def test_cli_refuses_half_a_model_request(tmp_path: Path) -> None:
+    r = cli("attribute", "--model", "glm5-nvfp4", "--out", str(tmp_path / "o"))
+    assert r.returncode == 2
+    assert "--model and --topology go together" in r.stderr
+    r = cli("attribute", "--out", str(tmp_path / "o2"))
+    assert r.returncode == 2
