@@ -16,13 +16,14 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+from builders.cli import pcieprof_argv
+from builders.procs import alive, descendants
 
 from pcieprof.bundle import Bundle
 
@@ -39,7 +40,9 @@ SECRETS = {"env_hf": "hfsecret1111", "env_key": "keysecret2222", "argv": "sk-arg
 
 def _cli(args: list[str], timeout: float = 120, env: dict[str, str] | None = None
          ) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "pcieprof", *args], capture_output=True,
+    """`pcieprof *args` as a process, its output as bytes (builders.cli decodes it, and what a
+    broken server sends must be checked byte for byte)."""
+    return subprocess.run(pcieprof_argv(*args), capture_output=True,
                           timeout=timeout, env={**os.environ, **(env or {})},
                           stdin=subprocess.DEVNULL)
 
@@ -280,27 +283,11 @@ def test_every_request_refused_is_exit_4_not_ok(tmp_path: Path, raw_server) -> N
 # -- SIGKILL: nothing left behind, the bundle reads as interrupted ------------------------------
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
-def _children(pid: int) -> set[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return set()
-    return {int(x) for x in text.split()}
-
-
 def test_sigkill_of_serve_bench_leaves_no_server_behind(tmp_path: Path) -> None:
     out = tmp_path / "b"
     bench = subprocess.Popen(
-        [sys.executable, "-m", "pcieprof", "serve-bench", "--model", "tiny-cpu", "--tp", "2",
-         "--out", str(out), *LIGHT, "--num-requests", "100000", "--output-len", "64"],
+        pcieprof_argv("serve-bench", "--model", "tiny-cpu", "--tp", "2", "--out", str(out),
+                      *LIGHT, "--num-requests", "100000", "--output-len", "64"),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
     tree: set[int] = set()
     try:
@@ -314,22 +301,18 @@ def test_sigkill_of_serve_bench_leaves_no_server_behind(tmp_path: Path) -> None:
         else:
             pytest.fail("the reference server did not get ready")
         # the pids of this run's tree: serve-bench, the server, its rank
-        todo = [bench.pid]
-        while todo:
-            pid = todo.pop()
-            tree.add(pid)
-            todo.extend(_children(pid) - tree)
+        tree = {bench.pid} | descendants(bench.pid)
         assert len(tree) >= 3, tree
         bench.send_signal(signal.SIGKILL)
         bench.wait(timeout=10)
         t0 = time.monotonic()
-        while time.monotonic() - t0 < 5 and any(_alive(p) for p in tree):
+        while time.monotonic() - t0 < 5 and any(alive(p) for p in tree):
             time.sleep(0.05)
-        left = [p for p in tree if _alive(p)]
+        left = [p for p in tree if alive(p)]
         assert not left, f"still alive 5 s after SIGKILL of serve-bench: {left}"
     finally:
         for pid in tree:
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
         if bench.poll() is None:
             bench.kill()
@@ -342,8 +325,8 @@ def test_sigkill_of_serve_bench_leaves_no_server_behind(tmp_path: Path) -> None:
 def test_sighup_stops_like_sigterm_and_says_where_the_bundle_is(tmp_path: Path) -> None:
     out = tmp_path / "b"
     bench = subprocess.Popen(
-        [sys.executable, "-m", "pcieprof", "serve-bench", "--model", "tiny-cpu", "--tp", "1",
-         "--out", str(out), *LIGHT, "--num-requests", "100000", "--output-len", "64"],
+        pcieprof_argv("serve-bench", "--model", "tiny-cpu", "--tp", "1", "--out", str(out),
+                      *LIGHT, "--num-requests", "100000", "--output-len", "64"),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     tree: set[int] = set()
     try:
@@ -352,7 +335,7 @@ def test_sighup_stops_like_sigterm_and_says_where_the_bundle_is(tmp_path: Path) 
         while not (log.is_file() and "fired up" in log.read_text(errors="replace")):
             assert bench.poll() is None and time.monotonic() < deadline, "not serving"
             time.sleep(0.2)
-        tree = _children(bench.pid)
+        tree = descendants(bench.pid)
         bench.send_signal(signal.SIGHUP)
         _, err = bench.communicate(timeout=30)
     finally:
@@ -362,6 +345,6 @@ def test_sighup_stops_like_sigterm_and_says_where_the_bundle_is(tmp_path: Path) 
     text = err.decode()
     assert bench.returncode == 130, text[-2000:]
     assert f"the partial bundle is {out}" in text, text[-2000:]
-    assert tree and not any(_alive(p) for p in tree)
+    assert tree and not any(alive(p) for p in tree)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "partial" and manifest["parts"]["serve"]["status"] == "partial"
