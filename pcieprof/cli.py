@@ -16,6 +16,7 @@ import click
 from pcieprof import __version__, bundle, progress
 from pcieprof.commands.options import verbosity
 from pcieprof.errors import ExitCode, PcieprofError
+from pcieprof.redact import redact, remember_environ
 
 # subcommand name -> (module in pcieprof.commands, one line for --help). A module is imported
 # only when its command runs, so `pcieprof --help` and light commands do not pay for torch,
@@ -86,6 +87,7 @@ def _interrupted() -> NoReturn:
 def main(argv: list[str] | None = None) -> Any:
     """Console-script entry point."""
     bundle.forget_unfinished()
+    remember_environ()  # a secret this process inherits is masked wherever it would be shown
     try:
         return cli.main(args=argv, prog_name="pcieprof", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
@@ -98,11 +100,11 @@ def main(argv: list[str] | None = None) -> Any:
     except PcieprofError as exc:
         if progress.is_debug():
             traceback.print_exc()
-        click.echo(f"pcieprof: error: {exc.one_line()}", err=True)
+        click.echo(f"pcieprof: error: {redact(exc.one_line())}", err=True)
         sys.exit(int(exc.exit_code))
     except Exception as exc:  # a bug: still one line unless --debug
         if progress.is_debug():
             raise
-        click.echo(f"pcieprof: internal error: {type(exc).__name__}: {exc} "
+        click.echo(f"pcieprof: internal error: {type(exc).__name__}: {redact(str(exc))} "
                    f"(rerun with --debug for the traceback)", err=True)
         sys.exit(ExitCode.FAILURE)

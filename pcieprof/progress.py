@@ -1,6 +1,7 @@
 """Progress and messages on stderr; results go to files and a short summary to stdout.
 
-One module so that `--quiet` silences everything in one place.
+One module so that `--quiet` silences everything in one place, and so that every line passes
+through pcieprof.redact (secrets masked) on its way out.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import Iterator
 from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn,
                            TimeElapsedColumn)
+
+from pcieprof.redact import redact
 
 _state = {"quiet": False, "debug": False}
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -34,17 +37,17 @@ def is_debug() -> bool:
 def info(message: str) -> None:
     """A progress line on stderr (suppressed by --quiet)."""
     if not _state["quiet"]:
-        _err.print(message, markup=False)
+        _err.print(redact(message), markup=False)
 
 
 def warn(message: str) -> None:
     """A warning on stderr; shown even with --quiet, because it changes what the results mean."""
-    _err.print(f"warning: {message}", markup=False, style="yellow")
+    _err.print(f"warning: {redact(message)}", markup=False, style="yellow")
 
 
 def debug(message: str) -> None:
     if _state["debug"]:
-        _err.print(f"debug: {message}", markup=False, style="dim")
+        _err.print(f"debug: {redact(message)}", markup=False, style="dim")
 
 
 class Task:
@@ -57,13 +60,13 @@ class Task:
     def advance(self, n: float = 1, description: str | None = None) -> None:
         if self._p is not None and self._id is not None:
             if description:
-                self._p.update(self._id, advance=n, description=description)
+                self._p.update(self._id, advance=n, description=redact(description))
             else:
                 self._p.update(self._id, advance=n)
 
     def describe(self, description: str) -> None:
         if self._p is not None and self._id is not None:
-            self._p.update(self._id, description=description)
+            self._p.update(self._id, description=redact(description))
 
 
 @contextmanager

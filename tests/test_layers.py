@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYER_OF = {
     "pcieprof": "foundation", "pcieprof.errors": "foundation", "pcieprof.schema": "foundation",
     "pcieprof.progress": "foundation", "pcieprof.units": "foundation",
-    "pcieprof.cards": "foundation",
+    "pcieprof.cards": "foundation", "pcieprof.redact": "foundation",
     "pcieprof.bundle": "bundle",
     "probes": "measure", "pcieprof.discover": "measure", "pcieprof.importers": "measure",
     "pcieprof.sim": "measure", "pcieprof.serve": "measure", "pcieprof.refserver": "measure",

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, TypeVar
 
 from pcieprof import __version__
 from pcieprof.errors import BadInput
+from pcieprof.redact import redact
 from pcieprof.bundle import contract
 from pcieprof.bundle import rows as R
 from pcieprof.bundle import writer
@@ -197,7 +198,7 @@ class Bundle:
             source: `measured`, `simulated` or `imported` (the main provenance).
             backend: `cuda`, `cpu`, `sim` or `imported`.
             force: reuse a non-empty directory, removing the bundle files in it.
-            argv: the command line to record (defaults to sys.argv).
+            argv: the command line to record (defaults to sys.argv; secrets are masked).
         """
         path = Path(path)
         prepare_out_dir(path, force=force)
@@ -205,7 +206,7 @@ class Bundle:
             "schema_version": SCHEMA_VERSION,
             "pcieprof_version": __version__,
             "command": command,
-            "argv": list(sys.argv if argv is None else argv),
+            "argv": redact(list(sys.argv if argv is None else argv)),
             "start_time": now_iso(),
             "end_time": None,
             # A simulated bundle measured no machine, so it names none (the report says so too).

@@ -41,6 +41,8 @@ from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.cards import ModelCard, load_card
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
+from pcieprof.redact import redact
+from pcieprof.refserver.args import ArgsError, parse_injection
 from pcieprof.schema import source_of
 from pcieprof.serve.launcher import free_port
 from pcieprof.serve.learn import RULES
@@ -174,6 +176,7 @@ def command(**kw: Any) -> None:
     tiny = card.sglang.is_reference
     if kw["inject"] and not tiny:
         raise BadInput("--inject is for the reference server (--model tiny-cpu)")
+    _check_values(card, kw)
     port = kw["port"] if kw["port"] is not None else free_port(kw["host"] if kw["host"] not in
                                                                ("0.0.0.0", "::") else "127.0.0.1")
     base = LaunchConfig(
@@ -214,20 +217,25 @@ def command(**kw: Any) -> None:
                                backend=card.sglang.backend, force=kw["force"])
     bundle.set_versions(sglang=parser.version if parser else None, **_versions())
     opts = _options(card, base, kw, parser, prefix, search)
-    previous = signal.signal(signal.SIGTERM, _sigterm)
+    # SIGTERM and SIGHUP (the terminal closed) end the run as Ctrl-C does: servers stopped,
+    # the bundle closed as partial.
+    previous = {sig: signal.signal(sig, _sigterm) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         summary = run(bundle, opts)
         if summary is not None and summary.profile and not kw["no_attribute"]:
             _attribute(bundle, summary)
     except KeyboardInterrupt:
         bundle.interrupted("interrupted")
+        progress.warn(f"interrupted; the partial bundle is {bundle.path} "
+                      f"(pcieprof report {bundle.path})")
         raise
     except PcieprofError as exc:
         bundle.interrupted(exc.message)
         progress.info(f"partial bundle: {bundle.path}")
         raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     status = bundle.finish()
     if summary is not None and summary.runs:
         click.echo(format_table(summary.runs))
@@ -298,6 +306,54 @@ def _check_modes(kw: dict[str, Any]) -> None:
     if kw["arch"] is not None and not re.fullmatch(r"sm\d{2,3}", kw["arch"]):
         raise BadInput(f"--arch {kw['arch']!r}: give a compute capability as smXY (sm120 for "
                        f"RTX PRO 6000 Blackwell, sm100 for B200, sm90 for H100/H200)")
+
+
+def _check_values(card: ModelCard, kw: dict[str, Any]) -> None:
+    """Option values that would only fail after a launch (or measure nothing), checked first."""
+    if kw["inject"]:
+        try:
+            parse_injection(kw["inject"])
+        except ArgsError as exc:
+            raise BadInput(f"--inject {kw['inject']!r}: {str(exc).split(': ', 1)[-1]}") from None
+    if kw["port"] is not None and not 0 < kw["port"] < 65536:
+        raise BadInput(f"--port {kw['port']}: give a TCP port, 1-65535")
+    _ints(kw["concurrency"], "--concurrency")
+    _ints(kw["decode_batches"], "--decode-batches")
+    rate = kw["request_rate"]
+    if rate is not None and not rate > 0:  # NaN fails too
+        raise BadInput(f"--request-rate {rate}: must be > 0 requests/s (inf sends all at once)")
+    for name in ("input_len", "output_len", "decode_output_len", "probe_tokens", "profile_steps"):
+        if kw[name] < 1:
+            raise BadInput(f"--{name.replace('_', '-')} must be at least 1")
+    if kw["num_requests"] is not None and kw["num_requests"] < 1:
+        raise BadInput("--num-requests must be at least 1")
+    if kw["warmup"] < 0:
+        raise BadInput("--warmup must be 0 or more")
+    for name in ("request_timeout", "startup_timeout", "probe_timeout"):
+        if kw[name] is not None and not kw[name] > 0:
+            raise BadInput(f"--{name.replace('_', '-')} must be > 0 seconds")
+    if kw["stall_timeout"] is not None and not kw["stall_timeout"] >= 0:
+        raise BadInput("--stall-timeout must be 0 (off) or more seconds")
+    if kw["url"]:
+        return  # the attached server's context is its own
+    context = _context_length(card, kw["server_args"])
+    need = kw["input_len"] + kw["output_len"]
+    if context and need > context:
+        raise BadInput(f"--input-len {kw['input_len']} + --output-len {kw['output_len']} = "
+                       f"{need} tokens exceed {card.name}'s context of {context} tokens: every "
+                       f"request would be refused",
+                       hint="shorten them, or raise the server's --context-length after --")
+
+
+def _context_length(card: ModelCard, server_args: tuple[str, ...]) -> int:
+    """The context the server will have: `--context-length N` after `--`, else the card's."""
+    args = list(server_args)
+    for i, a in enumerate(args):
+        value = a.split("=", 1)[1] if a.startswith("--context-length=") else (
+            args[i + 1] if a == "--context-length" and i + 1 < len(args) else None)
+        if value is not None:
+            return int(value) if value.isdigit() else 0
+    return card.max_context
 
 
 def _sglang_runs_here() -> bool:
@@ -400,18 +456,18 @@ def _echo_command(cmd: ServerCommand) -> None:
                + (f" ({checked})" if checked else ""))
     for note in cmd.notes:
         click.echo(f"# {note}")
-    click.echo("# environment set for the server:")
-    for k, v in sorted(cmd.env.items()):
+    click.echo("# environment set for the server (secrets shown as ***):")
+    for k, v in sorted(redact(cmd.env).items()):
         click.echo(f"export {k}={_q(v)}")
     inherited = {k: v for k, v in recorded_env(cmd).items() if k not in cmd.env}
     for k, v in inherited.items():
         click.echo(f"# inherited: {k}={v}")
     if cmd.prefix:
-        click.echo(f"# through the launch prefix: {cmd.prefix.text()}")
-        click.echo(" ".join(_q(a) for a in cmd.exec_argv()))
+        click.echo(f"# through the launch prefix: {redact(cmd.prefix.text())}")
+        click.echo(" ".join(_q(a) for a in redact(cmd.exec_argv())))
     else:
-        click.echo(" ".join(_q(a) for a in cmd.argv))
-    click.echo("# argv: " + json.dumps(cmd.argv))
+        click.echo(" ".join(_q(a) for a in redact(cmd.argv)))
+    click.echo("# argv: " + json.dumps(redact(cmd.argv)))
 
 
 def _dry_run_search(card: ModelCard, base: LaunchConfig, search: Search,

@@ -3,8 +3,8 @@
 Startup, in order: parse flags (one line and exit 2 on a bad one); bind the HTTP socket (exit 1
 with uvicorn's "error while attempting to bind" text if the port is taken); start ranks 1..N-1
 (before importing torch here, so the imports overlap); create the gloo rendezvous store on
-127.0.0.1 at a free port; join the group; load the shard; start the scheduler thread and the
-HTTP site; send SGLang's warm-up request; print "The server is fired up and ready to roll!"
+127.0.0.1 at a free port (every socket of the ranks' group listens on loopback); join the
+group; load the shard; start the scheduler thread and the HTTP site; send SGLang's warm-up request; print "The server is fired up and ready to roll!"
 (SGLang's exact readiness line, http_server.py).
 
 Death, in every form, takes the whole server down: a rank that exits makes rank 0 print SGLang's
@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from pcieprof.refserver import logs
@@ -88,10 +89,26 @@ def die(code: int) -> None:
     os._exit(code)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _store_socket() -> socket.socket:
+    """The rendezvous store's listening socket, on 127.0.0.1 at a port the kernel picks: bound
+    here and handed to torch (TCPStore master_listen_fd), because TCPStore's own server listens
+    on every interface whatever host it is given."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    return sock
+
+
+def _loopback_interface() -> str:
+    """The name of the loopback interface (IFF_LOOPBACK in /sys/class/net/*/flags), for gloo."""
+    for name in sorted(socket.if_nameindex(), key=lambda x: x[0]):
+        try:
+            flags = int(Path(f"/sys/class/net/{name[1]}/flags").read_text().strip(), 16)
+        except (OSError, ValueError):
+            continue
+        if flags & 0x8:  # IFF_LOOPBACK, linux/if.h
+            return name[1]
+    return "lo"
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -140,8 +157,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     world = args.tp_size
     try:
+        # Gloo's own connections between ranks listen on the interface GLOO_SOCKET_IFNAME
+        # names, else on the address the host name resolves to: loopback unless the user
+        # chose otherwise (torch.distributed docs, "Choosing the network interface to use").
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback_interface())
         # Start the other ranks first, so that their imports of torch overlap with ours.
-        store_port = _free_port()
+        store_sock = _store_socket()
+        store_port = int(store_sock.getsockname()[1])
         if world > 1:
             _RANKS.spawn(argv, world, store_port)
         import torch.distributed as dist
@@ -151,7 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         store = None
         if world > 1:
             store = dist.TCPStore("127.0.0.1", store_port, world, is_master=True,
-                                  wait_for_workers=False, timeout=RENDEZVOUS_TIMEOUT)
+                                  wait_for_workers=False, timeout=RENDEZVOUS_TIMEOUT,
+                                  master_listen_fd=store_sock.fileno())
+        else:
+            store_sock.close()
         cpu_group = join_group(store, 0, world) if world > 1 else None
         model = load_model(args, 0, world)
         if world > 1:

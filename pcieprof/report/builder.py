@@ -21,6 +21,7 @@ import jinja2
 from pcieprof import __version__
 from pcieprof.bundle import Bundle, atomic_write_text, now_iso
 from pcieprof.errors import BadInput
+from pcieprof.redact import redact
 from pcieprof.report import page
 from pcieprof.report.context import ReportContext
 from pcieprof.report.model import BundleView, Figure, Note, NoteGroup, Section, Table
@@ -242,7 +243,9 @@ def manifest_facts(view: BundleView) -> list[tuple[str, Any]]:
                          for k, v in parts.items()) or "none"
     return [("numbers", view.origin()), ("source", m.get("source")), ("backend", m.get("backend")),
             ("status", str(m.get("status")) + (f" ({m['why']})" if m.get("why") else "")),
-            ("command", " ".join(str(a) for a in m.get("argv") or []) or m.get("command")),
+            # masked again: a bundle written before pcieprof masked secrets may hold them
+            ("command", " ".join(redact([str(a) for a in m.get("argv") or []]))
+             or m.get("command")),
             ("time", f"{m.get('start_time')} .. {m.get('end_time')}"),
             ("versions", ", ".join(f"{k} {v}" for k, v in (m.get("versions") or {}).items() if v)
              or "not recorded"),

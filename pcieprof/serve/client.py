@@ -129,7 +129,8 @@ async def one_request(session: aiohttp.ClientSession, base_url: str, spec: LoadS
                                 headers={"Content-Type": "application/json"},
                                 timeout=aiohttp.ClientTimeout(total=spec.timeout_s)) as resp:
             if resp.status != 200:
-                rec.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+                said = (await resp.content.read(200)).decode("utf-8", "replace")
+                rec.error = _printable(f"HTTP {resp.status}: {said}")
                 return rec
             async for line in resp.content:
                 now = time.perf_counter()
@@ -144,14 +145,14 @@ async def one_request(session: aiohttp.ClientSession, base_url: str, spec: LoadS
                     if n is None:
                         obj = orjson.loads(data)
                         if "error" in obj:
-                            rec.error = str(obj["error"])[:300]
+                            rec.error = _printable(str(obj["error"]))
                             return rec
                         continue
                     new = n - tokens
                 else:
                     obj = orjson.loads(data)
                     if "error" in obj:
-                        rec.error = str(obj["error"])[:300]
+                        rec.error = _printable(str(obj["error"]))
                         return rec
                     usage = obj.get("usage")
                     choices = obj.get("choices") or []
@@ -176,11 +177,17 @@ async def one_request(session: aiohttp.ClientSession, base_url: str, spec: LoadS
                 rec.error = "stream ended without tokens"
     except asyncio.TimeoutError:
         rec.error = f"timeout after {spec.timeout_s:.0f} s"
-    except aiohttp.ClientError as exc:
-        rec.error = f"{type(exc).__name__}: {exc}"[:300]
-    except ValueError as exc:  # malformed JSON in the stream
-        rec.error = f"bad stream data: {exc}"[:300]
+    except aiohttp.ClientError as exc:  # refused, reset, garbage or truncated HTTP
+        rec.error = _printable(f"{type(exc).__name__}: {exc}")
+    except (ValueError, AttributeError, TypeError) as exc:  # malformed data in the stream
+        rec.error = _printable(f"bad stream data: {type(exc).__name__}: {exc}")
     return rec
+
+
+def _printable(text: str, limit: int = 300) -> str:
+    """One line of at most `limit` characters a terminal shows as it is: whatever a server sent
+    (control characters, escape sequences, bytes that are not text) is replaced by `?`."""
+    return "".join(c if c.isprintable() else "?" for c in text[:limit])
 
 
 async def run_load(base_url: str, spec: LoadSpec, *,

@@ -2,27 +2,36 @@
 
 The server runs in a new session (`start_new_session=True`), so it and every process it starts
 (SGLang's scheduler and detokenizer processes, the reference server's rank processes) share one
-process group that `stop()` signals as a whole: SIGTERM, a grace period, then SIGKILL. Its
-stdout and stderr go straight into the bundle (`serve/server-<n>.log`), so nothing is lost if
-pcieprof itself dies. Readiness is SGLang's: `GET /health_generate` answers 200 once the server
-can generate a token.
+process group that `stop()` signals as a whole: SIGTERM, a grace period, then SIGKILL. It also
+dies with pcieprof, even when pcieprof is SIGKILLed: the kernel sends it a parent-death signal
+(prctl PR_SET_PDEATHSIG), and its own children die with it (SGLang's scheduler processes set
+their own parent-death SIGKILL, sglang.srt.utils.kill_itself_when_parent_died; the reference
+server's ranks likewise, pcieprof.refserver.procs). Its stdout and stderr are copied as they come
+into the bundle (`serve/server-<n>.log`) with secrets masked (pcieprof.redact), flushed as they
+come. Readiness is SGLang's: `GET /health_generate` answers 200 once the server can generate a
+token.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
+import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, Callable
 
+import aiohttp
+
 from pcieprof import progress
+from pcieprof.redact import redact, remember_environ
 from pcieprof.serve.outcomes import ACCESS, PROGRESS, Classified, Outcome, classify
 from pcieprof.serve.sglang_cmd import ServerCommand, server_env
 
@@ -41,15 +50,26 @@ def free_port(host: str = "127.0.0.1", start: int = 30000, tries: int = 200) -> 
         return int(s.getsockname()[1])
 
 
-def http_get(url: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
-    """GET `url`; (status, body), status 0 when nothing answered."""
+def http_get(url: str, timeout_s: float = 5.0, max_bytes: int = 1 << 20) -> tuple[int, bytes]:
+    """GET `url` within `timeout_s` seconds in all (connecting, headers and body: a server that
+    drips bytes is cut off at the deadline); (status, body of at most `max_bytes`), status 0 when
+    nothing usable answered (no connection, garbage or truncated HTTP, the deadline)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as r:  # noqa: S310 (local URL)
-            return int(r.status), r.read()
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), b""
-    except (urllib.error.URLError, OSError, TimeoutError):
+        return asyncio.run(_get(url, timeout_s, max_bytes))
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
         return 0, b""
+
+
+async def _get(url: str, timeout_s: float, max_bytes: int) -> tuple[int, bytes]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session:
+        async with session.get(url) as r:
+            body = bytearray()
+            while len(body) <= max_bytes:  # to the end: a short or dripping body is no answer
+                chunk = await r.content.read(1 << 16)
+                if not chunk:
+                    break
+                body += chunk
+            return int(r.status), bytes(body[:max_bytes]) if r.status == 200 else b""
 
 
 class ServerProcess:
@@ -70,6 +90,10 @@ class ServerProcess:
         self._log: IO[bytes] | None = None
         self.started_at = 0.0
         self.progress: ProgressWatch | None = None  # set by wait_ready
+        self._pump: threading.Thread | None = None
+        # The secret values it is given are masked wherever its log quotes them.
+        remember_environ(self._env)
+        redact(cmd.exec_argv())
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -79,9 +103,18 @@ class ServerProcess:
         self._log = open(self.log_path, "ab", buffering=0)
         self._log.write(("# " + self.cmd.shell() + "\n").encode())
         self.started_at = time.monotonic()
+        # Without a launch prefix the server itself gets SIGKILL when we die (nothing it could
+        # do on SIGTERM is worth a server left behind); through a prefix (docker run, srun, ssh)
+        # SIGTERM, which those forward to what they started.
+        death = signal.SIGTERM if self.cmd.prefix else signal.SIGKILL
         self.proc = subprocess.Popen(self.cmd.exec_argv(), env=self._env, stdin=subprocess.DEVNULL,
-                                     stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, close_fds=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     start_new_session=True, close_fds=True,
+                                     preexec_fn=_die_with(os.getpid(), death))
+        assert self.proc.stdout is not None  # stdout=PIPE
+        self._pump = threading.Thread(target=_copy_redacted, args=(self.proc.stdout, self._log),
+                                      name=f"server-log-{self.proc.pid}", daemon=True)
+        self._pump.start()
 
     @property
     def pid(self) -> int | None:
@@ -118,6 +151,8 @@ class ServerProcess:
             end = time.monotonic() + 5
             while _group_alive(pgid) and time.monotonic() < end:
                 time.sleep(0.05)
+        if self._pump is not None:
+            self._pump.join(timeout=5)  # the group is gone: its pipe ends
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -244,6 +279,58 @@ class ProgressWatch:
         if moved:
             self.last_progress_at = time.monotonic()
         return moved
+
+
+def _die_with(parent: int, sig: int) -> Callable[[], None]:
+    """preexec_fn: the child gets `sig` when `parent` dies (PR_SET_PDEATHSIG, Linux), and ends
+    at once if the parent died before the request took effect."""
+    def preexec() -> None:
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(sig), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:
+            os.kill(os.getpid(), sig)
+
+    return preexec
+
+
+def _copy_redacted(src: IO[bytes], dst: IO[bytes], max_line: int = 1 << 16,
+                   idle_s: float = 0.2) -> None:
+    """Copy the server's output into its log as it comes, secrets masked: up to the last line
+    break (newline, or the carriage return a progress bar redraws with); the unfinished rest
+    once the output pauses for `idle_s` seconds or grows past `max_line` bytes."""
+    fd = src.fileno()
+    pending = b""
+
+    def write(data: bytes) -> None:
+        try:
+            dst.write(redact(data.decode("utf-8", "replace")).encode("utf-8"))
+        except (OSError, ValueError):  # the log is closed or its disk full: keep draining
+            pass
+
+    try:
+        while True:
+            if not select.select([fd], [], [], idle_s)[0]:
+                if pending:
+                    write(pending)
+                    pending = b""
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            pending += chunk
+            cut = max(pending.rfind(b"\n"), pending.rfind(b"\r"))
+            if cut >= 0:
+                write(pending[:cut + 1])
+                pending = pending[cut + 1:]
+            if len(pending) > max_line:
+                write(pending)
+                pending = b""
+        if pending:
+            write(pending)
+    finally:
+        src.close()
 
 
 def _hung(c: Classified, summary: str) -> Classified:

@@ -29,6 +29,7 @@ from pcieprof.bundle.serve_search import SearchAttempt, Winner
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput, ExitCode, PcieprofError
+from pcieprof.redact import redact
 from pcieprof.serve import decode_curve, profiling
 from pcieprof.serve.client import LoadSpec, run_load
 from pcieprof.serve.launcher import ServerProcess, free_port, http_get
@@ -74,6 +75,11 @@ class BenchOptions:
     parser: ParserSpec | None = None
     vocab_high: int = 256
     runs: list[dict[str, Any]] = field(default_factory=list)
+
+
+#: Deadline of each request attach mode makes before the load (health, server info), seconds
+#: (or --request-timeout when shorter).
+ATTACH_TIMEOUT_S = 30.0
 
 
 class _Stop(Exception):
@@ -286,8 +292,9 @@ def _attempt_all(bundle: Bundle, opts: BenchOptions, plan: _Plan,
                                     f"while benchmarking: {a.summary}{a.excerpt_key()}",
                                     hint=f"{a.hint + '; ' if a.hint else ''}log: {a.log}",
                                     exit_code=ExitCode.FAILURE) from None
-            bundle.set_part("serve", "ok", model=opts.card.name, attempts=len(attempts),
-                            served_by=att.name)
+            status, why = _served_status(summary)
+            bundle.set_part("serve", status, why=why, model=opts.card.name,
+                            attempts=len(attempts), served_by=att.name)
             plan.record(bundle, attempts)
             return summary
         finally:
@@ -336,26 +343,35 @@ def _write_attempts(bundle: Bundle, attempts: list[Attempt]) -> None:
 
 def _attached(bundle: Bundle, opts: BenchOptions) -> ServeSummary:
     url = opts.url.rstrip("/")  # type: ignore[union-attr]
-    status, _ = http_get(url + "/health_generate", timeout_s=30)
+    shown = redact(url)  # what is recorded and printed: no credentials
+    limit = min(ATTACH_TIMEOUT_S, opts.request_timeout_s)
+    progress.info(f"attaching to {shown}: GET /health_generate (up to {limit:g} s)")
+    status, _ = http_get(url + "/health_generate", timeout_s=limit)
     if status != 200:
-        bundle.set_part("serve", "failed", why=f"{url}/health_generate answered {status or 'nothing'}")
-        raise PcieprofError(f"{url} is not serving (/health_generate: {status or 'no answer'})",
+        said = f"HTTP {status}" if status else f"no valid HTTP answer within {limit:g} s"
+        bundle.set_part("serve", "failed", why=f"{shown}/health_generate: {said}")
+        raise PcieprofError(f"{shown} is not serving (/health_generate: {said})",
                             hint="start the server first, or drop --url to let serve-bench launch it",
                             exit_code=ExitCode.MEASUREMENT)
-    _, info = http_get(url + "/get_server_info", timeout_s=30)
+    _, info = http_get(url + "/get_server_info", timeout_s=limit)
     server_info: dict[str, Any] = {}
     try:
-        server_info = json.loads(info) if info else {}
+        parsed = json.loads(info) if info else {}
+        server_info = parsed if isinstance(parsed, dict) else {}
     except ValueError:
         pass
-    bundle.write_json("serve/server_info.json", server_info)
-    tp = int(server_info.get("tp_size") or opts.base.tp or opts.card.sglang.tp_default)
-    att = Attempt(index=0, name="attached", config={"url": url}, command={}, log="",
+    bundle.write_json("serve/server_info.json", redact(server_info))
+    try:
+        tp = int(server_info.get("tp_size") or opts.base.tp or opts.card.sglang.tp_default)
+    except (TypeError, ValueError):
+        tp = int(opts.base.tp or opts.card.sglang.tp_default)
+    att = Attempt(index=0, name="attached", config={"url": shown}, command={}, log="",
                   outcome=Outcome.OK.value, summary="attached to a running server",
                   benchmarked=True)
     _write_attempts(bundle, [att])
     summary = _benchmark(bundle, opts, url, None, att, nranks=tp)
-    bundle.set_part("serve", "ok", model=opts.card.name, attached=url)
+    served, why = _served_status(summary)
+    bundle.set_part("serve", served, why=why, model=opts.card.name, attached=shown)
     return summary
 
 
@@ -385,7 +401,8 @@ def _benchmark(bundle: Bundle, opts: BenchOptions, base_url: str, server: Server
                att: Attempt, *, nranks: int) -> ServeSummary:
     backend = bundle.backend
     summary = ServeSummary(
-        model=opts.card.name, tp=nranks, api=opts.api, base_url=base_url, attempt=att.name,
+        model=opts.card.name, tp=nranks, api=opts.api, base_url=redact(base_url),
+        attempt=att.name,
         backend=backend, source=bundle.source, input_len=opts.input_len,
         output_len=opts.output_len, ignore_eos=True, seed=opts.seed,
         warmup_requests=opts.warmup, formulas=dict(FORMULAS),
@@ -409,6 +426,8 @@ def _benchmark(bundle: Bundle, opts: BenchOptions, base_url: str, server: Server
             summary.runs.append(s)
             bundle.write_doc(summary)
             _check_alive(server, att, f"during the load run {spec.label}")
+            if all(r.completed == 0 for r in summary.runs):
+                _nothing_measured(bundle, summary, opts)
     if opts.decode_batches:
         def on_row(row: DecodeCurveRow) -> None:
             bundle.append_rows("decode_curve", [row])
@@ -429,6 +448,33 @@ def _benchmark(bundle: Bundle, opts: BenchOptions, base_url: str, server: Server
     summary.status = "ok"
     bundle.write_doc(summary)
     return summary
+
+
+def _nothing_measured(bundle: Bundle, summary: ServeSummary, opts: BenchOptions) -> NoReturn:
+    """Every measured request so far failed: the measurement failed (exit 4), and the part
+    and summary say why, with the commonest error."""
+    run = summary.runs[-1]
+    why = f"all {run.num_requests} requests of {run.label} failed" + _commonest(run.errors)
+    summary.status = "failed"
+    bundle.write_doc(summary)
+    bundle.set_part("serve", "failed", why=why, model=opts.card.name)
+    raise PcieprofError(why, hint="see serve/requests.jsonl", exit_code=ExitCode.MEASUREMENT)
+
+
+def _commonest(errors: dict[str, int]) -> str:
+    if not errors:
+        return ""
+    text, n = max(errors.items(), key=lambda kv: kv[1])
+    return f": {text}" + (f" ({n} of them)" if len(errors) > 1 else "")
+
+
+def _served_status(summary: ServeSummary) -> tuple[str, str | None]:
+    """`ok`, or `partial` with the why when a load run measured nothing."""
+    empty = [r for r in summary.runs if r.completed == 0]
+    if not empty:
+        return "ok", None
+    return "partial", "; ".join(f"all {r.num_requests} requests of {r.label} failed"
+                                + _commonest(r.errors) for r in empty)
 
 
 def _load_specs(opts: BenchOptions) -> list[LoadSpec]:

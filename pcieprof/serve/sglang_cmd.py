@@ -30,6 +30,7 @@ from typing import Any
 
 from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput, EnvironmentMissing
+from pcieprof.redact import redact
 
 #: The SGLang release whose flag spelling the builder writes and the parser test pins.
 PINNED_SGLANG = "0.5.23"
@@ -191,17 +192,20 @@ class ServerCommand:
         return self.prefix.wrap(self.argv, self.env) if self.prefix else list(self.argv)
 
     def shell(self) -> str:
-        """The command as one copy-pasteable shell line (for display only; never executed)."""
+        """The command as one copy-pasteable shell line, secrets masked (for display only;
+        never executed)."""
         if self.prefix:
-            return shlex.join(self.exec_argv())
-        envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
-        return (envs + " " if envs else "") + shlex.join(self.argv)
+            return shlex.join(redact(self.exec_argv()))
+        envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(redact(self.env).items()))
+        return (envs + " " if envs else "") + shlex.join(redact(self.argv))
 
     def to_json(self) -> dict[str, Any]:
-        return {"argv": self.argv, "env": self.env, "notes": self.notes,
-                "checked_against": self.checked_against, "reference": self.reference,
-                "prefix": list(self.prefix.words) if self.prefix else None,
-                "exec_argv": self.exec_argv()}
+        """The command as it is recorded (serve/command.json, attempts.jsonl): secrets masked;
+        the process itself gets `exec_argv()` and `server_env()`."""
+        return redact({"argv": self.argv, "env": self.env, "notes": self.notes,
+                       "checked_against": self.checked_against, "reference": self.reference,
+                       "prefix": list(self.prefix.words) if self.prefix else None,
+                       "exec_argv": self.exec_argv()})
 
 
 # -- building -----------------------------------------------------------------------------------
@@ -349,11 +353,12 @@ def server_env(cmd: ServerCommand, base: dict[str, str] | None = None) -> dict[s
 
 
 def recorded_env(cmd: ServerCommand, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The variables worth recording: the command's own plus inherited NCCL_*, SGLANG_*, CUDA_* ..."""
+    """The variables worth recording: the command's own plus inherited NCCL_*, SGLANG_*, CUDA_*
+    ..., secrets masked."""
     env = dict(os.environ if base is None else base)
     out = {k: v for k, v in env.items() if k.startswith(PASSTHROUGH_PREFIXES)}
     out.update(cmd.env)
-    return dict(sorted(out.items()))
+    return redact(dict(sorted(out.items())))
 
 
 # -- SGLang's own parser ------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import aiohttp
 
 from pcieprof.errors import BadInput
+from pcieprof.redact import redact
 from pcieprof.serve.launcher import ServerProcess, progress_waiter
 from pcieprof.serve.outcomes import Classified, Outcome, classify
 from pcieprof.serve.sglang_cmd import LaunchConfig, ServerCommand
@@ -220,7 +221,7 @@ def launch(index: int, entry: SweepEntry, cmd: ServerCommand, log_path: Path, ba
     Returns:
         The attempt (outcome `ok` when the probe passed) and its server process.
     """
-    att = Attempt(index=index, name=entry.config.name, config=entry.config.to_json(),
+    att = Attempt(index=index, name=entry.config.name, config=redact(entry.config.to_json()),
                   command=cmd.to_json(), log=str(log_path), why=entry.why, source=entry.source,
                   search=dict(entry.search))
     server = ServerProcess(cmd, log_path)

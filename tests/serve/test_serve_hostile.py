@@ -1,0 +1,347 @@
+"""serve-bench as a hostile user or a broken server would have it (issue 13): secrets planted in
+every way they arrive never reach a file of the bundle or the output; bad option values end in
+one line and exit 2 before anything is launched; a server that drips bytes, answers garbage or
+cuts its answer short ends the run within its deadline (exit 4, one printable line); a run whose
+requests all failed is not "ok"; SIGKILL of serve-bench leaves none of its server's processes
+behind, and the bundle then reads as interrupted.
+
+The servers are real: the reference server (`--model tiny-cpu`) and, for broken HTTP, a small
+socket server in a thread of this test, on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+from builders.cli import pcieprof_argv
+from builders.procs import alive, descendants
+
+from pcieprof.bundle import Bundle
+
+pytest.importorskip("pcieprof.refserver.server")
+
+LIGHT = ["--num-requests", "2", "--warmup", "0", "--input-len", "8", "--output-len", "4",
+         "--concurrency", "1", "--decode-batches", "none", "--no-profile",
+         "--probe-tokens", "4"]
+
+# One distinct secret per way in, so that a leak names its way.
+SECRETS = {"env_hf": "hfsecret1111", "env_key": "keysecret2222", "argv": "sk-argsecret3333",
+           "url": "urlsecret4444", "parent": "parentsecret5555"}
+
+
+def _cli(args: list[str], timeout: float = 120, env: dict[str, str] | None = None
+         ) -> subprocess.CompletedProcess[bytes]:
+    """`pcieprof *args` as a process, its output as bytes (builders.cli decodes it, and what a
+    broken server sends must be checked byte for byte)."""
+    return subprocess.run(pcieprof_argv(*args), capture_output=True,
+                          timeout=timeout, env={**os.environ, **(env or {})},
+                          stdin=subprocess.DEVNULL)
+
+
+def _leaks(where: Path | None, *outputs: bytes) -> list[str]:
+    """`kind@place` for every planted secret found in the files under `where` or the outputs."""
+    found = []
+    blobs: list[tuple[str, bytes]] = [(f"output{i}", o) for i, o in enumerate(outputs)]
+    if where is not None:
+        blobs += [(str(f.relative_to(where)), f.read_bytes()) for f in sorted(where.rglob("*"))
+                  if f.is_file()]
+    for place, data in blobs:
+        for kind, secret in SECRETS.items():
+            if secret.encode() in data:
+                found.append(f"{kind}@{place}")
+    return found
+
+
+# -- option values: exit 2, one line, nothing launched ---------------------------------------
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--dry-run", "--concurrency", "0,-1"], "--concurrency"),
+    (["--dry-run", "--request-rate", "-1"], "--request-rate"),
+    (["--inject", "nan-after lots"], "--inject"),
+    (["--port", "70000"], "--port"),
+    (["--input-len", "100000"], "context"),
+    (["--warmup", "-1"], "--warmup"),
+])
+def test_bad_values_exit_2_before_any_launch(tmp_path: Path, args: list[str], words: str) -> None:
+    out = tmp_path / "b"
+    t0 = time.monotonic()
+    p = _cli(["serve-bench", "--model", "tiny-cpu", "--tp", "1", "--out", str(out), *args],
+             timeout=60)
+    err = p.stderr.decode()
+    assert p.returncode == 2, err
+    assert len(err.strip().splitlines()) == 1 and words in err and "Traceback" not in err
+    assert not out.exists()  # nothing was started, so no bundle either
+    assert time.monotonic() - t0 < 30
+
+
+def test_dry_run_prints_no_secret(tmp_path: Path) -> None:
+    p = _cli(["serve-bench", "--model", "tiny-cpu", "--dry-run",
+              "--env", f"HF_TOKEN={SECRETS['env_hf']}", "--env", f"MY_API_KEY={SECRETS['env_key']}",
+              "--", "--api-key", SECRETS["argv"]],
+             env={"SGLANG_API_KEY": SECRETS["parent"]})
+    assert p.returncode == 0, p.stderr.decode()
+    assert not _leaks(None, p.stdout, p.stderr), p.stdout.decode()
+    out = p.stdout.decode()
+    # the command is still all there, with the secrets' places shown
+    assert "export HF_TOKEN='***'" in out and "--api-key '***'" in out
+    assert "# inherited: SGLANG_API_KEY=***" in out
+
+
+# -- a real launch: nothing of a secret in the bundle, the report or the output ----------------
+
+
+def test_secrets_never_reach_bundle_report_or_output(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    env = {"SGLANG_API_KEY": SECRETS["parent"]}
+    p = _cli(["serve-bench", "--model", "tiny-cpu", "--tp", "1", "--out", str(out), *LIGHT,
+              "--env", f"HF_TOKEN={SECRETS['env_hf']}", "--env",
+              f"MY_API_KEY={SECRETS['env_key']}", "--debug"], env=env, timeout=240)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    assert b"bundle (ok)" in p.stdout
+    r = _cli(["report", str(out), "-o", str(out / "report.html")], env=env, timeout=240)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    assert (out / "report.html").stat().st_size > 0
+    # the server was given the real values, so they were there to leak
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "HF_TOKEN=***" in manifest["argv"], manifest["argv"]
+    command = json.loads((out / "serve" / "command.json").read_text())
+    assert command["env"]["HF_TOKEN"] == "***" and command["recorded_env"]["SGLANG_API_KEY"] == "***"
+    assert not _leaks(out, p.stdout, p.stderr, r.stdout, r.stderr)
+
+
+def test_secret_after_double_dash_stays_out_of_a_failed_launch(tmp_path: Path) -> None:
+    # The reference server refuses --api-key (SGLang's flag, not its own): it prints the
+    # argument back in its log, which the bundle keeps, and serve-bench quotes that line.
+    out = tmp_path / "b"
+    p = _cli(["serve-bench", "--model", "tiny-cpu", "--tp", "1", "--out", str(out), *LIGHT,
+              "--", "--api-key", SECRETS["argv"]], timeout=120)
+    assert p.returncode == 1, p.stderr.decode()[-2000:]
+    log = (out / "serve" / "server-0.log").read_text()
+    assert "unrecognized arguments: --api-key ***" in log, log[-1500:]
+    assert not _leaks(out, p.stdout, p.stderr)
+
+
+# -- broken HTTP from --url: bounded, one printable line, exit 4 -----------------------------
+
+
+class RawServer:
+    """A loopback TCP server in a thread that answers every connection with `respond(conn)`."""
+
+    def __init__(self, respond: Callable[[socket.socket, bytes], None]) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.respond = respond
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(5)
+            try:
+                request = conn.recv(65536)
+                self.respond(conn, request)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def raw_server() -> Iterator[Callable[[Callable[[socket.socket, bytes], None]], RawServer]]:
+    started: list[RawServer] = []
+
+    def start(respond: Callable[[socket.socket, bytes], None]) -> RawServer:
+        started.append(RawServer(respond))
+        return started[-1]
+
+    yield start
+    for s in started:
+        s.close()
+
+
+def _drip_after_200(conn: socket.socket, request: bytes) -> None:
+    """/health_generate and /get_server_info answer; /generate says 200, then drips forever
+    (SSE comment lines: bytes that keep a connection busy and carry nothing)."""
+    if request.startswith(b"GET /health_generate"):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        return
+    if request.startswith(b"GET /get_server_info"):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2"
+                     b"\r\nConnection: close\r\n\r\n{}")
+        return
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+    for _ in range(600):
+        conn.sendall(b":\n")
+        time.sleep(0.1)
+
+
+def _drip_health(conn: socket.socket, request: bytes) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+    for _ in range(600):
+        conn.sendall(b" ")
+        time.sleep(0.1)
+
+
+def _garbage(conn: socket.socket, request: bytes) -> None:
+    conn.sendall(b"\x1b[31mGARBAGE\x00\xff\xfe not http\x07\r\n\r\n")
+
+
+def _truncated(conn: socket.socket, request: bytes) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\npartial")
+
+
+def _attach(port: int, out: Path, *extra: str) -> tuple[subprocess.CompletedProcess[bytes], float]:
+    t0 = time.monotonic()
+    p = _cli(["serve-bench", "--model", "tiny-cpu", "--url",
+              f"http://pcieprof:{SECRETS['url']}@127.0.0.1:{port}", "--out", str(out), *LIGHT,
+              "--request-timeout", "2", *extra], timeout=60)
+    return p, time.monotonic() - t0
+
+
+def _one_printable_error(err: bytes) -> str:
+    text = err.decode("utf-8", "replace")
+    assert not any(b in err for b in (b"\x1b", b"\x00", b"\x07", b"\xff")), err
+    errors = [ln for ln in text.splitlines() if ln.startswith("pcieprof: error:")]
+    assert len(errors) == 1 and "Traceback" not in text, text
+    return errors[0]
+
+
+def test_dripping_generate_ends_at_the_deadline(tmp_path: Path, raw_server) -> None:
+    s = raw_server(_drip_after_200)
+    p, took = _attach(s.port, tmp_path / "b")
+    line = _one_printable_error(p.stderr)
+    assert p.returncode == 4, line
+    assert "all 2 requests of c=1 failed: timeout after 2 s" in line
+    assert took < 30
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert manifest["parts"]["serve"]["status"] == "failed"
+    assert "all 2 requests" in manifest["parts"]["serve"]["why"]
+    assert not _leaks(tmp_path / "b", p.stdout, p.stderr)
+
+
+@pytest.mark.parametrize("respond", [_drip_health, _garbage, _truncated],
+                         ids=["drip", "garbage", "truncated"])
+def test_broken_health_answer_is_one_line_and_exit_4(tmp_path: Path, raw_server,
+                                                     respond) -> None:
+    s = raw_server(respond)
+    p, took = _attach(s.port, tmp_path / "b")
+    line = _one_printable_error(p.stderr)
+    assert p.returncode == 4 and "is not serving" in line, line
+    assert took < 20
+    assert not _leaks(tmp_path / "b", p.stdout, p.stderr)
+
+
+# -- success that is not -------------------------------------------------------------------------
+
+
+def _refuse_generate(conn: socket.socket, request: bytes) -> None:
+    """Healthy, but every /generate is refused with SGLang's 400 for a prompt over the context."""
+    if request.startswith(b"GET "):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+        return
+    body = (b'{"error": {"message": "The input (100000 tokens) is longer than the model\'s '
+            b'context length (1024 tokens).", "code": 400}}')
+    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n"
+                 + body)
+
+
+def test_every_request_refused_is_exit_4_not_ok(tmp_path: Path, raw_server) -> None:
+    s = raw_server(_refuse_generate)
+    out = tmp_path / "b"
+    p, _ = _attach(s.port, out, "--input-len", "100000")
+    line = _one_printable_error(p.stderr)
+    assert p.returncode == 4, line
+    assert "bundle (ok)" not in p.stdout.decode()
+    manifest = json.loads((out / "manifest.json").read_text())
+    why = manifest["parts"]["serve"]["why"]
+    assert manifest["parts"]["serve"]["status"] == "failed", manifest["parts"]
+    assert why.startswith("all 2 requests of c=1 failed: HTTP 400") and "context length" in why
+
+
+# -- SIGKILL: nothing left behind, the bundle reads as interrupted ------------------------------
+
+
+def _start_serving(out: Path, tp: int, output: int) -> subprocess.Popen[bytes]:
+    """A serve-bench run with a long load, started; returns once its server is ready."""
+    bench = subprocess.Popen(
+        pcieprof_argv("serve-bench", "--model", "tiny-cpu", "--tp", str(tp), "--out", str(out),
+                      *LIGHT, "--num-requests", "100000", "--output-len", "64"),
+        stdout=output, stderr=output, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    log = out / "serve" / "server-0.log"
+    while not (log.is_file() and "fired up" in log.read_text(errors="replace")):
+        if bench.poll() is not None or time.monotonic() > deadline:
+            bench.kill()
+            bench.wait()
+            pytest.fail("the reference server did not get ready")
+        time.sleep(0.2)
+    return bench
+
+
+def test_sigkill_of_serve_bench_leaves_no_server_behind(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    bench = _start_serving(out, 2, subprocess.DEVNULL)
+    tree: set[int] = set()
+    try:
+        # the pids of this run's tree: serve-bench, the server, its rank
+        tree = {bench.pid} | descendants(bench.pid)
+        assert len(tree) >= 3, tree
+        bench.send_signal(signal.SIGKILL)
+        bench.wait(timeout=10)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 5 and any(alive(p) for p in tree):
+            time.sleep(0.05)
+        left = [p for p in tree if alive(p)]
+        assert not left, f"still alive 5 s after SIGKILL of serve-bench: {left}"
+    finally:
+        for pid in tree:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if bench.poll() is None:
+            bench.kill()
+    manifest = Bundle.open(out).manifest
+    assert manifest["status"] == "interrupted", manifest
+    assert manifest["parts"]["serve"]["status"] == "interrupted"
+    assert "ended without closing the bundle" in manifest["parts"]["serve"]["why"]
+
+
+def test_sighup_stops_like_sigterm_and_says_where_the_bundle_is(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    bench = _start_serving(out, 1, subprocess.PIPE)
+    tree: set[int] = set()
+    try:
+        tree = descendants(bench.pid)
+        bench.send_signal(signal.SIGHUP)
+        _, err = bench.communicate(timeout=30)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+    text = err.decode()
+    assert bench.returncode == 130, text[-2000:]
+    assert f"the partial bundle is {out}" in text, text[-2000:]
+    assert tree and not any(alive(p) for p in tree)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "partial" and manifest["parts"]["serve"]["status"] == "partial"
