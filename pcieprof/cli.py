@@ -9,11 +9,11 @@ from __future__ import annotations
 import importlib.util
 import sys
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
-from pcieprof import __version__, progress
+from pcieprof import __version__, bundle, progress
 from pcieprof.commands.options import verbosity
 from pcieprof.errors import ExitCode, PcieprofError
 from pcieprof.redact import redact, remember_environ
@@ -68,17 +68,30 @@ def cli() -> None:
     """
 
 
+def _interrupted() -> NoReturn:
+    """Ctrl-C (or SIGTERM where a command turns it into one), for every command: each bundle
+    this process started and did not finish is marked partial and named, then exit 130."""
+    left = bundle.unfinished()
+    for b in left:
+        try:
+            if b.manifest.get("end_time") is None:  # its command did not mark it itself
+                b.interrupted("interrupted (Ctrl-C); what was written so far is kept")
+        except OSError:
+            pass  # the path is still worth printing; the manifest says partial already
+        click.echo(f"pcieprof: interrupted; partial bundle: {b.path}", err=True)
+    if not left:
+        click.echo("pcieprof: interrupted", err=True)
+    sys.exit(ExitCode.INTERRUPTED)
+
+
 def main(argv: list[str] | None = None) -> Any:
     """Console-script entry point."""
+    bundle.forget_unfinished()
     remember_environ()  # a secret this process inherits is masked wherever it would be shown
     try:
         return cli.main(args=argv, prog_name="pcieprof", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("pcieprof: interrupted", err=True)
-        sys.exit(ExitCode.INTERRUPTED)
-    except KeyboardInterrupt:
-        click.echo("pcieprof: interrupted; the bundle keeps what was measured", err=True)
-        sys.exit(ExitCode.INTERRUPTED)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        _interrupted()
     except click.exceptions.ClickException as exc:
         exc.show()
         sys.exit(ExitCode.BAD_INPUT if exc.exit_code == 2 else exc.exit_code)

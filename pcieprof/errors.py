@@ -9,7 +9,7 @@ class ExitCode(IntEnum):
     """Process exit codes. Scripts (and `pcieprof compare --fail-if`) rely on these."""
 
     OK = 0
-    FAILURE = 1  # the work ran and found a problem (a regression, a crashed launch)
+    FAILURE = 1  # the work ran and found a problem (a regression, a crashed launch); a bug
     BAD_INPUT = 2  # the user's arguments or files are wrong
     ENVIRONMENT = 3  # something this machine lacks (no GPU, no NVML, not Linux)
     MEASUREMENT = 4  # a measurement could not be completed

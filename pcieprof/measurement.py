@@ -189,8 +189,8 @@ class MeasurementSession:
                     self._runner.kill()
                 if isinstance(exc, KeyboardInterrupt):
                     how = "SIGTERM" if isinstance(exc, _Terminated) else "Ctrl-C"
+                    # the CLI names the partial bundle (pcieprof.cli), once for every command
                     self.bundle.interrupted(f"interrupted ({how}); rows measured so far are kept")
-                    progress.warn(f"interrupted ({how}); partial bundle at {self.bundle.path}")
                 else:
                     self.bundle.interrupted(f"stopped by an error: {exc}")
         finally:

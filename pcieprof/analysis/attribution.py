@@ -288,6 +288,7 @@ def analyze_rank(path: str, classes: str | None = None, drop_last_step: bool = F
         "path": str(rt.path), "file_index": file_index, "rank": rt.rank,
         "rank_source": rt.rank_source, "distributed_info": rt.distributed_info,
         "mode": "gpu" if gpu_mode else "cpu", "n_events": rt.n_events,
+        "n_dropped_bad_duration": rt.n_bad_duration,
         "bytes_read": rt.bytes_read, "file_bytes": os.path.getsize(path),
         "n_gpu_events": int(rt.g_ts.size), "n_cpu_ops": int(rt.c_ts.size),
         "n_counted": int(keep.sum()), "window": window_note, "steps_from": how,
@@ -403,6 +404,10 @@ def attribute_traces(paths: list[Path], bundle: Any | None = None, classes: Path
                     bar.advance()
     _settle_ranks(results)
     results.sort(key=lambda r: r["rank"])
+    for r in results:
+        if r["n_dropped_bad_duration"]:
+            progress.warn(f"{r['path']}: {r['n_dropped_bad_duration']} event(s) with a negative "
+                          "or non-finite duration dropped (not counted)")
     doc = _document(results, classes, drop_last_step, time.perf_counter() - t0, n)
     if bundle is not None:
         write_bundle(bundle, doc)
@@ -437,6 +442,7 @@ def _document(results: list[dict[str, Any]], classes: Path | None, drop_last_ste
         ranks.append({
             "rank": r["rank"], "rank_source": r["rank_source"], "path": r["path"], "mode": r["mode"],
             "file_bytes": r["file_bytes"], "n_events": r["n_events"],
+            "n_dropped_bad_duration": r["n_dropped_bad_duration"],
             "n_gpu_events": r["n_gpu_events"], "n_cpu_ops": r["n_cpu_ops"],
             "n_counted": r["n_counted"], "window": r["window"], "steps_from": r["steps_from"],
             "n_steps": len(steps), "totals": r["totals"], "decode_steps": summary,

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import gzip
 import json
+import math
 import os
 import queue
 import re
@@ -109,6 +110,7 @@ class RankTrace:
     families: list[str] = field(default_factory=list)
     n_events: int = 0
     bytes_read: int = 0
+    n_bad_duration: int = 0  # events dropped for a negative or non-finite duration or time
 
 
 class _Tap:
@@ -757,15 +759,32 @@ def read_trace(path: Path | str, classifier: Classifier, ahead: bool = True) -> 
     elif rank_from_name(path) is not None:
         rank, source = rank_from_name(path), "file name"
     col = b.column
+    g = {k: col(k, t) for k, t in (("g_name", np.int32), ("g_ts", np.float64),
+                                   ("g_dur", np.float64), ("g_stream", np.int32),
+                                   ("g_corr", np.int64), ("g_bit", np.int8),
+                                   ("g_family", np.int32))}
+    c = {k: col(k, t) for k, t in (("c_name", np.int32), ("c_ts", np.float64),
+                                   ("c_dur", np.float64), ("c_bit", np.int8),
+                                   ("c_family", np.int32))}
+    comm_event = np.frombuffer(b.comm_event, dtype=np.int64).copy()
+    comm_arg = np.frombuffer(b.comm_arg, dtype=np.int32).copy()
+    # An event with a negative or non-finite duration is not a time span: it would subtract
+    # from the totals (a negative top_kernels total). It is dropped and counted.
+    g_ok = np.isfinite(g["g_dur"]) & (g["g_dur"] >= 0) & np.isfinite(g["g_ts"])
+    c_ok = np.isfinite(c["c_dur"]) & (c["c_dur"] >= 0) & np.isfinite(c["c_ts"])
+    spans = [sp for sp in b.spans if math.isfinite(sp[2]) and math.isfinite(sp[3]) and sp[3] >= 0]
+    n_bad = int(g_ok.size - g_ok.sum() + c_ok.size - c_ok.sum()) + len(b.spans) - len(spans)
+    if not g_ok.all():
+        new_index = np.cumsum(g_ok) - 1
+        kept = g_ok[comm_event]
+        comm_event, comm_arg = new_index[comm_event[kept]], comm_arg[kept]
+        g = {k: v[g_ok] for k, v in g.items()}
+    if not c_ok.all():
+        c = {k: v[c_ok] for k, v in c.items()}
     return RankTrace(
         path=path, rank=rank, rank_source=source, distributed_info=info, names=b.names,
-        g_name=col("g_name", np.int32), g_ts=col("g_ts", np.float64), g_dur=col("g_dur", np.float64),
-        g_stream=col("g_stream", np.int32), g_corr=col("g_corr", np.int64),
-        g_bit=col("g_bit", np.int8), g_family=col("g_family", np.int32),
-        comm_event=np.frombuffer(b.comm_event, dtype=np.int64).copy(),
-        comm_arg=np.frombuffer(b.comm_arg, dtype=np.int32).copy(), comm_arg_table=b.arg_table,
+        **g, comm_event=comm_event, comm_arg=comm_arg, comm_arg_table=b.arg_table,
         l_corr=col("l_corr", np.int64), l_ts=col("l_ts", np.float64), l_graph=col("l_graph", bool),
-        c_name=col("c_name", np.int32), c_ts=col("c_ts", np.float64), c_dur=col("c_dur", np.float64),
-        c_bit=col("c_bit", np.int8), c_family=col("c_family", np.int32),
-        spans=b.spans, families=b.families, n_events=b.n_x, bytes_read=nbytes,
+        **c, spans=spans, families=b.families, n_events=b.n_x, bytes_read=nbytes,
+        n_bad_duration=n_bad,
     )

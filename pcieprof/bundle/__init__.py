@@ -44,19 +44,93 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux: /proc/self/status); elsewhere by
+    setting and restoring it."""
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+def file_mode() -> int:
+    """The mode of every file pcieprof writes into a bundle or as a report: 0666 minus the
+    umask, what `open(path, "w")` gives a new file (0644 under the usual umask 022)."""
+    return 0o666 & ~_umask()
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` so that readers see the old or the new file, never half of one."""
+    """Write `text` to `path` so that readers see the old or the new file, never half of one.
+
+    The file gets `file_mode()` (a temporary file is created 0600; the CSVs, appended in
+    place, get the umask's mode: every file of a bundle has the same one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
+            os.fchmod(f.fileno(), file_mode())
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _cannot(path: Path, what: str, exc: OSError) -> BadInput:
+    shown = str(path) if len(str(path)) <= 120 else f"{str(path)[:60]}...{str(path)[-40:]}"
+    blocker = next((p for p in path.parents if _is_file(p)), None)
+    why = f"{blocker} is a file" if blocker is not None else (exc.strerror or str(exc))
+    return BadInput(f"{shown}: cannot {what} ({why})",
+                    hint="choose an --out in a writable directory")
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.exists() and not path.is_dir()
+    except OSError:
+        return False
+
+
+def prepare_out_dir(path: Path, *, force: bool) -> None:
+    """Make `path` an empty directory to write into, or refuse with one line (BadInput).
+
+    Args:
+        path: the output directory (`--out`).
+        force: clear a non-empty directory instead of refusing it.
+    """
+    try:
+        if path.exists() and not path.is_dir():
+            raise BadInput(f"{path}: expected a directory for the output, got an existing file")
+        if path.is_dir() and any(path.iterdir()):
+            if not force:
+                raise BadInput(f"output directory {path} exists and is not empty",
+                               hint="choose another --out or pass --force")
+            _clear_dir(path)
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _cannot(path, "create the output directory", exc) from None
+
+
+def prepare_out_file(path: Path) -> None:
+    """Check before any work that a file can be written at `path` (its directory is created),
+    or refuse with one line (BadInput): a directory, an unwritable or impossible place."""
+    try:
+        if path.is_dir():
+            raise BadInput(f"{path}: expected a file name to write, got a directory",
+                           hint=f"e.g. -o {path / 'report.html'}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise _cannot(path, "write the output file", exc) from None
 
 
 def _json_default(obj: Any) -> Any:
@@ -85,6 +159,22 @@ def dumps(obj: Any) -> str:
     return json.dumps(_clean_nan(obj), indent=2, default=_json_default, allow_nan=False) + "\n"
 
 
+#: Bundles this process created and has not finished (by path): what an interrupt leaves
+#: partial, named by the CLI's one interrupt handler (pcieprof.cli).
+_UNFINISHED: dict[Path, "Bundle"] = {}
+
+
+def unfinished() -> list["Bundle"]:
+    """The bundles this process created and did not finish, oldest first."""
+    return list(_UNFINISHED.values())
+
+
+def forget_unfinished() -> None:
+    """Start a new command invocation in this process (pcieprof.cli.main): the bundles of an
+    earlier one are not its own."""
+    _UNFINISHED.clear()
+
+
 class Bundle:
     """A results bundle directory.
 
@@ -111,8 +201,7 @@ class Bundle:
             argv: the command line to record (defaults to sys.argv; secrets are masked).
         """
         path = Path(path)
-        _empty_out(path, force)
-        path.mkdir(parents=True, exist_ok=True)
+        prepare_out_dir(path, force=force)
         manifest: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "pcieprof_version": __version__,
@@ -135,6 +224,7 @@ class Bundle:
         }
         bundle = cls(path, manifest)
         bundle.save_manifest()
+        _UNFINISHED[path] = bundle
         return bundle
 
     @classmethod
@@ -150,13 +240,30 @@ class Bundle:
             raise BadInput(f"{mpath}: unreadable manifest ({exc})") from None
         if not isinstance(manifest, dict) or "schema_version" not in manifest:
             raise BadInput(f"{mpath}: not a pcieprof manifest (no schema_version)")
-        if int(manifest["schema_version"]) > SCHEMA_VERSION:
+        _check_manifest(mpath, manifest)
+        if manifest["schema_version"] > SCHEMA_VERSION:
             raise BadInput(f"{path}: bundle schema {manifest['schema_version']} is newer than "
                            f"this pcieprof understands ({SCHEMA_VERSION})",
                            hint="upgrade pcieprof")
         bundle = cls(path, upgrade_manifest(manifest))
         bundle._settle_dead_writer()
         return bundle
+
+    def check(self) -> "Bundle":
+        """Read every table and typed document the bundle holds (pcieprof.bundle.contract), so
+        that a bad one is refused with its one line before any work or output. Returns self.
+
+        Raises:
+            BadInput: the first file that is not what its reader expects.
+        """
+        for f in contract.FILES:
+            if f.read_as is None or "*" in f.name or not (self.path / f.name).is_file():
+                continue
+            if f.kind == "table":
+                self.read_table(R.table_of(f.read_as))
+            elif f.kind == "document":
+                self.read_doc(f.read_as, f.name)
+        return self
 
     def _settle_dead_writer(self) -> None:
         """Parts left `running` by a writer that is gone become `interrupted`, and so does the
@@ -183,11 +290,14 @@ class Bundle:
         """
         path = Path(path)
         src = self.path.resolve()
-        dst = path.resolve()
+        try:
+            dst = path.resolve()
+        except OSError as exc:
+            raise _cannot(path, "create the output directory", exc) from None
         if dst == src or src in dst.parents:
             raise BadInput(f"{path} is the bundle {self.path} or inside it",
                            hint="choose a directory outside the bundle")
-        _empty_out(path, force)
+        prepare_out_dir(path, force=force)
         try:
             shutil.copytree(self.path, path, dirs_exist_ok=True)
         except OSError as exc:
@@ -213,9 +323,10 @@ class Bundle:
             backend: backend of this part if it differs from the bundle's.
             extra: further JSON-able facts about the part (counts, durations).
         """
-        if status == Status.RUNNING.value and not writer.is_this_process(
-                self.manifest.get("writer")):
-            self.manifest["writer"] = writer.record()  # another process goes on writing it
+        if status == Status.RUNNING.value:
+            _UNFINISHED.setdefault(self.path, self)  # e.g. serve-bench --resume
+            if not writer.is_this_process(self.manifest.get("writer")):
+                self.manifest["writer"] = writer.record()  # another process goes on writing it
         part = dict(self.manifest["parts"].get(name, {}))
         part.update(status=status, why=why,
                     source=source or part.get("source") or self.manifest["source"],
@@ -254,6 +365,7 @@ class Bundle:
         self.manifest["status"] = status
         self.manifest["end_time"] = now_iso()
         self.save_manifest()
+        _UNFINISHED.pop(self.path, None)
         return status
 
     def interrupted(self, why: str) -> None:
@@ -266,6 +378,22 @@ class Bundle:
         self.manifest["end_time"] = now_iso()
         self.manifest["why"] = why
         self.save_manifest()
+
+    def incomplete(self) -> str | None:
+        """Why the bundle is not a finished `ok` one, in one line (None when it is): `partial`,
+        `failed` or `interrupted`, with its reason and the parts that are not ok."""
+        m = self.manifest
+        status = str(m.get("status") or "unknown")
+        if status == Status.OK.value:
+            return None
+        if m.get("end_time") is None and writer.state(m.get("writer")) == "running":
+            return f"{status}: still being written ({writer.describe(m['writer'])})"
+        bad = [f"{n} {p.get('status')}" for n, p in m["parts"].items()
+               if p.get("status") not in (Status.OK.value, None)]
+        why = m.get("why")
+        said = [str(why)] if why else []
+        said += [f"parts not ok: {', '.join(bad)}"] if bad else []
+        return status + (f" ({'; '.join(said)})" if said else "")
 
     @property
     def source(self) -> str:
@@ -401,24 +529,58 @@ class Bundle:
 
 
 
-def _empty_out(path: Path, force: bool) -> None:
-    """Make sure `path` is no file and holds nothing: empty a non-empty directory with `force`,
-    else refuse it (BadInput)."""
-    if path.exists() and not path.is_dir():
-        raise BadInput(f"{path} exists and is not a directory")
-    if path.is_dir() and any(path.iterdir()):
-        if not force:
-            raise BadInput(f"output directory {path} exists and is not empty",
-                           hint="choose another --out or pass --force")
-        _clear_dir(path)
-
-
 def _clear_dir(path: Path) -> None:
     for child in path.iterdir():
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child)
         else:
             child.unlink()
+
+
+#: Manifest key -> the JSON types its value may have (None: null allowed). What every reader of
+#: a manifest relies on; a value of another type is refused when the bundle is opened.
+_MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
+    "pcieprof_version": (str, type(None)), "command": (str, type(None)),
+    "argv": (list,), "start_time": (str, type(None)), "end_time": (str, type(None)),
+    "host": (str, type(None)), "platform": (str, type(None)), "python": (str, type(None)),
+    "source": (str, type(None)), "backend": (str, type(None)), "status": (str, type(None)),
+    "why": (str, type(None)), "writer": (dict, type(None)), "versions": (dict,),
+    "parts": (dict,), "files": (list,), "nodes": (dict, type(None)),
+}
+_JSON_TYPE = {str: "a string", list: "a list", dict: "an object", type(None): "null"}
+
+
+def _check_manifest(mpath: Path, manifest: dict[str, Any]) -> None:
+    """Refuse a manifest whose values have the wrong JSON type (BadInput naming the key), so
+    that no reader meets a `parts: null` or a `schema_version: "one"` later as a crash."""
+    v = manifest["schema_version"]
+    if isinstance(v, str) and v.strip().isdigit():
+        manifest["schema_version"] = v = int(v)  # hand-edited "3": what it means is clear
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise BadInput(f"{mpath}: schema_version: expected an integer >= 0, got {_shown(v)}")
+    for key, types in _MANIFEST_TYPES.items():
+        if key in manifest and not isinstance(manifest[key], types):
+            want = " or ".join(_JSON_TYPE[t] for t in types)
+            raise BadInput(f"{mpath}: {key}: expected {want}, got {_shown(manifest[key])}")
+    for name, part in manifest.get("parts", {}).items():
+        if not isinstance(part, dict):
+            raise BadInput(f"{mpath}: parts.{name}: expected an object, got {_shown(part)}")
+        for key in ("status", "why", "source", "backend"):
+            if not isinstance(part.get(key), (str, type(None))):
+                raise BadInput(f"{mpath}: parts.{name}.{key}: expected a string or null, got "
+                               f"{_shown(part[key])}")
+    if not all(isinstance(f, str) for f in manifest.get("files", [])):
+        raise BadInput(f"{mpath}: files: expected a list of file names")
+    try:
+        NodeLayout.of_manifest(manifest)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise BadInput(f"{mpath}: nodes: not a node layout ({exc})") from None
+
+
+def _shown(value: Any) -> str:
+    """A JSON value as an error message shows it: short."""
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def upgrade_manifest(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -75,16 +75,24 @@ class Document:
         """Read a document, filling defaults; refuses a newer format (BadInput)."""
         where = where or cls.FILE or cls.__name__
         if not isinstance(data, dict):
-            raise BadInput(f"{where}: not a JSON object")
+            raise BadInput(f"{where}: expected a JSON object, got {_json_kind(data)}")
         if cls.FORMAT:
             tag = data.get(cls.TAG_KEY)
             if cls.TAG_KEY == "format":
                 check_format(tag, cls.FORMAT, cls.VERSION, where)
-            elif tag is not None and int(tag) > cls.VERSION:
+            elif tag is not None and _version(tag, where, cls.TAG_KEY) > cls.VERSION:
                 raise BadInput(f"{where}: {cls.TAG_KEY} {tag} is newer than this pcieprof reads "
                                f"({cls.VERSION})", hint="upgrade pcieprof")
             data = {k: v for k, v in data.items() if k != cls.TAG_KEY}
         return decode(cls, data, where)
+
+
+def _version(tag: Any, where: str, key: str) -> int:
+    """A numeric version tag (`attribution_version: 1`), or BadInput naming it."""
+    try:
+        return int(tag)
+    except (TypeError, ValueError):
+        raise BadInput(f"{where}: {key}: expected an integer, got {str(tag)[:40]!r}") from None
 
 
 def encode(obj: Any) -> Any:
@@ -121,6 +129,11 @@ def decode(cls: type[Any], data: dict[str, Any], where: str) -> Any:
     extra: dict[str, Any] = {}
     for key, value in data.items():
         if key in fields and key != "extra":
+            f = fields[key]
+            if value is None and not _nullable(hints[key]):
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    raise BadInput(f"{where}: {key}: expected a value, got null")
+                continue  # null where the field has a default: read as absent
             kwargs[key] = _value(hints[key], value, f"{where}: {key}")
         else:
             extra[key] = value
@@ -130,6 +143,21 @@ def decode(cls: type[Any], data: dict[str, Any], where: str) -> Any:
         return cls(**kwargs)
     except TypeError as exc:  # a required field missing
         raise BadInput(f"{where}: {exc}") from None
+
+
+def _nullable(hint: Any) -> bool:
+    """True when null is a value of `hint` (Optional, Any, object)."""
+    if hint is Any or hint is object:
+        return True
+    return (typing.get_origin(hint) in (Union, types.UnionType)
+            and type(None) in typing.get_args(hint))
+
+
+def _item(hint: Any, value: Any, where: str) -> Any:
+    """An element of a list or a value of a dict: null only where the hint allows it."""
+    if value is None and not _nullable(hint):
+        raise BadInput(f"{where}: expected {_HINT_WORDS.get(hint, 'a value')}, got null")
+    return _value(hint, value, where)
 
 
 def _value(hint: Any, value: Any, where: str) -> Any:
@@ -144,27 +172,44 @@ def _value(hint: Any, value: Any, where: str) -> Any:
         return value  # a union of several types is kept as read
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
-            raise BadInput(f"{where}: expected an object")
+            raise BadInput(f"{where}: expected an object, got {_json_kind(value)}")
         return (hint.from_json(value, where) if issubclass(hint, Document)
                 else decode(hint, value, where))
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise BadInput(f"{where}: expected a list")
+            raise BadInput(f"{where}: expected a list, got {_json_kind(value)}")
         item = args[0] if args else Any
-        items = [_value(item, v, where) for v in value]
+        items = [_item(item, v, where) for v in value]
         return tuple(items) if origin is tuple else items
     if origin is dict:
         if not isinstance(value, dict):
-            raise BadInput(f"{where}: expected an object")
+            raise BadInput(f"{where}: expected an object, got {_json_kind(value)}")
         kt, vt = args if args else (Any, Any)
-        return {_value(kt, k, where): _value(vt, v, where) for k, v in value.items()}
+        return {_value(kt, k, where): _item(vt, v, where) for k, v in value.items()}
+    if hint in (int, float, str) and isinstance(value, (dict, list)):
+        raise BadInput(f"{where}: expected {_HINT_WORDS[hint]}, got {_json_kind(value)}")
     if hint is int and isinstance(value, (str, float)) and not isinstance(value, bool):
         try:
             return int(value)
-        except ValueError:
-            raise BadInput(f"{where}: {value!r} is not an integer") from None
+        except (ValueError, OverflowError):
+            raise BadInput(f"{where}: expected an integer, got {str(value)[:40]!r}") from None
     if hint is float and isinstance(value, (int, str)) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except ValueError:
+            raise BadInput(f"{where}: expected a number, got {str(value)[:40]!r}") from None
     if hint is str and not isinstance(value, str):
         return str(value)
     return value
+
+
+_HINT_WORDS = {int: "an integer", float: "a number", str: "a string"}
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in words (`a list`, `a string`)."""
+    for t, word in ((dict, "an object"), (list, "a list"), (str, "a string"), (bool, "a boolean"),
+                    (int, "a number"), (float, "a number")):
+        if isinstance(value, t):
+            return word
+    return "null" if value is None else type(value).__name__

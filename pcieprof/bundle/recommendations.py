@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pcieprof.bundle.document import Document
+from pcieprof.errors import BadInput
 
 
 @dataclass
@@ -191,3 +192,37 @@ class Recommendations(Document):
     verify: dict[str, Any] | None = None
     computed_by_report: bool = False
     error: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "") -> "Recommendations":
+        """Read it (Document.from_json), and check the shape of `inferred`, which is kept as a
+        plain object: the report walks its levels and groups."""
+        doc = super().from_json(data, where)
+        if doc.inferred is not None:
+            _check_inferred(doc.inferred, f"{where or cls.FILE}: inferred")
+        return doc
+
+
+def _check_inferred(inferred: dict[str, Any], where: str) -> None:
+    """InferredTopology.as_dict's shape, or BadInput naming the first key that differs."""
+    def ints(v: Any) -> bool:
+        return isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool)
+                                           for x in v)
+
+    if not isinstance(inferred.get("metric"), str):
+        raise BadInput(f"{where}: metric: expected a string")
+    if not ints(inferred.get("gpus")):
+        raise BadInput(f"{where}: gpus: expected a list of GPU indices")
+    levels = inferred.get("levels")
+    if not isinstance(levels, list):
+        raise BadInput(f"{where}: levels: expected a list")
+    for k, lv in enumerate(levels):
+        if not isinstance(lv, dict):
+            raise BadInput(f"{where}: levels[{k}]: expected an object")
+        if not isinstance(lv.get("name"), str):
+            raise BadInput(f"{where}: levels[{k}].name: expected a string")
+        groups = lv.get("groups")
+        if not (isinstance(groups, list) and all(ints(g) for g in groups)):
+            raise BadInput(f"{where}: levels[{k}].groups: expected lists of GPU indices")
+        if not isinstance(lv.get("value"), (int, float, type(None))):
+            raise BadInput(f"{where}: levels[{k}].value: expected a number or null")

@@ -127,6 +127,16 @@ TABLES: dict[str, type[Row]] = {"p2p": P2PRow, "concurrent": ConcurrentRow,
                                 "allreduce": AllReduceRow, "decode_curve": DecodeCurveRow}
 
 
+#: Table -> the columns without which its rows mean nothing (in every schema version): a file
+#: whose header lacks one is not that table (a wrong or hand-made header), and is refused.
+KEY_COLUMNS: dict[str, tuple[str, ...]] = {
+    "p2p": ("src", "dst", "path", "size_bytes"),
+    "concurrent": ("pattern", "flow", "bandwidth_gbps"),
+    "allreduce": ("nranks", "size_bytes", "time_us"),
+    "decode_curve": ("batch_size", "step_time_ms"),
+}
+
+
 def columns(table: str) -> list[str]:
     """The columns of `table`, in file order."""
     return [f.name for f in fields(TABLES[table])]
@@ -201,9 +211,31 @@ def encode(table: str, row: Row | Mapping[str, Any]) -> dict[str, Any]:
 
 
 def decode_frame(table: str, df: "pd.DataFrame") -> "pd.DataFrame":
-    """A table as read from CSV with every column (older files get defaults) and typed cells."""
+    """A table as read from CSV with every column (older files get defaults) and typed cells.
+
+    Raises:
+        ValueError: a key column (KEY_COLUMNS) missing from the header, or a cell of a number
+            column that is not a number (the message names the row and the column).
+    """
+    import pandas as pd  # heavy: pandas
+
+    missing = [c for c in KEY_COLUMNS[table] if c not in df.columns]
+    if missing:
+        header = ",".join(str(c) for c in df.columns)
+        raise ValueError(f"expected a header with the columns {', '.join(KEY_COLUMNS[table])}, "
+                         f"got {header[:60]!r} (no {', '.join(missing)})")
     base = defaults(table)
     for col, default in base.items():
+        if (col in df.columns and isinstance(default, (int, float))
+                and not isinstance(default, bool)
+                and not pd.api.types.is_numeric_dtype(df[col])):
+            numbers = pd.to_numeric(df[col], errors="coerce")
+            bad = numbers.isna() & df[col].notna() & (df[col].astype(str).str.strip() != "")
+            if bad.any():
+                k = int(bad.to_numpy().nonzero()[0][0])
+                raise ValueError(f"row {k + 1}, column {col}: expected a number, got "
+                                 f"{str(df[col].iloc[k])[:40]!r}")
+            df[col] = numbers
         if col == "env":
             df[col] = [parse_env(v) for v in df[col]] if col in df.columns else [{}] * len(df)
         elif col == "ranks":

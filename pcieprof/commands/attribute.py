@@ -95,6 +95,9 @@ def command(traces: tuple[Path, ...], classes: Path | None, drop_last_step: bool
     if bool(model) != bool(topology):
         raise BadInput("--model and --topology go together")
     paths = _expand(traces)
+    # The bundles it reads are checked before one is written: a bad one is its own line.
+    topo_b = Bundle.open(topology).check() if topology else None
+    serve_b = Bundle.open(serve_dir).check() if serve_dir else None
     bundle = Bundle.create(out or default_out_dir("attribute"), command="attribute",
                            source="measured", backend="imported", force=force)
     doc: dict[str, Any] | None = None
@@ -104,8 +107,8 @@ def command(traces: tuple[Path, ...], classes: Path | None, drop_last_step: bool
                                    workers=workers)
             bundle.manifest["backend"] = bundle.part("attribution").get("backend", "imported")
         rows = None
-        if model and topology:
-            rows = _model_table(bundle, model, topology, serve_dir, doc, tp, ep, pp, dp_attention,
+        if model and topo_b:
+            rows = _model_table(bundle, model, topo_b, serve_b, doc, tp, ep, pp, dp_attention,
                                 deepep, mtp, variant, _batches(batches))
     except BaseException as exc:
         bundle.interrupted(f"{type(exc).__name__}: {exc}")
@@ -119,14 +122,13 @@ def command(traces: tuple[Path, ...], classes: Path | None, drop_last_step: bool
     click.echo(f"wrote {bundle.path}")
 
 
-def _model_table(bundle: Bundle, model: str, topology: Path, serve_dir: Path | None,
+def _model_table(bundle: Bundle, model: str, topology: Bundle, serve: Bundle | None,
                  doc: dict[str, Any] | None, tp: int, ep: int, pp: int, dp_attention: bool,
                  deepep: bool, mtp: bool, variant: str, batches: list[int]) -> list[dict[str, Any]]:
     card = load_card(model)
     layout = Layout(tp=tp, ep=ep, pp=pp, dp_attention=dp_attention,
                     moe_a2a="deepep" if deepep else "none", speculative=mtp)
-    pricer = Pricer(Bundle.open(topology), variant)
-    serve = Bundle.open(serve_dir) if serve_dir else None
+    pricer = Pricer(topology, variant)
     bundle.set_part("comm_model", "running")
     attribution = Attribution.from_json(doc) if doc else None
     rows = comparison_table(card, layout, batches, pricer, serve, attribution)

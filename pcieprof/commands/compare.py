@@ -13,6 +13,7 @@ import click
 from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand, band_for
 from pcieprof.analysis.virtualization import known_state, like_for_like, pick_pair
 from pcieprof.analysis.nodes import Nodes
+from pcieprof import progress
 from pcieprof.bundle import Bundle
 from pcieprof.commands.options import verbosity
 from pcieprof.errors import BadInput, ExitCode
@@ -103,10 +104,20 @@ def command(a: Path, b: Path, fail_if: tuple[str, ...], show_all: bool, model: s
     """
     conds = [parse_condition(t) for t in fail_if]
     band = band_for(model)
-    ba, bb = Bundle.open(a), Bundle.open(b)
+    ba, bb = Bundle.open(a).check(), Bundle.open(b).check()
+    ma, mb = bundle_metrics(ba, band), bundle_metrics(bb, band)
+    matched = {c: sorted(n for n in set(ma) & set(mb) if fnmatch.fnmatchcase(n, c.metric))
+               for c in conds}
+    for c, names_c in matched.items():  # bad input is refused before anything is printed
+        if not names_c:
+            raise BadInput(f"--fail-if {c.text!r}: no metric {c.metric!r} in both bundles",
+                           hint="run without --fail-if to list the metric names")
+    for name, bundle in (("A", ba), ("B", bb)):
+        if (why := bundle.incomplete()) is not None:
+            progress.warn(f"{name} {bundle.path}: bundle {why}; its metrics may be missing "
+                          "or incomplete")
     for line in vm_lines(ba, bb, band):
         click.echo(line)
-    ma, mb = bundle_metrics(ba, band), bundle_metrics(bb, band)
     for name, bundle in (("A", ba), ("B", bb)):
         nodes = Nodes.of(bundle)
         if nodes is not None:  # allreduce.*.<K>x<N> metrics are its groups across the nodes
@@ -127,11 +138,7 @@ def command(a: Path, b: Path, fail_if: tuple[str, ...], show_all: bool, model: s
         click.echo("(no metric measured in both bundles; --all shows each bundle's own)")
     failures = []
     for c in conds:
-        matched = [n for n in set(ma) & set(mb) if fnmatch.fnmatchcase(n, c.metric)]
-        if not matched:
-            raise BadInput(f"--fail-if {c.text!r}: no metric {c.metric!r} in both bundles",
-                           hint="run without --fail-if to list the metric names")
-        for n in sorted(matched):
+        for n in matched[c]:
             if c.failed(ma[n], mb[n]):
                 failures.append(f"{n}: {_fmt(ma[n])} -> {_fmt(mb[n])} ({c.text})")
     if failures:

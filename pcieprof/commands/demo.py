@@ -22,10 +22,9 @@ import click
 
 from pcieprof import progress
 from pcieprof.analysis.decode_band import DEFAULT_MODEL
-from pcieprof.bundle import default_out_dir
+from pcieprof.bundle import default_out_dir, prepare_out_dir
 from pcieprof.commands import recommend, report, serve_bench, topology
 from pcieprof.commands.options import out_dir, verbosity
-from pcieprof.errors import BadInput
 from pcieprof.sim.fabric import DEFAULT_PROFILE
 
 
@@ -56,10 +55,21 @@ def command(profile: str, baseline: str, model: str, tp: int, no_serve: bool, ou
     measured, backend cpu). Takes a few minutes on a laptop.
     """
     root = out or default_out_dir("demo")
-    if root.exists() and any(root.iterdir()) and not force:
-        raise BadInput(f"output directory {root} exists and is not empty",
-                       hint="choose another --out or pass --force")
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        reuse = force and root.is_dir()  # --force: each step clears its own bundle
+    except OSError:
+        reuse = False
+    if not reuse:
+        prepare_out_dir(root, force=False)  # one line when it cannot be written
+    try:
+        _steps(root, profile, baseline, model, tp, no_serve, force)
+    except (KeyboardInterrupt, click.exceptions.Abort):  # click turns Ctrl-C into Abort
+        click.echo(f"pcieprof: interrupted; partial demo output: {root}", err=True)
+        raise
+
+
+def _steps(root: Path, profile: str, baseline: str, model: str, tp: int, no_serve: bool,
+           force: bool) -> None:
     force_args = ["--force"] if force else []
     t0 = time.monotonic()
 

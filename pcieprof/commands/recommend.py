@@ -112,11 +112,11 @@ def command(bundle: Path, out: Path | None, force: bool, model: str, batch_max: 
     correct tokens with when --serve names its bundle; without one it uses the search's
     first-ranked backends for the GPU architecture and says they are not yet served on this box.
     """
-    b = Bundle.open(bundle)
+    b = Bundle.open(bundle).check()
     card = load_card(model)  # a wrong name is one line, before any work
     if arch is not None and not re.fullmatch(r"sm\d{2,3}", arch):
         raise BadInput(f"--arch {arch!r}: give a compute capability as smXY (sm120, sm100, sm90)")
-    choice = launch_choice(card, Bundle.open(serve) if serve is not None else None, arch)
+    choice = launch_choice(card, Bundle.open(serve).check() if serve is not None else None, arch)
     band = DecodeBand.of_card(card, 1, batch_max)
     nodes = Nodes.of(b)
     if verify and nodes is not None:

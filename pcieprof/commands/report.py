@@ -13,7 +13,7 @@ import click
 
 from pcieprof import progress
 from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand
-from pcieprof.bundle import Bundle, default_out_dir
+from pcieprof.bundle import Bundle, default_out_dir, prepare_out_file
 from pcieprof.cards import ModelCard, load_card
 from pcieprof.commands.options import verbosity
 from pcieprof.commands.tuning import for_report, launch_choice, serve_searches
@@ -44,12 +44,13 @@ def command(bundles: tuple[Path, ...], out: Path | None, model: str, batch_max: 
     SERVE`) and the SGLang commands of the first use the launch backends the search found
     healthy; the second shows the search's attempts next to its winner.
     """
-    opened = [Bundle.open(b) for b in bundles]
+    opened = [Bundle.open(b).check() for b in bundles]
     card = load_card(model)
     band = DecodeBand.of_card(card, 1, batch_max)
     if out is None:
         out = (opened[0].path / "report.html" if len(opened) == 1
                else default_out_dir("compare").with_suffix(".html"))
+    prepare_out_file(out)  # before the work: a directory or an unwritable place is one line
     recs = {} if no_tune else for_report(opened, card, band, _joined(opened, card))
     progress.info(f"report of {len(opened)} bundle(s) -> {out}")
     path = write_report(opened, out, ctx=ReportContext(band=band, recommendations=recs))

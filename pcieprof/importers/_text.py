@@ -15,9 +15,11 @@ the same few milliseconds as a real one. Every detection pattern is linear in it
 from __future__ import annotations
 
 import re
-from typing import NoReturn
+from typing import Callable, NoReturn, TypeVar
 
 from pcieprof.errors import BadInput
+
+N = TypeVar("N", int, float)
 
 #: ANSI escape sequences: CSI (nvidia-smi underlines its header row with ESC[4m ... ESC[0m,
 #: coloured logs use ESC[31m) and OSC (terminal titles), as terminals and log captures keep them.
@@ -95,15 +97,16 @@ def fail(name: str, lineno: int | None, expected: str, *, got: str | None = None
 
 def parse_float(token: str, name: str, lineno: int, what: str) -> float:
     """`float(token)` or the one-line error naming `what`."""
-    try:
-        return float(token)
-    except ValueError:
-        fail(name, lineno, what, got=token)
+    return _parse(float, token, name, lineno, what)
 
 
 def parse_int(token: str, name: str, lineno: int, what: str) -> int:
     """`int(token)` or the one-line error naming `what`."""
+    return _parse(int, token, name, lineno, what)
+
+
+def _parse(convert: Callable[[str], N], token: str, name: str, lineno: int, what: str) -> N:
     try:
-        return int(token)
+        return convert(token)
     except ValueError:
         fail(name, lineno, what, got=token)

@@ -23,11 +23,13 @@ from __future__ import annotations
 import re
 import xml.parsers.expat
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from pcieprof.importers._text import fail
 from pcieprof.importers.topology import flat_tree_evidence
 from pcieprof.schema import NCCL_PATH_TYPES
+
+N = TypeVar("N", int, float)
 
 TOPO_FORMAT = "pcieprof.nccl_topo/1"
 GRAPH_FORMAT = "pcieprof.nccl_graph/1"
@@ -91,29 +93,29 @@ def looks_like_graph(text: str) -> bool:
     return bool(re.match(r"\s*(<\?xml[^>]*>\s*)?<graphs[\s>]", text))
 
 
-def _int(node: Node, attr: str, name: str, *, required: bool = True, base: int = 10
-         ) -> int | None:
+def _attr(node: Node, attr: str, name: str, convert: Callable[[str], N], what: str,
+          required: bool) -> N | None:
+    """Attribute `attr` of `node` converted, None when absent and not required; else the
+    importers' one-line error naming the attribute and what it should hold."""
     v = node.attrs.get(attr)
     if v is None:
         if required:
-            fail(name, node.line, f"attribute {attr}=\"<integer>\" on <{node.tag}>")
+            fail(name, node.line, f"attribute {attr}=\"<{what}>\" on <{node.tag}>")
         return None
     try:
-        return int(v, base)
+        return convert(v)
     except ValueError:
-        fail(name, node.line, f"an integer for {attr} on <{node.tag}>", got=v)
+        fail(name, node.line, f"{'an' if what[0] in 'aeiou' else 'a'} {what} for {attr} on "
+             f"<{node.tag}>", got=v)
+
+
+def _int(node: Node, attr: str, name: str, *, required: bool = True, base: int = 10
+         ) -> int | None:
+    return _attr(node, attr, name, lambda v: int(v, base), "integer", required)
 
 
 def _float(node: Node, attr: str, name: str, *, required: bool = True) -> float | None:
-    v = node.attrs.get(attr)
-    if v is None:
-        if required:
-            fail(name, node.line, f"attribute {attr}=\"<number>\" on <{node.tag}>")
-        return None
-    try:
-        return float(v)
-    except ValueError:
-        fail(name, node.line, f"a number for {attr} on <{node.tag}>", got=v)
+    return _attr(node, attr, name, float, "number", required)
 
 
 def parse_graph_xml(text: str, name: str = "<graph.xml>") -> dict[str, Any]:

@@ -7,12 +7,14 @@ took minutes in format detection and /dev/zero or a FIFO never returned.
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from builders.cli import cli, pcieprof_argv
 from pcieprof.cli import main
 from pcieprof.errors import BadInput
 from pcieprof.importers import reading
@@ -183,3 +185,51 @@ def test_directory_and_oversized_file(tmp_path: Path, capsys, monkeypatch) -> No
     f = tmp_path / "big.txt"
     f.write_text("x" * 5000)
     assert f"{f}: expected at most 1000 bytes of tool output, got 5000 bytes" in error_line([str(f)], capsys)
+
+
+#: The cases of issue 13 as a user types them, each in its own process under a wall-clock
+#: deadline (before: 10k / 40k / 200k characters in one line took 2 / 16 / 461 s in detection;
+#: /dev/zero read until memory ran out). {t} is the test's tmp dir.
+PROCESS_CASES = {
+    "line_10k": (["{t}/line10k.txt"], "{t}/line10k.txt: expected the output of one of"),
+    "line_200k": (["{t}/line200k.txt"], "{t}/line200k.txt: expected the output of one of"),
+    "xml_doctype_160k": (["{t}/doctype.xml"], "{t}/doctype.xml: expected the output of one of"),
+    "dev_zero": (["/dev/zero"], "/dev/zero: expected a text file (tool output), got binary data"),
+    "dev_urandom": (["/dev/urandom"], "/dev/urandom: expected a text file (tool output), got "
+                    "binary data"),
+    "endless_pipe": (["/dev/stdin"], "/dev/stdin: expected at most 64 MiB of tool output, got "
+                     "more"),
+    "directory": (["{t}"], "{t}: expected a file of tool output, got a directory"),
+    "missing": (["{t}/nope.txt"], "{t}/nope.txt: cannot read (No such file or directory)"),
+}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("case", sorted(PROCESS_CASES))
+def test_as_a_user_runs_it(case: str, tmp_path: Path) -> None:
+    (tmp_path / "line10k.txt").write_text("a" * 10_000 + "\n")
+    (tmp_path / "line200k.txt").write_text("a" * 200_000 + "\n")
+    (tmp_path / "doctype.xml").write_text('<?xml version="1.0"?>\n<!DOCTYPE system>\n<system '
+                                          'version="1"><cpu affinity="' + "f" * 160_000
+                                          + '"/></system>\n')
+    args, expected = PROCESS_CASES[case]
+    args = [a.format(t=tmp_path) for a in args]
+    argv = ["import", *args, "-q", "-o", str(tmp_path / "out")]
+    t0 = time.monotonic()
+    if case == "endless_pipe":  # `yes | pcieprof import /dev/stdin`: text that never ends
+        yes = subprocess.Popen(["yes", "GPU0 GPU1"], stdout=subprocess.PIPE)
+        try:
+            r = subprocess.run(pcieprof_argv(*argv), stdin=yes.stdout, capture_output=True,
+                               text=True, timeout=20)
+        finally:
+            yes.kill()
+            yes.wait()
+    else:
+        r = cli(*argv, process=True, timeout=20)
+    took = time.monotonic() - t0
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr and "internal error" not in r.stderr
+    assert lines[0].startswith("pcieprof: error: ") and expected.format(t=tmp_path) in lines[0]
+    assert took < 10, f"{case}: {took:.1f} s"
+    assert not (tmp_path / "out").exists()  # refused before a bundle is made
