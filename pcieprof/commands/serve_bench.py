@@ -225,9 +225,7 @@ def command(**kw: Any) -> None:
         if summary is not None and summary.profile and not kw["no_attribute"]:
             _attribute(bundle, summary)
     except KeyboardInterrupt:
-        bundle.interrupted("interrupted")
-        progress.warn(f"interrupted; the partial bundle is {bundle.path} "
-                      f"(pcieprof report {bundle.path})")
+        bundle.interrupted("interrupted")  # the CLI names the partial bundle (pcieprof.cli)
         raise
     except PcieprofError as exc:
         bundle.interrupted(exc.message)
