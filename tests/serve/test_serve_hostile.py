@@ -283,23 +283,28 @@ def test_every_request_refused_is_exit_4_not_ok(tmp_path: Path, raw_server) -> N
 # -- SIGKILL: nothing left behind, the bundle reads as interrupted ------------------------------
 
 
+def _start_serving(out: Path, tp: int, output: int) -> subprocess.Popen[bytes]:
+    """A serve-bench run with a long load, started; returns once its server is ready."""
+    bench = subprocess.Popen(
+        pcieprof_argv("serve-bench", "--model", "tiny-cpu", "--tp", str(tp), "--out", str(out),
+                      *LIGHT, "--num-requests", "100000", "--output-len", "64"),
+        stdout=output, stderr=output, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    log = out / "serve" / "server-0.log"
+    while not (log.is_file() and "fired up" in log.read_text(errors="replace")):
+        if bench.poll() is not None or time.monotonic() > deadline:
+            bench.kill()
+            bench.wait()
+            pytest.fail("the reference server did not get ready")
+        time.sleep(0.2)
+    return bench
+
+
 def test_sigkill_of_serve_bench_leaves_no_server_behind(tmp_path: Path) -> None:
     out = tmp_path / "b"
-    bench = subprocess.Popen(
-        pcieprof_argv("serve-bench", "--model", "tiny-cpu", "--tp", "2", "--out", str(out),
-                      *LIGHT, "--num-requests", "100000", "--output-len", "64"),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    bench = _start_serving(out, 2, subprocess.DEVNULL)
     tree: set[int] = set()
     try:
-        deadline = time.monotonic() + 180
-        log = out / "serve" / "server-0.log"
-        while time.monotonic() < deadline:
-            assert bench.poll() is None, "serve-bench ended before serving"
-            if log.is_file() and "fired up" in log.read_text(errors="replace"):
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail("the reference server did not get ready")
         # the pids of this run's tree: serve-bench, the server, its rank
         tree = {bench.pid} | descendants(bench.pid)
         assert len(tree) >= 3, tree
@@ -324,17 +329,9 @@ def test_sigkill_of_serve_bench_leaves_no_server_behind(tmp_path: Path) -> None:
 
 def test_sighup_stops_like_sigterm_and_says_where_the_bundle_is(tmp_path: Path) -> None:
     out = tmp_path / "b"
-    bench = subprocess.Popen(
-        pcieprof_argv("serve-bench", "--model", "tiny-cpu", "--tp", "1", "--out", str(out),
-                      *LIGHT, "--num-requests", "100000", "--output-len", "64"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    bench = _start_serving(out, 1, subprocess.PIPE)
     tree: set[int] = set()
     try:
-        deadline = time.monotonic() + 180
-        log = out / "serve" / "server-0.log"
-        while not (log.is_file() and "fired up" in log.read_text(errors="replace")):
-            assert bench.poll() is None and time.monotonic() < deadline, "not serving"
-            time.sleep(0.2)
         tree = descendants(bench.pid)
         bench.send_signal(signal.SIGHUP)
         _, err = bench.communicate(timeout=30)
