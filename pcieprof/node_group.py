@@ -466,6 +466,9 @@ class NodeGroup:
     def leave(self) -> None:
         """The others: goodbye to node 0, and close."""
         if 0 in self.peers and self.peers[0].lost is None:
+            # leaving before the bye: node 0 closes the connection as soon as it has read it,
+            # and that close, seen before close() below, is no loss
+            self.peers[0].left = True
             self.peers[0].send({"op": "bye"})
         self.close()
 

@@ -1,7 +1,20 @@
 """Run the probes of a plan through torchrun, with a watchdog, and put their rows into the bundle.
 
 Each launch is `python -m torch.distributed.run ... -m probes.<worker>` in its own process
-session, so the whole torchrun tree can be killed at once. Workers stream rows to per-rank JSONL
+session, so the whole torchrun tree can be killed at once.
+
+On one node nothing a launch opens listens beyond loopback (pcieprof.loopback): torchrun's
+rendezvous is its c10d backend on a FileStore in the launch's scratch directory (`--rdzv-conf
+store_type=file`, torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py) instead of
+`--standalone`'s TCPStore, with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 so that the agent hosts no
+TCPStore for its workers either (dynamic_rendezvous.py; torch's TCPStore listens on every
+interface whatever host it is given); the workers meet at a FileStore of their own
+(probes.rows.STORE_FILE_VAR); gloo's connections listen on the loopback interface
+(GLOO_SOCKET_IFNAME), NCCL's bootstrap, proxy and RAS sockets too (NCCL_SOCKET_IFNAME `=<lo>`,
+exact match: NCCL user guide, "Environment Variables"; its RAS runs "on top of the
+bootstrap/out-of-band network interface", NCCL user guide, "RAS"), unless the user's own value
+passes (GLOO_SOCKET_IFNAME of the shell, NCCL_SOCKET_IFNAME kept by the plan). Several nodes
+listen where the user's --rdzv-endpoint says (torchrun's static rendezvous, env://). Workers stream rows to per-rank JSONL
 files (probes.rows); this module appends them to the bundle as they arrive, watches the
 heartbeat events, and:
 - kills a launch that shows no progress for `plan.timeout_s` (a hang: NCCL over a broken
@@ -33,7 +46,6 @@ and waited for, up to RANK_EXIT_WAIT_S, before the next launch starts.
 from __future__ import annotations
 
 import copy
-import ctypes
 import json
 import math
 import os
@@ -48,14 +60,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from pcieprof import progress
+from pcieprof import loopback, progress
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.rows import AllReduceRow
 from pcieprof.importers.nccl_log import parse_nccl_log
 from pcieprof.node_group import NodeGroup, NodeLost, free_port
+from pcieprof.parent_death import set_parent_death_signal
 from probes.nccl_graph import GraphHeader, check_ring, header_from_dump, ring_graph_xml
 from probes.plan import AllReduceCase, P2PCase, Plan
+from probes.rows import STORE_FILE_VAR
 from probes.variants import GLOO_IGNORES_NCCL, NCCL_DEBUG_ENV, NCCL_TUNING_LOG_ENV
 
 #: Seconds a launch may take before its first event (python + torch import on a busy machine).
@@ -96,9 +110,10 @@ def masked(env: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass
 class Launch:
-    """How torchrun is started: one node (`--standalone`), or one node of several through
-    torchrun's static rendezvous, where `--node-rank` fixes the global rank order (node r's
-    ranks are r * nproc .. r * nproc + nproc - 1), so node 0 always holds global rank 0.
+    """How torchrun is started: one node (its rendezvous on a FileStore: loopback only), or one
+    node of several through torchrun's static rendezvous, where `--node-rank` fixes the global
+    rank order (node r's ranks are r * nproc .. r * nproc + nproc - 1), so node 0 always holds
+    global rank 0.
 
     Attributes:
         nnodes: number of nodes.
@@ -115,9 +130,13 @@ class Launch:
     rdzv_id: str = "pcieprof"
     rdzv_timeout_s: float = 120.0
 
-    def args(self) -> list[str]:
+    def args(self, scratch: Path) -> list[str]:
+        """torchrun's node and rendezvous options; on one node its rendezvous is a FileStore in
+        `scratch` (a directory of this launch's own)."""
         if self.nnodes <= 1:
-            return ["--standalone", "--nnodes", "1"]
+            return ["--nnodes", "1", "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", str(scratch / "rdzv.store"),
+                    "--rdzv-conf", "store_type=file", "--rdzv-id", self.rdzv_id]
         return ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank),
                 "--rdzv-backend", "static", "--rdzv-endpoint", str(self.rdzv_endpoint),
                 "--rdzv-id", self.rdzv_id,
@@ -174,13 +193,31 @@ class _Tail:
         return out
 
 
-def _new_session_with_parent_death() -> None:
-    """preexec for torchrun: own session (killpg reaches all of it), SIGTERM if we die."""
-    os.setsid()
-    try:
-        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+def loopback_env(base: Mapping[str, str], scratch: Path) -> dict[str, str]:
+    """The variables that keep a one-node launch on loopback (see the module's docstring), over
+    the launch's environment `base`: its stores in `scratch`; the interface names only where
+    `base` has none (the user's GLOO_SOCKET_IFNAME, an NCCL_SOCKET_IFNAME the plan keeps)."""
+    env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+           STORE_FILE_VAR: str(scratch / "group.store")}
+    env.update(loopback_ifnames(base))
+    return env
+
+
+def loopback_ifnames(base: Mapping[str, str]) -> dict[str, str]:
+    """GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME on the loopback interface, each unless `base`
+    sets it: what pcieprof sets (recorded in nccl_choices.json as `launch_env`)."""
+    name = loopback.interface()
+    ours = {"GLOO_SOCKET_IFNAME": name, "NCCL_SOCKET_IFNAME": f"={name}"}  # `=`: exact name
+    return {k: v for k, v in ours.items() if k not in base}
+
+
+def _new_session_with_parent_death(parent: int) -> Callable[[], None]:
+    """preexec for torchrun: own session (killpg reaches all of it), SIGTERM when `parent`
+    (this process) dies, so that torchrun tears its workers down."""
+    def preexec() -> None:
+        os.setsid()
+        set_parent_death_signal(signal.SIGTERM, parent)
+    return preexec
 
 
 def kill_group(proc: subprocess.Popen[Any], grace_s: float = 5.0) -> None:
@@ -318,13 +355,18 @@ class ProbeRunner:
         self._nlaunch += 1
         rows_dir = self.work / f"launch{self._nlaunch}"
         rows_dir.mkdir()
-        cmd = [sys.executable, "-m", "torch.distributed.run", *(launch or self.launch).args(),
+        launch = launch or self.launch
+        cmd = [sys.executable, "-m", "torch.distributed.run", *launch.args(rows_dir),
                "--nproc-per-node", str(nproc), "--max-restarts", "0",
                "--monitor-interval", "0.5",
                "-m", module, "--plan", str(self.plan_file), "--rows", str(rows_dir), *args]
-        full_env, _ = launch_environ(os.environ, self.plan.keep_env)
+        full_env = self._launch_base()
         full_env.update(env)
         full_env.setdefault("OMP_NUM_THREADS", "1")
+        if launch.nnodes <= 1:
+            full_env.update(loopback_env(full_env, rows_dir))
+        else:
+            full_env.pop(STORE_FILE_VAR, None)  # env://, at the user's endpoint
         # worker modules are imported from this checkout/installation
         root = str(Path(__file__).resolve().parents[1])
         full_env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in
@@ -350,7 +392,7 @@ class ProbeRunner:
         with log.open("wb") as logf:
             self._proc = proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
                                                  stdin=subprocess.DEVNULL, env=full_env,
-                                                 preexec_fn=_new_session_with_parent_death)
+                                                 preexec_fn=_new_session_with_parent_death(os.getpid()))
             last_activity = time.monotonic()
             started = False
             status, why = "ok", ""
@@ -798,12 +840,18 @@ class ProbeRunner:
             ranks, to_device = list(case.ranks), devices
         entry: dict[str, Any] = {"variant": case.variant, "ranks": ranks, "env": case.env,
                                  "log": log, "user_env": self.env_record,
+                                 "launch_env": ({} if self.plan.case_nodes(case) > 1 else
+                                                loopback_ifnames(self._launch_base())),
                                  "rank_to_device": {str(r): d for r, d in enumerate(to_device)},
                                  "parsed": None, "tuner": []}
         if self.plan.backend != "cuda":
             entry["note"] = (f"{self.plan.backend} backend: gloo process group, NCCL not used"
                              + (f"; {GLOO_IGNORES_NCCL}" if case.env else ""))
         return entry
+
+    def _launch_base(self) -> dict[str, str]:
+        """The environment every launch starts from (the user's, NCCL_* left out unless kept)."""
+        return launch_environ(os.environ, self.plan.keep_env)[0]
 
     def _parse(self, log: str, entry: dict[str, Any]) -> dict[str, Any] | None:
         """What NCCL chose, from one NCCL_DEBUG=INFO log of the bundle (None when unreadable)."""

@@ -3,6 +3,9 @@
     NCCL_...=... python -m torch.distributed.run --standalone --nproc-per-node N \
         -m probes.allreduce_worker --plan plan.json --case K --rows DIR
 
+(how it can be run by hand; pcieprof's runner starts one-node launches on loopback only, with the
+ranks meeting at a FileStore: probes.rows.init_group)
+
 One launch is one `AllReduceCase`: a fresh process group, because NCCL reads its environment at
 communicator init. On `cuda` the runner sets CUDA_VISIBLE_DEVICES to the case's ring order, so
 local rank r drives GPU ranks[r]; on `cpu` the group is gloo over N local processes.
@@ -39,7 +42,7 @@ from pcieprof.bundle.rows import AllReduceRow
 from pcieprof.schema import busbw_factor_allreduce
 from probes.gpu_api import CudaApi, TorchCuda
 from probes.plan import AllReduceCase, Plan, iters_for
-from probes.rows import RowWriter, die_with_parent, dist_env, exit_now, test_hook
+from probes.rows import RowWriter, die_with_parent, dist_env, exit_now, init_group, test_hook
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 #: Bytes one size may move in timed iterations (fewer iterations at large sizes).
@@ -129,14 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     if cuda:
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", timeout=timeout, device_id=device)
+        init_group("nccl", timeout, device_id=device)
         api = TorchCuda()
         if rank == 0:
             v = torch.cuda.nccl.version()
             out.event("versions", nccl=".".join(map(str, v)) if isinstance(v, tuple) else str(v))
     else:
         device = torch.device("cpu")
-        dist.init_process_group("gloo", timeout=timeout)
+        init_group("gloo", timeout)
     out.event("ready")
     budget = BUDGET_BYTES["cuda" if cuda else "cpu"]
     try:

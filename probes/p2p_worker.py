@@ -3,6 +3,9 @@
     python -m torch.distributed.run --standalone --nproc-per-node N -m probes.p2p_worker \
         --plan plan.json --rows DIR [--part p2p|concurrent]
 
+(how it can be run by hand; pcieprof's runner starts one-node launches on loopback only, with the
+ranks meeting at a FileStore: probes.rows.init_group)
+
 `cuda` backend: ONE worker (nproc 1) drives every GPU of the plan, as nvbandwidth and
 p2pBandwidthLatencyTest do: `path=p2p` is a peer copy with peer access enabled
 (cudaMemcpyPeerAsync; a direct DMA, which in a VM goes through the IOMMU/ACS path),
@@ -43,7 +46,8 @@ from probes.gpu_api import CudaApi, TorchCuda
 from probes.numa import SYSFS, on_numa_node, pci_numa_node
 from probes.pattern import HOST_END, case_seed, matches, pattern, poison
 from probes.plan import ConcurrentCase, P2PCase, Plan
-from probes.rows import RowWriter, die_with_parent, dist_env, exit_now, test_corrupt, test_hook
+from probes.rows import (RowWriter, die_with_parent, dist_env, exit_now, init_group, test_corrupt,
+                         test_hook)
 
 CPU_DETAIL = "cpu backend: host memcpy between processes; measures this machine, not a GPU fabric"
 
@@ -531,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
         order = order[order.index((rp, int(ri))):] if (rp, int(ri)) in order else []
     out.event("init", pid=os.getpid())
     if backend == "cpu":
-        dist.init_process_group("gloo", timeout=timeout)
+        init_group("gloo", timeout)
         shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else args.rows
         copier: Any = CpuCopier(plan, rank, shm, args.shm_tag or f"pcieprof-{os.getppid()}")
         detail = CPU_DETAIL

@@ -20,7 +20,7 @@ the watchdog (tests/probes/).
 
 from __future__ import annotations
 
-import ctypes
+import datetime
 import json
 import os
 import signal
@@ -30,7 +30,13 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from pcieprof.parent_death import set_parent_death_signal
+
 _GUARD = "i-know-this-is-for-tests"
+#: Set by the runner for a launch on one node: the file the ranks meet at (a torch FileStore, no
+#: socket) instead of env://, where rank 0 would host a TCPStore (torchrun's MASTER_ADDR/PORT),
+#: and torch's TCPStore listens on every interface whatever host it is given.
+STORE_FILE_VAR = "PCIEPROF_STORE_FILE"
 
 
 class RowWriter:
@@ -85,7 +91,7 @@ def test_hook(rank: int, where: int, label: str) -> None:
         r, w, lab = (spec.split(":") + ["", ""])[:3]
         if r.strip() == str(rank) and w.strip() == str(where) and lab.strip() in ("", label):
             if act == "stuck":
-                _set_parent_death_signal(0)
+                set_parent_death_signal(0)
                 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                     signal.signal(sig, signal.SIG_IGN)
             if act in ("hang", "stuck"):
@@ -105,17 +111,10 @@ def test_corrupt(rank: int, where: int, label: str) -> bool:
     return r.strip() == str(rank) and w.strip() == str(where) and lab.strip() in ("", label)
 
 
-def _set_parent_death_signal(sig: int) -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def die_with_parent() -> None:
     """Ask Linux to kill this worker when its parent (the torchrun agent) dies, so a killed run
-    never leaves workers behind (PR_SET_PDEATHSIG; a no-op elsewhere)."""
-    _set_parent_death_signal(int(signal.SIGKILL))
+    never leaves workers behind (pcieprof.parent_death; a no-op elsewhere than Linux)."""
+    set_parent_death_signal(signal.SIGKILL)
 
 
 def exit_now(code: int) -> None:
@@ -124,6 +123,23 @@ def exit_now(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def init_group(backend: str, timeout: datetime.timedelta, **kwargs: Any) -> None:
+    """`torch.distributed.init_process_group(backend, ...)` at the store the runner names
+    (STORE_FILE_VAR: one node), else env:// (several nodes: torchrun's rendezvous, at the
+    endpoint the user gave)."""
+    import torch.distributed as dist  # heavy: torch (the runner imports this module)
+
+    path = os.environ.get(STORE_FILE_VAR)
+    if not path:
+        dist.init_process_group(backend, timeout=timeout, **kwargs)
+        return
+    rank, world, _ = dist_env()
+    store = dist.FileStore(path, world)
+    store.set_timeout(timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout,
+                            **kwargs)
 
 
 def dist_env() -> tuple[int, int, int]:

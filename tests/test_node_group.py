@@ -77,6 +77,30 @@ def test_two_nodes_join_and_run_a_launch_in_step() -> None:
         one.close()
 
 
+def test_node0_closing_right_after_the_goodbye_is_no_loss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Node 0 closes as soon as it reads node 1's goodbye; node 1 may see that close before its
+    own close() runs (a loaded machine): still no loss, so its bundle does not end `partial`."""
+    zero, one = _join_both(_endpoint(), _member(1))
+    assert isinstance(zero, NodeGroup) and isinstance(one, NodeGroup)
+    try:
+        ending = threading.Thread(target=zero.end, args=({"status": "ok"},))
+        ending.start()
+        assert one.next_step(5.0)["op"] == "end"
+
+        def close_after_node0() -> None:  # the widest window: node 0 already closed
+            ending.join(10)
+            time.sleep(0.2)  # its FIN has reached node 1's reader
+            NodeGroup.close(one)
+
+        monkeypatch.setattr(one, "close", close_after_node0)
+        one.leave()
+        assert not ending.is_alive()
+        assert one.lost() is None and zero.lost() is None
+    finally:
+        zero.close()
+        NodeGroup.close(one)
+
+
 def test_a_node_that_disagrees_is_refused_on_both_sides() -> None:
     zero, one = _join_both(_endpoint(), _member(1, devices=[0, 1, 2]))
     assert isinstance(zero, BadInput) and isinstance(one, BadInput)

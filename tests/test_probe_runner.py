@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from pcieprof import loopback
 from pcieprof.bundle import Bundle
-from pcieprof.probe_runner import ProbeRunner, _stat, alive, reap
+from pcieprof.probe_runner import (Launch, ProbeRunner, _stat, alive, launch_environ,
+                                    loopback_env, loopback_ifnames, reap)
 from probes import variants as V
 from probes.plan import build_plan
 
@@ -125,3 +127,26 @@ def test_reap_kills_by_pid_and_leaves_a_reused_pid_alone() -> None:
             assert b.poll() is None
         finally:
             b.kill()
+
+
+def test_one_node_launches_stay_on_loopback_without_overriding_the_user(tmp_path: Path) -> None:
+    """What keeps a one-node launch on loopback: stores in its scratch directory, the loopback
+    interface for gloo and NCCL unless the launch's environment already names one (the user's
+    GLOO_SOCKET_IFNAME; an NCCL_SOCKET_IFNAME reaches it only when the plan keeps it)."""
+    name = loopback.interface()
+    env = loopback_env({}, tmp_path)
+    assert env == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+                   "PCIEPROF_STORE_FILE": str(tmp_path / "group.store"),
+                   "GLOO_SOCKET_IFNAME": name, "NCCL_SOCKET_IFNAME": f"={name}"}
+    user = {"GLOO_SOCKET_IFNAME": "eth9", "NCCL_SOCKET_IFNAME": "=ib0"}
+    dropped, _ = launch_environ(user)  # not kept by the plan: NCCL's is left out, gloo's passes
+    assert loopback_ifnames(dropped) == {"NCCL_SOCKET_IFNAME": f"={name}"}
+    kept, _ = launch_environ(user, keep=["NCCL_SOCKET_IFNAME"])
+    assert loopback_ifnames(kept) == {}
+    # one node: torchrun's rendezvous is a file there, no --standalone (a TCPStore on `*`)
+    args = Launch().args(tmp_path)
+    assert "--standalone" not in args and str(tmp_path / "rdzv.store") in args
+    assert args[args.index("--rdzv-conf") + 1] == "store_type=file"
+    # several nodes: the user's endpoint, as given
+    multi = Launch(2, 1, "10.0.0.1:29400").args(tmp_path)
+    assert multi[multi.index("--rdzv-endpoint") + 1] == "10.0.0.1:29400"

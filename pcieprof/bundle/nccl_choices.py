@@ -70,6 +70,9 @@ class NcclCase:
         tuning_log: the untimed launch's log with NCCL's TUNING lines (cuda), or None.
         tuner: NCCL's algorithm/protocol choice per collective from that log.
         user_env: the user's NCCL_*/TORCH_NCCL_* variables left out of (or kept in) the launch.
+        launch_env: what pcieprof set in every launch of the case besides the variant's `env`:
+            the loopback interface NCCL and gloo listen on in a one-node launch
+            (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, each unless the user's own value passed).
         ring_graph: the NCCL_GRAPH_FILE written for a ring order, and where its header came from.
         ring_check: whether NCCL's Channel lines show the requested ring (untimed, timed).
         source, backend: provenance when it differs from the bundle's (the fabric model).
@@ -86,6 +89,7 @@ class NcclCase:
     tuning_log: str | None = None
     tuner: list[dict[str, Any]] = field(default_factory=list)
     user_env: dict[str, Any] | None = None
+    launch_env: dict[str, str] = field(default_factory=dict)
     ring_graph: dict[str, Any] | None = None
     ring_check: dict[str, Any] | None = None
     source: str | None = None

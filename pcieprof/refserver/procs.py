@@ -7,22 +7,17 @@ parent died before the prctl took effect.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import threading
 import time
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
+from pcieprof.parent_death import set_parent_death_signal
 
 
 def die_with_parent() -> None:
-    """prctl(PR_SET_PDEATHSIG, SIGKILL) for the calling process (Linux; no-op elsewhere)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except OSError:
-        pass
+    """SIGKILL for the calling process when its parent dies (pcieprof.parent_death)."""
+    set_parent_death_signal(signal.SIGKILL)
 
 
 def watch_parent(parent_pid: int, interval_s: float = 0.5) -> threading.Thread:

@@ -23,9 +23,9 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from pcieprof import loopback
 from pcieprof.refserver import logs
 from pcieprof.refserver.args import ArgsError, ServerArgs, parse_args
 from pcieprof.refserver.logs import server_log
@@ -36,7 +36,6 @@ if TYPE_CHECKING:  # torch and aiohttp are imported after the ranks start, to ov
     from aiohttp import web
 
     from pcieprof.refserver.scheduler import Scheduler
-
 
 
 class _Ranks:
@@ -89,28 +88,6 @@ def die(code: int) -> None:
     os._exit(code)
 
 
-def _store_socket() -> socket.socket:
-    """The rendezvous store's listening socket, on 127.0.0.1 at a port the kernel picks: bound
-    here and handed to torch (TCPStore master_listen_fd), because TCPStore's own server listens
-    on every interface whatever host it is given."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    return sock
-
-
-def _loopback_interface() -> str:
-    """The name of the loopback interface (IFF_LOOPBACK in /sys/class/net/*/flags), for gloo."""
-    for name in sorted(socket.if_nameindex(), key=lambda x: x[0]):
-        try:
-            flags = int(Path(f"/sys/class/net/{name[1]}/flags").read_text().strip(), 16)
-        except (OSError, ValueError):
-            continue
-        if flags & 0x8:  # IFF_LOOPBACK, linux/if.h
-            return name[1]
-    return "lo"
-
-
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -160,9 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Gloo's own connections between ranks listen on the interface GLOO_SOCKET_IFNAME
         # names, else on the address the host name resolves to: loopback unless the user
         # chose otherwise (torch.distributed docs, "Choosing the network interface to use").
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", _loopback_interface())
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", loopback.interface())
         # Start the other ranks first, so that their imports of torch overlap with ours.
-        store_sock = _store_socket()
+        store_sock = loopback.listening_socket()
         store_port = int(store_sock.getsockname()[1])
         if world > 1:
             _RANKS.spawn(argv, world, store_port)
@@ -172,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         store = None
         if world > 1:
-            store = dist.TCPStore("127.0.0.1", store_port, world, is_master=True,
+            store = dist.TCPStore(loopback.HOST, store_port, world, is_master=True,
                                   wait_for_workers=False, timeout=RENDEZVOUS_TIMEOUT,
                                   master_listen_fd=store_sock.fileno())
         else:

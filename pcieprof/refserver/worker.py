@@ -15,6 +15,7 @@ import traceback
 
 import torch.distributed as dist
 
+from pcieprof import loopback
 from pcieprof.refserver import logs
 from pcieprof.refserver.args import parse_args
 from pcieprof.refserver.engine import RankEngine, broadcast_plan
@@ -37,7 +38,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(spec["argv"])
     logs.configure(rank, args.log_level)
     try:
-        store = dist.TCPStore("127.0.0.1", int(spec["store_port"]), world, is_master=False,
+        store = dist.TCPStore(loopback.HOST, int(spec["store_port"]), world, is_master=False,
                               timeout=RENDEZVOUS_TIMEOUT)
         cpu_group = join_group(store, rank, world)
         model = load_model(args, rank, world)

@@ -15,7 +15,6 @@ token.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import re
 import select
@@ -25,12 +24,14 @@ import subprocess
 import threading
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import IO, Callable
 
 import aiohttp
 
 from pcieprof import progress
+from pcieprof.parent_death import set_parent_death_signal
 from pcieprof.redact import redact, remember_environ
 from pcieprof.serve.outcomes import ACCESS, PROGRESS, Classified, Outcome, classify
 from pcieprof.serve.sglang_cmd import ServerCommand, server_env
@@ -107,10 +108,11 @@ class ServerProcess:
         # do on SIGTERM is worth a server left behind); through a prefix (docker run, srun, ssh)
         # SIGTERM, which those forward to what they started.
         death = signal.SIGTERM if self.cmd.prefix else signal.SIGKILL
+        die_with_us = partial(set_parent_death_signal, death, os.getpid())
         self.proc = subprocess.Popen(self.cmd.exec_argv(), env=self._env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      start_new_session=True, close_fds=True,
-                                     preexec_fn=_die_with(os.getpid(), death))
+                                     preexec_fn=die_with_us)
         assert self.proc.stdout is not None  # stdout=PIPE
         self._pump = threading.Thread(target=_copy_redacted, args=(self.proc.stdout, self._log),
                                       name=f"server-log-{self.proc.pid}", daemon=True)
@@ -279,20 +281,6 @@ class ProgressWatch:
         if moved:
             self.last_progress_at = time.monotonic()
         return moved
-
-
-def _die_with(parent: int, sig: int) -> Callable[[], None]:
-    """preexec_fn: the child gets `sig` when `parent` dies (PR_SET_PDEATHSIG, Linux), and ends
-    at once if the parent died before the request took effect."""
-    def preexec() -> None:
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, int(sig), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            return
-        if os.getppid() != parent:
-            os.kill(os.getpid(), sig)
-
-    return preexec
 
 
 def _copy_redacted(src: IO[bytes], dst: IO[bytes], max_line: int = 1 << 16,

@@ -1,4 +1,5 @@
-"""Processes the tests started, and only those: their tree from /proc, free loopback ports.
+"""Processes the tests started, and only those: their tree from /proc, the TCP sockets they
+listen on, free loopback ports.
 
 A test never looks at the machine's other processes: engineers and CI run other tests at the same
 time. `descendants(pid)` walks the children of a process the test started; a command that may leave
@@ -10,6 +11,7 @@ lines to a file once the command has ended, then kills them.
 from __future__ import annotations
 
 import ctypes
+import ipaddress
 import json
 import os
 import signal
@@ -20,6 +22,8 @@ import time
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+#: The addresses a loopback-only listener may have (an IPv4 one seen by an IPv6 socket included).
+LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
 
 def free_port() -> int:
@@ -81,6 +85,51 @@ def cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
     except OSError:
         return ""
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    out = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return out
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out.add(target[8:-1])
+    return out
+
+
+def _address(hex_addr: str) -> str:
+    """/proc/net/tcp{,6} local address (little-endian words) as text, without the port."""
+    raw = bytes.fromhex(hex_addr.split(":")[0])
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    if len(words) == 4:
+        return ".".join(str(b) for b in words)
+    return str(ipaddress.IPv6Address(words))
+
+
+def listening(pids: set[int]) -> list[tuple[int, str, int]]:
+    """(pid, address, port) of every TCP socket in LISTEN state that one of `pids` holds, matched
+    by socket inode in /proc/<pid>/net/tcp{,6} (the process's own network namespace)."""
+    rows = []
+    for pid in pids:
+        inodes = _socket_inodes(pid)
+        if not inodes:
+            continue
+        for table in ("tcp", "tcp6"):
+            try:
+                lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for line in lines:
+                f = line.split()
+                if f[3] == "0A" and f[9] in inodes:  # 0A: TCP_LISTEN
+                    rows.append((pid, _address(f[1]), int(f[1].split(":")[1], 16)))
+    return rows
 
 
 def reaper_argv(report: Path) -> list[str]:
