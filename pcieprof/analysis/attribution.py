@@ -23,6 +23,8 @@ not the sum; only the collectives' compact arrays travel back to be matched acro
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import re
 import sys
@@ -301,7 +303,7 @@ def analyze_rank(path: str, classes: str | None = None, drop_last_step: bool = F
 
 def _peak_rss() -> int | None:
     try:
-        import resource
+        import resource  # optional: Unix only
 
         kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return int(kb * (1 if sys.platform == "darwin" else 1024))
@@ -479,9 +481,6 @@ def _step_summary(steps: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    import csv
-    import io
-
     if not rows:
         return ""
     cols: list[str] = []

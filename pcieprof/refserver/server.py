@@ -15,6 +15,7 @@ the ranks and exit; and the ranks die with rank 0 (procs.die_with_parent).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from typing import TYPE_CHECKING, Sequence
 
 from pcieprof import loopback
@@ -159,8 +161,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if world > 1:
             dist.barrier(group=cpu_group)
     except Exception:
-        import traceback
-
         server_log.error(f"Scheduler hit an exception: {traceback.format_exc()}")
         server_log.error(SIGQUIT_LINE)
         die(1)
@@ -189,8 +189,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     scheduler = Scheduler(args, engine, cpu_group, metrics, on_fatal,
                           is_stopping=lambda: _RANKS.exiting)
     app = build_app(args, scheduler, metrics, cfg)
-    import asyncio
-
     asyncio.run(_serve(app, args, sock, port, scheduler))
     return 0
 
@@ -214,8 +212,6 @@ def _hang_in_capture(steps: int = 6, done: int = 2) -> None:
 
 async def _serve(app: web.Application, args: ServerArgs, sock: socket.socket, port: int,
                  scheduler: Scheduler) -> None:
-    import asyncio
-
     from aiohttp import web
 
     from pcieprof.refserver.http_api import STATE_KEY, warm_up
