@@ -42,12 +42,17 @@ def _copy(src: Path, tmp: Path, change: Callable[[Path], Any]) -> Path:
     return d
 
 
-def _manifest(**kw: Any) -> Callable[[Path], None]:
+def _json(name: str, **kw: Any) -> Callable[[Path], None]:
+    """Set top-level keys of one JSON file of the bundle."""
     def change(d: Path) -> None:
-        m = json.loads((d / "manifest.json").read_text())
-        m.update(kw)
-        (d / "manifest.json").write_text(json.dumps(m))
+        doc = json.loads((d / name).read_text())
+        doc.update(kw)
+        (d / name).write_text(json.dumps(doc))
     return change
+
+
+def _manifest(**kw: Any) -> Callable[[Path], None]:
+    return _json("manifest.json", **kw)
 
 
 def _text(name: str, text: str) -> Callable[[Path], None]:
@@ -74,11 +79,7 @@ def _header(name: str, header: str) -> Callable[[Path], None]:
 
 
 def _topology(**kw: Any) -> Callable[[Path], None]:
-    def change(d: Path) -> None:
-        t = json.loads((d / "topology.json").read_text())
-        t.update(kw)
-        (d / "topology.json").write_text(json.dumps(t))
-    return change
+    return _json("topology.json", **kw)
 
 
 #: case -> (how the bundle is broken, the file named, what the line says was expected)
