@@ -56,7 +56,7 @@ def sglang_launch(card: ModelCard, layout: Candidate, env: dict[str, str],
     except BadInput as exc:
         return LaunchCommand(notes=[f"no SGLang command: {exc.one_line()}"])
     notes = list(cmd.notes)
-    card_env = {k: v for k, v in card.sglang.env.items() if k not in env}
+    card_env = {k: v for k, v in cmd.env.items() if k in card.sglang.env and k not in env}
     if card_env:
         notes.append("environment from the model card (its public sources), not checked by "
                      "this bundle: " + " ".join(f"{k}={v}" for k, v in card_env.items()))

@@ -38,6 +38,20 @@ PINNED_SGLANG = "0.5.23"
 DEFAULT_SGLANG_PATH = Path.home() / ".cache" / "pcieprof" / f"sglang-{PINNED_SGLANG}"
 SGLANG_PATH_ENV = "PCIEPROF_SGLANG_PATH"
 
+#: A given setting -> the card settings it makes moot, left out of the server's environment so
+#: that a command says one thing. NCCL reads NCCL_P2P_DISABLE before NCCL_P2P_LEVEL (ncclGetLevel,
+#: called from ncclTopoCheckP2p in NVIDIA/nccl src/graph/paths.cc): with P2P disabled the level
+#: is never read.
+SUPERSEDES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("NCCL_P2P_DISABLE", "1"): ("NCCL_P2P_LEVEL",),
+}
+
+
+def server_env_of(card_env: dict[str, str], given: dict[str, str]) -> dict[str, str]:
+    """The environment a command sets: the card's, less what `given` makes moot, then `given`."""
+    moot = {m for (k, v), names in SUPERSEDES.items() if given.get(k) == v for m in names}
+    return {**{k: v for k, v in card_env.items() if k not in moot}, **given}
+
 # Environment variables passed through from the user's shell to the server (recorded).
 PASSTHROUGH_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "TORCH_", "NVIDIA_", "GLOO_", "OMP_",
                         "FLASHINFER_", "PYTORCH_", "HF_")
@@ -240,7 +254,7 @@ def build_command(card: ModelCard, cfg: LaunchConfig, *, python: str | None = No
             raise BadInput("the reference server runs on one node (--nnodes 1)")
         argv = [python or (SGLANG_PYTHON if prefix else sys.executable), "-m",
                 facts.launch_module, *_reference_args(card, cfg, tp)]
-        env = {**facts.env, **cfg.env}
+        env = server_env_of(facts.env, cfg.env)
         return ServerCommand(argv=argv, env=env, notes=["pcieprof reference server (not SGLang)"],
                              reference=True, prefix=prefix)
     argv = [python or SGLANG_PYTHON, "-m", facts.launch_module]
@@ -279,7 +293,7 @@ def build_command(card: ModelCard, cfg: LaunchConfig, *, python: str | None = No
               "--dist-init-addr", cfg.dist_init_addr]
     a += ["--host", cfg.host, "--port", str(cfg.port)]
     a += _merge_flags(list(facts.recommended_flags), list(cfg.extra_args), a)
-    env = {**facts.env, **cfg.env}
+    env = server_env_of(facts.env, cfg.env)
     notes: list[str] = []
     checked = None
     if parser is not None:

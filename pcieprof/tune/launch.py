@@ -34,13 +34,6 @@ PRIORITY_SERVED = 800.0
 PRIORITY_UNSERVED = 0.9
 #: The label of backends no search has served on this box (issue 11's wording).
 NOT_YET = "not yet served on this box: run serve-bench --sweep"
-#: A recommended setting -> the card settings it makes moot, left out of the launch line so that
-#: the line says one thing. NCCL reads NCCL_P2P_DISABLE before NCCL_P2P_LEVEL (ncclGetLevel,
-#: called from ncclTopoCheckP2p in NVIDIA/nccl src/graph/paths.cc): with P2P disabled the level
-#: is never read.
-SUPERSEDES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("NCCL_P2P_DISABLE", "1"): ("NCCL_P2P_LEVEL",),
-}
 
 
 @dataclass(frozen=True)
@@ -81,11 +74,10 @@ def launch_line(result: Recommendations, layout: LayoutAdvice | None = None,
     cmd = layout.command if layout is not None else command
     if not cmd:
         return ""
+    # the command's own env was built over result.env (card settings it makes moot left out)
     merged = dict(result.env)
-    moot = {m for kv, names in SUPERSEDES.items() if merged.get(kv[0]) == kv[1] for m in names}
     for k, v in (layout.env if layout is not None else env or {}).items():
-        if k not in moot:
-            merged.setdefault(k, str(v))
+        merged.setdefault(k, str(v))
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in merged.items())
     return f"{prefix} {cmd}".strip()
 

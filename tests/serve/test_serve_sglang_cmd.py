@@ -131,3 +131,14 @@ def test_launch_prefix_wraps_command_and_environment() -> None:
     assert LaunchPrefix.parse("  ") is None
     with pytest.raises(BadInput, match="launch-prefix"):
         LaunchPrefix.parse("docker run 'unclosed")
+
+
+def test_a_given_setting_leaves_out_the_card_settings_it_makes_moot() -> None:
+    """NCCL reads NCCL_P2P_DISABLE before NCCL_P2P_LEVEL: with P2P disabled, the card's
+    NCCL_P2P_LEVEL=SYS is left out of the server's environment; the card's other settings stay."""
+    assert build_command(GLM5, LaunchConfig()).env["NCCL_P2P_LEVEL"] == "SYS"
+    env = build_command(GLM5, LaunchConfig(env={"NCCL_P2P_DISABLE": "1"})).env
+    assert env["NCCL_P2P_DISABLE"] == "1" and "NCCL_P2P_LEVEL" not in env
+    assert env["NCCL_IB_DISABLE"] == "1"
+    assert build_command(GLM5, LaunchConfig(env={"NCCL_P2P_DISABLE": "0"})).env[
+        "NCCL_P2P_LEVEL"] == "SYS"
