@@ -1,8 +1,8 @@
 """Ingest capacity of serve-bench's load client against a peer client, same server, one run.
 
-The server is pcieprof.serve.fakeserver in its own process, streaming SGLang-shaped `/generate`
-chunks with no delay, so what limits a run is how many tokens per second a client can receive
-and timestamp. Peers:
+The server is tests/builders/fakeserver.py (test-only) in its own process, streaming
+SGLang-shaped `/generate` chunks with no delay, so what limits a run is how many tokens per second
+a client can receive and timestamp. Peers:
   - SGLang's own bench_serving client (`sglang.benchmark.serving.async_request_sglang_generate`)
     when it can be imported here (it needs sglang's runtime imports: triton, transformers);
   - else the plainest aiohttp client: read each SSE line, `orjson.loads` it, take a timestamp.
@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Awaitable, Callable
 
 import aiohttp
@@ -26,6 +27,9 @@ import orjson
 
 from pcieprof.serve.client import LoadSpec, run_load
 from pcieprof.serve.launcher import free_port, http_get
+
+# Test-only, so it lives beside the tests, not in the package.
+FAKE_SERVER = Path(__file__).resolve().parent.parent / "tests" / "builders" / "fakeserver.py"
 
 
 async def plain_aiohttp(url: str, n: int, conc: int, out_len: int, in_len: int) -> int:
@@ -134,8 +138,8 @@ def main() -> None:
     args = ap.parse_args()
 
     port = free_port(start=41000)
-    server = subprocess.Popen([sys.executable, "-m", "pcieprof.serve.fakeserver", "--port",
-                               str(port)], stdout=subprocess.DEVNULL, start_new_session=True)
+    server = subprocess.Popen([sys.executable, str(FAKE_SERVER), "--port", str(port)],
+                              stdout=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -159,7 +163,7 @@ def main() -> None:
                 if name not in best or r[0] > best[name][0]:
                     best[name] = r
         ours, theirs = best["pcieprof"], best["peer"]
-        print(f"server: pcieprof.serve.fakeserver in its own process (no delay), {args.requests} "
+        print(f"server: tests/builders/fakeserver.py in its own process (no delay), {args.requests} "
               f"requests x {args.output_len} tokens, concurrency {args.concurrency}, "
               f"best of {args.rounds}")
         print(f"{'client':<36} {'tok per client CPU-s':>21} {'tok per wall-s':>15} {'tokens':>7}")

@@ -146,7 +146,7 @@ def test_glm5_dry_run_prints_command_and_environment(tmp_path: Path) -> None:
 
 
 def test_url_attaches_to_a_running_server(tmp_path: Path) -> None:
-    from pcieprof.serve.fakeserver import FakeServer
+    from builders.fakeserver import FakeServer
 
     out = tmp_path / "att"
     with FakeServer(token_delay_s=0.001) as srv:

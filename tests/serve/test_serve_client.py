@@ -8,7 +8,7 @@ import pytest
 
 from pcieprof.errors import BadInput
 from pcieprof.serve.client import LoadSpec, make_prompts, run_load
-from pcieprof.serve.fakeserver import FakeServer
+from builders.fakeserver import FakeServer
 from pcieprof.serve.metrics import RequestRecord, format_table, stats, summarize
 
 

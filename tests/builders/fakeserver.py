@@ -1,4 +1,4 @@
-"""A fake-token server with SGLang's streaming shapes, for client tests and the client benchmark.
+"""A fake-token server with SGLang's streaming shapes, for client tests and the client benchmark (test-only: not shipped in the package).
 
 It does no model work: `/generate` and `/v1/completions` stream `max_new_tokens` chunks, one token
 each, `token_delay_s` apart (0 streams as fast as the event loop can), so a client's ingest
@@ -109,8 +109,8 @@ class FakeServer:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m pcieprof.serve.fakeserver --port P [--token-delay S]`: serve until killed."""
-    p = argparse.ArgumentParser(prog="python -m pcieprof.serve.fakeserver")
+    """`python tests/builders/fakeserver.py --port P [--token-delay S]`: serve until killed."""
+    p = argparse.ArgumentParser(prog="tests/builders/fakeserver.py")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--token-delay", type=float, default=0.0)
