@@ -176,14 +176,14 @@ def test_profile_by_stage_writes_one_decode_trace_per_rank(server, tmp_path: Pat
 
     async def go() -> tuple[int, str]:
         async with aiohttp.ClientSession() as s:
-            load = [asyncio.create_task(_stream(s, server.url + "/generate", _gen(f"p{i}", 20)))
-                    for i in range(3)]
-            await asyncio.sleep(0.3)
+            # The profile is armed before the load starts: armed during it, a fast server can
+            # finish every decode step first and leave the shared server profiling for ever.
             async with s.post(server.url + "/start_profile",
                               json={"output_dir": str(out), "num_steps": 3,
                                     "profile_by_stage": True, "with_stack": False}) as r:
                 status, text = r.status, await r.text()
-            await asyncio.gather(*load)
+            await asyncio.gather(*[_stream(s, server.url + "/generate", _gen(f"p{i}", 20))
+                                   for i in range(3)])
             return status, text
 
     status, text = run(go())
@@ -191,9 +191,13 @@ def test_profile_by_stage_writes_one_decode_trace_per_rank(server, tmp_path: Pat
     deadline = time.time() + 30
     while time.time() < deadline and len(list(out.glob("*-DECODE.trace.json.gz"))) < 2:
         time.sleep(0.2)
-    files = sorted(out.glob("*.trace.json.gz"))
+    # By stage, the prefill (EXTEND) steps are profiled apart from the decode steps, as SGLang does.
+    assert sorted(f.name.split("-TP-")[1] for f in out.glob("*.trace.json.gz")) == [
+        "0-DECODE.trace.json.gz", "0-EXTEND.trace.json.gz",
+        "1-DECODE.trace.json.gz", "1-EXTEND.trace.json.gz"]
+    files = sorted(out.glob("*-DECODE.trace.json.gz"))
     names = [f.name for f in files]
-    assert len(names) == 2 and names[0].endswith("-TP-0-DECODE.trace.json.gz"), names
+    assert names[0].endswith("-TP-0-DECODE.trace.json.gz"), names
     assert names[1].endswith("-TP-1-DECODE.trace.json.gz")
     assert names[0].split("-TP-")[0] == names[1].split("-TP-")[0]  # one profile id
     assert not list(out.glob(".*"))  # no partial files left behind
