@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 from pcieprof.serve.launcher import ServerProcess, free_port
-from pcieprof.serve.outcomes import Outcome
+from pcieprof.bundle.serve_search import Outcome
 from pcieprof.serve.sglang_cmd import ServerCommand
 
 
