@@ -47,6 +47,8 @@ EXPECTED_DATA = {
     "topo_m_4xH100_nv6_4nic_markdown.txt": "nvidia-smi-topo-m",
     "topo_m_4x3090_nvlink_pairs_prompt.txt": "nvidia-smi-topo-m",
     "topo_m_and_p2p_p_5gpu_5060ti_epyc_prompts.txt": "nvidia-smi-topo-m",
+    # topo -mp prints topo -m's matrix (PCIe paths only): one importer, which labels the view
+    "topo_mp_3xP100_pcie_only_legend_prompt.txt": "nvidia-smi-topo-m",
     "topo_p2p_rw_2x5090_gns_spaces_details.txt": "nvidia-smi-topo-p2p",
     "nccl_topo_dump_vm_4xA800_numaid_minus1.xml": "nccl-topo-xml",
     "nccl_log_2.29.2_2rank_socket_warn_timestamp.log": "nccl-log",
