@@ -545,6 +545,19 @@ class CudaCopier:
 # ------------------------------------------------------------------------------------------------
 
 
+def case_order(plan: Plan, part: str = "both", resume: str = "", skip: str = ""
+               ) -> list[tuple[str, int]]:
+    """The (part, index) of every case to run: of `part` (p2p, concurrent, both), from `resume`
+    (PART:INDEX) on, without the classes named in `skip` (comma-separated, Plan.copy_class)."""
+    parts = ["p2p", "concurrent"] if part == "both" else [part]
+    order = [(p, i) for p in parts for i in range(len(plan.p2p if p == "p2p" else plan.concurrent))]
+    if resume:
+        rp, _, ri = resume.partition(":")
+        order = order[order.index((rp, int(ri))):] if (rp, int(ri)) in order else []
+    left_out = {c.strip() for c in skip.split(",") if c.strip()}
+    return [(p, i) for p, i in order if plan.copy_class(p, i) not in left_out]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plan", required=True, type=Path)
@@ -553,6 +566,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shm-tag", default="", help="prefix of the /dev/shm files (cpu backend); "
                     "the runner removes them after a killed launch")
     ap.add_argument("--resume", default="", help="PART:INDEX, the first case to run (after a hang)")
+    ap.add_argument("--skip", default="", help="classes of cases not to run (Plan.copy_class: "
+                    "p2p, host_staged, h2d, d2h, concurrent), comma-separated")
     args = ap.parse_args(argv)
     plan = Plan.from_json(args.plan.read_text(encoding="utf-8"))
     die_with_parent()
@@ -562,11 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     # longer than the runner's watchdog, so a stuck collective is killed and labelled a
     # hang by the runner rather than aborted by the process group's own timeout
     timeout = datetime.timedelta(seconds=2 * plan.timeout_s + 30)
-    parts = ["p2p", "concurrent"] if args.part == "both" else [args.part]
-    order = [(p, i) for p in parts for i in range(len(plan.p2p if p == "p2p" else plan.concurrent))]
-    if args.resume:
-        rp, _, ri = args.resume.partition(":")
-        order = order[order.index((rp, int(ri))):] if (rp, int(ri)) in order else []
+    order = case_order(plan, args.part, args.resume, args.skip)
     out.event("init", pid=os.getpid())
     if backend == "cpu":
         init_group("gloo", timeout)
