@@ -91,6 +91,14 @@ _TUNER = re.compile(r"^(\w+): (\d+) Bytes -> Algo (\w+) proto (\w+)"
                     r"(?: channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\})?(?: time ([-\d.]+))?")
 _TUNER_OLD = re.compile(r"^(\d+) Bytes -> Algo (\d+) proto (\d+) time ([-\d.]+)")
 _P2P_TYPE = re.compile(r"^Check P2P Type (.+)$")
+#: NCCL's SHM transport could not grow its segment (misc/shmutils.cc); the NCCL user guide,
+#: troubleshooting "Runtime and MPI issues" > "Shared memory", quotes this line and names the
+#: cause: too little /dev/shm, as in a container (Docker's default /dev/shm is 64 MB).
+_SHM_EXTEND = re.compile(r"failed to extend (/dev/shm/\S+) to (\d+) bytes(?:, error: (.+))?")
+SHM_TOO_SMALL = ("/dev/shm too small: NCCL could not grow its shared-memory segment (Docker gives "
+                 "a container 64 MB of /dev/shm unless --shm-size is set)")
+SHM_FIX = ("give the container more /dev/shm: `docker run --shm-size=1g --ulimit memlock=-1` "
+           "(NCCL user guide, troubleshooting: shared memory) or share the host's with `--ipc=host`")
 _NETWORK = re.compile(r"^Using network (\S+)")
 
 
@@ -259,6 +267,9 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
           lines, `comm_id` null and `nranks` the highest rank seen + 1).
         - `tuner`: all tuner choices seen; `warnings`: [{line, host, pid, dev, rank, time
           (NCCL's timestamp or null), source (`misc/socket.cc:483` or null), text}].
+        - `failures`: what the WARN lines name, one entry per kind: {kind (`shm_too_small`),
+          what, fix, line (the first), host, dev, count (lines), and the kind's detail
+          (segment, bytes, error)}; a communicator they hit lists the kinds in its `failures`.
         - `lines`: {total, nccl, spliced, without_prefix} counts.
 
     Raises:
@@ -277,6 +288,7 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
     pid_comms: dict[int, list[str]] = {}
     warnings: list[dict[str, Any]] = []
     all_tuner: list[dict[str, Any]] = []
+    failures: list[dict[str, Any]] = []
 
     # Lines without the host:pid:tid prefix carry no process to tie them to a communicator:
     # they belong to the one the last such Init line named (a log pasted in order), else to
@@ -332,6 +344,10 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
             warnings.append({"line": msg["line"], "host": msg["host"], "pid": msg["pid"],
                              "dev": msg["dev"], "rank": rank_of(msg, comm), "time": msg["time"],
                              "source": msg["source"], "text": t})
+            if shm := _SHM_EXTEND.search(t):
+                _note_failure(failures, comm, msg, "shm_too_small", SHM_TOO_SMALL, SHM_FIX,
+                              segment=shm.group(1), bytes=int(shm.group(2)),
+                              error=shm.group(3))
             return
         if m := _VERSION.match(t):
             if m.group(1) not in versions:
@@ -488,8 +504,26 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
         "comms": comm_list,
         "tuner": all_tuner,
         "warnings": warnings,
+        "failures": failures,
         "lines": counts,
     }
+
+
+def _note_failure(failures: list[dict[str, Any]], comm: dict[str, Any] | None,
+                  msg: dict[str, Any], kind: str, what: str, fix: str, **detail: Any) -> None:
+    """Name a failure NCCL's WARN lines identify: one entry per kind, counting its lines (every
+    rank prints its own); the communicator it hit, where known, gets the kind too."""
+    for f in failures:
+        if f["kind"] == kind:
+            f["count"] += 1
+            break
+    else:
+        failures.append({"kind": kind, "what": what, "fix": fix, "line": msg["line"],
+                         "host": msg["host"], "dev": msg["dev"], "count": 1, **detail})
+    if comm is not None:
+        comm.setdefault("failures", [])
+        if kind not in comm["failures"]:
+            comm["failures"].append(kind)
 
 
 def transport_family(via: str) -> str:
@@ -560,6 +594,8 @@ def summarize(choices: dict[str, Any]) -> str:
     parts.append(f"{len(choices.get('comms', []))} comms")
     if choices.get("warnings"):
         parts.append(f"{len(choices['warnings'])} WARN lines")
+    for f in choices.get("failures", []):
+        parts.append(f"failed: {f['what']}; fix: {f['fix']}")
     if choices.get("lines", {}).get("spliced"):
         parts.append(f"{choices['lines']['spliced']} spliced lines split")
     return "NCCL log: " + ", ".join(parts)
