@@ -67,6 +67,7 @@ from pcieprof.bundle.rows import AllReduceRow
 from pcieprof.importers.nccl_log import parse_nccl_log
 from pcieprof.node_group import NodeGroup, NodeLost, free_port
 from pcieprof.parent_death import set_parent_death_signal
+from pcieprof.redact import redact
 from probes.nccl_graph import GraphHeader, check_ring, header_from_dump, ring_graph_xml
 from probes.plan import AllReduceCase, P2PCase, Plan
 from probes.rows import STORE_FILE_VAR
@@ -87,7 +88,6 @@ NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 #: Seconds to wait after a kill for the launch's ranks to be gone (a rank stuck in the driver,
 #: e.g. after an IOMMU fault, can hold its GPU); past it the run goes on and says so.
 RANK_EXIT_WAIT_S = 30.0
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW", re.I)
 
 
 def launch_environ(base: Mapping[str, str], keep: list[str] | tuple[str, ...] = ()
@@ -104,8 +104,9 @@ def launch_environ(base: Mapping[str, str], keep: list[str] | tuple[str, ...] = 
 
 
 def masked(env: Mapping[str, str]) -> dict[str, str]:
-    """`env` as it may be recorded: values of names that look like secrets hidden."""
-    return {k: ("***" if _SECRET.search(k) else v) for k, v in env.items()}
+    """`env` as it may be recorded: secrets masked by pcieprof.redact, the one place that knows
+    them (a secret's name, and a URL's credentials under any name: `NCCL_*=http://u:p@h`)."""
+    return redact(dict(env))
 
 
 @dataclass
