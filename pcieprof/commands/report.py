@@ -58,9 +58,10 @@ def command(bundles: tuple[Path, ...], out: Path | None, model: str | None, batc
     click.echo(f"report: {path}")
 
 
-def _joined(opened: list[Bundle], card: ModelCard) -> LaunchChoice:
+def _joined(opened: list[Bundle], card: ModelCard) -> LaunchChoice | None:
     """The launch backends from the first serve bundle whose search served `card`, else the
-    first-ranked ones (a search of another model is shown, not joined)."""
+    first-ranked ones of an unfinished search, else None: each bundle's own box decides (a
+    search of another model is shown, not joined)."""
     first = None
     for b in serve_searches(opened):
         try:
@@ -71,4 +72,4 @@ def _joined(opened: list[Bundle], card: ModelCard) -> LaunchChoice:
         if choice.served:
             return choice
         first = first or choice
-    return first or launch_choice(card)
+    return first

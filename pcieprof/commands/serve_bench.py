@@ -79,7 +79,9 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str]:
 
 @click.command("serve-bench", help=__doc__, context_settings={"ignore_unknown_options": False})
 @click.option("--model", "model", default=DEFAULT_CARD, show_default=True,
-              help="Model card name (glm5-nvfp4, tiny-cpu) or a card .toml file.")
+              help="Model card: a shipped card's name (glm5-nvfp4, tiny-cpu), a .toml card, a "
+                   "config.json (or its checkpoint directory) or a Hugging Face repository id in the "
+                   "local cache.")
 @click.option("--model-path", default="", help="Checkpoint to serve instead of the card's.")
 @click.option("--tp", type=int, default=None, help="--tp-size (default: the card's).")
 @click.option("--ep", type=int, default=None, help="--ep-size (expert parallel).")

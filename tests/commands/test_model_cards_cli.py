@@ -39,7 +39,11 @@ def test_topology_and_recommend_for_a_config(tmp_path: Path, arch: str) -> None:
     assert "model:" not in r.stderr  # the card the bundle was made for: nothing to say
     doc = json.loads((b.path / "recommendations.json").read_text())
     assert doc["model"] == arch
-    assert f"--model-path {config.parent}" in (b.path / "tune" / "sglang_command.sh").read_text()
+    launch = (b.path / "tune" / "sglang_command.sh").read_text()
+    if arch == "glm-5":  # 1.5 TB of bf16 weights: no layout of the simulated 8-GPU box holds it
+        assert "does not fit" in launch and "--model-path" not in launch
+    else:
+        assert f"--model-path {config.parent}" in launch
 
 
 def test_two_cards_two_sweeps(tmp_path: Path) -> None:

@@ -49,6 +49,13 @@ EXPECTED_DATA = {
     "topo_m_and_p2p_p_5gpu_5060ti_epyc_prompts.txt": "nvidia-smi-topo-m",
     # topo -mp prints topo -m's matrix (PCIe paths only): one importer, which labels the view
     "topo_mp_3xP100_pcie_only_legend_prompt.txt": "nvidia-smi-topo-m",
+    "nccl_log_2.10_8gpu_direct_shared_memory_no_init_pytorch72835.log": "nccl-log",
+    "nccl_log_old_16rank_channels_before_init_complete_nccl429.log": "nccl-log",
+    "nccl_log_old_4gpu_channels_without_n_nccl671.log": "nccl-log",
+    "nccl_log_8gpu_rings_before_comm_line_nccl1027.log": "nccl-log",
+    "nccl_warn_shm_extend_no_space_timestamp_pytorch_ci_infra490.log": "nccl-log",
+    "nccl_warn_shm_extend_ray_worker_kserve3791.log": "nccl-log",
+    "p2pbwlat_8xA100sxm4_ce_then_sm_copy_runs.txt": "p2pBandwidthLatencyTest",
     "topo_p2p_rw_2x5090_gns_spaces_details.txt": "nvidia-smi-topo-p2p",
     "nccl_topo_dump_vm_4xA800_numaid_minus1.xml": "nccl-topo-xml",
     "nccl_log_2.29.2_2rank_socket_warn_timestamp.log": "nccl-log",
