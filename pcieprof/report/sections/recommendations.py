@@ -104,14 +104,18 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
             rows.append([lay.label, "yes" if lay.fits else "no", f"{lay.weights_gb:.1f}",
                          f"{lay.kv_gb_per_request:.2f}", lay.max_concurrency,
                          _num(c1.step_ms if c1 else None, 1), _num(c1.comm_ms if c1 else None, 1),
-                         _num(cmax.tok_s, 0), lay.command])
+                         _num(cmax.tok_s, 0)])
         sec.blocks.append(Table(
             f"parallel layouts, best first (context {layouts[0].context_tokens} tokens, "
             f"{layouts[0].gpu_memory_gb:.0f} GB x {layouts[0].mem_fraction} per GPU)",
             ["layout", "fits", "weights GB/GPU", "KV GB/request", "max concurrency",
              "step ms c=1", "comm ms c=1",
-             f"tok/s c={max(r.concurrency for r in layouts[0].per_concurrency)}",
-             "SGLang command"], rows, provenance=lprov, caption=layouts[0].why))
+             f"tok/s c={max(r.concurrency for r in layouts[0].per_concurrency)}"],
+            rows, provenance=lprov, caption=layouts[0].why))
+        # A command is a paragraph: folded in its own table, the numbers above stay one line a row.
+        sec.blocks.append(Table("SGLang command per layout", ["layout", "SGLang command"],
+                                [[lay.label, lay.command] for lay in layouts], provenance=lprov,
+                                collapsed=True))
         notes = sorted({n for lay in layouts for n in lay.notes})
         for n in notes:
             sec.blocks.append(Note(n, "missing"))
