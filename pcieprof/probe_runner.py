@@ -19,7 +19,9 @@ files (probes.rows); this module appends them to the bundle as they arrive, watc
 heartbeat events, and:
 - kills a launch that shows no progress for `plan.timeout_s` (a hang: NCCL over a broken
   IOMMU/ACS path hangs on its first all-reduce), records `status=hang` with variant, size and
-  ranks, and goes on (the copy probe resumes after the hung case; the sweep with the next variant);
+  ranks, and goes on (the copy probe resumes after the hung case, and after HANGS_PER_CLASS hangs
+  of one class of copies leaves the rest of it out, status=not_run; the sweep with the next
+  variant);
 - records a launch that exits non-zero mid-case (a dead rank) as `status=error` with its exit;
 - on Ctrl-C / SIGTERM (the caller raises), kills the launch in `finally`.
 
@@ -35,6 +37,14 @@ cuda each case runs twice: first untimed, one all-reduce per size, with NCCL's t
 must not run inside a timed loop), then timed with NCCL's init log only (`nccl/<variant>.log`);
 what NCCL chose goes into nccl_choices.json. A ring order (ranks not in ascending order) is applied
 through NCCL_GRAPH_FILE and checked against the rings NCCL printed (probes.nccl_graph).
+
+NCCL writes its INFO lines to C stdout, block-buffered when stdout is a file, and the workers leave
+through `os._exit`: each rank would lose its last block and eight ranks would interleave blocks
+mid-line in one file. So every launch with NCCL_DEBUG gets NCCL_DEBUG_FILE, one file per rank
+(`%p`, the pid: NCCL's debug.cc substitutes it, and opens that file line-buffered: `setlinebuf`,
+2.2x; unbuffered before), and after the launch the runner appends each rank's complete lines, in
+rank order, to the launch's log (NCCL's own lines carry `host:pid:tid [dev]`, so the log reads as
+one NCCL log). A user's NCCL_DEBUG_FILE the plan keeps is left alone.
 
 The user's NCCL_* and TORCH_NCCL_* variables do not reach any launch, `default` included (a
 variant measures its own settings only), unless the plan keeps them (`Plan.keep_env`); what was
@@ -67,7 +77,8 @@ from pcieprof.bundle.rows import AllReduceRow
 from pcieprof.importers.nccl_log import parse_nccl_log
 from pcieprof.node_group import NodeGroup, NodeLost, free_port
 from pcieprof.parent_death import set_parent_death_signal
-from probes.nccl_graph import GraphHeader, check_ring, header_from_dump, ring_graph_xml
+from probes.nccl_graph import (GraphHeader, check_ring, header_from_dump, not_ring_sizes,
+                               ring_graph_xml)
 from probes.plan import AllReduceCase, P2PCase, Plan
 from probes.rows import STORE_FILE_VAR
 from probes.variants import GLOO_IGNORES_NCCL, NCCL_DEBUG_ENV, NCCL_TUNING_LOG_ENV
@@ -87,6 +98,11 @@ NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 #: Seconds to wait after a kill for the launch's ranks to be gone (a rank stuck in the driver,
 #: e.g. after an IOMMU fault, can hold its GPU); past it the run goes on and says so.
 RANK_EXIT_WAIT_S = 30.0
+#: Hangs in one class of copy cases (Plan.copy_class) after which the rest of the class is not run.
+HANGS_PER_CLASS = 2
+#: NCCL_DEBUG_FILE of a launch, in its rows directory: one file per rank (NCCL puts the pid for %p)
+NCCL_RANK_LOG = "nccl.%p.log"
+_RANK_LOG = re.compile(r"nccl\.(\d+)\.log")
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW", re.I)
 
 
@@ -191,6 +207,26 @@ class _Tail:
                     continue
             self.offsets[p] = off + end
         return out
+
+
+def append_rank_logs(rows_dir: Path, log: Path, events: list[dict[str, Any]]) -> int:
+    """Append the per-rank NCCL logs of one launch (NCCL_RANK_LOG files in `rows_dir`) to `log`,
+    rank by rank (each rank's pid from its `init` event; files of pids no event named after
+    them), complete lines only: a rank killed mid-line leaves no cut line for the parser to
+    misread (a cut "Channel 00/02 : 0 1 2" still looks like a ring). Returns the lines added."""
+    files = {int(m.group(1)): f for f in rows_dir.iterdir() if (m := _RANK_LOG.fullmatch(f.name))}
+    if not files:
+        return 0
+    rank_of = {int(e["pid"]): int(e.get("rank", 0)) for e in events
+               if e.get("event") == "init" and isinstance(e.get("pid"), int)}
+    n = 0
+    with log.open("ab") as out:
+        for pid in sorted(files, key=lambda p: (rank_of.get(p, 1 << 30), p)):
+            data = files[pid].read_bytes()
+            whole = data[:data.rfind(b"\n") + 1]
+            out.write(whole)
+            n += whole.count(b"\n")
+    return n
 
 
 def loopback_env(base: Mapping[str, str], scratch: Path) -> dict[str, str]:
@@ -363,6 +399,8 @@ class ProbeRunner:
         full_env = self._launch_base()
         full_env.update(env)
         full_env.setdefault("OMP_NUM_THREADS", "1")
+        if full_env.get("NCCL_DEBUG") and "NCCL_DEBUG_FILE" not in full_env:
+            full_env["NCCL_DEBUG_FILE"] = str(rows_dir / NCCL_RANK_LOG)
         if launch.nnodes <= 1:
             full_env.update(loopback_env(full_env, rows_dir))
         else:
@@ -457,6 +495,7 @@ class ProbeRunner:
             finally:
                 stop(proc)
                 self._proc = None
+        append_rank_logs(rows_dir, log, events)
         if stuck:
             note = (f"{len(stuck)} rank process(es) still running {RANK_EXIT_WAIT_S:g} s after "
                     f"SIGKILL (pids {', '.join(map(str, stuck))}): the next launch may find "
@@ -479,9 +518,12 @@ class ProbeRunner:
     # -- copies ----------------------------------------------------------------------------------
 
     def run_copies(self) -> dict[str, dict[str, Any]]:
-        """P2P and concurrent cases, resuming after a hung or failed case.
+        """P2P and concurrent cases, resuming after a hung or failed case; after
+        HANGS_PER_CLASS hangs in one class of copies (`Plan.copy_class`), the rest of that class is
+        not run (rows with status not_run say why): a VM that advertises P2P but breaks it would
+        otherwise hang every peer case, a deadline each (hours on 8 GPUs).
 
-        Returns per part ("p2p", "concurrent") {status, why, rows, hangs, errors}.
+        Returns per part ("p2p", "concurrent") {status, why, rows, hangs, errors, not_run}.
         """
         from probes.p2p_worker import concurrent_rows, p2p_row  # heavy: torch
 
@@ -492,14 +534,18 @@ class ProbeRunner:
             env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                    "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(max(self.plan.devices) + 1)))}
         result: dict[str, dict[str, Any]] = {
-            p: {"status": "ok", "why": None, "rows": 0, "hangs": 0, "errors": 0}
+            p: {"status": "ok", "why": None, "rows": 0, "hangs": 0, "errors": 0, "not_run": 0}
             for p in ("p2p", "concurrent")}
+        hangs: dict[str, int] = {}
+        stopped: dict[str, str] = {}  # class -> why its remaining cases are not run
+        ran: set[tuple[str, int]] = set()
         resume = ""
         n = 0
         while True:
             n += 1
             tag = f"pcieprof{self.work.name}-copies{n}"
-            args = ["--shm-tag", tag] + (["--resume", resume] if resume else [])
+            args = ["--shm-tag", tag] + (["--resume", resume] if resume else []) + (
+                ["--skip", ",".join(sorted(stopped))] if stopped else [])
             try:
                 # copies are between this node's devices: always a one-node launch
                 r = self._run("probes.p2p_worker", args, nproc, env,
@@ -511,6 +557,7 @@ class ProbeRunner:
             for ev in r.events:
                 if ev.get("event") == "done" and ev.get("rank") == 0:
                     result[ev["part"]]["rows"] += 1
+                    ran.add((str(ev["part"]), int(ev["case"])))
             if r.status == "ok":
                 break
             if r.current is None:  # died before the first case: nothing to resume
@@ -518,6 +565,7 @@ class ProbeRunner:
                     part.update(status="failed", why=r.why)
                 break
             part, idx = r.current["part"], int(r.current["case"])
+            ran.add((part, idx))
             key = "hangs" if r.status == "hang" else "errors"
             result[part][key] += 1
             result[part]["status"] = "partial"
@@ -530,20 +578,54 @@ class ProbeRunner:
                 cc = self.plan.concurrent[idx]
                 self.bundle.append_rows("concurrent", concurrent_rows(
                     cc, self.plan.backend, None, None, r.why, status=r.status))
+            cls = self.plan.copy_class(part, idx)
+            if r.status == "hang":
+                hangs[cls] = hangs.get(cls, 0) + 1
+                if hangs[cls] >= HANGS_PER_CLASS:
+                    stopped[cls] = (f"not run: {hangs[cls]} {cls} cases hung (no progress for "
+                                    f"{self.plan.timeout_s:g} s each); the rest of the class is "
+                                    "left out")
+                    progress.warn(f"{cls} copies: {hangs[cls]} cases hung; the remaining {cls} "
+                                  "cases are not run")
             progress.warn(f"{part} case {idx} ({r.status}): {r.why}; going on with the next case")
-            nxt = self._next_case(part, idx)
+            nxt = self._next_case(part, idx, stopped)
             if nxt is None:
                 break
             resume = nxt
+        self._not_run_rows(stopped, ran, result)
         return result
 
-    def _next_case(self, part: str, idx: int) -> str | None:
-        if part == "p2p" and idx + 1 < len(self.plan.p2p):
-            return f"p2p:{idx + 1}"
-        if part == "p2p" and self.plan.concurrent:
-            return "concurrent:0"
-        if part == "concurrent" and idx + 1 < len(self.plan.concurrent):
-            return f"concurrent:{idx + 1}"
+    def _not_run_rows(self, stopped: dict[str, str], ran: set[tuple[str, int]],
+                      result: dict[str, dict[str, Any]]) -> None:
+        """Rows with status not_run for the cases of stopped classes that did not run."""
+        from probes.p2p_worker import concurrent_rows, p2p_row  # heavy: torch
+
+        for part, cases in (("p2p", self.plan.p2p), ("concurrent", self.plan.concurrent)):
+            left = [i for i in range(len(cases)) if (part, i) not in ran
+                    and self.plan.copy_class(part, i) in stopped]
+            for i in left:
+                why = stopped[self.plan.copy_class(part, i)]
+                if part == "p2p":
+                    self.bundle.append_rows("p2p", [p2p_row(self.plan.p2p[i], self.plan.backend,
+                                                            None, status="not_run", detail=why)])
+                else:
+                    self.bundle.append_rows("concurrent", concurrent_rows(
+                        self.plan.concurrent[i], self.plan.backend, None, None, why,
+                        status="not_run"))
+            if left:
+                result[part]["not_run"] = len(left)
+                result[part]["status"] = "partial"
+                result[part]["why"] = "; ".join(dict.fromkeys(
+                    x for x in (result[part]["why"], f"{len(left)} case(s) not run after "
+                                "hangs in their class") if x))
+
+    def _next_case(self, part: str, idx: int, stopped: Mapping[str, str] = {}) -> str | None:
+        """PART:INDEX of the first case after (part, idx) whose class is not stopped."""
+        order = ([("p2p", i) for i in range(len(self.plan.p2p))]
+                 + [("concurrent", i) for i in range(len(self.plan.concurrent))])
+        for p, i in order[order.index((part, idx)) + 1:]:
+            if self.plan.copy_class(p, i) not in stopped:
+                return f"{p}:{i}"
         return None
 
     # -- all-reduce ------------------------------------------------------------------------------
@@ -786,6 +868,15 @@ class ProbeRunner:
                         if check["applied"] else f"ring order NOT applied: {check['why']}")
                 if not check["applied"]:
                     progress.warn(f"all-reduce {case.label}: {check['why']}")
+                # the ring only runs where the tuner picks the ring algorithm: each size's rows
+                # say where it did not (the tree is searched apart from the graph file)
+                off = not_ring_sizes(tuned, case.sizes)
+                entry["ring_check"]["not_ring_sizes"] = {str(k): v for k, v in off.items()}
+                case.size_detail = {str(k): f"NCCL's tuner chose {v} at {k} B: the ring order "
+                                    "is not what ran at this size" for k, v in off.items()}
+                if off and check["applied"]:
+                    said += (f" at the sizes where NCCL runs the ring algorithm ({len(off)} of "
+                             f"{len(case.sizes)} sizes ran another)")
                 # said in every row of the timed launch
                 case.detail = "; ".join(x for x in (case.detail, said) if x)
                 self.plan_file.write_text(self.plan.to_json(), encoding="utf-8")
@@ -825,7 +916,9 @@ class ProbeRunner:
                 header = header_from_dump(dump.read_text(encoding="utf-8"),
                                           str(dump.relative_to(self.bundle.path)))
             except Exception as exc:  # noqa: BLE001 - a dump we cannot read leaves the default
-                progress.debug(f"NCCL graph dump {dump}: {exc}")
+                # said aloud: the forced ring then runs with an assumed header while its baseline
+                # ran with NCCL's own, and the comparison is confounded
+                progress.warn(f"NCCL graph dump {dump.name} not read ({exc}); {header.source}")
         self.bundle.write_text(rel, ring_graph_xml(list(case.ranks), header))
         return header
 

@@ -39,6 +39,7 @@ class Status(str, Enum):
     ERROR = "error"  # ran, but the result is wrong (e.g. copied bytes do not match)
     HANG = "hang"  # killed by the watchdog
     WAIVED = "waived"  # does not apply here (e.g. P2P between a GPU and itself)
+    NOT_RUN = "not_run"  # left out after cases of its class hung (pcieprof.probe_runner)
     NOT_SUPPORTED = "not_supported"
     RUNNING = "running"
     INTERRUPTED = "interrupted"  # left running by a writer that is gone (pcieprof.bundle.writer)
@@ -63,3 +64,10 @@ def busbw_factor_allreduce(nranks: int) -> float:
 #: src/graph/topo.cc `topoPathTypeStr`, PATH_LOC .. PATH_DIS in src/graph/topo.h, NCCL 2.23+
 #: where P2C joined). Graph files (typeintra/typeinter) and topology dumps use these names.
 NCCL_PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
+
+
+def nccl_dev(dev: int) -> str:
+    """A `dev` of an NCCL graph file as NCCL 2.2x writes it (xml.h xmlSetAttrLong, `%#lx`: "0",
+    "0x1", "0xa"), which the releases that read it as hex (strtol base 16) and the older ones
+    (strtol base 0) read alike (pcieprof.importers.nccl_xml says which release does what)."""
+    return format(dev, "#x") if dev else "0"

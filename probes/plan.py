@@ -98,6 +98,8 @@ class AllReduceCase:
         detail: caveat written into every row (e.g. gloo ignoring NCCL_* settings).
         node0_only: in a multi-node plan, a case that runs on node 0 alone (the intra-node
             reference); every other case runs its ranks on every node.
+        size_detail: caveat of the rows of one size ({size in bytes as a string: text}), after
+            `detail` (e.g. a ring order NCCL's tuner did not use at that size).
     """
 
     variant: str
@@ -109,6 +111,11 @@ class AllReduceCase:
     iters: int
     detail: str = ""
     node0_only: bool = False
+    size_detail: dict[str, str] = field(default_factory=dict)
+
+    def detail_at(self, size: int) -> str:
+        """The `detail` of the rows of message size `size` (bytes)."""
+        return "; ".join(x for x in (self.detail, self.size_detail.get(str(size), "")) if x)
 
     @property
     def label(self) -> str:
@@ -168,6 +175,13 @@ class Plan:
         """The rows' `ranks` of a case: global GPU numbers in global rank order (node 0's
         ranks first, each node's in the case's ring order); the devices on one node."""
         return tuple(n * self.stride + d for n in range(self.case_nodes(case)) for d in case.ranks)
+
+    def copy_class(self, part: str, idx: int) -> str:
+        """The class of copy case `idx` of `part` (`p2p` or `concurrent`) whose hangs stop the
+        rest of it (pcieprof.probe_runner): the p2p path (`p2p`, `host_staged`, `h2d`, `d2h`: a
+        broken peer path hangs every peer copy while host copies still run), or `concurrent`
+        (every concurrent case is peer copies)."""
+        return self.p2p[idx].path if part == "p2p" else "concurrent"
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as plan.json holds it: `nranks` the ranks over every node, and per

@@ -15,12 +15,14 @@ from pathlib import Path
 import click
 
 from pcieprof import progress
-from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand
+from pcieprof.analysis.box import box_of, gib
+from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.nodes import Nodes
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.model import ModelRecord
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.topology import Topology
-from pcieprof.cards import load_card
+from pcieprof.commands.card_choice import MODEL_HELP, card_for
 from pcieprof.commands.options import verbosity
 from pcieprof.commands.tuning import launch_choice, tune
 from pcieprof.errors import BadInput
@@ -54,13 +56,17 @@ def summary_lines(result: Recommendations) -> list[str]:
         lines += ["", "parallel layouts (best first):"]
         for lay in result.layouts:
             rows = {x.concurrency: x for x in lay.per_concurrency}
-            c1, cmax = rows[min(rows)], rows[max(rows)]
-            fit = "fits" if lay.fits else "does not fit"
-            step = f"c={c1.concurrency} {c1.step_ms:.1f} ms/step, " if c1.step_ms is not None else ""
-            tok = f"{cmax.tok_s:.0f}" if cmax.tok_s is not None else "-"
-            lines.append(f"  {lay.label:<24} {fit:<13} weights {lay.weights_gb:.1f} GB/GPU, "
-                         f"max concurrency {lay.max_concurrency}, {step}c={cmax.concurrency} "
-                         f"{tok} tok/s{'' if cmax.fits else ' (KV over)'}")
+            c1 = rows[min(rows)]
+            fit = [x for x in lay.per_concurrency if x.fits] if lay.fits else []
+            head = f"  {lay.label:<24} weights {gib(lay.weights_gb * 1e9)}/GPU, "
+            if not fit:
+                lines.append(head + "does not fit: no launch line")
+                continue
+            peak = fit[-1]  # side by side: latency at c=1, throughput where the KV still fits
+            step = f"c={c1.concurrency} {c1.step_ms:.1f} ms/step" if c1.step_ms is not None else ""
+            tok = f"{peak.tok_s:.0f}" if peak.tok_s is not None else "-"
+            lines.append(head + f"max concurrency {lay.max_concurrency}: {step}, "
+                         f"c={peak.concurrency} {tok} tok/s")
         if result.layouts[0].why:
             lines.append(f"  why: {result.layouts[0].why}")
     if result.needs_measuring:
@@ -74,8 +80,8 @@ def summary_lines(result: Recommendations) -> list[str]:
               help="Write a copy of BUNDLE with the recommendations to DIR and leave BUNDLE "
               "untouched (default: write into BUNDLE).")
 @click.option("--force", is_flag=True, help="Replace what a non-empty --out directory holds.")
-@click.option("--model", default=DEFAULT_MODEL, show_default=True,
-              help="Model card for decode message sizes and the layout advice.")
+@click.option("--model", default=None, help=MODEL_HELP + " Its decode message sizes and "
+              "layouts are advised.")
 @click.option("--batch-max", default=64, show_default=True, type=click.IntRange(1, 4096),
               help="Largest decode batch (decode all-reduce = batch x hidden x 2 bytes).")
 @click.option("--context", default=8192, show_default=True, type=click.IntRange(1),
@@ -88,7 +94,8 @@ def summary_lines(result: Recommendations) -> list[str]:
                    "configuration, labelled not yet served on this box).")
 @click.option("--arch", default=None, metavar="smXY",
               help="GPU architecture the launch backends are ranked for when no search served "
-                   "(sm120, sm100; default: the card's, or the --serve search's).")
+                   "(sm120, sm100; default: the --serve search's, else the GPUs' in BUNDLE: "
+                   "NVML's compute capability or the product name; unknown: none named).")
 @click.option("--verify", is_flag=True, help="Re-run the all-reduce (decode sizes plus one large "
               "size) with each NCCL / ring-order recommendation and the bundle's backend, into a "
               "new bundle; store the measured (sim: simulated) gain next to the predicted one.")
@@ -99,7 +106,7 @@ def summary_lines(result: Recommendations) -> list[str]:
                    "no progress for this long (the first collective of a message size included) "
                    "is killed and recorded as status=hang, and the run goes on.")
 @verbosity
-def command(bundle: Path, out: Path | None, force: bool, model: str, batch_max: int,
+def command(bundle: Path, out: Path | None, force: bool, model: str | None, batch_max: int,
             context: int, no_layouts: bool, serve: Path | None, arch: str | None, verify: bool,
             verify_out: Path | None, timeout_s: float) -> None:
     """Recommend NCCL settings, the ring order, a parallel layout and the SGLang launch for
@@ -113,10 +120,11 @@ def command(bundle: Path, out: Path | None, force: bool, model: str, batch_max: 
     first-ranked backends for the GPU architecture and says they are not yet served on this box.
     """
     b = Bundle.open(bundle).check()
-    card = load_card(model)  # a wrong name is one line, before any work
+    card = card_for(model, [b])  # a wrong name is one line, before any work
     if arch is not None and not re.fullmatch(r"sm\d{2,3}", arch):
         raise BadInput(f"--arch {arch!r}: give a compute capability as smXY (sm120, sm100, sm90)")
-    choice = launch_choice(card, Bundle.open(serve).check() if serve is not None else None, arch)
+    choice = launch_choice(card, Bundle.open(serve).check() if serve is not None else None, arch,
+                           box=box_of(b))
     band = DecodeBand.of_card(card, 1, batch_max)
     nodes = Nodes.of(b)
     if verify and nodes is not None:
@@ -136,6 +144,7 @@ def command(bundle: Path, out: Path | None, force: bool, model: str, batch_max: 
     result = tune(b, card, band, layouts=not no_layouts, context=context, choice=choice)
     try:
         paths = write_outputs(b, result)
+        b.set_model(ModelRecord.of_card(card))  # the card the recommendations are for
     except OSError as exc:
         raise BadInput(f"cannot write the recommendations into {b.path}: {exc.strerror or exc}",
                        hint="pass --out DIR to write them into a copy of the bundle") from None

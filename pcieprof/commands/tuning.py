@@ -15,11 +15,10 @@ from typing import Sequence
 
 from pcieprof import progress
 from pcieprof.analysis.decode_band import DecodeBand
-from pcieprof.analysis.matrices import gpu_indices
+from pcieprof.analysis.box import Box, box_of
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.serve_search import ServeSearch
-from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard, load_card
 from pcieprof.errors import BadInput, PcieprofError
 from pcieprof.serve.search import Search, Step
@@ -35,7 +34,7 @@ MAX_ATTEMPT_LINES = 12
 
 
 def sglang_launch(card: ModelCard, layout: Candidate, env: dict[str, str],
-                  axes: dict[str, str] | None = None) -> LaunchCommand:
+                  axes: dict[str, str] | None = None, neutral: bool = False) -> LaunchCommand:
     """The SGLang command of one layout (pcieprof.serve.sglang_cmd), as the tuner's
     CommandBuilder; `python3`, not this interpreter's path: it runs on the serving box.
 
@@ -44,11 +43,14 @@ def sglang_launch(card: ModelCard, layout: Candidate, env: dict[str, str],
         layout: the parallel layout.
         env: the recommended environment.
         axes: launch backends by search axis (LaunchChoice.config); None: the card's.
+        neutral: leave out the card's own backend choices too (an architecture the card has
+            no launch evidence for).
     """
     dp = layout.dp if layout.dp_attention else (layout.replicas if layout.replicas > 1 else None)
     cfg = LaunchConfig(tp=layout.tp, pp=layout.pp if layout.pp > 1 else None,
                        ep=layout.ep if layout.ep > 1 else None, dp=dp,
-                       dp_attention=layout.dp_attention, env=dict(env))
+                       dp_attention=layout.dp_attention, env=dict(env),
+                       card_backends=not neutral)
     if axes:
         cfg = cfg.with_axes(axes, cfg.name)
     try:
@@ -67,18 +69,21 @@ def sglang_launch(card: ModelCard, layout: Candidate, env: dict[str, str],
 def builder(choice: LaunchChoice | None) -> CommandBuilder:
     """The CommandBuilder that writes `choice`'s backends into every layout's command."""
     axes = dict(choice.config) if choice is not None else None
+    neutral = choice is not None and choice.neutral
 
     def build(card: ModelCard, layout: Candidate, env: dict[str, str]) -> LaunchCommand:
-        return sglang_launch(card, layout, env, axes)
+        return sglang_launch(card, layout, env, axes, neutral)
 
     return build
 
 
 def launch_choice(card: ModelCard, serve: Bundle | None = None,
-                  arch: str | None = None) -> LaunchChoice:
+                  arch: str | None = None, box: Box | None = None) -> LaunchChoice:
     """The launch backends for `card`'s commands: the winner of `serve`'s launch search, else
-    the search's first-ranked configuration for `arch` (default: the card's), labelled as not
-    yet served.
+    the search's first-ranked configuration for `arch` (default: the box's architecture when
+    `box` is given, else the card's), labelled as not yet served. A box whose architecture is
+    unknown, or one the card has no launch evidence for, gets no architecture-specific
+    backends (SGLang chooses them), and says so.
 
     Raises:
         BadInput: `serve` has no launch search, or searched another model or architecture.
@@ -97,7 +102,13 @@ def launch_choice(card: ModelCard, serve: Bundle | None = None,
             raise BadInput(f"--arch {arch}: {serve.path} searched for {doc.arch}")
         if doc.winner is not None:
             return _served(card, serve, doc)
-    space = _space(card, arch or (doc.arch if doc is not None else None))
+    arch = arch or (doc.arch if doc is not None else None)
+    if arch is None and box is not None and card.search:
+        neutral = _arch_neutral(card, box)
+        if neutral is not None:
+            return neutral
+        arch = box.arch
+    space = _space(card, arch)
     if space is None:
         return LaunchChoice({}, False, f"{NOT_YET} (the card has no launch search: its "
                                        f"defaults)")
@@ -120,6 +131,22 @@ def launch_choice(card: ModelCard, serve: Bundle | None = None,
     return LaunchChoice(dict(step.config), False, label, arch=space.arch,
                         serve_bundle=str(serve.path.resolve()) if serve is not None else "",
                         evidence=tuple(step.changes), caveats=tuple(caveats))
+
+
+def _arch_neutral(card: ModelCard, box: Box) -> LaunchChoice | None:
+    """The choice without architecture-specific backends for a box whose architecture is
+    unknown or has no launch evidence in the card; None when the card knows it."""
+    known = {str(c.get("arch")) for c in card.search.get("claim", [])} | {
+        str(card.search.get("arch", ""))}
+    if box.arch and box.arch in known:
+        return None
+    why = (f"no launch evidence for {box.arch} in card {card.name} (it has "
+           f"{', '.join(sorted(k for k in known if k and k != 'any'))})" if box.arch
+           else f"GPU architecture unknown: {box.arch_source}")
+    axes = [str(a) for a in card.search.get("axes", [])]
+    return LaunchChoice({a: "" for a in axes if a != "cuda_graph"}, False,
+                        f"{why}: no architecture-specific backends, SGLang chooses them",
+                        arch=box.arch, neutral=True)
 
 
 def _space(card: ModelCard, arch: str | None) -> SearchSpace | None:
@@ -172,15 +199,13 @@ def tune(bundle: Bundle, card: ModelCard, band: DecodeBand, *, layouts: bool = T
          context: int = 8192, write_files: bool = True,
          choice: LaunchChoice | None = None) -> Recommendations:
     """pcieprof.tune.recommend with the SGLang command builder and the launch backends
-    (`choice`; default: launch_choice(card), the first-ranked, not yet served)."""
-    choice = choice if choice is not None else launch_choice(card)
+    (`choice`; default: launch_choice for the bundle's box, the first-ranked, not yet served)."""
+    box = box_of(bundle)
+    choice = choice if choice is not None else launch_choice(card, box=box)
     build = builder(choice)
     result = recommend(bundle, card, band=band, layouts=layouts, context=context,
                        write_files=write_files, command=build)
-    topo = bundle.read_doc(Topology)
-    gpus = len(topo.gpus) if topo is not None and topo.gpus else len(
-        gpu_indices(bundle.read_table("p2p")))
-    return launch.apply(result, choice, card, build, gpus=gpus)
+    return launch.apply(result, choice, card, build, box=box, context=context)
 
 
 def serve_searches(bundles: Sequence[Bundle]) -> list[Bundle]:
@@ -194,16 +219,15 @@ def for_report(bundles: Sequence[Bundle], card: ModelCard, band: DecodeBand,
     all-reduce rows but no recommendations.json, or one whose commands were made without the
     served launch search `choice` comes from. A bundle the tuner cannot read gets a document
     whose `error` says why, so the report shows it and renders the rest."""
-    choice = choice if choice is not None else launch_choice(card)
     out: dict[str, Recommendations] = {}
     for b in bundles:
         if b.read_table("p2p").empty and b.read_table("allreduce").empty:
             continue
         stored = b.read_doc(Recommendations)
-        if stored is not None and not (choice.served and not _same(launch.searched_in(stored),
-                                                                   choice.serve_bundle)):
+        if stored is not None and not (choice is not None and choice.served and not _same(
+                launch.searched_in(stored), choice.serve_bundle)):
             continue
-        if stored is not None:
+        if stored is not None and choice is not None:
             progress.info(f"{b.path}: recommendations.json was made without the launch search "
                           f"in {choice.serve_bundle}; the report computes them with it")
         try:

@@ -107,6 +107,7 @@ def merge_topo_m(topo: dict[str, Any], parsed: dict[str, Any]) -> None:
         pair = ensure_pair(topo, p["a"], p["b"])
         if pair.get("level") is None:
             pair["level"] = p["level"]
+            pair["level_source"] = "topo -mp" if parsed.get("view") == "pcie_only" else "topo -m"
             pair.get("status", {}).pop("level", None)
     for idx, aff in parsed.get("cpu_affinity", {}).items():
         g = ensure_gpu(topo, int(idx))
@@ -149,6 +150,33 @@ def merge_nccl_topo(topo: dict[str, Any], doc: dict[str, Any], source: str) -> N
     topo["numa"]["nodes"].sort(key=lambda n: n["id"])
     topo.setdefault("evidence", []).append(
         f"{source}: NCCL topology XML; GPU dev numbers are CUDA device indices")
+
+
+def merge_driver(topo: dict[str, Any], facts: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The driver version a tool printed (nvbandwidth's `Driver Version`) into topology.json's
+    `driver` where the machine logs left it unknown; returns disagreements between files.
+
+    Args:
+        topo: the topology dict being built.
+        facts: (file name, Parsed.facts) of every imported file.
+    """
+    driver = topo.setdefault("driver", {})
+    seen: dict[str, str] = {}
+    for name, f in facts:
+        version = f.get("driver_version")
+        if version:
+            seen.setdefault(str(version), name)
+    if not seen:
+        return []
+    have = driver.get("driver_version")
+    if have is None:
+        first = next(iter(seen))
+        driver["driver_version"] = first
+        driver.get("status", {}).pop("driver_version", None)
+        driver.setdefault("source", {})["driver_version"] = seen[first]
+        have = first
+    return [f"{name}: driver {v} differs from {have} (one bundle holds one machine state)"
+            for v, name in seen.items() if v != have]
 
 
 def note_flat_tree(topo: dict[str, Any], evidence: list[str], *, flat: bool) -> None:

@@ -31,7 +31,7 @@ from pcieprof.bundle.rows import format_ranks
 from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput
-from pcieprof.tune.launch import launch_line, launch_recommendation
+from pcieprof.tune.launch import launch_recommendation
 from pcieprof.tune.layout import CommandBuilder, rank_layouts
 from pcieprof.tune.nccl_files import GRAPH_FILE, TOPO_FILE, write_files
 from pcieprof.tune.ring import Ring, best_ring, ring_of_order
@@ -352,15 +352,16 @@ def sglang_command_text(result: Recommendations) -> str:
         for risk in r.risks if any(result.env.get(k) == v for k, v in r.env.items()) else []:
             lines.append(f"# RISK of {' '.join(f'{k}={v}' for k, v in r.env.items())}: "
                          f"{risk.title}; check it first: pcieprof recommend BUNDLE --verify")
+    rec = launch_recommendation(result)
     if result.layouts:
         top = result.layouts[0]
         lines.append(f"# layout: {top.label} ({top.why})")
-        rec = launch_recommendation(result)
-        if rec is not None:
-            lines.append(f"# launch backends: {rec.gain_text}")
-        lines.append(launch_line(result, top))
-    else:
+    elif rec is None:
         lines.append("# no layout ranked (no model card or no all-reduce measurements)")
+    if rec is not None:
+        lines.append(f"# launch backends: {rec.gain_text}")
+        # the launch recommendation's line is the one checked against the box (tune.launch)
+        lines.append(rec.action if rec.action else f"# no launch line: {rec.title}")
     return "\n".join(lines) + "\n"
 
 
