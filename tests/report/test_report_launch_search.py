@@ -20,8 +20,8 @@ from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.serve.sglang_cmd import load_parser, parse_many_with_sglang, sglang_search_path
-from pcieprof.serve.space import FLAGS
 from pcieprof.tune.launch import NOT_YET, launch_recommendation, searched_in
+from pcieprof.tune.space import FLAGS
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ROOT / "tests" / "data" / "bundle_schema2" / "sim_vm_4gpu"
@@ -136,7 +136,7 @@ def test_report_of_both_bundles_joins_them_and_shows_the_attempts(searched: Path
     rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]
     assert len(rows) == len(doc.attempts) >= 4
     for a, row in zip(doc.attempts, rows):
-        cells = [html.unescape(c) for c in re.findall(r"<td>(.*?)</td>", row, re.S)]
+        cells = [html.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
         assert cells[:4] == [str(a.index), a.outcome,
                              "" if a.time_to_failure_s is None else f"{a.time_to_failure_s:.1f}",
                              a.label]
