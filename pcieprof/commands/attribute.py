@@ -99,7 +99,8 @@ def command(traces: tuple[Path, ...], classes: Path | None, drop_last_step: bool
     topo_b = Bundle.open(topology).check() if topology else None
     serve_b = Bundle.open(serve_dir).check() if serve_dir else None
     bundle = Bundle.create(out or default_out_dir("attribute"), command="attribute",
-                           source="measured", backend="imported", force=force)
+                           source="measured", backend="imported", force=force,
+                           inputs=[*traces, *(p for p in (classes, topology, serve_dir) if p)])
     doc: dict[str, Any] | None = None
     try:
         if paths:

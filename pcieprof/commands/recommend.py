@@ -178,7 +178,7 @@ def _verify(b: Bundle, result: Recommendations, band: DecodeBand, out: Path | No
 def measure_verify(b: Bundle, plan: VerifyPlan, out: Path, timeout_s: float) -> Bundle:
     """Run a verify plan into a new `recommend-verify` bundle at `out` with the bundle's backend."""
     vb = Bundle.create(out, command="recommend-verify", source=source_of(plan.backend),
-                       backend=plan.backend, force=_ours(out))
+                       backend=plan.backend, force=_ours(out), inputs=[b.path])
     topo = b.read_doc(Topology)
     probe_plan = allreduce_plan(plan.backend, list(plan.devices),
                                 [(c.name, c.env, c.ranks, c.title) for c in plan.cases],
