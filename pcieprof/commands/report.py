@@ -16,7 +16,7 @@ from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand
 from pcieprof.bundle import Bundle, default_out_dir, prepare_out_file
 from pcieprof.cards import ModelCard, load_card
 from pcieprof.commands.options import verbosity
-from pcieprof.commands.tuning import for_report, launch_choice, serve_searches
+from pcieprof.commands.tuning import for_report, launch_choice, serve_searches, the_launch
 from pcieprof.errors import BadInput
 from pcieprof.tune.launch import LaunchChoice
 from pcieprof.report import ReportContext, write_report
@@ -59,7 +59,9 @@ def command(bundles: tuple[Path, ...], out: Path | None, model: str, batch_max: 
 
 def _joined(opened: list[Bundle], card: ModelCard) -> LaunchChoice:
     """The launch backends from the first serve bundle whose search served `card`, else the
-    first-ranked ones (a search of another model is shown, not joined)."""
+    launch recommend prints for the first bundle (pcieprof.commands.tuning.the_launch: served
+    last on this machine when that bundle was measured here, else the first-ranked ones); a
+    search of another model is shown, not joined."""
     first = None
     for b in serve_searches(opened):
         try:
@@ -70,4 +72,4 @@ def _joined(opened: list[Bundle], card: ModelCard) -> LaunchChoice:
         if choice.served:
             return choice
         first = first or choice
-    return first or launch_choice(card)
+    return first or the_launch(card, bundle=opened[0])

@@ -17,18 +17,19 @@ from pcieprof import progress
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.matrices import gpu_indices
 from pcieprof.bundle import Bundle
-from pcieprof.bundle.recommendations import Recommendations
+from pcieprof.bundle.recommendations import LayoutAdvice, Recommendations
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard, load_card
 from pcieprof.errors import BadInput, PcieprofError
 from pcieprof.serve.search import Search, Step
+from pcieprof.serve.served import last_served, measured_here
 from pcieprof.serve.sglang_cmd import LaunchConfig, build_command
-from pcieprof.serve.space import SearchSpace
+from pcieprof.serve.space import FLAGS, SearchSpace
 from pcieprof.tune import launch
 from pcieprof.tune.launch import NOT_YET, LaunchChoice
 from pcieprof.tune.layout import Candidate, CommandBuilder, LaunchCommand
-from pcieprof.tune.recommend import recommend
+from pcieprof.tune.recommend import cpu_only, recommend
 
 #: Evidence lines kept per attempt list (the document keeps them all).
 MAX_ATTEMPT_LINES = 12
@@ -72,6 +73,67 @@ def builder(choice: LaunchChoice | None) -> CommandBuilder:
         return sglang_launch(card, layout, env, axes)
 
     return build
+
+
+def the_launch(card: ModelCard, arch: str | None = None, bundle: Bundle | None = None,
+               serve: Bundle | None = None, given: dict[str, str] | None = None) -> LaunchChoice:
+    """The one launch configuration that serve-bench (without --sweep) launches and recommend,
+    the report and their SGLang commands print (issue 22, point 1).
+
+    In order: `serve`'s launch search when given; the serve bundle that last served `card` on
+    this machine (pcieprof.serve.served) when `bundle` is None (serve-bench on this machine) or
+    was measured here; else the search's first-ranked configuration for `arch` (default: the
+    card's). `given` backends (serve-bench's --attention-backend etc.) start the search instead:
+    its first step from them, as `--sweep` would launch first.
+
+    Raises:
+        BadInput: `serve` cannot say (see launch_choice).
+    """
+    if given:
+        return _first_from(card, arch, given)
+    if serve is None and (bundle is None or measured_here(bundle.manifest)):
+        space = _space(card, arch)
+        last = last_served(card.name, space.arch) if space is not None else None
+        if last is not None:
+            try:
+                choice = launch_choice(card, Bundle.open(last).check(), arch)
+            except PcieprofError as exc:
+                progress.warn(f"{last}: the launch served last on this machine cannot be read "
+                              f"({exc.one_line()}); the first-ranked configuration instead")
+            else:
+                if choice.served:
+                    return choice
+    return launch_choice(card, serve, arch)
+
+
+def _first_from(card: ModelCard, arch: str | None, given: dict[str, str]) -> LaunchChoice:
+    """The search's first step started from the backends the user gave."""
+    space = _space(card, arch)
+    if space is None:
+        return LaunchChoice(dict(given), False, "given on the command line (the card has no "
+                                                "launch search)")
+    step = Search(space, start=given).next([])
+    assert isinstance(step, Step)
+    told = ", ".join(f"{a}={v}" for a, v in given.items())
+    return LaunchChoice(dict(step.config), False,
+                        f"{told} as given, the other backends the search's first-ranked for "
+                        f"{space.arch}; {NOT_YET}", arch=space.arch,
+                        evidence=tuple(step.changes),
+                        caveats=tuple(failing(card, step.config, space.arch)))
+
+
+def failing(card: ModelCard, config: dict[str, str], arch: str | None = None) -> list[str]:
+    """The values of `config` the card marks as failing on `arch` (one line each): never
+    launched unless the user names them."""
+    space = _space(card, arch)
+    if space is None:
+        return []
+    out = []
+    for axis, value in config.items():
+        r = space.rank_of(axis, value) if value and axis in FLAGS else None
+        if r is not None and r.verdict == "fails":
+            out.append(f"the card marks {axis}={value} as failing: {r.why}")
+    return out
 
 
 def launch_choice(card: ModelCard, serve: Bundle | None = None,
@@ -177,10 +239,39 @@ def tune(bundle: Bundle, card: ModelCard, band: DecodeBand, *, layouts: bool = T
     build = builder(choice)
     result = recommend(bundle, card, band=band, layouts=layouts, context=context,
                        write_files=write_files, command=build)
+    if cpu_only(bundle):  # no GPU evidence: no SGLang GPU command either (issue 22, point 3)
+        return result
     topo = bundle.read_doc(Topology)
     gpus = len(topo.gpus) if topo is not None and topo.gpus else len(
         gpu_indices(bundle.read_table("p2p")))
-    return launch.apply(result, choice, card, build, gpus=gpus)
+    return launch.apply(result, choice, card, build, gpus=gpus,
+                        bench=lambda lay: bench_line(card, lay, result.env, choice))
+
+
+def bench_line(card: ModelCard, layout: LayoutAdvice | None, env: dict[str, str],
+               choice: LaunchChoice) -> str:
+    """The `pcieprof serve-bench` command that launches exactly a layout's printed SGLang line
+    (same argv and environment; serve-bench picks the first free port from 30000): the layout's
+    parallel sizes, every launch backend of `choice` and the recommended environment."""
+    args = ["pcieprof", "serve-bench", "--model", card.name]
+    if layout is not None:
+        args += ["--tp", str(layout.tp)]
+        if layout.pp > 1:
+            args += ["--pp", str(layout.pp)]
+        if layout.ep > 1:
+            args += ["--ep", str(layout.ep)]
+        if layout.dp_attention:
+            args += ["--dp", str(layout.tp), "--enable-dp-attention"]
+        elif layout.replicas > 1:
+            args += ["--dp", str(layout.replicas)]
+    for axis, value in choice.config.items():
+        if axis == "cuda_graph":
+            args += ["--disable-cuda-graph"] if value == "off" else []
+        elif value:
+            args += [FLAGS[axis], value]
+    for k, v in env.items():
+        args += ["--env", f"{k}={v}"]
+    return " ".join(shlex.quote(a) for a in args)
 
 
 def serve_searches(bundles: Sequence[Bundle]) -> list[Bundle]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import Callable
 
 from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation, Recommendations
 from pcieprof.cards import ModelCard
@@ -82,8 +83,13 @@ def launch_line(result: Recommendations, layout: LayoutAdvice | None = None,
     return f"{prefix} {cmd}".strip()
 
 
+#: How the launch recommendation's action names the serve-bench command of the same launch.
+BENCH = "# the same launch, benchmarked: "
+
+
 def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
-          command: CommandBuilder, gpus: int = 0) -> Recommendations:
+          command: CommandBuilder, gpus: int = 0,
+          bench: Callable[[LayoutAdvice | None], str] | None = None) -> Recommendations:
     """Add the launch recommendation to `result` (in place) and label every layout's command.
 
     Args:
@@ -94,9 +100,12 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
             when no layout was ranked.
         gpus: GPUs the bundle shows (0: unknown); a default layout wider than that is said to be
             for another box.
+        bench: layout (None: the card's default) -> the serve-bench command that launches the
+            same line; written under it as a shell comment, so the action stays pasteable.
     """
     for lay in result.layouts:
         lay.notes.insert(0, f"launch backends: {choice.describe()} ({choice.label})")
+    top: LayoutAdvice | None = None
     if result.layouts:
         top = result.layouts[0]
         line, where = launch_line(result, top), top.label
@@ -104,6 +113,8 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
         tp = card.sglang.tp_default
         built = command(card, Candidate(f"TP{tp}", tp=tp), dict(result.env))
         line, where = launch_line(result, None, built.command, built.env), f"TP{tp}"
+    if bench is not None and line:
+        line += "\n" + BENCH + bench(top)
     if choice.served:
         title = (f"Launch SGLang with the backends the launch search served correct tokens "
                  f"with: {choice.describe()}")
