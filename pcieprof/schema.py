@@ -63,3 +63,10 @@ def busbw_factor_allreduce(nranks: int) -> float:
 #: src/graph/topo.cc `topoPathTypeStr`, PATH_LOC .. PATH_DIS in src/graph/topo.h, NCCL 2.23+
 #: where P2C joined). Graph files (typeintra/typeinter) and topology dumps use these names.
 NCCL_PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
+
+
+def nccl_dev(dev: int) -> str:
+    """A `dev` of an NCCL graph file as NCCL 2.2x writes it (xml.h xmlSetAttrLong, `%#lx`: "0",
+    "0x1", "0xa"), which the releases that read it as hex (strtol base 16) and the older ones
+    (strtol base 0) read alike (pcieprof.importers.nccl_xml says which release does what)."""
+    return format(dev, "#x") if dev else "0"

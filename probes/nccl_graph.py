@@ -35,6 +35,7 @@ from typing import Any
 from xml.sax.saxutils import quoteattr
 
 from pcieprof.importers.nccl_xml import parse_graph_xml
+from pcieprof.schema import nccl_dev
 
 RING_PATTERN = 4  # NCCL_TOPO_PATTERN_RING (src/include/graph.h)
 
@@ -72,17 +73,19 @@ def header_from_dump(text: str, name: str) -> GraphHeader:
         ValueError: the file has no ring graph.
     """
     doc = parse_graph_xml(text, name)
+    # NCCL loads graph id 0 from a graph file as the ring graph (search.cc: each graph of the
+    # file is matched by id); a 2.2x dump lists all five graphs, the tree's pattern is not 4
     for g in doc["graphs"]:
-        if g["pattern"] == RING_PATTERN:
+        if g["id"] == 0 and g["pattern"] == RING_PATTERN and g["nchannels"] > 0:
             return GraphHeader(int(g["nchannels"]), float(g["speedintra"]),
                                float(g["speedinter"]), str(g["typeintra"]),
                                str(g["typeinter"]), 1, f"NCCL's own ring graph ({name})")
-    raise ValueError(f"{name}: no ring graph (pattern {RING_PATTERN})")
+    raise ValueError(f"{name}: no ring graph (id 0, pattern {RING_PATTERN}, with channels)")
 
 
 def ring_graph_xml(order: list[int], header: GraphHeader = GraphHeader()) -> str:
     """NCCL_GRAPH_FILE text: graph id 0 (the ring graph) with `header.nchannels` channels, each the
-    ring `order` (NVML device indices, written in hex as NCCL parses them)."""
+    ring `order` (NVML device indices, written "0x.." as NCCL 2.2x writes them: `nccl_dev`)."""
     head = " ".join(f"{k}={quoteattr(str(v))}" for k, v in (
         ("id", 0), ("pattern", RING_PATTERN), ("crossnic", 0), ("nchannels", header.nchannels),
         ("speedintra", f"{header.speedintra:g}"), ("speedinter", f"{header.speedinter:g}"),
@@ -91,7 +94,7 @@ def ring_graph_xml(order: list[int], header: GraphHeader = GraphHeader()) -> str
     lines = ['<graphs version="1">', f"  <graph {head}>"]
     for _ in range(header.nchannels):
         lines.append("    <channel>")
-        lines += [f"      <gpu dev={quoteattr(format(g, 'x'))}/>" for g in order]
+        lines += [f"      <gpu dev={quoteattr(nccl_dev(g))}/>" for g in order]
         lines.append("    </channel>")
     lines += ["  </graph>", "</graphs>", ""]
     return "\n".join(lines)

@@ -60,6 +60,7 @@ NVLINK, PCIE, NO_P2P = "nvlink", "pcie", "no_p2p"
 VISIBLE = "topology levels"
 #: Where topology.json's pair levels came from (Pair.level_source), for people.
 LEVEL_SOURCES = {"nvml": "NVML", "topo -m": "nvidia-smi topo -m",
+                 "topo -mp": "nvidia-smi topo -mp, PCIe paths only: NVLink not shown",
                  "pcie_tree": "the PCIe tree (lspci, sysfs)"}
 _KIND_ORDER = (NVLINK, PCIE, NO_P2P)
 

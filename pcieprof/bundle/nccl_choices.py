@@ -30,6 +30,7 @@ class NcclParsed(Document):
         transports, transport_families: unique `via` strings, their families (P2P, SHM, NET).
         comms: every communicator (see importers.nccl_log).
         tuner: [{coll, bytes, algo, proto, channels, time_us}] choices NCCL's tuner printed.
+        failures: what its WARN lines name, with the fix ({kind: `shm_too_small`, what, fix, ...}).
     """
 
     FORMAT = "pcieprof.nccl_choices"
@@ -49,6 +50,7 @@ class NcclParsed(Document):
     comms: list[dict[str, Any]] = field(default_factory=list)
     tuner: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[Any] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
     lines: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -73,7 +73,7 @@ class Pair:
         a, b: GPU indices.
         level: X | PIX | PXB | PHB | NODE | SYS | NV#, or None when unknown.
         p2p: {read, write, atomics}: OK | CNS | GNS | TNS | NS | DR | U.
-        level_source: nvml | topo -m | pcie_tree.
+        level_source: nvml | topo -m | topo -mp (PCIe paths only, NVLink hidden) | pcie_tree.
         status: why a field is None.
     """
 
@@ -185,3 +185,10 @@ class Topology(Document):
 
     def has_nvlink(self) -> bool:
         return any(str(p.level or "").startswith("NV") for p in self.pairs)
+
+    def nvlink_hidden(self) -> bool:
+        """True when the levels come from a view without NVLink (`nvidia-smi topo -mp`) and no
+        pair shows NV#: "no NVLink pair" cannot be read from them."""
+        return not self.has_nvlink() and (
+            str(self.status.get("nvlink", "")).startswith("unknown")
+            or any(p.level_source == "topo -mp" for p in self.pairs))

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from pcieprof.discover import system
 from pcieprof.discover.lspci import parse_lspci
 from pcieprof.discover.smi_query import parse_smi_query
-from pcieprof.discover.topo_matrix import parse_topo_matrix
+from pcieprof.discover.topo_matrix import PCIE_ONLY_VIEW, parse_topo_matrix
 from pcieprof.discover.topology import assemble
 from pcieprof.errors import BadInput
 
@@ -71,6 +71,10 @@ def topology_from_logs(*, lspci: str | None = None, smi_q: str | None = None,
     t = parse_topo_matrix(topo_m, source=names.get("topo_m", "nvidia-smi topo -m")) \
         if topo_m is not None else None
     status["topo_m"] = "ok" if t else "unknown: no nvidia-smi topo -m log"
+    pcie_only = bool(t and t["view"] == "pcie_only")
+    if pcie_only:
+        # topo -mp prints an NVLink pair's PCIe level: its matrix cannot say there is no NVLink.
+        status["nvlink"] = f"unknown: {PCIE_ONLY_VIEW}"
     nvml_part: dict[str, Any] | None = None
     if smi_q is not None:
         q = parse_smi_query(smi_q, source=names.get("smi_q", "nvidia-smi -q"))
@@ -102,7 +106,7 @@ def topology_from_logs(*, lspci: str | None = None, smi_q: str | None = None,
                    iommu=system.iommu_state(None, cmdline=cmdline, dmesg=dmesg),
                    virt=system.hypervisor_state(None, lscpu=lscpu, dmesg=dmesg),
                    numa=system.numa_nodes(None, numa=numa, lscpu=lscpu), status=status,
-                   levels=levels, level_source="topo -m")
+                   levels=levels, level_source="topo -mp" if pcie_only else "topo -m")
     if t and nvml_part is None:
         # GPUs only from lspci: the topo -m affinity still belongs to them (same index order)
         for g in doc["gpus"]:

@@ -13,6 +13,11 @@ The variants that exist (driver output and how people paste it):
 
 The matrix is the header line holding `GPU0` that is followed by a row of levels; it ends at the
 first line that is not a row of a device in the header.
+
+`nvidia-smi topo -mp` (`--matrix_pci`) prints the same matrix with PCIe paths only: an NVLink pair
+shows its PCIe level (NODE, SYS, ...) and the legend has no `NV#` line. Real case: DeepEP issue #60
+(https://github.com/deepseek-ai/DeepEP/issues/60), `topo -mp` of an 8-GPU NVLink box showing only
+NODE/SYS between GPUs. Such a matrix says nothing about NVLink: `view` tells which one was read.
 """
 
 from __future__ import annotations
@@ -31,6 +36,14 @@ ATTRIBUTES = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _LEGEND = re.compile(r"^\s*(NIC\s+)?Legend\s*:?\s*$")
 _NIC_LEGEND = re.compile(r"^\s*(NIC\d+)\s*:\s*(\S+)")
 _HINT = "pass the output of `nvidia-smi topo -m`"
+#: What a `topo -mp` matrix leaves out, said wherever its levels are used.
+PCIE_ONLY_VIEW = ("nvidia-smi topo -mp shows PCIe paths only (NVLink hidden); "
+                  "`nvidia-smi topo -m` shows the NV# pairs")
+#: The command line of a PCIe-only view (`topo -mp`, `topo --matrix_pci`), or of the full matrix.
+_CMD_MP = re.compile(r"\btopo\s+(?:-mp|--matrix_pci)\b")
+_CMD_M = re.compile(r"\btopo\s+(?:-m|--matrix)(?:\s|$)")
+_LEGEND_NV = re.compile(r"^\s*NV#\s*=")
+_LEGEND_PIX = re.compile(r"^\s*PIX\s*=")
 
 
 def _na(v: str | None) -> str | None:
@@ -94,6 +107,29 @@ def find_matrix(lines: list[str]) -> tuple[int, list[str], list[str]] | None:
     return None
 
 
+def _view(lines: list[str], hdr_i: int, end: int, cells: set[str]) -> tuple[str, str]:
+    """(view, why): `full` (`topo -m`, NVLink shown), `pcie_only` (`topo -mp`, NVLink hidden) or
+    `unknown` (neither the command nor a complete legend says, and no pair shows NV#).
+
+    The command line wins where it is pasted (the nearest one above the header); else an NV#
+    cell means the full view; else the legend: `-mp`'s ends at `PIX` with no `NV#` line.
+    """
+    for ln in reversed(lines[max(0, hdr_i - 5):hdr_i + 1]):
+        if _CMD_MP.search(ln):
+            return "pcie_only", f"the command line says `{ln.strip()[:60]}`"
+        if _CMD_M.search(ln):
+            return "full", f"the command line says `{ln.strip()[:60]}`"
+    if any(c.startswith("NV") for c in cells):
+        return "full", "NV# pairs in the matrix"
+    tail = lines[end:end + 40]
+    if any(_LEGEND_NV.match(ln) for ln in tail):
+        return "full", "the legend has the NV# line"
+    pix = next((k for k, ln in enumerate(tail) if _LEGEND_PIX.match(ln)), None)
+    if pix is not None and not any(ln.strip() for ln in tail[pix + 1:pix + 2]):
+        return "pcie_only", "the legend ends at PIX without the NV# line (nvidia-smi topo -mp)"
+    return "unknown", "no command line, no NV# pair and no complete legend"
+
+
 def _no_matrix(lines: list[str], source: str) -> NoReturn:
     """Raise the error for a text without a matrix, naming the line where it went wrong."""
     head = next((i for i, ln in enumerate(lines) if re.search(r"\bGPU0\b", ln)), None)
@@ -134,6 +170,8 @@ def parse_topo_matrix(text: str, *, source: str = "nvidia-smi topo -m") -> dict[
          "numa_affinity": {gpu index: int | None}, "gpu_numa_id": {gpu index: int | None},
          "nics": {"NIC0": "mlx5_0"}, "header_line": 1-based line of the header,
          "legend": whether the level legend is present,
+         "view": `full` (topo -m), `pcie_only` (topo -mp: NVLink not shown) or `unknown`,
+         "view_evidence": why,
          "flat_evidence": a sentence when no GPU pair is below a PCIe switch or bridge (all
          PHB/NODE/SYS, NV# pairs aside, as in a VM's flat virtual tree; bare metal with one root
          port per GPU looks the same, so this alone does not decide), else None}.
@@ -213,6 +251,8 @@ def parse_topo_matrix(text: str, *, source: str = "nvidia-smi topo -m") -> dict[
         flat = ("nvidia-smi topo -m: no GPU pair below a PCIe switch or bridge (levels "
                 + ", ".join(sorted(levels)) + ")")
 
+    view, why = _view(lines, hdr_i, end, levels)
+
     def attr(g: str, key: str) -> str | None:
         return attrs.get(g, {}).get(key)
 
@@ -231,4 +271,6 @@ def parse_topo_matrix(text: str, *, source: str = "nvidia-smi topo -m") -> dict[
         "header_line": hdr_i + 1,
         "legend": legend,
         "flat_evidence": flat,
+        "view": view,
+        "view_evidence": why,
     }

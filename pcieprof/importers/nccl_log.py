@@ -34,6 +34,11 @@ src/enqueue.cc over 2.x):
   and older: `Ring 00 : 3[b0] -> 0[80] via direct shared memory`);
 - `comm 0x.. rank R nranks N cudaDev C busId B - Init COMPLETE` without the function name
   (older versions);
+- releases 2.7-2.18 print a rank's ring, tree and transport lines before that Init COMPLETE line,
+  the only one naming the communicator: they wait for it (per process and device); lines whose
+  communicator line never comes (an excerpt) go to the one communicator of the log, else to an
+  `unattributed` one. `via direct shared memory` is the SHM transport of those releases;
+  channel lines without `/N` give the channel count from `N coll channels` or the ring lines;
 - `2 coll channels, 2 collnet channels, 0 nvls channels, 2 p2p channels, ...`;
 - `threadThresholds ...`, tuner choices `AllReduce: 4096 Bytes -> Algo RING proto LL
   channel{Lo..Hi}={0..1}` and the older `4096 Bytes -> Algo 1 proto 2 time 12.3`;
@@ -86,6 +91,14 @@ _TUNER = re.compile(r"^(\w+): (\d+) Bytes -> Algo (\w+) proto (\w+)"
                     r"(?: channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\})?(?: time ([-\d.]+))?")
 _TUNER_OLD = re.compile(r"^(\d+) Bytes -> Algo (\d+) proto (\d+) time ([-\d.]+)")
 _P2P_TYPE = re.compile(r"^Check P2P Type (.+)$")
+#: NCCL's SHM transport could not grow its segment (misc/shmutils.cc); the NCCL user guide,
+#: troubleshooting "Runtime and MPI issues" > "Shared memory", quotes this line and names the
+#: cause: too little /dev/shm, as in a container (Docker's default /dev/shm is 64 MB).
+_SHM_EXTEND = re.compile(r"failed to extend (/dev/shm/\S+) to (\d+) bytes(?:, error: (.+))?")
+SHM_TOO_SMALL = ("/dev/shm too small: NCCL could not grow its shared-memory segment (Docker gives "
+                 "a container 64 MB of /dev/shm unless --shm-size is set)")
+SHM_FIX = ("give the container more /dev/shm: `docker run --shm-size=1g --ulimit memlock=-1` "
+           "(NCCL user guide, troubleshooting: shared memory) or share the host's with `--ipc=host`")
 _NETWORK = re.compile(r"^Using network (\S+)")
 
 
@@ -254,6 +267,9 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
           lines, `comm_id` null and `nranks` the highest rank seen + 1).
         - `tuner`: all tuner choices seen; `warnings`: [{line, host, pid, dev, rank, time
           (NCCL's timestamp or null), source (`misc/socket.cc:483` or null), text}].
+        - `failures`: what the WARN lines name, one entry per kind: {kind (`shm_too_small`),
+          what, fix, line (the first), host, dev, count (lines), and the kind's detail
+          (segment, bytes, error)}; a communicator they hit lists the kinds in its `failures`.
         - `lines`: {total, nccl, spliced, without_prefix} counts.
 
     Raises:
@@ -272,6 +288,7 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
     pid_comms: dict[int, list[str]] = {}
     warnings: list[dict[str, Any]] = []
     all_tuner: list[dict[str, Any]] = []
+    failures: list[dict[str, Any]] = []
 
     # Lines without the host:pid:tid prefix carry no process to tie them to a communicator:
     # they belong to the one the last such Init line named (a log pasted in order), else to
@@ -300,14 +317,38 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
                 return int(r)
         return None
 
-    for msg in msgs:
+    # Releases 2.7-2.18 print a rank's channel, ring and transport lines before the only line
+    # naming its communicator (`comm 0x.. rank R nranks N ... - Init COMPLETE`, no Init START):
+    # such lines wait here, per process and device, until that line comes.
+    pending: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+
+    def waiting_key(msg: dict[str, Any]) -> tuple[Any, ...]:
+        return ("anon",) if msg["pid"] is None else (msg["pid"], msg["dev"])
+
+    def replay(key: tuple[Any, ...]) -> None:
+        for waiting in pending.pop(key, []):
+            handle(waiting)
+
+    def handle(msg: dict[str, Any], force: str | None = None) -> None:
+        def comm_of_msg(m: dict[str, Any]) -> dict[str, Any] | None:
+            return comms[force] if force is not None else comm_of(m)
+
+        nonlocal cuda_driver
         t = msg["text"]
+        if (force is None and msg["level"] != "WARN" and _needs_comm(t)
+                and comm_of(msg, create=False) is None):
+            pending.setdefault(waiting_key(msg), []).append(msg)
+            return
         if msg["level"] == "WARN":
             comm = comm_of(msg, create=False)
             warnings.append({"line": msg["line"], "host": msg["host"], "pid": msg["pid"],
                              "dev": msg["dev"], "rank": rank_of(msg, comm), "time": msg["time"],
                              "source": msg["source"], "text": t})
-            continue
+            if shm := _SHM_EXTEND.search(t):
+                _note_failure(failures, comm, msg, "shm_too_small", SHM_TOO_SMALL, SHM_FIX,
+                              segment=shm.group(1), bytes=int(shm.group(2)),
+                              error=shm.group(3))
+            return
         if m := _VERSION.match(t):
             if m.group(1) not in versions:
                 versions.append(m.group(1))
@@ -332,6 +373,7 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
             else:
                 context[(msg["pid"], int(cdev))] = key
                 pid_comms.setdefault(msg["pid"], []).append(key)
+            replay(waiting_key({"pid": msg["pid"], "dev": int(cdev)}))
         elif m := _COMM.match(t):
             ptr, rank, nranks, nnodes, _lr, local_rank = m.groups()
             key = ptr_to_comm.get((msg["pid"], ptr))
@@ -354,35 +396,36 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
             comm["nnodes"] = int(nnodes)
             if rank in comm["ranks"]:
                 comm["ranks"][rank]["local_rank"] = int(local_rank)
-        elif (m := _RING.match(t)) and (comm := comm_of(msg)) is not None:
+            replay(waiting_key(msg))
+        elif (m := _RING.match(t)) and (comm := comm_of_msg(msg)) is not None:
             ch, total, order = m.groups()
             comm["rings"].setdefault(str(int(ch)), [int(x) for x in order.split()])
             if total:
                 comm["nchannels"] = int(total)
-        elif (m := _NEIGHBOURS.match(t)) and (comm := comm_of(msg)) is not None:
+        elif (m := _NEIGHBOURS.match(t)) and (comm := comm_of_msg(msg)) is not None:
             ch, prev, me, nxt = m.groups()
             comm["ring_neighbours"].setdefault(me, {})[str(int(ch))] = [int(prev), int(nxt)]
-        elif (m := _TRANSPORT.match(t)) and (comm := comm_of(msg)) is not None:
+        elif (m := _TRANSPORT.match(t)) and (comm := comm_of_msg(msg)) is not None:
             ch, src, sdev, dst, ddev, direction, via = m.groups()
             entry = {"channel": int(ch), "src": int(src), "dst": int(dst), "src_dev": sdev,
-                     "dst_dev": ddev, "via": via, "family": via.split("/")[0],
+                     "dst_dev": ddev, "via": via, "family": transport_family(via),
                      "direction": direction, "reported_by": rank_of(msg, comm)}
             if entry not in comm["transports"]:
                 comm["transports"].append(entry)
             comm["peer_transport"].setdefault(f"{int(src)}->{int(dst)}", via)
-        elif (m := _TREES.match(t)) and (comm := comm_of(msg)) is not None:
+        elif (m := _TREES.match(t)) and (comm := comm_of_msg(msg)) is not None:
             rank = rank_of(msg, comm)
             trees = {str(int(c)): spec for c, spec in _TREE_ITEM.findall(m.group(1))}
             comm["trees"].setdefault(str(rank) if rank is not None else "?", trees)
-        elif (m := _CHANNELS.match(t)) and (comm := comm_of(msg)) is not None:
+        elif (m := _CHANNELS.match(t)) and (comm := comm_of_msg(msg)) is not None:
             comm["coll_channels"] = int(m.group(1))
             if p := re.search(r"(\d+) p2p channels(?! per)", m.group(2)):
                 comm["p2p_channels"] = int(p.group(1))
-        elif (m := _THRESH.match(t)) and (comm := comm_of(msg)) is not None:
+        elif (m := _THRESH.match(t)) and (comm := comm_of_msg(msg)) is not None:
             comm["thread_thresholds"] = m.group(1)
-        elif (m := _P2P_TYPE.match(t)) and (comm := comm_of(msg)) is not None:
+        elif (m := _P2P_TYPE.match(t)) and (comm := comm_of_msg(msg)) is not None:
             comm["p2p_type"] = m.group(1)
-        elif (m := _NETWORK.match(t)) and (comm := comm_of(msg)) is not None:
+        elif (m := _NETWORK.match(t)) and (comm := comm_of_msg(msg)) is not None:
             comm["network"] = m.group(1)
         elif m := _TUNER.match(t):
             choice = {"coll": m.group(1), "bytes": int(m.group(2)), "algo": m.group(3),
@@ -390,18 +433,34 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
                       "channels": [int(m.group(5)), int(m.group(6))] if m.group(5) else None,
                       "time_us": float(m.group(7)) if m.group(7) else None}
             all_tuner.append(choice)
-            if (comm := comm_of(msg)) is not None:
+            if (comm := comm_of_msg(msg)) is not None:
                 comm["tuner"].append(choice)
         elif m := _TUNER_OLD.match(t):
             choice = {"coll": None, "bytes": int(m.group(1)), "algo": m.group(2),
                       "proto": m.group(3), "channels": None, "time_us": float(m.group(4))}
             all_tuner.append(choice)
-            if (comm := comm_of(msg)) is not None:
+            if (comm := comm_of_msg(msg)) is not None:
                 comm["tuner"].append(choice)
-        elif t.startswith("Connected all rings") and (comm := comm_of(msg)) is not None:
+        elif t.startswith("Connected all rings") and (comm := comm_of_msg(msg)) is not None:
             comm["connected_rings"] = True
-        elif t.startswith("Connected all trees") and (comm := comm_of(msg)) is not None:
+        elif t.startswith("Connected all trees") and (comm := comm_of_msg(msg)) is not None:
             comm["connected_trees"] = True
+
+    for msg in msgs:
+        handle(msg)
+    # Lines whose communicator line never came (an excerpt, a log cut short): to the one
+    # communicator when all seen are one (old logs' per-process entries of one size), else
+    # to the `unattributed` one, as a grep of transport lines.
+    named = [k for k in comms if k != "unattributed"]
+    one = len(named) == 1 or (len({comms[k]["nranks"] for k in named}) == 1
+                              and all(k.startswith("comm:") for k in named))
+    only = named[0] if named and one else None
+    for key in list(pending):
+        for waiting in pending.pop(key):
+            if only is None:
+                comms.setdefault("unattributed", _new_comm("unattributed", 0))[
+                    "attribution"] = "none"
+            handle(waiting, force=only or "unattributed")
     loose = comms.get("unattributed")
     if loose is not None and not (loose["rings"] or loose["transports"] or loose["trees"]
                                   or loose["tuner"] or loose["ring_neighbours"]):
@@ -418,8 +477,17 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
         c["rings"] = dict(sorted(c["rings"].items(), key=lambda kv: int(kv[0])))
         c["transports"].sort(key=lambda e: (e["channel"], e["src"], e["dst"]))
         c["peer_transport"] = dict(sorted(c["peer_transport"].items()))
+        if c["nchannels"] is None:
+            # Ring lines without `/N` (older releases): NCCL's own count, else one ring per channel.
+            c["nchannels"] = c["coll_channels"] or (len(c["rings"]) or None)
+        if not c["connected_rings"] and c["transports"] and any(
+                r["init"] == "COMPLETE" for r in c["ranks"].values()):
+            # Releases before "Connected all rings" existed: Init COMPLETE is printed only after
+            # every channel's connections are set up (src/init.cc), so the rings did connect.
+            c["connected_rings"] = True
     main = max(comm_list, key=lambda c: c["nranks"], default=None)
     vias = sorted({e["via"] for e in main["transports"]}) if main else []
+    families = sorted({transport_family(v) for v in vias})
     return {
         "format": FORMAT,
         "source": name,
@@ -432,12 +500,43 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
         "rings": dict(main["rings"]) if main else {},
         "peer_transport": dict(main["peer_transport"]) if main else {},
         "transports": vias,
-        "transport_families": sorted({v.split("/")[0] for v in vias}),
+        "transport_families": families,
         "comms": comm_list,
         "tuner": all_tuner,
         "warnings": warnings,
+        "failures": failures,
         "lines": counts,
     }
+
+
+def _note_failure(failures: list[dict[str, Any]], comm: dict[str, Any] | None,
+                  msg: dict[str, Any], kind: str, what: str, fix: str, **detail: Any) -> None:
+    """Name a failure NCCL's WARN lines identify: one entry per kind, counting its lines (every
+    rank prints its own); the communicator it hit, where known, gets the kind too."""
+    for f in failures:
+        if f["kind"] == kind:
+            f["count"] += 1
+            break
+    else:
+        failures.append({"kind": kind, "what": what, "fix": fix, "line": msg["line"],
+                         "host": msg["host"], "dev": msg["dev"], "count": 1, **detail})
+    if comm is not None:
+        comm.setdefault("failures", [])
+        if kind not in comm["failures"]:
+            comm["failures"].append(kind)
+
+
+def transport_family(via: str) -> str:
+    """P2P, SHM, NET, ... of a `via` string. Older releases name the SHM transport `direct shared
+    memory` (NCCL 2.10.3 in pytorch/pytorch issue #72835), later ones `SHM/direct/direct`."""
+    return "SHM" if via.startswith("direct shared memory") else via.split("/")[0]
+
+
+def _needs_comm(text: str) -> bool:
+    """A message that says something of one communicator (its channels, rings, transports)."""
+    return (text.startswith("Connected all") or any(
+        r.match(text) for r in (_RING, _NEIGHBOURS, _TRANSPORT, _TREES, _CHANNELS, _THRESH,
+                                _P2P_TYPE, _NETWORK)))
 
 
 def _merge_anonymous(comms: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -495,6 +594,8 @@ def summarize(choices: dict[str, Any]) -> str:
     parts.append(f"{len(choices.get('comms', []))} comms")
     if choices.get("warnings"):
         parts.append(f"{len(choices['warnings'])} WARN lines")
+    for f in choices.get("failures", []):
+        parts.append(f"failed: {f['what']}; fix: {f['fix']}")
     if choices.get("lines", {}).get("spliced"):
         parts.append(f"{choices['lines']['spliced']} spliced lines split")
     return "NCCL log: " + ", ".join(parts)

@@ -12,8 +12,18 @@ missing), the link types typeintra / typeinter (LOC, NVL, NVB, C2C, PIX, PXB, PX
 NET, DIS), and `<channel>` children listing `<net dev=>` and `<gpu dev=>` in order. NCCL refuses a
 file whose root is not `graphs`, a graph missing one of those attributes or with an unknown link
 type, and a `<gpu>`/`<net>` without `dev`; this parser refuses the same, and also what would leave
-NCCL with garbage: a graph without channels, a channel without GPUs, channels of different GPU
-counts, a GPU twice in one channel, and `nchannels` not matching the channels given.
+NCCL with garbage: a channel without GPUs, channels of different GPU counts, a GPU twice in one
+channel, and `nchannels` not matching the channels given.
+
+What NCCL 2.2x dumps (NCCL_GRAPH_DUMP_FILE; src/graph/search.cc ncclTopoGetXmlFromGraphs, called
+with every graph of the communicator: ring, tree, CollNet chain, CollNet direct, NVLS): a graph
+that found nothing is written with nchannels="0" and no `<channel>` (accepted: e.g. the tree graph
+id 2 in the dump of NVIDIA/nccl issue #524), an NVLS graph (id 3 there) lists only the first GPU
+of each channel, and `dev` is written by xmlSetAttrLong as `%#lx` ("0", "0x1", "0xa": xml.h) and
+read back with strtol(str, NULL, 16) (ncclTopoGetChannelFromXml). Older releases wrote and read
+`dev` as a decimal int (xmlSetAttrInt "%d", xmlGetAttrInt). So a `dev` with `0x` or a hex letter is
+hex, and one of digits only is taken as written by those older releases (decimal); the one value
+both read alike is what pcieprof writes (`pcieprof.schema.nccl_dev`: the "0x" form).
 Pattern numbers (src/include/graph.h): 1 balanced tree, 2 split tree, 3 tree, 4 ring, 5 NVLS,
 6 CollNet direct.
 """
@@ -114,6 +124,15 @@ def _int(node: Node, attr: str, name: str, *, required: bool = True, base: int =
     return _attr(node, attr, name, lambda v: int(v, base), "integer", required)
 
 
+def _graph_dev(v: str) -> int:
+    """A graph file's `dev`: hex with `0x` or a hex letter (NCCL 2.2x, see the module
+    docstring), else decimal (older releases)."""
+    t = v.strip()
+    if re.fullmatch(r"0[xX][0-9a-fA-F]+", t) or re.fullmatch(r"[0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*", t):
+        return int(t, 16)
+    return int(t, 10)
+
+
 def _float(node: Node, attr: str, name: str, *, required: bool = True) -> float | None:
     return _attr(node, attr, name, float, "number", required)
 
@@ -172,8 +191,8 @@ def parse_graph_xml(text: str, name: str = "<graph.xml>") -> dict[str, Any]:
                 if dev.tag not in ("gpu", "net"):
                     fail(name, dev.line, "<gpu dev=...> or <net dev=...> inside <channel>",
                          got=f"<{dev.tag}>")
-                d = _int(dev, "dev", name)
-                assert d is not None  # required: _int raised otherwise
+                d = _attr(dev, "dev", name, _graph_dev, "integer", True)
+                assert d is not None  # required: _attr raised otherwise
                 (gpus if dev.tag == "gpu" else nets).append(d)
                 if dev.tag == "gpu" and gpus.count(d) > 1:
                     fail(name, dev.line, f"each GPU once per channel (gpu dev={d} repeats)")
@@ -183,8 +202,8 @@ def parse_graph_xml(text: str, name: str = "<graph.xml>") -> dict[str, Any]:
                 fail(name, ch.line, f"{width} GPUs in every channel of the graph", got=str(len(gpus)))
             width = len(gpus)
             channels.append({"gpus": gpus, "nets": nets})
-        if not channels:
-            fail(name, g.line, "at least one <channel> in the graph")
+        if not channels and rec["nchannels"] != 0:
+            fail(name, g.line, "at least one <channel> in the graph (or nchannels=\"0\")")
         if rec["nchannels"] != len(channels):
             fail(name, g.line, f"nchannels=\"{len(channels)}\" (the number of <channel> elements)",
                  got=str(rec["nchannels"]))

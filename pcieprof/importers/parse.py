@@ -7,7 +7,7 @@ from typing import Any
 
 from pcieprof.discover.lspci import parse_lspci
 from pcieprof.discover.smi_query import parse_smi_query
-from pcieprof.discover.topo_matrix import parse_topo_matrix
+from pcieprof.discover.topo_matrix import PCIE_ONLY_VIEW, parse_topo_matrix
 from pcieprof.errors import BadInput
 from pcieprof.importers import nccl_log, nccl_tests, nccl_xml, nvbandwidth
 from pcieprof.importers import p2p_bandwidth_latency, simple_p2p, topo_p2p
@@ -126,9 +126,13 @@ def _machine_log(text: str, name: str, fmt: str) -> Parsed:
         counts: dict[str, int] = {}
         for lvl in parsed.pair_levels.values():
             counts[lvl] = counts.get(lvl, 0) + 1
-        facts.update(gpus=t["gpus"], levels=counts)
+        facts.update(gpus=t["gpus"], levels=counts, topo_view=t["view"])
         parsed.documents["topo_m"] = t
-        parsed.summary = (f"nvidia-smi topo -m: {t['gpus']} GPUs, "
+        what = ("nvidia-smi topo -mp (PCIe-only view: NVLink not shown)"
+                if t["view"] == "pcie_only" else "nvidia-smi topo -m")
+        if t["view"] == "pcie_only":
+            facts.setdefault("warnings", []).append(f"{name}: {PCIE_ONLY_VIEW}")
+        parsed.summary = (f"{what}: {t['gpus']} GPUs, "
                           + ", ".join(f"{v} pairs {k}" for k, v in sorted(counts.items()))
                           + (f"; {p2p_summary}" if parsed.pair_p2p and p2p_summary else ""))
     else:

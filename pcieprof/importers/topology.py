@@ -107,6 +107,7 @@ def merge_topo_m(topo: dict[str, Any], parsed: dict[str, Any]) -> None:
         pair = ensure_pair(topo, p["a"], p["b"])
         if pair.get("level") is None:
             pair["level"] = p["level"]
+            pair["level_source"] = "topo -mp" if parsed.get("view") == "pcie_only" else "topo -m"
             pair.get("status", {}).pop("level", None)
     for idx, aff in parsed.get("cpu_affinity", {}).items():
         g = ensure_gpu(topo, int(idx))

@@ -8,10 +8,12 @@ and clouds ship (../shared/samples/tool-outputs/nccl_graph_azure_ncv4_4xA100pcie
   latencyinter typeintra typeinter samechannels><channel><gpu dev=.../>...`. id 0 is the ring graph
   and pattern 4 is NCCL_TOPO_PATTERN_RING (src/include/graph.h). Graphs a file does not list are
   searched by NCCL as usual. `dev` is the NVML device index (ncclTopoGetXmlFromGpu sets it from
-  nvmlDeviceGetIndex); recent NCCL parses it with strtol(..., 16), so it is written in hex (equal
-  to decimal below 10 GPUs).
+  nvmlDeviceGetIndex); NCCL 2.2x writes it as `%#lx` and parses it with strtol(..., 16), older
+  releases with strtol base 0, so it is written as "0x.." (`pcieprof.schema.nccl_dev`), which
+  both read alike.
 - topo: `<system version="1"><cpu numaid=...><pci busid class link_speed link_width>` nested for
-  switches (class 0x060400), a GPU's pci node (class 0x03...) holding `<gpu dev=.../>`. NCCL fills
+  switches (class 0x060400), a GPU's pci node (class 0x03...) holding `<gpu dev=.../>`, `dev` in
+  decimal: topo.cc reads it with xmlGetAttrInt (strtol base 0, where a bare "a" is 0). NCCL fills
   every attribute left out (sm, rank, gdr, CPU affinity/arch/vendor) from the running system
   (the "if unset" branches of ncclTopoGetXmlFromGpu / ncclTopoGetXmlFromCpu), so only what the VM
   hides is written: which GPUs share a switch and which CPU (NUMA node) each switch hangs off.
@@ -26,7 +28,7 @@ from xml.sax.saxutils import quoteattr
 from pcieprof.analysis.infer import InferredTopology
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.topology import Gpu, Topology
-from pcieprof.schema import NCCL_PATH_TYPES
+from pcieprof.schema import NCCL_PATH_TYPES, nccl_dev
 from pcieprof.tune.ring import Ring
 
 #: Where `pcieprof recommend` writes the files inside the bundle.
@@ -81,7 +83,7 @@ def graph_xml(ring: Ring, *, nchannels: int = 2, inferred: InferredTopology | No
     for c in range(nchannels):
         lines.append("    <channel>")
         for g in (fwd if c % 2 == 0 else rev):
-            lines.append(f"      <gpu {_attrs(dev=format(g, 'x'))}/>")
+            lines.append(f"      <gpu {_attrs(dev=nccl_dev(g))}/>")
         lines.append("    </channel>")
     lines += ["  </graph>", "</graphs>", ""]
     return "\n".join(lines)
@@ -140,7 +142,7 @@ def topo_xml(inferred: InferredTopology, topology: Topology) -> str:
             for g in grp:
                 gpu = gpus[g]
                 lines.append(f"{indent}<pci {_attrs(busid=str(gpu.bus_id).lower(), **{'class': '0x030000'}, **_link_attrs(gpu))}>")
-                lines.append(f"{indent}  <gpu {_attrs(dev=format(g, 'x'))}/>")
+                lines.append(f"{indent}  <gpu {_attrs(dev=g)}/>")
                 lines.append(f"{indent}</pci>")
             if len(grp) > 1:
                 lines.append("    </pci>")

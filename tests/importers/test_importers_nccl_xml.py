@@ -81,3 +81,65 @@ def test_topology_root_and_truncation(samples: Path) -> None:
     cut = "\n".join(text.splitlines()[:12])
     with pytest.raises(BadInput, match=r"^t.xml:12: expected well-formed XML .*truncated"):
         parse_topo_xml(cut, "t.xml")
+
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "importers"
+
+
+@pytest.mark.parametrize("name,ids,empty", [
+    ("nccl_graph_dump_issue524_4gpu_2net_tree_without_channels.xml", [0, 1, 2], [2]),
+    ("nccl_graph_dump_issue1406_rccl_4graphs_nvls_without_channels.xml", [0, 1, 2, 3], [2, 3]),
+])
+def test_real_dumps_list_graphs_that_found_nothing(name: str, ids: list[int],
+                                                   empty: list[int]) -> None:
+    # NCCL dumps every graph of the communicator; one that found nothing has nchannels="0" and
+    # no <channel> (tests/data/importers/NOTE.md says where each dump comes from)
+    doc = parse_graph_xml((DATA / name).read_text(), name)
+    assert [g["id"] for g in doc["graphs"]] == ids
+    assert [g["id"] for g in doc["graphs"] if not g["channels"]] == empty
+    ring = doc["graphs"][0]
+    assert ring["pattern_name"] == "ring" and ring["channels"][0]["nets"]
+
+
+def nccl_22x_dump(ngpus: int = 8) -> str:
+    """A graph dump as NCCL 2.2x writes it, built in this test: no public dump of a 2.2x release
+    was found (the public ones are older: decimal `dev`). Written the way the source writes it:
+    search.cc ncclTopoGetXmlFromGraphs with the five graphs of init.cc (ring id 0, tree id 1,
+    CollNet chain id 2, NVLS id 3 with only the first GPU of each channel, CollNet direct id 4),
+    `dev` through xml.h xmlSetAttrLong ("%#lx": "0", "0x1", ..., "0xa"), floats "%g"."""
+    def graph(gid: int, pattern: int, channels: list[list[int]], speed: str = "0",
+              tin: str = "LOC", tout: str = "LOC") -> str:
+        head = (f'  <graph id="{gid}" pattern="{pattern}" crossnic="0" nchannels="{len(channels)}" '
+                f'speedintra="{speed}" speedinter="{speed}" latencyinter="0" typeintra="{tin}" '
+                f'typeinter="{tout}" samechannels="{1 if channels else 0}"')
+        if not channels:
+            return head + "/>\n"
+        body = "".join("    <channel>\n" + "".join(
+            f'      <gpu dev="{format(d, "#x") if d else 0}"/>\n' for d in c) + "    </channel>\n"
+            for c in channels)
+        return head + ">\n" + body + "  </graph>\n"
+    order = list(range(ngpus))
+    return ('<graphs version="1">\n'
+            + graph(0, 4, [order, order], "24", "SYS", "PIX")
+            + graph(1, 1, [order, order], "24", "SYS", "PIX")
+            + graph(2, 3, [])
+            + graph(3, 5, [[0], [1]], "40", "NVL", "PIX")
+            + graph(4, 6, [])
+            + "</graphs>\n")
+
+
+def test_a_22x_dump_with_hex_devs_and_five_graphs() -> None:
+    text = nccl_22x_dump(12)
+    assert '<gpu dev="0xa"/>' in text and '<gpu dev="0"/>' in text
+    doc = parse_graph_xml(text, "dump.xml")
+    assert [g["id"] for g in doc["graphs"]] == [0, 1, 2, 3, 4]
+    assert doc["graphs"][0]["channels"][0]["gpus"] == list(range(12))  # 0xa is GPU 10, not 0
+    assert [c["gpus"] for c in doc["graphs"][3]["channels"]] == [[0], [1]]  # NVLS: first GPU
+
+
+def test_the_forced_ring_takes_its_header_from_a_22x_dump() -> None:
+    from probes.nccl_graph import header_from_dump
+
+    h = header_from_dump(nccl_22x_dump(), "default.graph.xml")
+    assert (h.nchannels, h.speedintra, h.typeintra) == (2, 24.0, "SYS")
+    assert h.source.startswith("NCCL's own ring graph")

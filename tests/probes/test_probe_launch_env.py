@@ -99,8 +99,11 @@ def test_ring_graph_file_is_one_nccl_reads() -> None:
     (g,) = doc["graphs"]
     assert (g["id"], g["pattern"], g["nchannels"]) == (0, 4, 2)
     assert [c["gpus"] for c in g["channels"]] == [[0, 2, 3, 1]] * 2
-    # NCCL 2.2x reads <gpu dev> with strtol(..., 16) (search.cc ncclTopoGetChannelFromXml)
-    assert '<gpu dev="a"/>' in ring_graph_xml([0, 10])
+    # NCCL 2.2x writes <gpu dev> "%#lx" and reads it with strtol(..., 16), older releases with
+    # strtol base 0 (search.cc ncclTopoGetChannelFromXml): "0xa" is 10 to both, a bare "a" is not
+    assert '<gpu dev="0xa"/>' in ring_graph_xml([0, 10]) and '<gpu dev="0"/>' in ring_graph_xml([0, 10])
+    assert [c["gpus"] for c in parse_graph_xml(ring_graph_xml([0, 10]))["graphs"][0]["channels"]] \
+        == [[0, 10]] * 2
 
 
 def test_same_ring_is_rotation_or_reversal() -> None:

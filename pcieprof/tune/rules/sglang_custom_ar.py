@@ -30,10 +30,16 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
     nvlink = ctx.inferred.pairs_of(NVLINK) if ctx.inferred is not None else []
     if nvlink and len(nvlink) == n * (n - 1) // 2:
         return []
+    measured = ctx.inferred is not None and ctx.inferred.measured
+    if ctx.topology.nvlink_hidden() and not measured:
+        return []  # topo -mp hides NVLink: this box may well be full NVLink (DeepEP issue #60)
     ev = [f"{SOURCE}: custom all-reduce needs world_size == 2 or full NVLink",
           f"this box: {n} GPUs" + (f" per node ({nodes.describe()})" if nodes else "") + ", "
           + (f"NVLink only between {', '.join(f'{a}-{b}' for a, b in nvlink)}"
-             " (measured), not full NVLink" if nvlink else "no NVLink pair in topology.json")]
+             " (measured), not full NVLink" if nvlink
+             else "no pair faster than PCIe measured (topology.json's levels come from nvidia-smi "
+             "topo -mp, which hides NVLink)" if ctx.topology.nvlink_hidden()
+             else "no NVLink pair in topology.json")]
     if WARNING in ctx.serve_log:
         ev.append("serve/server-*.log: SGLang printed the warning itself")
     return [Recommendation(

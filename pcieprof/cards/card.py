@@ -1,35 +1,31 @@
-"""Model cards: the served models as readable data files (pcieprof/cards/<name>.toml).
-
-A foundation module: measuring (serve-bench), analysis, tuning and the report all read cards.
+"""The model card: what pcieprof knows of a served model (pcieprof.cards).
 
 A card holds what the analysis needs (layers, dense/MoE split, hidden size, experts, attention
 shape, vocab), the weight bytes per parameter group, the KV-cache bytes per token per layer, and
-the launch facts (SGLang flags and environment, or the reference server's module). Each number in
-a card file carries its public source; what could not be verified is listed under `[assumed]`.
+the launch facts (SGLang flags and environment, or the reference server's module). Each number
+carries its source (`sources`); what is an estimate is listed under `assumed`.
 
-Parameter groups of an MLA/MoE model (per layer unless noted), as used in glm5-nvfp4.toml:
-  attention  q_a hidden x q_lora + q_b q_lora x heads x (nope + rope) + kv_a hidden x (kv_lora + rope)
-             + kv_b kv_lora x heads x (nope + v) + o heads x v x hidden (+ the DSA indexer)
-  experts    3 x hidden x moe_intermediate each (gate, up, down)
+Parameter groups (whole model; per layer x layers), as pcieprof.cards.hf_config derives them:
+  attention  GQA: q hidden x heads x head_dim + k, v hidden x kv_heads x head_dim each
+                  + o heads x head_dim x hidden
+             MLA: q_a hidden x q_lora + q_b q_lora x heads x (nope + rope) + kv_a hidden x
+                  (kv_lora + rope) + kv_b kv_lora x heads x (nope + v) + o heads x v x hidden
+                  (+ the DSA indexer)
+  routed_experts / shared_experts  3 x hidden x moe_intermediate each (gate, up, down)
   dense_mlp  3 x hidden x dense_intermediate
-  embedding / lm_head  vocab x hidden
-
-Usage:
-    card = load_card("glm5-nvfp4")          # or a path to a .toml file
-    card.weight_bytes_per_gpu(tp=8)         # bytes
+  router     experts x hidden per MoE layer
+  embedding / lm_head  vocab x hidden (lm_head absent when tied)
 """
 
 from __future__ import annotations
 
-import tomllib
-from dataclasses import dataclass, field
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pcieprof.errors import BadInput
-
-CARDS_DIR = Path(__file__).with_name("cards")
-
 
 @dataclass(frozen=True)
 class AttentionSpec:
@@ -216,7 +212,9 @@ class ModelCard:
         """KV-cache bytes one token costs on each GPU at this layout."""
         per_layer: float = self.kv_cache.bytes_per_token_per_layer
         if not self.kv_cache.replicated_across_tp:
-            per_layer = per_layer / tp
+            # Heads are split over the TP ranks, but a rank keeps at least one KV head: with
+            # fewer KV heads than ranks (Qwen3-235B: 4 at TP8) SGLang replicates them.
+            per_layer = per_layer / min(tp, self.attention.num_kv_heads or tp)
         return per_layer * self.num_layers / pp
 
     @property
@@ -227,83 +225,15 @@ class ModelCard:
             return 4
         return 2
 
+    @property
+    def content_hash(self) -> str:
+        """sha256 of the card's content (every field but `path`), hex: two cards with the same
+        hash describe the same model the same way, wherever they were read from."""
+        data = asdict(self)
+        data.pop("path", None)
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
-def available_cards() -> list[str]:
-    """Names of the cards shipped with pcieprof."""
-    return sorted(p.stem for p in CARDS_DIR.glob("*.toml"))
-
-
-def load_card(name_or_path: str | Path) -> ModelCard:
-    """Load a model card by name (`glm5-nvfp4`, `tiny-cpu`) or from a .toml path.
-
-    Raises:
-        BadInput: unknown name, unreadable file or a card missing required fields.
-    """
-    path = Path(name_or_path)
-    if not (path.suffix == ".toml" and path.is_file()):
-        path = CARDS_DIR / f"{name_or_path}.toml"
-        if not path.is_file():
-            raise BadInput(f"unknown model card {str(name_or_path)!r}",
-                           hint=f"known: {', '.join(available_cards())}, or a path to a .toml card")
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise BadInput(f"{path}: unreadable model card ({exc})") from None
-    try:
-        return _from_dict(data, path)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BadInput(f"{path}: bad model card ({type(exc).__name__}: {exc})") from None
-
-
-def _from_dict(d: dict[str, Any], path: Path) -> ModelCard:
-    weights = {k: WeightGroup(params=int(v["params"]), dtype=str(v["dtype"]),
-                              bytes_per_param=float(v["bytes_per_param"]))
-               for k, v in d.get("weights", {}).items()}
-    s = dict(d["sglang"])
-    env = {str(k): str(v) for k, v in s.pop("env", {}).items()}
-    start = dict(s.pop("startup", {}))
-    launch = LaunchFacts(
-        launch_module=str(s["launch_module"]), model_path=str(s.get("model_path", "")),
-        quantization=str(s.get("quantization", "")), kv_cache_dtype=str(s.get("kv_cache_dtype", "")),
-        tp_default=int(s.get("tp_default", 1)), gpu_memory_gb=float(s.get("gpu_memory_gb", 0)),
-        attention_backend=str(s.get("attention_backend", "")),
-        recommended_flags=tuple(str(x) for x in s.get("recommended_flags", [])),
-        env=env, backend=str(s.get("backend", "cuda")),
-        startup_timeout_s=float(start.get("startup_timeout_s", 1800.0)),
-        stall_timeout_s=float(start.get("stall_timeout_s", 300.0)),
-        probe_timeout_s=float(start.get("probe_timeout_s", 300.0)))
-    att = dict(d["attention"])
-    attention = AttentionSpec(**att)
-    kv = d["kv_cache"]
-    total = int(d.get("total_params", 0)) or sum(g.params for g in weights.values())
-    active = int(d.get("active_params", 0)) or _active_from_groups(d, weights)
-    return ModelCard(
-        name=str(d["name"]), description=str(d.get("description", "")),
-        family=str(d.get("family", "")), hf_checkpoints=tuple(d.get("hf_checkpoints", [])),
-        total_params=total, active_params=active,
-        num_layers=int(d["num_layers"]), num_dense_layers=int(d["num_dense_layers"]),
-        num_moe_layers=int(d["num_moe_layers"]), hidden_size=int(d["hidden_size"]),
-        dense_intermediate_size=int(d.get("dense_intermediate_size", 0)),
-        num_routed_experts=int(d["num_routed_experts"]),
-        num_shared_experts=int(d["num_shared_experts"]),
-        experts_per_token=int(d["experts_per_token"]),
-        moe_intermediate_size=int(d["moe_intermediate_size"]), attention=attention,
-        vocab_size=int(d["vocab_size"]), mtp_layers=int(d.get("mtp_layers", 0)),
-        max_context=int(d.get("max_context", 0)), weights=weights,
-        kv_cache=KVCacheSpec(dtype=str(kv["dtype"]),
-                             bytes_per_token_per_layer=int(kv["bytes_per_token_per_layer"]),
-                             replicated_across_tp=bool(kv.get("replicated_across_tp", False))),
-        sglang=launch, sources=dict(d.get("sources", {})), assumed=dict(d.get("assumed", {})),
-        base_checkpoint=str(d.get("base_checkpoint", "")),
-        tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-        search=dict(d.get("search", {})), path=path)
-
-
-def _active_from_groups(d: dict[str, Any], weights: dict[str, WeightGroup]) -> int:
-    """Active parameters when a card does not state them: routed experts count k/E."""
-    n_e = int(d["num_routed_experts"]) or 1
-    k = int(d["experts_per_token"])
-    total = 0.0
-    for name, g in weights.items():
-        total += g.params * (k / n_e if name == "routed_experts" else 1.0)
-    return int(total)
+    def short_hash(self) -> str:
+        """The first 12 hex digits of `content_hash`, as shown to people."""
+        return self.content_hash[:12]

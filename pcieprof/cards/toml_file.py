@@ -1,0 +1,108 @@
+"""Card files: a model card as a readable TOML file (pcieprof/cards/<name>.toml).
+
+Every number in a card file carries its public source (`[sources]`); what could not be verified
+is listed under `[assumed]`. glm5-nvfp4.toml shows every table a card file may hold.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pcieprof.cards.card import (
+    AttentionSpec,
+    KVCacheSpec,
+    LaunchFacts,
+    ModelCard,
+    WeightGroup,
+)
+from pcieprof.errors import BadInput
+
+#: The card files shipped with pcieprof.
+CARDS_DIR = Path(__file__).parent
+
+
+def available_cards() -> list[str]:
+    """Names of the cards shipped with pcieprof."""
+    return sorted(p.stem for p in CARDS_DIR.glob("*.toml"))
+
+
+def shipped_cards() -> list[ModelCard]:
+    """Every card shipped with pcieprof, loaded."""
+    return [read_card_file(CARDS_DIR / f"{name}.toml") for name in available_cards()]
+
+
+def read_card_file(path: Path) -> ModelCard:
+    """A card from its TOML file.
+
+    Raises:
+        BadInput: an unreadable file or a card missing required fields.
+    """
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise BadInput(f"{path}: unreadable model card ({exc})") from None
+    try:
+        return _from_dict(data, path)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadInput(f"{path}: bad model card ({type(exc).__name__}: {exc})") from None
+
+
+def launch_facts(s: dict[str, Any]) -> LaunchFacts:
+    """A card file's `[sglang]` table as LaunchFacts."""
+    s = dict(s)
+    env = {str(k): str(v) for k, v in s.pop("env", {}).items()}
+    start = dict(s.pop("startup", {}))
+    return LaunchFacts(
+        launch_module=str(s["launch_module"]), model_path=str(s.get("model_path", "")),
+        quantization=str(s.get("quantization", "")), kv_cache_dtype=str(s.get("kv_cache_dtype", "")),
+        tp_default=int(s.get("tp_default", 1)), gpu_memory_gb=float(s.get("gpu_memory_gb", 0)),
+        attention_backend=str(s.get("attention_backend", "")),
+        recommended_flags=tuple(str(x) for x in s.get("recommended_flags", [])),
+        env=env, backend=str(s.get("backend", "cuda")),
+        startup_timeout_s=float(start.get("startup_timeout_s", 1800.0)),
+        stall_timeout_s=float(start.get("stall_timeout_s", 300.0)),
+        probe_timeout_s=float(start.get("probe_timeout_s", 300.0)))
+
+
+def _from_dict(d: dict[str, Any], path: Path) -> ModelCard:
+    weights = {k: WeightGroup(params=int(v["params"]), dtype=str(v["dtype"]),
+                              bytes_per_param=float(v["bytes_per_param"]))
+               for k, v in d.get("weights", {}).items()}
+    launch = launch_facts(d["sglang"])
+    att = dict(d["attention"])
+    attention = AttentionSpec(**att)
+    kv = d["kv_cache"]
+    total = int(d.get("total_params", 0)) or sum(g.params for g in weights.values())
+    active = int(d.get("active_params", 0)) or _active_from_groups(d, weights)
+    return ModelCard(
+        name=str(d["name"]), description=str(d.get("description", "")),
+        family=str(d.get("family", "")), hf_checkpoints=tuple(d.get("hf_checkpoints", [])),
+        total_params=total, active_params=active,
+        num_layers=int(d["num_layers"]), num_dense_layers=int(d["num_dense_layers"]),
+        num_moe_layers=int(d["num_moe_layers"]), hidden_size=int(d["hidden_size"]),
+        dense_intermediate_size=int(d.get("dense_intermediate_size", 0)),
+        num_routed_experts=int(d["num_routed_experts"]),
+        num_shared_experts=int(d["num_shared_experts"]),
+        experts_per_token=int(d["experts_per_token"]),
+        moe_intermediate_size=int(d["moe_intermediate_size"]), attention=attention,
+        vocab_size=int(d["vocab_size"]), mtp_layers=int(d.get("mtp_layers", 0)),
+        max_context=int(d.get("max_context", 0)), weights=weights,
+        kv_cache=KVCacheSpec(dtype=str(kv["dtype"]),
+                             bytes_per_token_per_layer=int(kv["bytes_per_token_per_layer"]),
+                             replicated_across_tp=bool(kv.get("replicated_across_tp", False))),
+        sglang=launch, sources=dict(d.get("sources", {})), assumed=dict(d.get("assumed", {})),
+        base_checkpoint=str(d.get("base_checkpoint", "")),
+        tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+        search=dict(d.get("search", {})), path=path)
+
+
+def _active_from_groups(d: dict[str, Any], weights: dict[str, WeightGroup]) -> int:
+    """Active parameters when a card does not state them: routed experts count k/E."""
+    n_e = int(d["num_routed_experts"]) or 1
+    k = int(d["experts_per_token"])
+    total = 0.0
+    for name, g in weights.items():
+        total += g.params * (k / n_e if name == "routed_experts" else 1.0)
+    return int(total)
