@@ -19,7 +19,9 @@ files (probes.rows); this module appends them to the bundle as they arrive, watc
 heartbeat events, and:
 - kills a launch that shows no progress for `plan.timeout_s` (a hang: NCCL over a broken
   IOMMU/ACS path hangs on its first all-reduce), records `status=hang` with variant, size and
-  ranks, and goes on (the copy probe resumes after the hung case; the sweep with the next variant);
+  ranks, and goes on (the copy probe resumes after the hung case, and after HANGS_PER_CLASS hangs
+  of one class of copies leaves the rest of it out, status=not_run; the sweep with the next
+  variant);
 - records a launch that exits non-zero mid-case (a dead rank) as `status=error` with its exit;
 - on Ctrl-C / SIGTERM (the caller raises), kills the launch in `finally`.
 
@@ -95,6 +97,8 @@ NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 #: Seconds to wait after a kill for the launch's ranks to be gone (a rank stuck in the driver,
 #: e.g. after an IOMMU fault, can hold its GPU); past it the run goes on and says so.
 RANK_EXIT_WAIT_S = 30.0
+#: Hangs in one class of copy cases (Plan.copy_class) after which the rest of the class is not run.
+HANGS_PER_CLASS = 2
 #: NCCL_DEBUG_FILE of a launch, in its rows directory: one file per rank (NCCL puts the pid for %p)
 NCCL_RANK_LOG = "nccl.%p.log"
 _RANK_LOG = re.compile(r"nccl\.(\d+)\.log")
@@ -513,9 +517,12 @@ class ProbeRunner:
     # -- copies ----------------------------------------------------------------------------------
 
     def run_copies(self) -> dict[str, dict[str, Any]]:
-        """P2P and concurrent cases, resuming after a hung or failed case.
+        """P2P and concurrent cases, resuming after a hung or failed case; after
+        HANGS_PER_CLASS hangs in one class of copies (`Plan.copy_class`), the rest of that class is
+        not run (rows with status not_run say why): a VM that advertises P2P but breaks it would
+        otherwise hang every peer case, a deadline each (hours on 8 GPUs).
 
-        Returns per part ("p2p", "concurrent") {status, why, rows, hangs, errors}.
+        Returns per part ("p2p", "concurrent") {status, why, rows, hangs, errors, not_run}.
         """
         from probes.p2p_worker import concurrent_rows, p2p_row  # heavy: torch
 
@@ -526,14 +533,18 @@ class ProbeRunner:
             env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                    "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(max(self.plan.devices) + 1)))}
         result: dict[str, dict[str, Any]] = {
-            p: {"status": "ok", "why": None, "rows": 0, "hangs": 0, "errors": 0}
+            p: {"status": "ok", "why": None, "rows": 0, "hangs": 0, "errors": 0, "not_run": 0}
             for p in ("p2p", "concurrent")}
+        hangs: dict[str, int] = {}
+        stopped: dict[str, str] = {}  # class -> why its remaining cases are not run
+        ran: set[tuple[str, int]] = set()
         resume = ""
         n = 0
         while True:
             n += 1
             tag = f"pcieprof{self.work.name}-copies{n}"
-            args = ["--shm-tag", tag] + (["--resume", resume] if resume else [])
+            args = ["--shm-tag", tag] + (["--resume", resume] if resume else []) + (
+                ["--skip", ",".join(sorted(stopped))] if stopped else [])
             try:
                 # copies are between this node's devices: always a one-node launch
                 r = self._run("probes.p2p_worker", args, nproc, env,
@@ -545,6 +556,7 @@ class ProbeRunner:
             for ev in r.events:
                 if ev.get("event") == "done" and ev.get("rank") == 0:
                     result[ev["part"]]["rows"] += 1
+                    ran.add((str(ev["part"]), int(ev["case"])))
             if r.status == "ok":
                 break
             if r.current is None:  # died before the first case: nothing to resume
@@ -552,6 +564,7 @@ class ProbeRunner:
                     part.update(status="failed", why=r.why)
                 break
             part, idx = r.current["part"], int(r.current["case"])
+            ran.add((part, idx))
             key = "hangs" if r.status == "hang" else "errors"
             result[part][key] += 1
             result[part]["status"] = "partial"
@@ -564,20 +577,54 @@ class ProbeRunner:
                 cc = self.plan.concurrent[idx]
                 self.bundle.append_rows("concurrent", concurrent_rows(
                     cc, self.plan.backend, None, None, r.why, status=r.status))
+            cls = self.plan.copy_class(part, idx)
+            if r.status == "hang":
+                hangs[cls] = hangs.get(cls, 0) + 1
+                if hangs[cls] >= HANGS_PER_CLASS:
+                    stopped[cls] = (f"not run: {hangs[cls]} {cls} cases hung (no progress for "
+                                    f"{self.plan.timeout_s:g} s each); the rest of the class is "
+                                    "left out")
+                    progress.warn(f"{cls} copies: {hangs[cls]} cases hung; the remaining {cls} "
+                                  "cases are not run")
             progress.warn(f"{part} case {idx} ({r.status}): {r.why}; going on with the next case")
-            nxt = self._next_case(part, idx)
+            nxt = self._next_case(part, idx, stopped)
             if nxt is None:
                 break
             resume = nxt
+        self._not_run_rows(stopped, ran, result)
         return result
 
-    def _next_case(self, part: str, idx: int) -> str | None:
-        if part == "p2p" and idx + 1 < len(self.plan.p2p):
-            return f"p2p:{idx + 1}"
-        if part == "p2p" and self.plan.concurrent:
-            return "concurrent:0"
-        if part == "concurrent" and idx + 1 < len(self.plan.concurrent):
-            return f"concurrent:{idx + 1}"
+    def _not_run_rows(self, stopped: dict[str, str], ran: set[tuple[str, int]],
+                      result: dict[str, dict[str, Any]]) -> None:
+        """Rows with status not_run for the cases of stopped classes that did not run."""
+        from probes.p2p_worker import concurrent_rows, p2p_row  # heavy: torch
+
+        for part, cases in (("p2p", self.plan.p2p), ("concurrent", self.plan.concurrent)):
+            left = [i for i in range(len(cases)) if (part, i) not in ran
+                    and self.plan.copy_class(part, i) in stopped]
+            for i in left:
+                why = stopped[self.plan.copy_class(part, i)]
+                if part == "p2p":
+                    self.bundle.append_rows("p2p", [p2p_row(self.plan.p2p[i], self.plan.backend,
+                                                            None, status="not_run", detail=why)])
+                else:
+                    self.bundle.append_rows("concurrent", concurrent_rows(
+                        self.plan.concurrent[i], self.plan.backend, None, None, why,
+                        status="not_run"))
+            if left:
+                result[part]["not_run"] = len(left)
+                result[part]["status"] = "partial"
+                result[part]["why"] = "; ".join(dict.fromkeys(
+                    x for x in (result[part]["why"], f"{len(left)} case(s) not run after "
+                                "hangs in their class") if x))
+
+    def _next_case(self, part: str, idx: int, stopped: Mapping[str, str] = {}) -> str | None:
+        """PART:INDEX of the first case after (part, idx) whose class is not stopped."""
+        order = ([("p2p", i) for i in range(len(self.plan.p2p))]
+                 + [("concurrent", i) for i in range(len(self.plan.concurrent))])
+        for p, i in order[order.index((part, idx)) + 1:]:
+            if self.plan.copy_class(p, i) not in stopped:
+                return f"{p}:{i}"
         return None
 
     # -- all-reduce ------------------------------------------------------------------------------

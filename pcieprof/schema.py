@@ -39,6 +39,7 @@ class Status(str, Enum):
     ERROR = "error"  # ran, but the result is wrong (e.g. copied bytes do not match)
     HANG = "hang"  # killed by the watchdog
     WAIVED = "waived"  # does not apply here (e.g. P2P between a GPU and itself)
+    NOT_RUN = "not_run"  # left out after cases of its class hung (pcieprof.probe_runner)
     NOT_SUPPORTED = "not_supported"
     RUNNING = "running"
     INTERRUPTED = "interrupted"  # left running by a writer that is gone (pcieprof.bundle.writer)

@@ -109,6 +109,22 @@ def concurrent_rows(case: ConcurrentCase, backend: str, spans_s: list[tuple[floa
     return rows
 
 
+def p2p_result_row(case: P2PCase, backend: str, res: tuple[Any, ...], detail: str = ""
+                   ) -> dict[str, Any]:
+    """The p2p.csv row of a copier's `run_p2p` result (times or None, bytes correct[, why]):
+    not run and correct is not_supported, not run and not correct an error (e.g. peer access
+    that would not enable), wrong bytes an error."""
+    times, ok = res[0], res[1]
+    why = res[2] if len(res) > 2 else ""
+    if times is None:
+        return p2p_row(case, backend, None, detail=why,
+                       status="not_supported" if ok else "error")
+    if not ok:
+        return p2p_row(case, backend, None, status="error",
+                       detail="copied bytes do not match the pattern")
+    return p2p_row(case, backend, times, detail="; ".join(x for x in (detail, why) if x))
+
+
 # ------------------------------------------------------------------------------------------------
 # cpu backend: processes and shared host memory
 
@@ -294,9 +310,10 @@ class Cudart:
     def enable_peer(self, device: int, peer: int) -> None:
         torch.cuda.set_device(device)
         err = self.lib.cudaDeviceEnablePeerAccess(peer, 0)
+        self.lib.cudaGetLastError()  # the failure is not sticky: leave no error behind
         if err not in (0, 704):  # 704 = cudaErrorPeerAccessAlreadyEnabled
-            raise RuntimeError(f"cudaDeviceEnablePeerAccess({device}->{peer}) failed: {err}")
-        self.lib.cudaGetLastError()
+            raise RuntimeError(f"cudaDeviceEnablePeerAccess({device}->{peer}) failed with "
+                               f"cudaError {err} although the driver reports peer access")
 
 
 #: Holding a stream before timing (see CudaCopier._leg_times): at least this long, plus this much
@@ -345,12 +362,18 @@ class CudaCopier:
             self.host_note[d] = (f"pinned host buffer on NUMA node {node} (the GPU's)" if placed
                                  else "pinned host buffer: GPU's NUMA node unknown, not placed")
         self.peer_ok: dict[tuple[int, int], bool] = {}
+        #: pairs whose peer access the driver advertises but would not enable: their peer cases
+        #: are errors with this reason; every other case (host-staged, H2D/D2H) still runs
+        self.peer_failed: dict[tuple[int, int], str] = {}
         for a in plan.devices:
             for b in plan.devices:
                 if a != b:
                     ok = self.api.can_access_peer(a, b) and self.rt is not None
                     if ok:
-                        self.rt.enable_peer(a, b)
+                        try:
+                            self.rt.enable_peer(a, b)
+                        except RuntimeError as exc:
+                            ok, self.peer_failed[(a, b)] = False, str(exc)
                     self.peer_ok[(a, b)] = ok
 
     def _sync_all(self) -> None:
@@ -407,11 +430,19 @@ class CudaCopier:
             held &= ok
         return total, held
 
+    def _failed(self, pairs: list[tuple[int, int]]) -> str:
+        """Why peer access could not be enabled on any of `pairs` ("" when it could)."""
+        return "; ".join(self.peer_failed[p] for p in pairs if p in self.peer_failed)
+
     def run_p2p(self, idx: int, case: P2PCase) -> tuple[list[float] | None, bool, str]:
-        """One case: (seconds per trial or None when not supported, bytes correct, detail)."""
+        """One case: (seconds per trial or None when not run, bytes correct, detail). None with
+        False: the case failed (peer access advertised but not enabled: status error); None with
+        True: not supported."""
         s = case.size_bytes
         dirs = [(case.src, case.dst)] + ([(case.dst, case.src)] if case.direction == "bi" else [])
         if case.path == "p2p":
+            if failed := self._failed(dirs):
+                return None, False, failed
             missing = [f"{a}->{b}" for a, b in dirs if not self.peer_ok[(a, b)]]
             if missing:
                 return None, True, self.rt_why or (f"no peer access {','.join(missing)} "
@@ -481,8 +512,11 @@ class CudaCopier:
 
     def run_concurrent(self, idx: int, case: ConcurrentCase
                        ) -> tuple[list[tuple[float, float]] | None, list[bool] | None, str]:
-        """One concurrent case: ((start, end) seconds per flow, bytes correct per flow, detail)."""
+        """One concurrent case: ((start, end) seconds per flow, bytes correct per flow, detail);
+        spans None: not run (bytes-correct None: not supported; all False: peer access failed)."""
         s = case.size_bytes
+        if failed := self._failed(list(case.flows)):
+            return None, [False] * len(case.flows), failed
         missing = [f"{a}->{b}" for a, b in case.flows if not self.peer_ok[(a, b)]]
         if missing:  # without peer access the driver would stage through the host: not P2P
             return None, None, self.rt_why or (f"no peer access {','.join(missing)} "
@@ -511,6 +545,19 @@ class CudaCopier:
 # ------------------------------------------------------------------------------------------------
 
 
+def case_order(plan: Plan, part: str = "both", resume: str = "", skip: str = ""
+               ) -> list[tuple[str, int]]:
+    """The (part, index) of every case to run: of `part` (p2p, concurrent, both), from `resume`
+    (PART:INDEX) on, without the classes named in `skip` (comma-separated, Plan.copy_class)."""
+    parts = ["p2p", "concurrent"] if part == "both" else [part]
+    order = [(p, i) for p in parts for i in range(len(plan.p2p if p == "p2p" else plan.concurrent))]
+    if resume:
+        rp, _, ri = resume.partition(":")
+        order = order[order.index((rp, int(ri))):] if (rp, int(ri)) in order else []
+    left_out = {c.strip() for c in skip.split(",") if c.strip()}
+    return [(p, i) for p, i in order if plan.copy_class(p, i) not in left_out]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plan", required=True, type=Path)
@@ -519,6 +566,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shm-tag", default="", help="prefix of the /dev/shm files (cpu backend); "
                     "the runner removes them after a killed launch")
     ap.add_argument("--resume", default="", help="PART:INDEX, the first case to run (after a hang)")
+    ap.add_argument("--skip", default="", help="classes of cases not to run (Plan.copy_class: "
+                    "p2p, host_staged, h2d, d2h, concurrent), comma-separated")
     args = ap.parse_args(argv)
     plan = Plan.from_json(args.plan.read_text(encoding="utf-8"))
     die_with_parent()
@@ -528,11 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     # longer than the runner's watchdog, so a stuck collective is killed and labelled a
     # hang by the runner rather than aborted by the process group's own timeout
     timeout = datetime.timedelta(seconds=2 * plan.timeout_s + 30)
-    parts = ["p2p", "concurrent"] if args.part == "both" else [args.part]
-    order = [(p, i) for p in parts for i in range(len(plan.p2p if p == "p2p" else plan.concurrent))]
-    if args.resume:
-        rp, _, ri = args.resume.partition(":")
-        order = order[order.index((rp, int(ri))):] if (rp, int(ri)) in order else []
+    order = case_order(plan, args.part, args.resume, args.skip)
     out.event("init", pid=os.getpid())
     if backend == "cpu":
         init_group("gloo", timeout)
@@ -552,25 +597,16 @@ def main(argv: list[str] | None = None) -> int:
             test_hook(rank, idx if part == "p2p" else 10_000 + idx, "copies")
             if part == "p2p":
                 res = copier.run_p2p(idx, case)
-                times, ok = res[0], res[1]
-                why = res[2] if len(res) > 2 else ""
                 if rank == 0:
-                    if times is None:
-                        row = p2p_row(case, backend, None, status="not_supported", detail=why)
-                    elif not ok:
-                        row = p2p_row(case, backend, None, status="error",
-                                      detail="copied bytes do not match the pattern")
-                    else:
-                        row = p2p_row(case, backend, times,
-                                      detail="; ".join(x for x in (detail, why) if x))
-                    out.row("p2p", row)
+                    out.row("p2p", p2p_result_row(case, backend, res, detail))
             else:
                 res = copier.run_concurrent(idx, case)
                 spans, ok = res[0], res[1]
                 why = res[2] if len(res) > 2 else ""
                 if rank == 0:
                     d = "; ".join(x for x in (detail, case.detail, why) if x)
-                    st = "not_supported" if spans is None else "ok"
+                    st = "ok" if spans is not None else (
+                        "error" if ok is not None and not any(ok) else "not_supported")
                     for row in concurrent_rows(case, backend, spans, ok, d, status=st):
                         out.row("concurrent", row)
             out.event("done", part=part, case=idx)

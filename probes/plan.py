@@ -169,6 +169,13 @@ class Plan:
         ranks first, each node's in the case's ring order); the devices on one node."""
         return tuple(n * self.stride + d for n in range(self.case_nodes(case)) for d in case.ranks)
 
+    def copy_class(self, part: str, idx: int) -> str:
+        """The class of copy case `idx` of `part` (`p2p` or `concurrent`) whose hangs stop the
+        rest of it (pcieprof.probe_runner): the p2p path (`p2p`, `host_staged`, `h2d`, `d2h`: a
+        broken peer path hangs every peer copy while host copies still run), or `concurrent`
+        (every concurrent case is peer copies)."""
+        return self.p2p[idx].path if part == "p2p" else "concurrent"
+
     def to_dict(self) -> dict[str, Any]:
         """The plan as plan.json holds it: `nranks` the ranks over every node, and per
         all-reduce case its `nranks` and `global_ranks` as its rows will say them."""

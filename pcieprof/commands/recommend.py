@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from pcieprof import progress
+from pcieprof.analysis.box import box_of, gib
 from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand
 from pcieprof.analysis.nodes import Nodes
 from pcieprof.bundle import Bundle
@@ -54,13 +55,17 @@ def summary_lines(result: Recommendations) -> list[str]:
         lines += ["", "parallel layouts (best first):"]
         for lay in result.layouts:
             rows = {x.concurrency: x for x in lay.per_concurrency}
-            c1, cmax = rows[min(rows)], rows[max(rows)]
-            fit = "fits" if lay.fits else "does not fit"
-            step = f"c={c1.concurrency} {c1.step_ms:.1f} ms/step, " if c1.step_ms is not None else ""
-            tok = f"{cmax.tok_s:.0f}" if cmax.tok_s is not None else "-"
-            lines.append(f"  {lay.label:<24} {fit:<13} weights {lay.weights_gb:.1f} GB/GPU, "
-                         f"max concurrency {lay.max_concurrency}, {step}c={cmax.concurrency} "
-                         f"{tok} tok/s{'' if cmax.fits else ' (KV over)'}")
+            c1 = rows[min(rows)]
+            fit = [x for x in lay.per_concurrency if x.fits] if lay.fits else []
+            head = f"  {lay.label:<24} weights {gib(lay.weights_gb * 1e9)}/GPU, "
+            if not fit:
+                lines.append(head + "does not fit: no launch line")
+                continue
+            peak = fit[-1]  # side by side: latency at c=1, throughput where the KV still fits
+            step = f"c={c1.concurrency} {c1.step_ms:.1f} ms/step" if c1.step_ms is not None else ""
+            tok = f"{peak.tok_s:.0f}" if peak.tok_s is not None else "-"
+            lines.append(head + f"max concurrency {lay.max_concurrency}: {step}, "
+                         f"c={peak.concurrency} {tok} tok/s")
         if result.layouts[0].why:
             lines.append(f"  why: {result.layouts[0].why}")
     if result.needs_measuring:
@@ -88,7 +93,8 @@ def summary_lines(result: Recommendations) -> list[str]:
                    "configuration, labelled not yet served on this box).")
 @click.option("--arch", default=None, metavar="smXY",
               help="GPU architecture the launch backends are ranked for when no search served "
-                   "(sm120, sm100; default: the card's, or the --serve search's).")
+                   "(sm120, sm100; default: the --serve search's, else the GPUs' in BUNDLE: "
+                   "NVML's compute capability or the product name; unknown: none named).")
 @click.option("--verify", is_flag=True, help="Re-run the all-reduce (decode sizes plus one large "
               "size) with each NCCL / ring-order recommendation and the bundle's backend, into a "
               "new bundle; store the measured (sim: simulated) gain next to the predicted one.")
@@ -116,7 +122,7 @@ def command(bundle: Path, out: Path | None, force: bool, model: str, batch_max: 
     card = load_card(model)  # a wrong name is one line, before any work
     if arch is not None and not re.fullmatch(r"sm\d{2,3}", arch):
         raise BadInput(f"--arch {arch!r}: give a compute capability as smXY (sm120, sm100, sm90)")
-    choice = the_launch(card, arch, bundle=b,
+    choice = the_launch(card, arch, bundle=b, box=box_of(b),
                         serve=Bundle.open(serve).check() if serve is not None else None)
     band = DecodeBand.of_card(card, 1, batch_max)
     nodes = Nodes.of(b)

@@ -16,7 +16,7 @@ from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand
 from pcieprof.bundle import Bundle, default_out_dir, prepare_out_file
 from pcieprof.cards import ModelCard, load_card
 from pcieprof.commands.options import verbosity
-from pcieprof.commands.tuning import for_report, launch_choice, serve_searches, the_launch
+from pcieprof.commands.tuning import for_report, launch_choice, serve_searches
 from pcieprof.errors import BadInput
 from pcieprof.tune.launch import LaunchChoice
 from pcieprof.report import ReportContext, write_report
@@ -57,11 +57,10 @@ def command(bundles: tuple[Path, ...], out: Path | None, model: str, batch_max: 
     click.echo(f"report: {path}")
 
 
-def _joined(opened: list[Bundle], card: ModelCard) -> LaunchChoice:
+def _joined(opened: list[Bundle], card: ModelCard) -> LaunchChoice | None:
     """The launch backends from the first serve bundle whose search served `card`, else the
-    launch recommend prints for the first bundle (pcieprof.commands.tuning.the_launch: served
-    last on this machine when that bundle was measured here, else the first-ranked ones); a
-    search of another model is shown, not joined."""
+    first-ranked ones of an unfinished search, else None: each bundle's own box decides (a
+    search of another model is shown, not joined)."""
     first = None
     for b in serve_searches(opened):
         try:
@@ -72,4 +71,4 @@ def _joined(opened: list[Bundle], card: ModelCard) -> LaunchChoice:
         if choice.served:
             return choice
         first = first or choice
-    return first or the_launch(card, bundle=opened[0])
+    return first

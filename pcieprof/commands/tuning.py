@@ -15,11 +15,10 @@ from typing import Sequence
 
 from pcieprof import progress
 from pcieprof.analysis.decode_band import DecodeBand
-from pcieprof.analysis.matrices import gpu_indices
+from pcieprof.analysis.box import Box, box_of
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import LayoutAdvice, Recommendations
 from pcieprof.bundle.serve_search import ServeSearch
-from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard, load_card
 from pcieprof.errors import BadInput, PcieprofError
 from pcieprof.serve.search import Search, Step
@@ -36,7 +35,7 @@ MAX_ATTEMPT_LINES = 12
 
 
 def sglang_launch(card: ModelCard, layout: Candidate, env: dict[str, str],
-                  axes: dict[str, str] | None = None) -> LaunchCommand:
+                  axes: dict[str, str] | None = None, neutral: bool = False) -> LaunchCommand:
     """The SGLang command of one layout (pcieprof.serve.sglang_cmd), as the tuner's
     CommandBuilder; `python3`, not this interpreter's path: it runs on the serving box.
 
@@ -45,11 +44,14 @@ def sglang_launch(card: ModelCard, layout: Candidate, env: dict[str, str],
         layout: the parallel layout.
         env: the recommended environment.
         axes: launch backends by search axis (LaunchChoice.config); None: the card's.
+        neutral: leave out the card's own backend choices too (an architecture the card has
+            no launch evidence for).
     """
     dp = layout.dp if layout.dp_attention else (layout.replicas if layout.replicas > 1 else None)
     cfg = LaunchConfig(tp=layout.tp, pp=layout.pp if layout.pp > 1 else None,
                        ep=layout.ep if layout.ep > 1 else None, dp=dp,
-                       dp_attention=layout.dp_attention, env=dict(env))
+                       dp_attention=layout.dp_attention, env=dict(env),
+                       card_backends=not neutral)
     if axes:
         cfg = cfg.with_axes(axes, cfg.name)
     try:
@@ -68,15 +70,17 @@ def sglang_launch(card: ModelCard, layout: Candidate, env: dict[str, str],
 def builder(choice: LaunchChoice | None) -> CommandBuilder:
     """The CommandBuilder that writes `choice`'s backends into every layout's command."""
     axes = dict(choice.config) if choice is not None else None
+    neutral = choice is not None and choice.neutral
 
     def build(card: ModelCard, layout: Candidate, env: dict[str, str]) -> LaunchCommand:
-        return sglang_launch(card, layout, env, axes)
+        return sglang_launch(card, layout, env, axes, neutral)
 
     return build
 
 
 def the_launch(card: ModelCard, arch: str | None = None, bundle: Bundle | None = None,
-               serve: Bundle | None = None, given: dict[str, str] | None = None) -> LaunchChoice:
+               serve: Bundle | None = None, given: dict[str, str] | None = None,
+               box: Box | None = None) -> LaunchChoice:
     """The one launch configuration that serve-bench (without --sweep) launches and recommend,
     the report and their SGLang commands print (issue 22, point 1).
 
@@ -84,7 +88,8 @@ def the_launch(card: ModelCard, arch: str | None = None, bundle: Bundle | None =
     this machine (pcieprof.serve.served) when `bundle` is None (serve-bench on this machine) or
     was measured here; else the search's first-ranked configuration for `arch` (default: the
     card's). `given` backends (serve-bench's --attention-backend etc.) start the search instead:
-    its first step from them, as `--sweep` would launch first.
+    its first step from them, as `--sweep` would launch first. `box` (the bundle's) names the
+    architecture when `arch` does not (pcieprof.commands.tuning.launch_choice).
 
     Raises:
         BadInput: `serve` cannot say (see launch_choice).
@@ -92,18 +97,19 @@ def the_launch(card: ModelCard, arch: str | None = None, bundle: Bundle | None =
     if given:
         return _first_from(card, arch, given)
     if serve is None and (bundle is None or measured_here(bundle.manifest)):
-        space = _space(card, arch)
+        space = _space(card, arch or (box.arch if box is not None and box.arch else None))
         last = last_served(card.name, space.arch) if space is not None else None
         if last is not None:
             try:
-                choice = launch_choice(card, Bundle.open(last).check(), arch)
+                choice = launch_choice(card, Bundle.open(last).check(), space.arch if
+                                       space is not None else arch)
             except PcieprofError as exc:
                 progress.warn(f"{last}: the launch served last on this machine cannot be read "
                               f"({exc.one_line()}); the first-ranked configuration instead")
             else:
                 if choice.served:
                     return choice
-    return launch_choice(card, serve, arch)
+    return launch_choice(card, serve, arch, box=box)
 
 
 def _first_from(card: ModelCard, arch: str | None, given: dict[str, str]) -> LaunchChoice:
@@ -137,10 +143,12 @@ def failing(card: ModelCard, config: dict[str, str], arch: str | None = None) ->
 
 
 def launch_choice(card: ModelCard, serve: Bundle | None = None,
-                  arch: str | None = None) -> LaunchChoice:
+                  arch: str | None = None, box: Box | None = None) -> LaunchChoice:
     """The launch backends for `card`'s commands: the winner of `serve`'s launch search, else
-    the search's first-ranked configuration for `arch` (default: the card's), labelled as not
-    yet served.
+    the search's first-ranked configuration for `arch` (default: the box's architecture when
+    `box` is given, else the card's), labelled as not yet served. A box whose architecture is
+    unknown, or one the card has no launch evidence for, gets no architecture-specific
+    backends (SGLang chooses them), and says so.
 
     Raises:
         BadInput: `serve` has no launch search, or searched another model or architecture.
@@ -159,7 +167,13 @@ def launch_choice(card: ModelCard, serve: Bundle | None = None,
             raise BadInput(f"--arch {arch}: {serve.path} searched for {doc.arch}")
         if doc.winner is not None:
             return _served(card, serve, doc)
-    space = _space(card, arch or (doc.arch if doc is not None else None))
+    arch = arch or (doc.arch if doc is not None else None)
+    if arch is None and box is not None and card.search:
+        neutral = _arch_neutral(card, box)
+        if neutral is not None:
+            return neutral
+        arch = box.arch
+    space = _space(card, arch)
     if space is None:
         return LaunchChoice({}, False, f"{NOT_YET} (the card has no launch search: its "
                                        f"defaults)")
@@ -182,6 +196,22 @@ def launch_choice(card: ModelCard, serve: Bundle | None = None,
     return LaunchChoice(dict(step.config), False, label, arch=space.arch,
                         serve_bundle=str(serve.path.resolve()) if serve is not None else "",
                         evidence=tuple(step.changes), caveats=tuple(caveats))
+
+
+def _arch_neutral(card: ModelCard, box: Box) -> LaunchChoice | None:
+    """The choice without architecture-specific backends for a box whose architecture is
+    unknown or has no launch evidence in the card; None when the card knows it."""
+    known = {str(c.get("arch")) for c in card.search.get("claim", [])} | {
+        str(card.search.get("arch", ""))}
+    if box.arch and box.arch in known:
+        return None
+    why = (f"no launch evidence for {box.arch} in card {card.name} (it has "
+           f"{', '.join(sorted(k for k in known if k and k != 'any'))})" if box.arch
+           else f"GPU architecture unknown: {box.arch_source}")
+    axes = [str(a) for a in card.search.get("axes", [])]
+    return LaunchChoice({a: "" for a in axes if a != "cuda_graph"}, False,
+                        f"{why}: no architecture-specific backends, SGLang chooses them",
+                        arch=box.arch, neutral=True)
 
 
 def _space(card: ModelCard, arch: str | None) -> SearchSpace | None:
@@ -234,28 +264,28 @@ def tune(bundle: Bundle, card: ModelCard, band: DecodeBand, *, layouts: bool = T
          context: int = 8192, write_files: bool = True,
          choice: LaunchChoice | None = None) -> Recommendations:
     """pcieprof.tune.recommend with the SGLang command builder and the launch backends
-    (`choice`; default: launch_choice(card), the first-ranked, not yet served)."""
-    choice = choice if choice is not None else launch_choice(card)
+    (`choice`; default: launch_choice for the bundle's box, the first-ranked, not yet served)."""
+    box = box_of(bundle)
+    choice = choice if choice is not None else the_launch(card, bundle=bundle, box=box)
     build = builder(choice)
     result = recommend(bundle, card, band=band, layouts=layouts, context=context,
                        write_files=write_files, command=build)
     if cpu_only(bundle):  # no GPU evidence: no SGLang GPU command either (issue 22, point 3)
         return result
-    topo = bundle.read_doc(Topology)
-    gpus = len(topo.gpus) if topo is not None and topo.gpus else len(
-        gpu_indices(bundle.read_table("p2p")))
-    return launch.apply(result, choice, card, build, gpus=gpus,
-                        bench=lambda lay: bench_line(card, lay, result.env, choice))
+    # a neutral choice leaves out the card's own backends, which serve-bench cannot: no line
+    bench = None if choice.neutral else (
+        lambda lay, tp: bench_line(card, lay, tp, result.env, choice))
+    return launch.apply(result, choice, card, build, box=box, context=context, bench=bench)
 
 
-def bench_line(card: ModelCard, layout: LayoutAdvice | None, env: dict[str, str],
+def bench_line(card: ModelCard, layout: LayoutAdvice | None, tp: int, env: dict[str, str],
                choice: LaunchChoice) -> str:
     """The `pcieprof serve-bench` command that launches exactly a layout's printed SGLang line
     (same argv and environment; serve-bench picks the first free port from 30000): the layout's
-    parallel sizes, every launch backend of `choice` and the recommended environment."""
-    args = ["pcieprof", "serve-bench", "--model", card.name]
+    parallel sizes (`tp` alone for the card's default layout narrowed to the box), every launch
+    backend of `choice` and the recommended environment."""
+    args = ["pcieprof", "serve-bench", "--model", card.name, "--tp", str(tp)]
     if layout is not None:
-        args += ["--tp", str(layout.tp)]
         if layout.pp > 1:
             args += ["--pp", str(layout.pp)]
         if layout.ep > 1:
@@ -285,16 +315,15 @@ def for_report(bundles: Sequence[Bundle], card: ModelCard, band: DecodeBand,
     all-reduce rows but no recommendations.json, or one whose commands were made without the
     served launch search `choice` comes from. A bundle the tuner cannot read gets a document
     whose `error` says why, so the report shows it and renders the rest."""
-    choice = choice if choice is not None else launch_choice(card)
     out: dict[str, Recommendations] = {}
     for b in bundles:
         if b.read_table("p2p").empty and b.read_table("allreduce").empty:
             continue
         stored = b.read_doc(Recommendations)
-        if stored is not None and not (choice.served and not _same(launch.searched_in(stored),
-                                                                   choice.serve_bundle)):
+        if stored is not None and not (choice is not None and choice.served and not _same(
+                launch.searched_in(stored), choice.serve_bundle)):
             continue
-        if stored is not None:
+        if stored is not None and choice is not None:
             progress.info(f"{b.path}: recommendations.json was made without the launch search "
                           f"in {choice.serve_bundle}; the report computes them with it")
         try:

@@ -295,6 +295,9 @@ def collect(nvml: Nvml) -> dict[str, Any]:
         _put(gpu, "bar1_bytes", nvml.call("nvmlDeviceGetBAR1MemoryInfo", h),
              lambda m: int(m.bar1Total))
         _put(gpu, "memory_bytes", nvml.call("nvmlDeviceGetMemoryInfo", h), lambda m: int(m.total))
+        # (major, minor): the architecture the launch advice is for (pcieprof.analysis.box)
+        _put(gpu, "compute_capability", nvml.call("nvmlDeviceGetCudaComputeCapability", h),
+             lambda v: f"{int(v[0])}.{int(v[1])}")
         gpu["numa_node"] = None
         gpu["status"]["numa_node"] = "unknown"
         _put(gpu, "gpu_numa_id", nvml.call("nvmlDeviceGetNumaNodeId", h), int)

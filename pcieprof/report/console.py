@@ -109,6 +109,10 @@ def summarize(bundle: Bundle, band: DecodeBand) -> str:
     errors = p2p[p2p["status"].isin(["error", "hang"])]
     if not errors.empty:
         out.append(f"p2p: {len(errors)} case(s) with status error/hang (see p2p.csv)")
+    skipped = p2p[p2p["status"] == "not_run"]
+    if not skipped.empty:
+        out.append(f"p2p: {len(skipped)} case(s) not run after cases of their kind hung "
+                   "(see p2p.csv, detail)")
     nodes = Nodes.of(bundle)
     ar = allreduce_decode(bundle.read_table("allreduce"), band, nodes)
     if ar:

@@ -74,6 +74,8 @@ class LaunchConfig:
         cuda_graph: False disables CUDA graphs for decode and prefill.
         extra_args: further argv tokens, appended last.
         env: extra environment for the server.
+        card_backends: False leaves the card's own --attention-backend out too (a GPU
+            architecture the card has no launch evidence for: SGLang chooses).
         inject: reference server only: a fault to inject (`nan-after 20`, `hang`, `crash-on-start`).
         model_path: overrides the card's checkpoint.
         host, port: where the server binds.
@@ -96,6 +98,7 @@ class LaunchConfig:
     cuda_graph: bool = True
     extra_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    card_backends: bool = True
     inject: str = ""
     model_path: str = ""
     host: str = "127.0.0.1"
@@ -274,7 +277,7 @@ def build_command(card: ModelCard, cfg: LaunchConfig, *, python: str | None = No
     kv = cfg.kv_cache_dtype or facts.kv_cache_dtype
     if kv:
         a += ["--kv-cache-dtype", kv]
-    att = cfg.attention_backend or facts.attention_backend
+    att = cfg.attention_backend or (facts.attention_backend if cfg.card_backends else "")
     if att:
         a += ["--attention-backend", att]
     for flag, value in (("--dsa-prefill-backend", cfg.dsa_prefill_backend),

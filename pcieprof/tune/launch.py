@@ -20,9 +20,11 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable
 
+from pcieprof.analysis.box import Box, gib
 from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation, Recommendations
 from pcieprof.cards import ModelCard
 from pcieprof.tune.layout import Candidate, CommandBuilder
+from pcieprof.tune.memory import Placement, fit, widest_tp
 
 #: The rule name of the launch recommendation.
 RULE = "launch_config"
@@ -51,6 +53,8 @@ class LaunchChoice:
         evidence: lines behind it (the attempts, or the ranking's reasons).
         caveats: what it does not show (a reference-server search, another layout served).
         served_command: the winner's own command, as it served ("" when not served).
+        neutral: True when no architecture-specific backend is set (the box's architecture is
+            unknown, or the card has no launch evidence for it).
     """
 
     config: dict[str, str]
@@ -61,10 +65,13 @@ class LaunchChoice:
     evidence: tuple[str, ...] = ()
     caveats: tuple[str, ...] = ()
     served_command: str = ""
+    neutral: bool = False
 
     def describe(self) -> str:
         """The set values, `axis=value, ...` ("the card's defaults" when none)."""
         vals = [f"{a}={v}" for a, v in self.config.items() if v]
+        if self.neutral:
+            return "none architecture-specific (SGLang's own choices)"
         return ", ".join(vals) or "the card's defaults"
 
 
@@ -87,10 +94,17 @@ def launch_line(result: Recommendations, layout: LayoutAdvice | None = None,
 BENCH = "# the same launch, benchmarked: "
 
 
+#: How the launch recommendation's action names the serve-bench command of the same launch.
+BENCH = "# the same launch, benchmarked: "
+
+
 def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
-          command: CommandBuilder, gpus: int = 0,
-          bench: Callable[[LayoutAdvice | None], str] | None = None) -> Recommendations:
+          command: CommandBuilder, box: Box | None = None, context: int = 8192,
+          bench: Callable[[LayoutAdvice | None, int], str] | None = None) -> Recommendations:
     """Add the launch recommendation to `result` (in place) and label every layout's command.
+
+    The box decides what may be launched: no layout wider than its GPUs, none that does not fit
+    its GPU memory (then the recommendation says so and carries no launch line).
 
     Args:
         result: the tuner's output, whose layouts' commands were built with `choice`.
@@ -98,52 +112,79 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
         card: the model card.
         command: the builder the layouts' commands came from, for the card's default layout
             when no layout was ranked.
-        gpus: GPUs the bundle shows (0: unknown); a default layout wider than that is said to be
-            for another box.
-        bench: layout (None: the card's default) -> the serve-bench command that launches the
-            same line; written under it as a shell comment, so the action stays pasteable.
+        box: the bundle's box (GPU count, architecture, memory); None: unknown.
+        context: tokens per request of the memory fit.
+        bench: (layout, TP) -> the serve-bench command that launches the same line (layout
+            None: the card's default layout at that TP); written under the line as a shell
+            comment, so the action stays pasteable.
     """
     for lay in result.layouts:
         lay.notes.insert(0, f"launch backends: {choice.describe()} ({choice.label})")
+    caveats = list(choice.caveats)
     top: LayoutAdvice | None = None
     if result.layouts:
         top = result.layouts[0]
-        line, where = launch_line(result, top), top.label
+        where, tp = top.label, top.tp
+        line = launch_line(result, top) if top.fits else ""
+        verdict = "" if top.fits else (
+            f"{card.name} does not fit this box in any layout: {top.label} needs "
+            f"{gib(top.weights_gb * 1e9)} of weights per GPU, has "
+            f"{gib(top.gpu_memory_gb * 1e9 * top.mem_fraction)} at --mem-fraction-static "
+            f"{top.mem_fraction:g} ({top.memory_source})")
     else:
-        tp = card.sglang.tp_default
-        built = command(card, Candidate(f"TP{tp}", tp=tp), dict(result.env))
-        line, where = launch_line(result, None, built.command, built.env), f"TP{tp}"
+        line, where, verdict, tp = _default_layout(result, card, command, box, context, caveats)
     if bench is not None and line:
-        line += "\n" + BENCH + bench(top)
-    if choice.served:
+        line += "\n" + BENCH + bench(top, tp)
+    if verdict and not line:
+        title = verdict
+    elif choice.served:
         title = (f"Launch SGLang with the backends the launch search served correct tokens "
                  f"with: {choice.describe()}")
     else:
         title = f"SGLang launch backends {choice.describe()}: {NOT_YET}"
     evidence = list(choice.evidence)
+    if box is not None:
+        evidence.insert(0, f"the box: {box.describe()}; architecture from {box.arch_source}; "
+                           f"memory from {box.memory_source}")
     if choice.serve_bundle:
         evidence.insert(0, f"{FROM}{choice.serve_bundle}")
-    caveats = list(choice.caveats)
     kv = choice.config.get("kv_cache_dtype", "")
     if kv and not kv.startswith(card.kv_cache.dtype):
         caveats.append(f"kv_cache_dtype={kv}, while the layouts' memory fit assumed the card's "
                        f"{card.kv_cache.dtype} KV cache")
-    caveats.append(f"the command is for the {where} layout; the backends are the same for "
-                   f"every layout's command")
-    tp = card.sglang.tp_default
-    if not result.layouts and 0 < gpus < tp:
-        caveats.append(f"{card.name}'s default layout TP{tp} needs {tp} GPUs and this bundle "
-                       f"shows {gpus}: the command is for the box the card was written for, "
-                       f"not this one")
+    if line:
+        caveats.append(f"the command is for the {where} layout; the backends are the same for "
+                       f"every layout's command")
     rec = Recommendation(
-        rule=RULE, kind="launch", title=title, action=line, gain_text=choice.label,
-        evidence=evidence,
+        rule=RULE, kind="launch" if line else "info", title=title, action=line,
+        gain_text=choice.label, evidence=evidence,
         caveats=caveats, confidence="measured" if choice.served else "advice",
         priority=PRIORITY_SERVED if choice.served else PRIORITY_UNSERVED)
     result.recommendations = [r for r in result.recommendations if r.rule != RULE]
     result.recommendations.append(rec)
     result.recommendations.sort(key=lambda r: -r.priority)
     return result
+
+
+def _default_layout(result: Recommendations, card: ModelCard, command: CommandBuilder,
+                    box: Box | None, context: int,
+                    caveats: list[str]) -> tuple[str, str, str, int]:
+    """(launch line, layout label, verdict, TP) of the card's default layout narrowed to the box:
+    TP no wider than its GPUs; no line when the model does not fit there."""
+    tp = card.sglang.tp_default
+    if box is not None and box.gpus:
+        tp = widest_tp(card, min(tp, box.gpus))
+    f = fit(card, Placement(tp=tp), box, context)
+    label = f"TP{tp}"
+    if f.fits is False:
+        return "", label, f"{card.name} at {label}: {f.verdict()}", tp
+    if box is None or not box.gpus:
+        caveats.append(f"the bundle shows no GPUs: the command is for the card's TP{tp}, "
+                       f"not checked against a box")
+    elif f.fits is None:
+        caveats.append(f"{label}: {f.verdict()}")
+    built = command(card, Candidate(label, tp=tp), dict(result.env))
+    return launch_line(result, None, built.command, built.env), label, "", tp
 
 
 def launch_recommendation(result: Recommendations) -> Recommendation | None:

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from pcieprof.analysis.box import GIB, Box, box_from
 from pcieprof.analysis.comm_model import Layout, Pricer, measured_decode_steps, predict_step_comm
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import LayoutAdvice, LayoutPoint
@@ -34,11 +35,11 @@ from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput
+from pcieprof.tune import memory
+from pcieprof.tune.memory import Placement
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
 ANCHORS = Path(__file__).with_name("data") / "decode_anchors.toml"
-#: SGLang's --mem-fraction-static when the card does not say: weights + KV must fit in it.
-DEFAULT_MEM_FRACTION = 0.85
 
 
 @dataclass(frozen=True)
@@ -95,20 +96,20 @@ def _group_bytes(card: ModelCard, name: str) -> float:
     return float(g.bytes) if g is not None else 0.0
 
 
+def placement(c: Candidate) -> Placement:
+    """The memory placement (pcieprof.tune.memory) of one replica of a candidate."""
+    return Placement(tp=c.tp, pp=c.pp, dp_attention=(c.dp or c.tp) if c.dp_attention else 0)
+
+
 def weights_per_gpu(card: ModelCard, c: Candidate) -> float:
-    """Weight bytes on each GPU of one replica (attention replicated within DP-attention groups)."""
-    total = float(card.weight_bytes)
-    shards = c.tp * c.pp
-    if c.dp_attention and c.dp:
-        attn = _group_bytes(card, "attention")
-        attn_tp = max(1, c.tp // c.dp)
-        return (total - attn) / shards + attn / (attn_tp * c.pp)
-    return total / shards
+    """Weight bytes on each GPU of one replica, replicated parts counted on every GPU that
+    holds them (pcieprof.tune.memory)."""
+    return memory.weights_per_gpu(card, placement(c))
 
 
 def kv_per_request_per_gpu(card: ModelCard, c: Candidate, context: int) -> float:
     """KV bytes one request of `context` tokens costs on a GPU holding its cache."""
-    return card.kv_bytes_per_token_per_gpu(c.tp, c.pp) * context
+    return memory.kv_per_request(card, placement(c), context)
 
 
 def requests_per_gpu(c: Candidate, concurrency: int) -> float:
@@ -200,22 +201,15 @@ def fit_compute(card: ModelCard, pricer: Pricer, bundle: Bundle) -> ComputeModel
     return ComputeModel(eff_gbps=1.0 / a / 1e6, fixed_ms=float(t0), source=source, points=pts)
 
 
-def gpu_memory_bytes(topo: Topology, card: ModelCard) -> tuple[float, str]:
-    """The smallest GPU memory of the box (bytes) and where it came from."""
-    mems = [g.memory_bytes for g in topo.gpus if g.memory_bytes]
-    if mems:
-        return float(min(mems)), "topology.json"
-    return float(card.sglang.gpu_memory_gb) * 1e9, f"card {card.name} (gpu_memory_gb)"
-
-
-def _mem_fraction(card: ModelCard) -> float:
-    flags = list(card.sglang.recommended_flags)
-    if "--mem-fraction-static" in flags:
-        try:
-            return float(flags[flags.index("--mem-fraction-static") + 1])
-        except (IndexError, ValueError):
-            pass
-    return DEFAULT_MEM_FRACTION
+def gpu_memory(box: Box, card: ModelCard) -> Box:
+    """`box` with its GPU memory; where the bundle does not tell it, the memory the card was
+    written for, said to be assumed."""
+    if box.memory_bytes is not None:
+        return box
+    # the card's gpu_memory_gb is a nominal size, a binary unit (96 GB GDDR7 = 97887 MiB)
+    return replace(box, memory_bytes=float(card.sglang.gpu_memory_gb) * GIB,
+                   memory_source=f"assumed: card {card.name}'s gpu_memory_gb "
+                                 f"({card.sglang.gpu_memory_gb:g} GiB); {box.memory_source}")
 
 
 def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: Topology,
@@ -242,15 +236,15 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
     if ngpus < 2:
         raise BadInput("layout advice needs a box of at least 2 GPUs")
     compute = fit_compute(card, pricer, bundle)
-    mem, mem_src = gpu_memory_bytes(topology, card)
-    frac = _mem_fraction(card)
+    box = gpu_memory(box_from(topology, ngpus), card)
+    mem, mem_src = float(box.memory_bytes or 0.0), box.memory_source
+    frac = memory.mem_fraction(card)
     results = []
     for c in candidates(ngpus):
-        w = weights_per_gpu(card, c)
-        kv_req = kv_per_request_per_gpu(card, c, context)
-        room = mem * frac - w
-        per_gpu_reqs = requests_per_gpu(c, 1)
-        max_c = int(room / (kv_req * per_gpu_reqs)) if room > 0 and kv_req > 0 else 0
+        f = memory.fit(card, placement(c), box, context, frac)
+        w, kv_req = f.needs, f.kv_request
+        # requests of the whole box whose KV fits: each GPU holds 1/(replicas x DP) of them
+        max_c = int(f.requests_per_gpu / requests_per_gpu(c, 1)) if f.requests_per_gpu else 0
         points = []
         notes: list[str] = []
         for conc in CONCURRENCY:
@@ -281,8 +275,13 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
         if c.dp_attention:
             notes.append("DP attention: attention weights replicated in each attention group; each "
                          "GPU holds the KV of its own requests only")
-        launch = command(card, c, dict(env or {})) if command is not None else LaunchCommand(
-            notes=["no launch command built (the tuner was run without a launcher)"])
+        if max_c < 1:  # a layout that does not fit is never offered as a launch
+            launch = LaunchCommand(notes=[f"{c.label}: {f.verdict()}"])
+        elif command is not None:
+            launch = command(card, c, dict(env or {}))
+        else:
+            launch = LaunchCommand(
+                notes=["no launch command built (the tuner was run without a launcher)"])
         results.append(LayoutAdvice(
             label=c.label, tp=c.tp, pp=c.pp, ep=c.ep, dp_attention=c.dp_attention,
             replicas=c.replicas, fits=max_c >= 1, weights_gb=w / 1e9,

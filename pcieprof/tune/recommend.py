@@ -408,20 +408,20 @@ def sglang_command_text(result: Recommendations) -> str:
         for risk in r.risks if any(result.env.get(k) == v for k, v in r.env.items()) else []:
             lines.append(f"# RISK of {' '.join(f'{k}={v}' for k, v in r.env.items())}: "
                          f"{risk.title}; check it first: pcieprof recommend BUNDLE --verify")
+    rec = launch_recommendation(result)
     if result.layouts:
         top = result.layouts[0]
         lines.append(f"# layout: {top.label} ({top.why})")
-        rec = launch_recommendation(result)
-        if rec is not None:
-            lines.append(f"# launch backends: {rec.gain_text}")
-        line = launch_line(result, top)
-        # the serve-bench command of the same launch (the launch card's second line) goes
-        # above it, so the script's last line stays the command
-        lines += [a for a in (rec.action.splitlines() if rec is not None else [])
-                  if a.startswith(BENCH)]
-        lines.append(line)
-    else:
+    elif rec is None:
         lines.append("# no layout ranked (no model card or no all-reduce measurements)")
+    if rec is not None:
+        lines.append(f"# launch backends: {rec.gain_text}")
+        # the launch recommendation's line is the one checked against the box (tune.launch)
+        # the serve-bench command of the same launch (the action's comment line) goes above
+        # the line, so the script's last line stays the command
+        action = rec.action.splitlines()
+        lines += ([a for a in action if a.startswith(BENCH)] + [a for a in action
+                  if not a.startswith(BENCH)]) if action else [f"# no launch line: {rec.title}"]
     return "\n".join(lines) + "\n"
 
 

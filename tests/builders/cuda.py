@@ -156,8 +156,9 @@ class PeerCopies:
     its stream's work is applied. `drop` bytes at the end of every copy are silently not written,
     as a write that a VM's IOMMU discards."""
 
-    def __init__(self, drop: int = 0) -> None:
+    def __init__(self, drop: int = 0, refuse: tuple[tuple[int, int], ...] = ()) -> None:
         self.drop = drop
+        self.refuse = set(refuse)  # pairs whose peer enable fails, as Cudart.enable_peer raises
         self.enabled: list[tuple[int, int]] = []
 
     def memcpy_peer(self, dst: torch.Tensor, src: torch.Tensor, nbytes: int, stream: Any) -> None:
@@ -165,4 +166,7 @@ class PeerCopies:
         dst[:n].copy_(src[:n])
 
     def enable_peer(self, device: int, peer: int) -> None:
+        if (device, peer) in self.refuse:  # e.g. cudaErrorTooManyPeers (217) on a VM
+            raise RuntimeError(f"cudaDeviceEnablePeerAccess({device}->{peer}) failed with "
+                               "cudaError 217 although the driver reports peer access")
         self.enabled.append((device, peer))

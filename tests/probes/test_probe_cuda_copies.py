@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from probes.p2p_worker import CudaCopier, concurrent_rows, p2p_row
+from probes.p2p_worker import CudaCopier, concurrent_rows, p2p_result_row, p2p_row
 from probes.plan import KiB, ConcurrentCase, P2PCase, Plan, build_plan
 from builders.cuda import CudaStandin, PeerCopies
 
@@ -97,3 +97,23 @@ def test_a_copy_that_drops_bytes_is_an_error_row_on_its_own() -> None:
     api = CudaStandin([0, 1])
     copier = CudaCopier(Plan(backend="cuda", devices=[0, 1], p2p=[case]), api, PeerCopies(drop=1))
     assert not copier.run_p2p(0, case)[1]
+
+
+def test_a_pair_whose_peer_enable_fails_is_marked_and_the_rest_runs() -> None:
+    # issue 23 pt 4: the constructor raised, the runner read "died before the first case" and
+    # the whole copy part failed, host-staged and H2D/D2H included
+    devices = [0, 1, 2]
+    cases = [P2PCase(0, 1, "p2p", "uni", "bandwidth", 64 * KiB, 2, 2),
+             P2PCase(0, 1, "p2p", "bi", "bandwidth", 64 * KiB, 2, 2),
+             P2PCase(1, 2, "p2p", "uni", "bandwidth", 64 * KiB, 2, 2),
+             P2PCase(0, 1, "host_staged", "uni", "bandwidth", 64 * KiB, 2, 2),
+             P2PCase(-1, 0, "h2d", "uni", "bandwidth", 64 * KiB, 2, 2)]
+    api = CudaStandin(devices)
+    copier = CudaCopier(Plan(backend="cuda", devices=devices, p2p=cases), api,
+                        PeerCopies(refuse=((0, 1),)))
+    rows = [p2p_result_row(c, "cuda", copier.run_p2p(i, c)) for i, c in enumerate(cases)]
+    assert [r["status"] for r in rows] == ["error", "error", "ok", "ok", "ok"]
+    assert "cudaDeviceEnablePeerAccess(0->1) failed with cudaError 217" in rows[0]["detail"]
+    spans, ok, why = copier.run_concurrent(0, ConcurrentCase("ring", "write", [(0, 1), (1, 2)],
+                                                             64 * KiB, 2))
+    assert spans is None and ok == [False, False] and "0->1" in why

@@ -13,16 +13,18 @@ from pathlib import Path
 import pytest
 from builders.cli import cli
 
+from pcieprof.analysis.box import box_of
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.serve_search import SearchAttempt, ServeSearch
 from pcieprof.cards import load_card
-from pcieprof.commands.tuning import launch_choice, tune
+from pcieprof.commands.tuning import builder, launch_choice, tune
 from pcieprof.errors import BadInput
 from pcieprof.serve.search import Search, Step
 from pcieprof.serve.space import SearchSpace
 from pcieprof.tune.launch import NOT_YET, launch_recommendation, searched_in
+from pcieprof.tune.layout import Candidate
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ROOT / "tests" / "data" / "bundle_schema2" / "sim_vm_4gpu"
@@ -127,8 +129,9 @@ def test_a_search_without_a_winner_says_so_and_how_to_go_on(tmp_path: Path) -> N
 
 def test_a_disabled_p2p_transport_drops_the_cards_p2p_level_from_the_line(tmp_path: Path,
                                                                           samples: Path) -> None:
-    """simpleP2P on the 2x4090 box returned NaN: the line disables P2P and does not also carry the
-    card's NCCL_P2P_LEVEL=SYS (moot once P2P is disabled, and a contradiction to read)."""
+    """simpleP2P on the 2x4090 box returned NaN: the commands disable P2P and do not also carry
+    the card's NCCL_P2P_LEVEL=SYS (moot once P2P is disabled, and a contradiction to read). GLM-5
+    does not fit that box (2 x 24 GiB): no launch line at all, and the reason in GiB."""
     out = tmp_path / "b"
     r = cli("import", str(samples / "tool-outputs-more" /
                               "simpleP2P_2x4090_trpro5995wx_driver525_nan_verification.txt"),
@@ -137,8 +140,12 @@ def test_a_disabled_p2p_transport_drops_the_cards_p2p_level_from_the_line(tmp_pa
     doc = tune(Bundle.open(out), GLM5, DecodeBand.of_card(GLM5, 1, 64), write_files=False)
     assert doc.env.get("NCCL_P2P_DISABLE") == "1"
     rec = launch_recommendation(doc)
-    assert rec is not None
-    assert rec.action.startswith("NCCL_P2P_DISABLE=1 ") and "NCCL_P2P_LEVEL" not in rec.action
-    assert "NCCL_IB_DISABLE=1" in rec.action  # the card's other settings stay
-    # no layout could be ranked (no all-reduce rows): the card's TP8 is said to be for another box
-    assert any("TP8 needs 8 GPUs and this bundle shows 2" in c for c in rec.caveats)
+    assert rec is not None and rec.action == "" and rec.kind == "info"
+    assert rec.title.startswith("glm5-nvfp4 at TP2: does not fit this box (needs 210.")
+    assert "has 20.4 = 24.0 GiB" in rec.title
+    built = builder(launch_choice(GLM5, box=box_of(Bundle.open(out))))(
+        GLM5, Candidate("TP2", tp=2), dict(doc.env))
+    assert built.env.get("NCCL_P2P_DISABLE") == "1" and "NCCL_P2P_LEVEL" not in built.env
+    assert built.env.get("NCCL_IB_DISABLE") == "1"  # the card's other settings stay
+    # sm89: the card has no launch evidence there, so no architecture-specific backend
+    assert "--attention-backend" not in built.command and "--dsa-" not in built.command

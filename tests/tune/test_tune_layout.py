@@ -32,8 +32,9 @@ def box(tmp_path: Path):
 def test_memory_fit_matches_published_figures() -> None:
     card = load_card("glm5-nvfp4")
     tp8 = L.weights_per_gpu(card, L.Candidate("TP8", tp=8))
-    # published: about 57 GB of weights per GPU at TP8 (calibration README, models/glm5.md)
-    assert tp8 / 1e9 == pytest.approx(57, rel=0.06)
+    # published: about 57 GiB of weights per GPU at TP8 with the MTP layer (models/glm5.md;
+    # its "GB" are GiB, tests/tune/test_tune_memory.py), ~2 GiB less without it
+    assert tp8 / (1 << 30) == pytest.approx(55, rel=0.04)
     # half the box: does not fit a 96 GB GPU
     assert L.weights_per_gpu(card, L.Candidate("2x TP4", tp=4, replicas=2)) > 96e9
 

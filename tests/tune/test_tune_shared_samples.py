@@ -117,7 +117,26 @@ def test_recommend_states_what_the_data_shows(samples: Path, tmp_path: Path, cas
                         ("recommendations.json", json.dumps(doc)), ("report", html)):
         hit = ZERO_GBPS.search(text)
         assert hit is None, f"{where}: {text[max(0, hit.start() - 120):hit.end()]}"
+    _launch_fits_the_box(tmp_path / "rec", doc)
     if doc["ring"] is not None:
         assert doc["ring"]["bottleneck_gbps"] > 0
     for lv in (doc["inferred"] or {}).get("levels", []):
         assert lv["value"] is None or lv["value"] > 0
+
+
+def _launch_fits_the_box(bundle: Path, doc: dict) -> None:  # type: ignore[type-arg]
+    """No launch line names more GPUs than the box has, a layout that does not fit its memory,
+    or backends of an architecture the card has no evidence for (issue 22 pt 2)."""
+    from pcieprof.analysis.box import box_of
+    from pcieprof.bundle import Bundle
+    box = box_of(Bundle.open(bundle))
+    for rec in doc["recommendations"]:
+        line = rec["action"] if rec["rule"] == "launch_config" else ""
+        if not line:
+            continue
+        flags = line.split()
+        size = {f: int(flags[flags.index(f) + 1]) for f in ("--tp-size", "--pp-size") if f in flags}
+        assert size.get("--tp-size", 1) * size.get("--pp-size", 1) <= max(box.gpus, 1), line
+        if box.arch not in ("sm120", "sm100"):
+            assert "--attention-backend" not in flags and "--dsa-decode-backend" not in flags, line
+        assert "does not fit" not in rec["title"]

@@ -6,7 +6,8 @@ import plotly.graph_objects as go
 
 from pcieprof.analysis.infer import value_text
 from pcieprof.analysis.provenance import obtained
-from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation
+from pcieprof.analysis.box import GIB
+from pcieprof.bundle.recommendations import LayoutAdvice, LayoutPoint, Recommendation
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
 from pcieprof.report.model import BundleView, Facts, Note, Section, Table
@@ -14,19 +15,30 @@ from pcieprof.report.recs import RecsBlock
 
 
 def _layout_figure(layouts: list[LayoutAdvice], prov: str):
+    """Predicted tok/s of each layout over the concurrencies its GPU memory holds; a layout that
+    does not fit at all is named in the title, not drawn (it serves nothing)."""
     fig = go.Figure()
     for lay in layouts:
-        rows = lay.per_concurrency
+        rows = [r for r in lay.per_concurrency if lay.fits and r.fits]
+        if not rows:
+            continue
         fig.add_trace(go.Scatter(
             x=[r.concurrency for r in rows], y=[r.tok_s for r in rows],
-            mode="lines+markers", name=plot_text(lay.label + ("" if lay.fits else " (does not fit)")),
-            marker={"symbol": ["circle" if r.fits else "x" for r in rows]},
-            line={"dash": "solid" if lay.fits else "dot"}))
+            mode="lines+markers", name=plot_text(f"{lay.label} (up to c={lay.max_concurrency})")))
     fig.update_xaxes(type="log", title="concurrency (requests decoding together)",
                      tickvals=[1, 2, 4, 8, 16, 32, 64])
     fig.update_yaxes(title="output tok/s (predicted)")
-    return figure(fig, "predicted decode throughput per parallel layout (x: KV cache does not fit)",
-                  prov)
+    out = [lay.label for lay in layouts if not lay.fits]
+    title = "predicted decode throughput per parallel layout, where its KV cache fits"
+    if out:
+        title += f"; not drawn, does not fit: {', '.join(out)}"
+    return figure(fig, title, prov)
+
+
+def _peak(lay: LayoutAdvice) -> LayoutPoint | None:
+    """The point at the highest concurrency whose KV cache fits, or None."""
+    fit = [r for r in lay.per_concurrency if r.fits] if lay.fits else []
+    return fit[-1] if fit else None
 
 
 def _num(x: float | None, digits: int) -> str:
@@ -100,17 +112,19 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         rows = []
         for lay in layouts:
             pc = {r.concurrency: r for r in lay.per_concurrency}
-            c1, cmax = pc.get(1), pc[max(pc)]
-            rows.append([lay.label, "yes" if lay.fits else "no", f"{lay.weights_gb:.1f}",
-                         f"{lay.kv_gb_per_request:.2f}", lay.max_concurrency,
-                         _num(c1.step_ms if c1 else None, 1), _num(c1.comm_ms if c1 else None, 1),
-                         _num(cmax.tok_s, 0), lay.command])
+            c1, peak = pc.get(1), _peak(lay)
+            rows.append([lay.label, "yes" if lay.fits else "no", f"{lay.weights_gb * 1e9 / GIB:.1f}",
+                         f"{lay.kv_gb_per_request * 1e9 / GIB:.2f}", lay.max_concurrency,
+                         _num(c1.step_ms if c1 and lay.fits else None, 1),
+                         _num(c1.comm_ms if c1 and lay.fits else None, 1),
+                         f"{_num(peak.tok_s, 0)} at c={peak.concurrency}" if peak else "",
+                         lay.command if lay.fits else ""])
         sec.blocks.append(Table(
             f"parallel layouts, best first (context {layouts[0].context_tokens} tokens, "
-            f"{layouts[0].gpu_memory_gb:.0f} GB x {layouts[0].mem_fraction} per GPU)",
-            ["layout", "fits", "weights GB/GPU", "KV GB/request", "max concurrency",
-             "step ms c=1", "comm ms c=1",
-             f"tok/s c={max(r.concurrency for r in layouts[0].per_concurrency)}",
+            f"{layouts[0].gpu_memory_gb * 1e9 / GIB:.1f} GiB x {layouts[0].mem_fraction} per GPU; "
+            f"memory: {layouts[0].memory_source})",
+            ["layout", "fits", "weights GiB/GPU", "KV GiB/request", "max concurrency",
+             "step ms c=1", "comm ms c=1", "tok/s at its highest fitting concurrency",
              "SGLang command"], rows, provenance=lprov, caption=layouts[0].why))
         notes = sorted({n for lay in layouts for n in lay.notes})
         for n in notes:

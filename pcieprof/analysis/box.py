@@ -1,0 +1,145 @@
+"""The box a bundle describes: how many GPUs, which architecture, how much memory each has.
+
+Advice is for the box the bundle measured, not for the box a model card was written for: a
+launch line must not name more GPUs, another architecture or more memory than the box has.
+
+- GPU count: topology.json's GPUs, else the GPU indices of p2p.csv.
+- Architecture (`sm120`, `sm89`, ...): the compute capability NVML reported
+  (nvmlDeviceGetCudaComputeCapability, topology.json `gpus[].compute_capability`), else the
+  product name looked up in gpus.toml (NVIDIA's CUDA GPUs page); "" when neither tells.
+- Memory per GPU (bytes, the smallest GPU's): NVML's total (`gpus[].memory_bytes`), else the
+  product's memory from gpus.toml; None when neither tells.
+
+Units: bytes in the data, GiB (2^30 bytes) in every line shown to a user (`gib`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pcieprof.analysis.matrices import gpu_indices
+from pcieprof.bundle import Bundle
+from pcieprof.bundle.topology import Topology
+
+GPU_TABLE = Path(__file__).with_name("gpus.toml")
+#: Bytes in one GiB: the one unit memory is shown in.
+GIB = float(1 << 30)
+
+
+def gib(nbytes: float) -> str:
+    """`55.2 GiB`: bytes as the one memory unit users see."""
+    return f"{nbytes / GIB:.1f} GiB"
+
+
+@dataclass(frozen=True)
+class Product:
+    """One row of gpus.toml."""
+
+    match: str
+    compute_capability: str
+    memory_gib: float | None
+
+
+@cache
+def products() -> tuple[Product, ...]:
+    """gpus.toml's rows, longest match first (the most specific name wins)."""
+    data = tomllib.loads(GPU_TABLE.read_text(encoding="utf-8"))
+    rows = [Product(str(r["match"]), str(r["compute_capability"]),
+                    float(r["memory_gib"]) if "memory_gib" in r else None)
+            for r in data["gpu"]]
+    return tuple(sorted(rows, key=lambda p: -len(p.match)))
+
+
+def product(name: str | None) -> Product | None:
+    """The gpus.toml row whose `match` the product name contains, or None."""
+    if not name:
+        return None
+    low = name.lower()
+    return next((p for p in products() if p.match.lower() in low), None)
+
+
+def arch_of(compute_capability: str) -> str:
+    """`12.0` -> `sm120`, `8.9` -> `sm89` (SGLang's and the cards' spelling)."""
+    major, _, minor = compute_capability.partition(".")
+    return f"sm{int(major)}{int(minor or 0)}"
+
+
+@dataclass(frozen=True)
+class Box:
+    """What a bundle says about its machine's GPUs.
+
+    Attributes:
+        gpus: number of GPUs (0: none seen).
+        names: the product names seen (distinct, in index order).
+        arch: `sm120`, ... or "" when unknown.
+        arch_source: where `arch` came from, or why it is unknown.
+        memory_bytes: the smallest GPU's memory (bytes), or None when unknown.
+        memory_source: where `memory_bytes` came from, or why it is unknown.
+    """
+
+    gpus: int
+    names: tuple[str, ...] = ()
+    arch: str = ""
+    arch_source: str = "no GPU named in the bundle"
+    memory_bytes: float | None = None
+    memory_source: str = "no GPU memory in the bundle"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def describe(self) -> str:
+        """`4x NVIDIA RTX 6000 Ada Generation (sm89, 48.0 GiB each)`."""
+        what = " / ".join(self.names) or "GPU"
+        arch = self.arch or "architecture unknown"
+        mem = gib(self.memory_bytes) if self.memory_bytes else "memory unknown"
+        return f"{self.gpus}x {what} ({arch}, {mem} each)"
+
+
+def box_of(bundle: Bundle) -> Box:
+    """The box of a bundle (see the module docstring for where each field comes from)."""
+    topo = bundle.read_doc(Topology) or Topology()
+    return box_from(topo, len(gpu_indices(bundle.read_table("p2p"))))
+
+
+def box_from(topo: Topology, p2p_gpus: int = 0) -> Box:
+    """The box of a topology document; `p2p_gpus` counts GPUs when it lists none."""
+    gpus = len(topo.gpus) or p2p_gpus
+    names = tuple(dict.fromkeys(str(g.name) for g in topo.gpus if g.name))
+    ccs = {str(_cc(g.extra)) for g in topo.gpus if _cc(g.extra)}
+    arch, arch_src = "", "no GPU named in the bundle"
+    if len(ccs) == 1:
+        arch, arch_src = arch_of(ccs.pop()), "NVML compute capability (topology.json)"
+    elif len(ccs) > 1:
+        arch_src = f"GPUs of several compute capabilities ({', '.join(sorted(ccs))})"
+    elif names:
+        rows = {product(n) for n in names}
+        if None in rows:
+            unknown = [n for n in names if product(n) is None]
+            arch_src = f"product {unknown[0]!r} is not in {GPU_TABLE.name}"
+        elif len({r.compute_capability for r in rows if r}) > 1:
+            arch_src = "GPUs of several architectures: " + ", ".join(names)
+        else:
+            row = next(r for r in rows if r)
+            arch = arch_of(row.compute_capability)
+            arch_src = f"product name {names[0]!r} in {GPU_TABLE.name} (NVIDIA's CUDA GPUs page)"
+    mems = [float(g.memory_bytes) for g in topo.gpus if g.memory_bytes]
+    mem: float | None = None
+    mem_src = "no GPU memory in the bundle"
+    if mems:
+        mem, mem_src = min(mems), "NVML memory total (topology.json)"
+    elif names:
+        sizes = [r.memory_gib if r else None for r in (product(n) for n in names)]
+        if sizes and all(s for s in sizes):
+            mem = min(float(s) for s in sizes if s) * GIB
+            mem_src = f"product name {names[0]!r} in {GPU_TABLE.name} (nominal size)"
+        else:
+            mem_src = f"the product name {names[0]!r} does not tell the memory size"
+    return Box(gpus=gpus, names=names, arch=arch, arch_source=arch_src, memory_bytes=mem,
+               memory_source=mem_src)
+
+
+def _cc(extra: dict[str, Any]) -> str | None:
+    v = extra.get("compute_capability")
+    return str(v) if v else None

@@ -1,0 +1,47 @@
+"""The box a bundle describes: GPU count, architecture (NVML, else the product table), memory."""
+
+from __future__ import annotations
+
+import pytest
+
+from pcieprof.analysis.box import GIB, arch_of, box_from, product
+from pcieprof.bundle.topology import Gpu, Topology
+
+
+def _topo(names: list[str], **extra: object) -> Topology:
+    return Topology(gpus=[Gpu(index=i, name=n, extra=dict(extra)) for i, n in enumerate(names)])
+
+
+@pytest.mark.parametrize("name,arch,mem_gib", [
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "sm120", 95.59),
+    ("NVIDIA GeForce RTX 4090", "sm89", 24),
+    ("NVIDIA RTX 6000 Ada Generation", "sm89", 48),
+    ("NVIDIA A100 80GB PCIe", "sm80", 80),       # the longer match wins over "A100"
+    ("NVIDIA A100-PCIE-40GB", "sm80", 40),
+])
+def test_product_names_give_architecture_and_memory(name: str, arch: str, mem_gib: float) -> None:
+    box = box_from(_topo([name] * 4))
+    assert (box.gpus, box.arch) == (4, arch)
+    assert box.memory_bytes == pytest.approx(mem_gib * GIB)
+    assert "gpus.toml" in box.arch_source
+
+
+def test_a_name_that_does_not_tell_the_memory_leaves_it_unknown() -> None:
+    box = box_from(_topo(["NVIDIA GeForce RTX 5060 Ti"]))
+    assert box.arch == "sm120" and box.memory_bytes is None
+    assert "does not tell" in box.memory_source
+
+
+def test_unknown_products_have_no_architecture() -> None:
+    box = box_from(_topo(["Some Future GPU"] * 2))
+    assert box.arch == "" and "not in gpus.toml" in box.arch_source
+    assert box_from(Topology(), p2p_gpus=3).gpus == 3  # counted from p2p.csv
+
+
+def test_nvml_compute_capability_and_memory_win_over_the_name() -> None:
+    topo = _topo(["NVIDIA GeForce RTX 4090"], compute_capability="12.0")
+    topo.gpus[0].memory_bytes = 10 << 30
+    box = box_from(topo)
+    assert box.arch == "sm120" and "NVML" in box.arch_source
+    assert box.memory_bytes == 10 << 30 and "NVML" in box.memory_source
+    assert arch_of("8.9") == "sm89" and product(None) is None
