@@ -24,6 +24,7 @@ from pcieprof import progress
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.nodes import NodeInfo, NodeLayout
 from pcieprof.bundle.topology import Topology
+from pcieprof.cards import ModelCard
 from pcieprof.discover import versions
 from pcieprof.discover.topology import discover
 from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
@@ -163,14 +164,17 @@ class MeasurementSession:
         bundle: the bundle the rows go into (created by the caller).
         sim_profile: the fabric profile of the sim backend (DEFAULT_PROFILE when None).
         launch: torchrun node/rendezvous options (cuda/cpu).
+        card: the model the run is measured for (sim: the decode a VM profile's like-for-like
+            table prices; DEFAULT_CARD when None).
 
     Inside `with`, SIGTERM raises KeyboardInterrupt; on the way out an interrupt or an error
     kills the running launch and marks the bundle partial, and the runner's files are removed.
     """
 
     def __init__(self, bundle: Bundle, *, sim_profile: str | None = None,
-                 launch: Launch | None = None) -> None:
+                 launch: Launch | None = None, card: ModelCard | None = None) -> None:
         self.bundle = bundle
+        self.card = card
         self.sim_profile = sim_profile or DEFAULT_PROFILE
         self.launch = launch or Launch()
         self.group: NodeGroup | None = None
@@ -265,7 +269,7 @@ class MeasurementSession:
         parts = ["p2p", "concurrent"] * bool(plan.p2p) + ["allreduce"] * bool(plan.allreduce)
         for part in parts:
             self.bundle.set_part(part, "running", source="simulated", backend="sim")
-        run_plan(plan, self.sim_profile, self.bundle)
+        run_plan(plan, self.sim_profile, self.bundle, self.card)
         for part in parts:
             if self.bundle.part(part).get("status") == "running":
                 self.bundle.set_part(part, "ok")

@@ -77,7 +77,8 @@ from pcieprof.bundle.rows import AllReduceRow
 from pcieprof.importers.nccl_log import parse_nccl_log
 from pcieprof.node_group import NodeGroup, NodeLost, free_port
 from pcieprof.parent_death import set_parent_death_signal
-from probes.nccl_graph import GraphHeader, check_ring, header_from_dump, ring_graph_xml
+from probes.nccl_graph import (GraphHeader, check_ring, header_from_dump, not_ring_sizes,
+                               ring_graph_xml)
 from probes.plan import AllReduceCase, P2PCase, Plan
 from probes.rows import STORE_FILE_VAR
 from probes.variants import GLOO_IGNORES_NCCL, NCCL_DEBUG_ENV, NCCL_TUNING_LOG_ENV
@@ -867,6 +868,15 @@ class ProbeRunner:
                         if check["applied"] else f"ring order NOT applied: {check['why']}")
                 if not check["applied"]:
                     progress.warn(f"all-reduce {case.label}: {check['why']}")
+                # the ring only runs where the tuner picks the ring algorithm: each size's rows
+                # say where it did not (the tree is searched apart from the graph file)
+                off = not_ring_sizes(tuned, case.sizes)
+                entry["ring_check"]["not_ring_sizes"] = {str(k): v for k, v in off.items()}
+                case.size_detail = {str(k): f"NCCL's tuner chose {v} at {k} B: the ring order "
+                                    "is not what ran at this size" for k, v in off.items()}
+                if off and check["applied"]:
+                    said += (f" at the sizes where NCCL runs the ring algorithm ({len(off)} of "
+                             f"{len(case.sizes)} sizes ran another)")
                 # said in every row of the timed launch
                 case.detail = "; ".join(x for x in (case.detail, said) if x)
                 self.plan_file.write_text(self.plan.to_json(), encoding="utf-8")

@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                 if rank == 0:
                     out.row("allreduce", allreduce_row(case, plan.backend, size, dtype,
                                                        [float(t) for t in stats[:-1].cpu()],
-                                                       float(stats[-1]) == 0.0, case.detail,
+                                                       float(stats[-1]) == 0.0, case.detail_at(size),
                                                        plan.global_ranks(case), iters))
                 out.event("done", case=args.case, size=size, dtype=dtype)
         out.event("finished")  # teardown from here on is not a hang

@@ -153,3 +153,18 @@ def check_ring(parsed: dict[str, Any] | None, order: list[int],
     else:
         out.update(applied=True, why=f"all {len(used)} channel(s) run the requested ring")
     return out
+
+
+def not_ring_sizes(parsed: dict[str, Any] | None, sizes: list[int]) -> dict[int, str]:
+    """The message sizes (bytes) at which NCCL's tuner chose an all-reduce algorithm other than
+    the ring, from a TUNING log ({size: algorithms, e.g. "TREE"}). A graph file sets the ring
+    graph (id 0) only: the tree graph is searched as usual and stays enabled, so at these sizes
+    a requested ring order is not what ran. TUNING lines carry bytes, not dtype: the dtypes of
+    one byte count are merged (any non-ring choice counts)."""
+    seen: dict[int, set[str]] = {}
+    for t in (parsed or {}).get("tuner") or []:
+        if t.get("coll") in (None, "AllReduce") and int(t.get("bytes") or -1) in sizes:
+            seen.setdefault(int(t["bytes"]), set()).add(str(t.get("algo")).upper())
+    # the old numeric form names the ring 1 (NCCL_ALGO_RING in nccl_common.h: TREE 0, RING 1)
+    return {s: ",".join(sorted(a)) for s, a in sorted(seen.items())
+            if a - {"RING", "1"}}

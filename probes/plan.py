@@ -98,6 +98,8 @@ class AllReduceCase:
         detail: caveat written into every row (e.g. gloo ignoring NCCL_* settings).
         node0_only: in a multi-node plan, a case that runs on node 0 alone (the intra-node
             reference); every other case runs its ranks on every node.
+        size_detail: caveat of the rows of one size ({size in bytes as a string: text}), after
+            `detail` (e.g. a ring order NCCL's tuner did not use at that size).
     """
 
     variant: str
@@ -109,6 +111,11 @@ class AllReduceCase:
     iters: int
     detail: str = ""
     node0_only: bool = False
+    size_detail: dict[str, str] = field(default_factory=dict)
+
+    def detail_at(self, size: int) -> str:
+        """The `detail` of the rows of message size `size` (bytes)."""
+        return "; ".join(x for x in (self.detail, self.size_detail.get(str(size), "")) if x)
 
     @property
     def label(self) -> str:

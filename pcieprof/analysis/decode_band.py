@@ -1,24 +1,21 @@
 """The decode band: the all-reduce message sizes a decode step sends, from the model card.
 
 At tensor parallelism each layer all-reduces the hidden states of the batch: batch x hidden x
-the activation's bytes (bf16: 2). For GLM-5 (hidden 6144) at batch 1..64 that is 12 KiB ..
-768 KiB. "The decode size" is the message at the smallest batch (`DecodeBand.lo_bytes`); numbers
+the activation's bytes (bf16: 2; pcieprof.cards.step). For a hidden size of 6144 at batch 1..64
+that is 12 KiB .. 768 KiB. "The decode size" is the message at the smallest batch (`DecodeBand.lo_bytes`); numbers
 quoted "at decode sizes" (console summary, report, tuner gains, compare metrics) are read at the
 band's `batches`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from pcieprof.cards import ModelCard, load_card
+from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
 from pcieprof.units import size_label
 
-#: The model every command assumes unless told (--model): GLM-5 in NVFP4 (pcieprof/cards).
-DEFAULT_MODEL = "glm5-nvfp4"
-
 #: Batch sizes at which decode numbers are quoted. The compare metric names carry the message
-#: sizes these give (allreduce.<variant>.n8.time_us@12KiB, @96KiB, @384KiB, @768KiB for GLM-5),
+#: sizes these give (allreduce.<variant>.n8.time_us@12KiB, @96KiB, @384KiB, @768KiB at hidden 6144),
 #: so scripts using `compare --fail-if` depend on them.
 QUOTED_BATCHES = (1, 8, 32, 64)
 
@@ -32,6 +29,7 @@ class DecodeBand:
         hidden: the model's hidden size (elements).
         bytes_per_elem: bytes per activation element (2 for bf16).
         batch_min, batch_max: the batch range (requests decoding together).
+        card: the card itself (its collectives per step), when the band was made from one.
     """
 
     model: str
@@ -39,12 +37,13 @@ class DecodeBand:
     bytes_per_elem: int = 2
     batch_min: int = 1
     batch_max: int = 64
+    card: ModelCard | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of_card(cls, card: ModelCard, batch_min: int = 1, batch_max: int = 64) -> "DecodeBand":
         """The band of `card` over batch_min..batch_max."""
         return cls(model=card.name, hidden=card.hidden_size, bytes_per_elem=card.activation_bytes,
-                   batch_min=batch_min, batch_max=batch_max)
+                   batch_min=batch_min, batch_max=batch_max, card=card)
 
     @property
     def lo_bytes(self) -> int:
@@ -86,9 +85,9 @@ class DecodeBand:
 
 
 def band_for(model: str | None = None, batch_min: int = 1, batch_max: int = 64) -> DecodeBand:
-    """The band of a model card (by name or .toml path; DEFAULT_MODEL when None).
+    """The band of a model card (anything pcieprof.cards.load_card takes; DEFAULT_CARD when None).
 
     Raises:
         BadInput: an unknown model or an unreadable card (one line, exit 2).
     """
-    return DecodeBand.of_card(load_card(model or DEFAULT_MODEL), batch_min, batch_max)
+    return DecodeBand.of_card(load_card(model or DEFAULT_CARD), batch_min, batch_max)

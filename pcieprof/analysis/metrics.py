@@ -3,7 +3,7 @@
 Names (units in the name, as in the tables):
   p2p.<path>.bandwidth_gbps.median|min      P2P / host-staged uni bandwidth over all pairs
   p2p.<path>.latency_us.median|max          small-copy latency over all pairs
-  allreduce.<variant>.n<N>.time_us@<size>   time at the decode band's sizes (GLM-5: 12KiB, 96KiB,
+  allreduce.<variant>.n<N>.time_us@<size>   time at the decode band's sizes (hidden 6144: 12KiB, 96KiB,
                                             384KiB, 768KiB), measured or interpolated only
   allreduce.<variant>.n<N>.busbw_gbps@max   busbw at the largest measured size
   allreduce.<variant>.g<r-r-..>.*           the same for a sub-group (pairs, TP4 groups)

@@ -28,15 +28,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from pcieprof.analysis.comm_model import ALL_REDUCE, Layout, count_collectives
 from pcieprof.analysis.curves import Curve, Curves
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.provenance import obtained
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.topology import Topology
-from pcieprof.cards import load_card
-from pcieprof.errors import BadInput
+from pcieprof.cards import DEFAULT_CARD, load_card
+from pcieprof.cards.step import step_allreduces
 
 #: The bases of comparison, in the order tables show them.
 BASES = ("default", "same_choices", "best", "best_safe")
@@ -236,12 +235,14 @@ def from_topology(topo: Topology | None) -> VmCost | None:
         p2p_same_switch_gbps=_pair(h.get("p2p_same_switch_gbps")),
         sources=tuple(h.get("sources") or ())) for h in vm.get("host_changes") or []]
     vm_name, bare_name = str(vm.get("vm_profile", "?")), str(vm.get("bare_profile", "?"))
+    # Tables written before they named their card priced the default card's decode.
+    model = str(vm.get("model") or DEFAULT_CARD)
     return VmCost(
         vm_label=vm_name, bare_label=bare_name, source="simulated",
         provenance=(f"simulated: fabric model {vm_name} (VM) against its bare-metal twin "
-                    f"{bare_name}, GLM-5 TP{len(vm.get('ranks') or [])} decode sizes"),
+                    f"{bare_name}, {model} TP{len(vm.get('ranks') or [])} decode sizes"),
         nranks=len(vm.get("ranks") or []), step_allreduces=int(vm.get("step_allreduces", 0)),
-        model="glm5-nvfp4", per_size=per_size, step=step, mechanisms=mech, host_changes=changes,
+        model=model, per_size=per_size, step=step, mechanisms=mech, host_changes=changes,
         known_issues=list(vm.get("known_issues") or []),
         notes=["best: each side's fastest of the model's candidate settings (P2P level x "
                "protocol x channels x graph file), not only the variants the bundle ran"])
@@ -293,7 +294,8 @@ def like_for_like(vm: Bundle, bare: Bundle | None, band: DecodeBand) -> VmCost |
     Args:
         vm: a VM bundle.
         bare: a bare-metal bundle, or None.
-        band: the decode band (sizes of the curve-based table; the model's table is GLM-5's).
+        band: the decode band (sizes of the curve-based table; the fabric model's table has the
+            decode sizes of the card the VM bundle was simulated for, named in its `model`).
 
     Returns:
         The table, or None when neither the model's table nor a bare-metal bundle is there.
@@ -334,17 +336,6 @@ def _risks(topo: Topology | None, choices: NcclChoices, c: Curve) -> tuple[str, 
     return (P2P_HANG,) if p2p else ()
 
 
-def step_allreduces(model: str, nranks: int, batch: int) -> int:
-    """All-reduces over all `nranks` GPUs in one decode step of `model` at tensor parallelism
-    `nranks` (pcieprof.analysis.comm_model)."""
-    try:
-        card = load_card(model)
-        return sum(c.count for c in count_collectives(card, Layout(tp=nranks), batch)
-                   if c.op == ALL_REDUCE and c.group_size == nranks)
-    except BadInput:
-        return 0
-
-
 def from_bundles(vm: Bundle, bare: Bundle, band: DecodeBand) -> VmCost | None:
     """`default` and `best` from the two bundles' all-reduce curves at the band's sizes; None
     when either has no default curve or they run over different GPU counts."""
@@ -355,7 +346,7 @@ def from_bundles(vm: Bundle, bare: Bundle, band: DecodeBand) -> VmCost | None:
     topo = vm.read_doc(Topology)
     choices = vm.read_doc(NcclChoices) or NcclChoices()
     n = dv.nranks
-    count = step_allreduces(band.model, n, band.batch_min)
+    count = step_allreduces(band.card or load_card(band.model), n, band.batch_min)
     per_size: list[Row] = []
     step: list[Row] = []
     for size in band.sizes():

@@ -28,6 +28,7 @@ from pcieprof.bundle import contract
 from pcieprof.bundle import rows as R
 from pcieprof.bundle import writer
 from pcieprof.bundle.document import Readable
+from pcieprof.bundle.model import ModelRecord
 from pcieprof.bundle.nodes import NodeLayout
 from pcieprof.schema import SCHEMA_VERSION, Status
 
@@ -344,6 +345,16 @@ class Bundle:
         """The nodes of a multi-node run, None for a one-node bundle."""
         return NodeLayout.of_manifest(self.manifest)
 
+    def set_model(self, record: ModelRecord) -> None:
+        """Record the card the bundle is measured, served or tuned for (manifest `model`,
+        pcieprof.bundle.model)."""
+        self.manifest["model"] = record.to_json()
+        self.save_manifest()
+
+    def model(self) -> ModelRecord | None:
+        """The card the bundle was made for, None for a bundle that does not say."""
+        return ModelRecord.of_manifest(self.manifest)
+
     def set_versions(self, **versions: str | None) -> None:
         """Record tool versions (driver, cuda, nccl, torch, sglang)."""
         self.manifest["versions"].update({k: v for k, v in versions.items()})
@@ -575,6 +586,10 @@ def _check_manifest(mpath: Path, manifest: dict[str, Any]) -> None:
         NodeLayout.of_manifest(manifest)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise BadInput(f"{mpath}: nodes: not a node layout ({exc})") from None
+    try:
+        ModelRecord.of_manifest(manifest)
+    except ValueError as exc:
+        raise BadInput(f"{mpath}: model: {exc}") from None
 
 
 def _shown(value: Any) -> str:

@@ -149,7 +149,7 @@ class ServeSearch(Document):
 
     Attributes:
         card: the model card searched.
-        like: the card whose search this card plays (a test card playing GLM-5's), or "".
+        like: the card whose search this card plays (tiny-cpu playing glm5-nvfp4's), or "".
         arch: the GPU architecture the values were ranked for (`sm120`, ...).
         sglang: the SGLang version whose parser the flags were checked against, or None.
         status: one of STATUSES.

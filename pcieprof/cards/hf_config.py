@@ -122,6 +122,7 @@ def card_from_config(path: Path, shipped: list[ModelCard]) -> ModelCard:
     Raises:
         BadInput: an unreadable config, or one without the keys of a decoder-only transformer.
     """
+    path = path.resolve()  # the same config read by two paths is the same card (its hash)
     cfg = read_config(path)
     repo = repo_of(path) or _name_or_path(cfg)
     try:
@@ -365,9 +366,9 @@ class _Architecture:
         active = total - (routed - routed * self.top_k // self.experts if self.experts else 0)
         n_moe = sum(self.moe)
         shared_n, _ = self.shared_params_per_layer()
-        where = repo or str(path)
+        where = repo or path.parent.name
         sources = dict(base.sources) if base is not None else {}
-        sources["config"] = f"{where} config.json" + (f" ({path})" if repo else "")
+        sources["config"] = f"{where}/config.json (the checkpoint's Hugging Face config)"
         launch = base.sglang if base is not None else LaunchFacts(
             launch_module="sglang.launch_server", model_path=repo or str(path.parent))
         if base is None:

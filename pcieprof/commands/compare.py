@@ -10,11 +10,12 @@ from pathlib import Path
 
 import click
 
-from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand, band_for
+from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.virtualization import known_state, like_for_like, pick_pair
 from pcieprof.analysis.nodes import Nodes
 from pcieprof import progress
 from pcieprof.bundle import Bundle
+from pcieprof.commands.card_choice import MODEL_HELP, card_for
 from pcieprof.commands.options import verbosity
 from pcieprof.errors import BadInput, ExitCode
 from pcieprof.analysis.metrics import bundle_metrics, higher_is_better
@@ -90,10 +91,10 @@ def vm_lines(a: Bundle, b: Bundle, band: DecodeBand) -> list[str]:
                    'above A; "METRIC<-X%" when more than X% below; no % = absolute units. '
                    'METRIC may use * wildcards.')
 @click.option("--all", "show_all", is_flag=True, help="Show metrics present in only one bundle.")
-@click.option("--model", default=DEFAULT_MODEL, show_default=True,
-              help="Model card whose decode sizes name the all-reduce metrics (time_us@12KiB).")
+@click.option("--model", default=None, help=MODEL_HELP + " Its decode sizes name the all-reduce "
+              "metrics (time_us@12KiB).")
 @verbosity
-def command(a: Path, b: Path, fail_if: tuple[str, ...], show_all: bool, model: str) -> None:
+def command(a: Path, b: Path, fail_if: tuple[str, ...], show_all: bool, model: str | None) -> None:
     """Show the metrics of bundles A and B side by side (B relative to A).
 
     When one of them ran in a VM and the other on bare metal, first what the VM costs like for
@@ -103,8 +104,8 @@ def command(a: Path, b: Path, fail_if: tuple[str, ...], show_all: bool, model: s
     Exit status 1 when a --fail-if condition holds (a regression), 2 on bad input.
     """
     conds = [parse_condition(t) for t in fail_if]
-    band = band_for(model)
     ba, bb = Bundle.open(a).check(), Bundle.open(b).check()
+    band = DecodeBand.of_card(card_for(model, [ba, bb]))
     ma, mb = bundle_metrics(ba, band), bundle_metrics(bb, band)
     matched = {c: sorted(n for n in set(ma) & set(mb) if fnmatch.fnmatchcase(n, c.metric))
                for c in conds}

@@ -5,7 +5,7 @@ the tutorial:
 
 1. `pcieprof topology --backend sim` on the VM profile (and on its bare-metal twin as the baseline):
    a simulated bundle, every number labelled `simulated`.
-2. `pcieprof recommend` on the VM bundle: ring order, NCCL settings and GLM-5 layouts.
+2. `pcieprof recommend` on the VM bundle: ring order, NCCL settings and the model's layouts.
 3. `pcieprof serve-bench --model tiny-cpu`: the reference server on this machine's CPUs (real
    processes, real gloo all-reduces, real traces), load, decode curve, profiling and attribution;
    labelled `measured, backend cpu`.
@@ -21,8 +21,8 @@ from pathlib import Path
 import click
 
 from pcieprof import progress
-from pcieprof.analysis.decode_band import DEFAULT_MODEL
 from pcieprof.bundle import default_out_dir, prepare_out_dir
+from pcieprof.cards import DEFAULT_CARD
 from pcieprof.commands import recommend, report, serve_bench, topology
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.sim.fabric import DEFAULT_PROFILE
@@ -39,7 +39,7 @@ def _run(cmd: click.Command, args: list[str]) -> None:
               help="Fabric profile of the simulated box.")
 @click.option("--baseline", default="rtxpro6000-8x-switch", show_default=True,
               help="Second profile shown side by side ('none' to skip).")
-@click.option("--model", default=DEFAULT_MODEL, show_default=True,
+@click.option("--model", default=DEFAULT_CARD, show_default=True,
               help="Model card the tuner advises for.")
 @click.option("--tp", default=2, show_default=True, type=click.IntRange(1, 8),
               help="Tensor-parallel ranks of the reference server (CPU processes).")

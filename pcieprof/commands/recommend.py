@@ -16,12 +16,13 @@ import click
 
 from pcieprof import progress
 from pcieprof.analysis.box import box_of, gib
-from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand
+from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.nodes import Nodes
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.model import ModelRecord
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.topology import Topology
-from pcieprof.cards import load_card
+from pcieprof.commands.card_choice import MODEL_HELP, card_for
 from pcieprof.commands.options import verbosity
 from pcieprof.commands.tuning import the_launch, tune
 from pcieprof.errors import BadInput
@@ -79,8 +80,8 @@ def summary_lines(result: Recommendations) -> list[str]:
               help="Write a copy of BUNDLE with the recommendations to DIR and leave BUNDLE "
               "untouched (default: write into BUNDLE).")
 @click.option("--force", is_flag=True, help="Replace what a non-empty --out directory holds.")
-@click.option("--model", default=DEFAULT_MODEL, show_default=True,
-              help="Model card for decode message sizes and the layout advice.")
+@click.option("--model", default=None, help=MODEL_HELP + " Its decode message sizes and "
+              "layouts are advised.")
 @click.option("--batch-max", default=64, show_default=True, type=click.IntRange(1, 4096),
               help="Largest decode batch (decode all-reduce = batch x hidden x 2 bytes).")
 @click.option("--context", default=8192, show_default=True, type=click.IntRange(1),
@@ -105,7 +106,7 @@ def summary_lines(result: Recommendations) -> list[str]:
                    "no progress for this long (the first collective of a message size included) "
                    "is killed and recorded as status=hang, and the run goes on.")
 @verbosity
-def command(bundle: Path, out: Path | None, force: bool, model: str, batch_max: int,
+def command(bundle: Path, out: Path | None, force: bool, model: str | None, batch_max: int,
             context: int, no_layouts: bool, serve: Path | None, arch: str | None, verify: bool,
             verify_out: Path | None, timeout_s: float) -> None:
     """Recommend NCCL settings, the ring order, a parallel layout and the SGLang launch for
@@ -119,7 +120,7 @@ def command(bundle: Path, out: Path | None, force: bool, model: str, batch_max: 
     first-ranked backends for the GPU architecture and says they are not yet served on this box.
     """
     b = Bundle.open(bundle).check()
-    card = load_card(model)  # a wrong name is one line, before any work
+    card = card_for(model, [b])  # a wrong name is one line, before any work
     if arch is not None and not re.fullmatch(r"sm\d{2,3}", arch):
         raise BadInput(f"--arch {arch!r}: give a compute capability as smXY (sm120, sm100, sm90)")
     choice = the_launch(card, arch, bundle=b, box=box_of(b),
@@ -143,6 +144,7 @@ def command(bundle: Path, out: Path | None, force: bool, model: str, batch_max: 
     result = tune(b, card, band, layouts=not no_layouts, context=context, choice=choice)
     try:
         paths = write_outputs(b, result)
+        b.set_model(ModelRecord.of_card(card))  # the card the recommendations are for
     except OSError as exc:
         raise BadInput(f"cannot write the recommendations into {b.path}: {exc.strerror or exc}",
                        hint="pass --out DIR to write them into a copy of the bundle") from None

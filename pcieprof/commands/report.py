@@ -12,9 +12,10 @@ from pathlib import Path
 import click
 
 from pcieprof import progress
-from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand
+from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.bundle import Bundle, default_out_dir, prepare_out_file
-from pcieprof.cards import ModelCard, load_card
+from pcieprof.cards import ModelCard
+from pcieprof.commands.card_choice import MODEL_HELP, card_for
 from pcieprof.commands.options import verbosity
 from pcieprof.commands.tuning import for_report, launch_choice, serve_searches
 from pcieprof.errors import BadInput
@@ -27,14 +28,14 @@ from pcieprof.report import ReportContext, write_report
 @click.option("--out", "-o", "out", type=click.Path(path_type=Path), default=None,
               help="HTML file to write (default: BUNDLE/report.html for one bundle, "
                    "reports/compare-<time>.html for several).")
-@click.option("--model", default=DEFAULT_MODEL, show_default=True,
-              help="Model card for the decode-message band (batch x hidden x 2 bytes).")
+@click.option("--model", default=None, help=MODEL_HELP + " Its decode-message band is batch x "
+              "hidden x 2 bytes.")
 @click.option("--batch-max", default=64, show_default=True, type=click.IntRange(1, 4096),
               help="Largest decode batch of the band.")
 @click.option("--no-tune", is_flag=True,
               help="Do not run the tuner for bundles without recommendations.json.")
 @verbosity
-def command(bundles: tuple[Path, ...], out: Path | None, model: str, batch_max: int,
+def command(bundles: tuple[Path, ...], out: Path | None, model: str | None, batch_max: int,
             no_tune: bool) -> None:
     """Write the HTML report of one or more BUNDLES (several are shown side by side).
 
@@ -45,7 +46,7 @@ def command(bundles: tuple[Path, ...], out: Path | None, model: str, batch_max: 
     healthy; the second shows the search's attempts next to its winner.
     """
     opened = [Bundle.open(b).check() for b in bundles]
-    card = load_card(model)
+    card = card_for(model, opened)
     band = DecodeBand.of_card(card, 1, batch_max)
     if out is None:
         out = (opened[0].path / "report.html" if len(opened) == 1

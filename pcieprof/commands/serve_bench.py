@@ -34,11 +34,11 @@ import click
 
 from pcieprof import progress
 from pcieprof.analysis.attribution import attribute_traces
-from pcieprof.analysis.decode_band import DEFAULT_MODEL
 from pcieprof.bundle import Bundle, default_out_dir
+from pcieprof.bundle.model import ModelRecord
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import ServeSummary
-from pcieprof.cards import ModelCard, load_card
+from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.commands.tuning import the_launch
 from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
@@ -80,8 +80,10 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 @click.command("serve-bench", help=__doc__, context_settings={"ignore_unknown_options": False})
-@click.option("--model", "model", default=DEFAULT_MODEL, show_default=True,
-              help="Model card name (glm5-nvfp4, tiny-cpu) or a card .toml file.")
+@click.option("--model", "model", default=DEFAULT_CARD, show_default=True,
+              help="Model card: a shipped card's name (glm5-nvfp4, tiny-cpu), a .toml card, a "
+                   "config.json (or its checkpoint directory) or a Hugging Face repository id in the "
+                   "local cache.")
 @click.option("--model-path", default="", help="Checkpoint to serve instead of the card's.")
 @click.option("--tp", type=int, default=None, help="--tp-size (default: the card's).")
 @click.option("--ep", type=int, default=None, help="--ep-size (expert parallel).")
@@ -154,16 +156,16 @@ def _env(pairs: tuple[str, ...]) -> dict[str, str]:
               help="Where the server writes traces (default: inside the bundle).")
 @click.option("--no-attribute", is_flag=True, help="Do not run attribution on the traces.")
 @click.option("--startup-timeout", type=float, default=None,
-              help="Seconds to wait for /health_generate (default: the card's; 1800 GLM-5, "
+              help="Seconds to wait for /health_generate (default: the card's; 1800 glm5-nvfp4, "
                    "180 tiny-cpu).")
 @click.option("--stall-timeout", type=float, default=None,
               help="Give up (hang) when the server log shows no start-up progress (weight "
                    "loading, CUDA-graph capture, warm-up) for this long; health checks do not "
-                   "count (default: the card's; 300 GLM-5, 30 tiny-cpu; 0 = off).")
+                   "count (default: the card's; 300 glm5-nvfp4, 30 tiny-cpu; 0 = off).")
 @click.option("--probe-tokens", type=int, default=32, show_default=True,
               help="Tokens each correctness probe request must return.")
 @click.option("--probe-timeout", type=float, default=None,
-              help="Seconds for the correctness probe (default: the card's; 300 GLM-5, 20 "
+              help="Seconds for the correctness probe (default: the card's; 300 glm5-nvfp4, 20 "
                    "tiny-cpu).")
 @click.option("--request-timeout", type=float, default=600.0, show_default=True,
               help="Per-request deadline (s).")
@@ -220,6 +222,7 @@ def command(**kw: Any) -> None:
     else:
         bundle = Bundle.create(out, command="serve-bench", source=source_of(card.sglang.backend),
                                backend=card.sglang.backend, force=kw["force"])
+    bundle.set_model(ModelRecord.of_card(card))
     bundle.set_versions(sglang=parser.version if parser else None, **_versions())
     opts = _options(card, base, kw, parser, prefix, search)
     # SIGTERM and SIGHUP (the terminal closed) end the run as Ctrl-C does: servers stopped,

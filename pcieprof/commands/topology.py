@@ -17,9 +17,10 @@ from pathlib import Path
 import click
 
 from pcieprof import progress
-from pcieprof.analysis.decode_band import DEFAULT_MODEL, DecodeBand, band_for
+from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.bundle import Bundle, default_out_dir
-from pcieprof.cards import load_card
+from pcieprof.bundle.model import ModelRecord
+from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.commands.tuning import for_report
 from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
@@ -148,6 +149,11 @@ def parse_size(text: str | None) -> int | None:
 @click.option("--probes", "probe_set", default="copies,allreduce", show_default=True,
               metavar="copies,allreduce", help="Which probes to run: the copy probes (P2P matrix, "
               "h2d/d2h, concurrent traffic) and/or the all-reduce sweep.")
+@click.option("--model", default=DEFAULT_CARD, show_default=True,
+              help="Model card the run is measured for: its decode all-reduce sizes join the "
+              "sweep (and, --backend sim with a VM profile, its decode step is priced against "
+              "bare metal). A shipped card's name, a .toml card, a config.json (or its checkpoint "
+              "directory) or a Hugging Face repository id in the local cache.")
 @click.option("--no-report", is_flag=True, help="Do not write report.html.")
 @out_dir
 @verbosity
@@ -155,7 +161,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
             quick: bool, variants: str | None, groups: str | None, orders: tuple[str, ...],
             p2p_sweep: bool, timeout_s: float, max_size: str | None, nnodes: int,
             node_rank: int | None, rdzv_endpoint: str | None, rdzv_timeout_s: float,
-            probe_set: str, no_report: bool, out: Path | None, force: bool) -> None:
+            probe_set: str, model: str, no_report: bool, out: Path | None, force: bool) -> None:
     """Discover GPUs, PCIe tree, IOMMU/ACS/VM; probe P2P copies, concurrent traffic and the
     all-reduce sweep; write a bundle and report.html.
 
@@ -202,13 +208,16 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     wanted = {t.strip() for t in probe_set.split(",") if t.strip()}
     if not wanted or wanted - {"copies", "allreduce"}:
         raise BadInput(f"--probes {probe_set!r}", hint="copies, allreduce or both")
+    card = load_card(model)
+    band = DecodeBand.of_card(card)  # its message sizes join the all-reduce sweep
     out = out or default_out_dir("topology")
-    band = band_for(DEFAULT_MODEL)  # its message sizes join the all-reduce sweep
     bundle = Bundle.create(out, command="topology", source=source_of(backend), backend=backend,
                            force=force)
-    progress.info(f"bundle: {bundle.path}")
+    bundle.set_model(ModelRecord.of_card(card))
+    progress.info(f"bundle: {bundle.path} (decode sizes of {card.name})")
     t0 = time.monotonic()
-    with MeasurementSession(bundle, sim_profile=sim_profile, launch=launch) as session:
+    with MeasurementSession(bundle, sim_profile=sim_profile, launch=launch,
+                            card=card) as session:
         session.join(devs, backend)  # several nodes: once, before anything is measured
         # sim: the fabric's own tree picks the shared-uplink flows (run_plan writes it)
         topo = fabric_topology(fabric) if fabric is not None else session.discover().to_json()
@@ -226,7 +235,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     wall = time.monotonic() - t0
     status = bundle.finish()
     if not no_report:  # after finish(): the report shows the bundle as it stays
-        _report(bundle, band)
+        _report(bundle, card, band)
     click.echo(summarize(bundle, band))
     click.echo("")
     click.echo(f"bundle ({status}, {wall:.0f} s of probes): {bundle.path}")
@@ -239,11 +248,11 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     click.echo(f"rebuild the report: pcieprof report {bundle.path}")
 
 
-def _report(bundle: Bundle, band: DecodeBand) -> None:
+def _report(bundle: Bundle, card: ModelCard, band: DecodeBand) -> None:
     """report.html of the finished bundle (the tuner's advice computed in memory); a report
     that cannot be written is a warning and a failed `report` part, not a failed run."""
     try:
-        recs = for_report([bundle], load_card(band.model), band)
+        recs = for_report([bundle], card, band)
         write_report([bundle], bundle.path / "report.html",
                      ctx=ReportContext(band=band, recommendations=recs))
     except PcieprofError as exc:

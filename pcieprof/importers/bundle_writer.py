@@ -61,7 +61,21 @@ def parse_files(paths: list[Path]) -> list[ImportedFile]:
                                f"{seen[fmt]}); one bundle holds one machine",
                                hint="import the machines separately")
             seen[fmt] = f.path
+    _one_copy_mode(files)
     return files
+
+
+def _one_copy_mode(files: list[ImportedFile]) -> None:
+    """p2pBandwidthLatencyTest's SM-copy rows (`--sm_copy`) and copy-engine rows measure
+    different copies of the same pairs: one bundle holds one mode (compare two bundles)."""
+    modes = {str(f.path): f.parsed.facts.get("copy_mode") for f in files
+             if f.parsed.format == "p2pBandwidthLatencyTest"}
+    sm = [p for p, m in modes.items() if m == "sm"]
+    other = [p for p, m in modes.items() if m != "sm"]
+    if sm and other:
+        raise BadInput(f"{sm[0]} is a --sm_copy run, {other[0]} is not: their rows would mix "
+                       "two copy modes in one bundle",
+                       hint="import each into its own bundle, then pcieprof compare A B")
 
 
 def _stored_name(path: Path, taken: set[str]) -> str:
@@ -96,6 +110,7 @@ def build_topology(files: list[ImportedFile]) -> tuple[dict[str, Any], list[str]
         if "nccl_topo" in p.documents:
             topo_mod.merge_nccl_topo(topo, p.documents["nccl_topo"], str(f.path))
     topo_mod.merge_virtualization(topo, [f.parsed for f in files])
+    problems += topo_mod.merge_driver(topo, [(str(f.path), f.parsed.facts) for f in files])
     for f in files:
         problems += f.parsed.facts.get("warnings", [])
     counts = {str(f.path): len(f.parsed.gpus) for f in files if f.parsed.gpus}

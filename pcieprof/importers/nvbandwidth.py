@@ -20,8 +20,9 @@ Mapping to bundle rows (testcase names kept in `detail`):
 - latency cases (`(ns)`) -> latency rows in microseconds.
 - `all_to_host`, `host_to_all`, `all_to_one`, `one_to_all` (several copies at once) ->
   concurrent.csv, one row per cell (flow = column) plus the `SUM` as the aggregate (flow=-1).
-- `N/A` cells -> status `waived` on the diagonal, `not_supported` elsewhere; a waived test case ->
-  one row with status `waived`.
+- `N/A` cells on the diagonal of a GPU x GPU matrix (a GPU to itself: nvbandwidth measures
+  nothing there) -> no row; `N/A` elsewhere -> status `not_supported`; a waived test case -> one
+  row with status `waived`.
 - bidirectional device-to-device cases print `Read1`/`Read2` (or `Write1`/`Write2`), one per
   direction, and `Total`: the `Total` matrix gives the `bi` rows, the per-direction matrices are
   kept in the facts (`directional`), so one pair never has two different `bi` numbers.
@@ -101,6 +102,8 @@ class _Builder:
             return
         for r, cells in enumerate(rows):
             for c, cell in enumerate(cells):
+                if row_kind == col_kind == "GPU" and r == c and cell.strip().upper() == "N/A":
+                    continue  # a GPU to itself: not a pair, not a measurement
                 value, status = self._cell(cell, r, c, row_kind, col_kind)
                 src, dst = self._ends(row_kind, col_kind, arrow, r, c, kind)
                 cell_detail = f"{detail}; row {r} col {c}"
@@ -125,8 +128,7 @@ class _Builder:
     @staticmethod
     def _cell(cell: str, r: int, c: int, row_kind: str, col_kind: str) -> tuple[float | None, str]:
         if cell.strip().upper() == "N/A":
-            same_device = row_kind == col_kind == "GPU" and r == c
-            return None, "waived" if same_device else "not_supported"
+            return None, "not_supported"
         return float(cell), "ok"
 
     @staticmethod

@@ -19,6 +19,14 @@ latency blocks (host time to enqueue a copy, not a transfer latency) are not pee
 they are kept, cell for cell, in the file's facts (`device_local`, `cpu_latency_us`, keyed by the
 matrix title) so that no heatmap mixes them with P2P numbers.
 
+Copy mode: `--sm_copy` makes the sample copy with an SM kernel instead of the copy engine
+(`cudaMemcpyPeerAsync`, its default: `P2PEngine p2p_mechanism = CE`); the output says nothing of
+it, so the mode is read from a pasted command line (`./p2pBandwidthLatencyTest --sm_copy`,
+`# Without --sm_copy`) and is `unknown` otherwise. The two modes measure different things, so one
+file's rows come from one mode: a paste holding runs of both (a README's "Compare" block) keeps
+the first run's and names the other in a warning; `facts["copy_mode"]` says which, and the
+import refuses two files of different modes in one bundle.
+
 Sizes: the bandwidth copies are numElems ints (not printed; 40,000,000 by default in current
 cuda-samples), so bandwidth rows carry size_bytes=0 (unknown); latency copies are 4 ints = 16 B.
 """
@@ -27,7 +35,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pcieprof.importers._text import clean_lines, fail, head_lines, parse_float, parse_int
 from pcieprof.importers.records import GpuRecord, P2PRecord, Parsed
@@ -43,6 +51,20 @@ _BW = re.compile(r"^(Unidirectional|Bidirectional) P2P=(Enabled|Disabled) Bandwi
                  r"(?: \(P2P (Writes|Reads)\))? Matrix \(GB/s\)\s*$")
 _LAT = re.compile(r"^P2P=(Enabled|Disabled) Latency(?: \(P2P (Writes|Reads)\))? Matrix \(us\)\s*$")
 _CONN = re.compile(r"^P2P Connectivity Matrix\s*$")
+_WITHOUT_SM = re.compile(r"\bwithout\s+-{1,2}sm_copy\b", re.I)
+_SM_FLAG = re.compile(r"(?:^|\s)-{1,2}sm_copy\b")
+#: Copy mode -> how rows and messages name it.
+COPY_MODES = {"ce": "copy engine", "sm": "SM copy, --sm_copy", "unknown": "copy mode not shown"}
+
+
+def _copy_mode_of(line: str) -> str | None:
+    """The copy mode a pasted line states: a command line running the sample (with or without
+    `--sm_copy`) or a note `Without --sm_copy`; None for any other line."""
+    if _WITHOUT_SM.search(line):
+        return "ce"
+    if "p2pBandwidthLatencyTest" in line and not line.lstrip().startswith("["):
+        return "sm" if _SM_FLAG.search(line) else "ce"
+    return None
 
 
 def looks_like(text: str) -> bool:
@@ -115,13 +137,24 @@ def parse_p2p_bandwidth_latency(text: str, name: str = "<p2pBandwidthLatencyTest
     matrices: list[str] = []
     cpu_latency: dict[str, list[list[float]]] = {}
     device_local: dict[str, list[float]] = {}
+    mode = "unknown"  # of the run being read
+    kept_mode: str | None = None  # of the rows kept: the first run's
+    skipped: dict[str, int] = {}
     i = 0
     while i < len(lines):
         s = lines[i].strip()
+        if (said := _copy_mode_of(s)) is not None:
+            mode = said
+        if kept_mode is not None and mode != kept_mode and (_BW.match(s) or _LAT.match(s)):
+            # A second run in the other copy mode: its numbers must not join the first's.
+            mat, i = _read_block(lines, i + 1, name, s, ("D\\D", "GPU"))
+            skipped[mode] = skipped.get(mode, 0) + 1
+            continue
         if m := _DEVICE.match(s):
             idx, dev_name, bus, dev, dom = m.groups()
             bus_id = f"{int(dom, 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}.0"
-            result.gpus.append(GpuRecord(int(idx), dev_name.strip(), bus_id))
+            if all(g.index != int(idx) for g in result.gpus):  # a second run lists them again
+                result.gpus.append(GpuRecord(int(idx), dev_name.strip(), bus_id))
         elif m := _ACCESS.match(s):
             access[(int(m.group(1)), int(m.group(3)))] = m.group(2) == "CAN"
         elif _CONN.match(s):
@@ -130,9 +163,11 @@ def parse_p2p_bandwidth_latency(text: str, name: str = "<p2pBandwidthLatencyTest
                 for b, v in enumerate(row):
                     if a != b:
                         access.setdefault((a, b), v >= 1)
-            matrices.append(s)
+            if s not in matrices:
+                matrices.append(s)
             continue
         elif m := _BW.match(s):
+            kept_mode = mode
             kind, state, rw = m.groups()
             mat, i = _read_block(lines, i + 1, name, s, ("D\\D",))
             _add_bandwidth(result, mat, s, kind == "Bidirectional", state == "Enabled",
@@ -140,6 +175,7 @@ def parse_p2p_bandwidth_latency(text: str, name: str = "<p2pBandwidthLatencyTest
             matrices.append(s)
             continue
         elif m := _LAT.match(s):
+            kept_mode = mode
             state, rw = m.groups()
             mat, i = _read_block(lines, i + 1, name, s, ("GPU", "D\\D"))
             _add_latency(result, mat, s, state == "Enabled", rw == "Reads", access, device_local)
@@ -155,13 +191,25 @@ def parse_p2p_bandwidth_latency(text: str, name: str = "<p2pBandwidthLatencyTest
     if not matrices:
         fail(name, None, "a p2pBandwidthLatencyTest matrix (e.g. 'Unidirectional P2P=Disabled "
              "Bandwidth Matrix (GB/s)')")
+    copy_mode = kept_mode or mode
     result.facts = {"matrices": matrices, "gpus": len(result.gpus),
                     "connectivity": {f"{a}->{b}": ok for (a, b), ok in sorted(access.items())},
-                    "device_local": device_local, "cpu_latency_us": cpu_latency}
+                    "device_local": device_local, "cpu_latency_us": cpu_latency,
+                    "copy_mode": copy_mode}
+    if copy_mode != "unknown":
+        result.p2p = [replace(r, detail=r.detail.replace(
+            "p2pBandwidthLatencyTest:", f"p2pBandwidthLatencyTest [{COPY_MODES[copy_mode]}]:", 1))
+            for r in result.p2p]
+    if skipped:
+        result.facts["warnings"] = [
+            f"{name}: runs in two copy modes; rows kept from the first "
+            f"({COPY_MODES[copy_mode]}), {sum(skipped.values())} matrices of "
+            + ", ".join(COPY_MODES[k] for k in sorted(skipped))
+            + " left out: import that run on its own to see it"]
     flat = flat_tree_evidence([g.bus_id for g in result.gpus], name)
     if flat:
         result.facts["flat_pcie_tree"] = flat
-    result.summary = (f"p2pBandwidthLatencyTest: {len(matrices)} matrices, "
+    result.summary = (f"p2pBandwidthLatencyTest ({COPY_MODES[copy_mode]}): {len(matrices)} matrices, "
                       f"{len(result.p2p)} p2p rows, {len(result.gpus)} GPUs listed")
     return result
 

@@ -152,6 +152,33 @@ def merge_nccl_topo(topo: dict[str, Any], doc: dict[str, Any], source: str) -> N
         f"{source}: NCCL topology XML; GPU dev numbers are CUDA device indices")
 
 
+def merge_driver(topo: dict[str, Any], facts: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The driver version a tool printed (nvbandwidth's `Driver Version`) into topology.json's
+    `driver` where the machine logs left it unknown; returns disagreements between files.
+
+    Args:
+        topo: the topology dict being built.
+        facts: (file name, Parsed.facts) of every imported file.
+    """
+    driver = topo.setdefault("driver", {})
+    seen: dict[str, str] = {}
+    for name, f in facts:
+        version = f.get("driver_version")
+        if version:
+            seen.setdefault(str(version), name)
+    if not seen:
+        return []
+    have = driver.get("driver_version")
+    if have is None:
+        first = next(iter(seen))
+        driver["driver_version"] = first
+        driver.get("status", {}).pop("driver_version", None)
+        driver.setdefault("source", {})["driver_version"] = seen[first]
+        have = first
+    return [f"{name}: driver {v} differs from {have} (one bundle holds one machine state)"
+            for v, name in seen.items() if v != have]
+
+
 def note_flat_tree(topo: dict[str, Any], evidence: list[str], *, flat: bool) -> None:
     """Add evidence about a flat virtual PCI tree to `virtualization`; `flat` marks it found (and
     the machine a VM, unless something said otherwise: only a hypervisor builds such a tree)."""

@@ -222,7 +222,7 @@ def write_report(bundles: Sequence[Path | str | Bundle], out: Path | str,
     Args:
         bundles: bundle directories (or open Bundles); several are shown side by side.
         out: the HTML file to write.
-        ctx: report settings (decode band, model); defaults to GLM-5 at batch 1..64.
+        ctx: report settings (decode band, model); defaults to the default card (pcieprof.cards.DEFAULT_CARD) at batch 1..64.
 
     Returns:
         The path written.

@@ -19,7 +19,7 @@ A card's `[search]` table (see pcieprof/cards/glm5-nvfp4.toml) lists:
   `Unsupported architecture` line can be pinned on the value that caused it.
 
 A card may instead say `like = "<card>"` to use another card's search, optionally without some
-evidence kinds (`drop_evidence`): the reference server plays GLM-5's search without the field
+evidence kinds (`drop_evidence`): the reference server plays glm5-nvfp4's search without the field
 report, so that the search has something to learn.
 """
 

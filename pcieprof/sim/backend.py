@@ -20,6 +20,7 @@ from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices, NcclParsed
 from pcieprof.bundle.rows import AllReduceRow
 from pcieprof.bundle.topology import Topology
+from pcieprof.cards import ModelCard
 from pcieprof.sim import collectives, model, vm_cost
 from pcieprof.sim.fabric import Fabric, load_profile, topology
 
@@ -125,13 +126,15 @@ def choices_entry(fabric: Fabric, case: Any, tuner: list[dict[str, Any]]) -> Ncc
                          "not read from an NCCL log")
 
 
-def run_plan(plan: Any, profile: str, bundle: Bundle) -> None:
+def run_plan(plan: Any, profile: str, bundle: Bundle, card: ModelCard | None = None) -> None:
     """Write every row the real backends would, from the fabric model.
 
     Args:
         plan: a `probes.plan.Plan` (devices are GPU indices of the fabric).
         profile: a profile name (`pcieprof.sim.fabric.list_profiles()`) or a path to a TOML file.
         bundle: the bundle to write into (created by the caller with source=simulated).
+        card: the model whose decode a VM profile's like-for-like table prices (pcieprof.cards'
+            DEFAULT_CARD when None).
 
     Writes topology.json, p2p.csv, concurrent.csv, allreduce.csv and nccl_choices.json, appending
     rows as each case is computed, and sets the parts discovery, p2p, concurrent and allreduce
@@ -147,7 +150,7 @@ def run_plan(plan: Any, profile: str, bundle: Bundle) -> None:
     bundle.set_versions(nccl=fabric.nccl_version, driver=fabric.driver_version,
                         cuda=fabric.cuda_driver_version, sim_profile=fabric.name)
     topo = topology(fabric)
-    vm = vm_cost.bundle_section(fabric)
+    vm = vm_cost.bundle_section(fabric, card)
     if vm is not None:
         progress.info(f"sim: {fabric.name} is a VM: pricing it against its bare-metal twin "
                       f"{vm['bare_profile']} (like for like, host-side changes)")

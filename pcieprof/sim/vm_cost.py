@@ -13,10 +13,10 @@ redirect, the flat guest tree) explain the difference. A VM that is faster than 
 the same settings is so only through what NCCL in the guest decides from the flat tree it sees,
 never through its data path; `same_choices` shows that.
 
-Message sizes are those of GLM-5 TP8 decode: one all-reduce of batch x hidden 6144 x 2 bytes (bf16)
-after attention and after the MoE of each of its 78 layers, plus the embedding's: 157 per decode
-step (pcieprof/analysis/comm_model.py with pcieprof/cards/glm5-nvfp4.toml; a test checks the
-two agree). Hidden size and activation bytes are the card's. Everything here is simulated by the fabric model, never measured.
+Message sizes are those of the card's decode at TP over the ranks: one all-reduce of batch x
+hidden x the activation's bytes after attention and after the MLP/MoE of each layer, plus the
+embedding's (pcieprof.cards.step: 157 per step for a 78-layer model, 161 for an 80-layer dense
+one). Everything here is simulated by the fabric model, never measured.
 """
 
 from __future__ import annotations
@@ -26,19 +26,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from pcieprof.cards import load_card
+from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
+from pcieprof.cards.step import message_bytes, step_allreduces
 from pcieprof.errors import BadInput
 from pcieprof.sim import collectives, model
 from pcieprof.sim.fabric import (DEFAULT_PROFILE, Fabric, HostChange, KnownIssue, Mechanism,
                                   apply_changes, load_profile)
 
-#: GLM-5 TP8 decode (see the module docstring): hidden size, bf16 bytes, all-reduces per step.
-_GLM5 = load_card("glm5-nvfp4")
-GLM5_HIDDEN = _GLM5.hidden_size
-ACT_BYTES = _GLM5.activation_bytes
-GLM5_STEP_ALLREDUCES = 157
+#: Decode batches priced (the message of each is the card's, `decode_sizes`).
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64)
-DECODE_SIZES = tuple(b * GLM5_HIDDEN * ACT_BYTES for b in DECODE_BATCHES)  # 12 KiB .. 768 KiB
 BASES = ("default", "best", "best_safe", "same_choices")
 #: What a graph file stands for in the candidates (the model only needs to know one is given).
 GRAPH_FILE = "nccl_graph.xml"
@@ -56,6 +52,16 @@ def _candidates() -> dict[str, dict[str, str]]:
             env.update(part)
         out[env_label(env)] = env
     return out
+
+
+def decode_sizes(card: ModelCard) -> tuple[int, ...]:
+    """The card's decode all-reduce message at each of DECODE_BATCHES, bytes (hidden 6144 in
+    bf16: 12 KiB .. 768 KiB)."""
+    return tuple(message_bytes(card, b) for b in DECODE_BATCHES)
+
+
+def _card(card: ModelCard | None) -> ModelCard:
+    return card if card is not None else load_card(DEFAULT_CARD)
 
 
 def env_label(env: Mapping[str, str]) -> str:
@@ -104,9 +110,9 @@ class Comparison:
 
     Attributes:
         basis: `default`, `best`, `best_safe` or `same_choices` (see the module docstring).
-        size_bytes: all-reduce message size; `count` of them (1, or 157 for the decode step).
-        batch: decode batch this size is (size / (hidden x 2 B)).
-        count: all-reduces priced together (157 for the GLM-5 decode step at this batch).
+        size_bytes: all-reduce message size; `count` of them (1, or the decode step's).
+        batch: decode batch this size is (size / (hidden x activation bytes)).
+        count: all-reduces priced together (the card's decode step at this batch, or 1).
         vm: the VM's run; bare: the bare-metal twin's.
         why: ids of the VM profile's mechanisms behind the difference, most telling first.
     """
@@ -147,7 +153,7 @@ class VmCost:
         vm_profile, bare_profile: the two profiles' names.
         ranks: the GPUs of the all-reduce, in ring order.
         per_size: one Comparison per size and basis (count 1).
-        step: the GLM-5 decode step at each batch: 157 all-reduces of that batch's size, per basis.
+        step: the card's decode step at each batch: step_allreduces of that batch's size, per basis.
         mechanisms: the VM profile's mechanisms, by id, with their sources.
         source: always `simulated`.
     """
@@ -158,6 +164,9 @@ class VmCost:
     per_size: list[Comparison]
     step: list[Comparison]
     mechanisms: dict[str, Mechanism]
+    model: str = ""
+    hidden: int = 0
+    step_allreduces: int = 0
     source: str = "simulated"
 
     def records(self) -> list[dict[str, Any]]:
@@ -169,7 +178,8 @@ class VmCost:
         """All of it as plain JSON (the sim backend writes this into topology.json `sim.vm`)."""
         return {"source": self.source, "vm_profile": self.vm_profile,
                 "bare_profile": self.bare_profile, "ranks": list(self.ranks),
-                "step_allreduces": GLM5_STEP_ALLREDUCES, "hidden": GLM5_HIDDEN,
+                "model": self.model, "step_allreduces": self.step_allreduces,
+                "hidden": self.hidden,
                 "bases": list(BASES), "rows": self.records(),
                 "mechanisms": {k: asdict(m) for k, m in self.mechanisms.items()}}
 
@@ -252,18 +262,20 @@ def _why(vm: Fabric, basis: str, v: Run, b: Run) -> tuple[str, ...]:
     return tuple(i for i in out if i in ids)
 
 
-def like_for_like(vm: str | Fabric = DEFAULT_PROFILE, *, ranks: Sequence[int] | None = None,
-                  sizes: Sequence[int] = DECODE_SIZES) -> VmCost:
+def like_for_like(vm: str | Fabric = DEFAULT_PROFILE, *, card: ModelCard | None = None,
+                  ranks: Sequence[int] | None = None,
+                  sizes: Sequence[int] | None = None) -> VmCost:
     """The VM against its bare-metal twin under the same NCCL settings, per size and per decode step.
 
     Args:
         vm: a VM profile (name, path or Fabric) with `virtualization.bare_metal_twin`.
+        card: the model whose decode is priced (DEFAULT_CARD when None).
         ranks: GPUs of the all-reduce in ring order (default: all, in index order).
-        sizes: message sizes in bytes (default: the GLM-5 decode band, batch 1..64).
+        sizes: message sizes in bytes (default: the card's decode sizes, batch 1..64).
 
     Returns:
         A VmCost: rows for every size and basis (`default`, `best`, `best_safe`,
-        `same_choices`), and the same for the decode step (157 all-reduces per step).
+        `same_choices`), and the same for the card's decode step at TP over the ranks.
 
     Raises:
         BadInput: not a VM profile with a twin, or ranks the box does not have.
@@ -271,10 +283,12 @@ def like_for_like(vm: str | Fabric = DEFAULT_PROFILE, *, ranks: Sequence[int] | 
     vf = _fabric(vm)
     bf = twin_of(vf)
     rk = list(ranks) if ranks is not None else [g.index for g in vf.gpus]
+    c = _card(card)
+    n = step_allreduces(c, len(rk))
     per_size: list[Comparison] = []
     step: list[Comparison] = []
-    for size in sizes:
-        batch = max(1, size // (GLM5_HIDDEN * ACT_BYTES))
+    for size in (sizes if sizes is not None else decode_sizes(c)):
+        batch = max(1, size // message_bytes(c, 1))
         v_all = [_run(vf, rk, size, env, 1) for env in CANDIDATES.values()]
         b_all = [_run(bf, rk, size, env, 1) for env in CANDIDATES.values()]
         v_def, b_def = v_all[0], b_all[0]  # CANDIDATES starts with the empty setting
@@ -286,9 +300,9 @@ def like_for_like(vm: str | Fabric = DEFAULT_PROFILE, *, ranks: Sequence[int] | 
             v, b = rows[basis]
             why = _why(vf, basis, v, b)
             per_size.append(Comparison(basis, size, batch, 1, v, b, why))
-            n = GLM5_STEP_ALLREDUCES
             step.append(Comparison(basis, size, batch, n, _times(v, n), _times(b, n), why))
-    return VmCost(vf.name, bf.name, tuple(rk), per_size, step, {m.id: m for m in vf.mechanisms})
+    return VmCost(vf.name, bf.name, tuple(rk), per_size, step, {m.id: m for m in vf.mechanisms},
+                  model=c.name, hidden=c.hidden_size, step_allreduces=n)
 
 
 @dataclass(frozen=True)
@@ -298,7 +312,8 @@ class HostChangeResult:
     Attributes:
         change: the profile's description (title, how, risk, sources, blocked_by).
         feasible: False when the profile says the change cannot be made safely on this box.
-        step_default_us: (before, after) GLM-5 decode-step all-reduce time at batch 1, NCCL defaults.
+        step_default_us: (before, after) the card's decode-step all-reduce time at batch 1, NCCL
+            defaults.
         step_best_safe_us: (before, after) with the fastest setting free of known issues.
         p2p_same_switch_gbps: (before, after) GPU0 -> GPU1 P2P, 256 MiB, unidirectional.
         gain_default_us, gain_best_safe_us: what the step saves (before - after), us.
@@ -329,15 +344,16 @@ class HostChangeResult:
                 "p2p_same_switch_gbps": list(self.p2p_same_switch_gbps), "source": "simulated"}
 
 
-def host_changes(vm: str | Fabric = DEFAULT_PROFILE, *, ranks: Sequence[int] | None = None) -> list[HostChangeResult]:
-    """The VM profile's host-side changes (`[[host_change]]`), each priced by the model: the GLM-5
-    decode step at batch 1 before and after, with NCCL defaults and with the best setting free of
+def host_changes(vm: str | Fabric = DEFAULT_PROFILE, *, card: ModelCard | None = None,
+                 ranks: Sequence[int] | None = None) -> list[HostChangeResult]:
+    """The VM profile's host-side changes (`[[host_change]]`), each priced by the model: the
+    card's decode step at batch 1 (DEFAULT_CARD when None) before and after, with NCCL defaults and with the best setting free of
     known issues, and a same-switch P2P copy. A change whose `apply` is empty leaves the guest's
     GPUs as they are (its `effect` says why) and prices to no gain."""
     vf = _fabric(vm)
     rk = list(ranks) if ranks is not None else [g.index for g in vf.gpus]
-    size = DECODE_SIZES[0]
-    n = GLM5_STEP_ALLREDUCES
+    c = _card(card)
+    size, n = message_bytes(c, 1), step_allreduces(c, len(rk))
 
     def price(f: Fabric) -> tuple[float, float, float]:
         runs = [_run(f, rk, size, env, n) for env in CANDIDATES.values()]
@@ -353,14 +369,14 @@ def host_changes(vm: str | Fabric = DEFAULT_PROFILE, *, ranks: Sequence[int] | N
     return out
 
 
-def bundle_section(vm: Fabric) -> dict[str, Any] | None:
+def bundle_section(vm: Fabric, card: ModelCard | None = None) -> dict[str, Any] | None:
     """What a VM bundle carries about virtualization (topology.json `sim.vm`): the like-for-like
-    table, the mechanisms, the host-side changes priced, the known issues. None for a profile that
-    is not a VM with a twin."""
+    table at the card's decode sizes (DEFAULT_CARD when None), the mechanisms, the host-side
+    changes priced, the known issues. None for a profile that is not a VM with a twin."""
     if not vm.virtualization.is_vm or not vm.virtualization.bare_metal_twin:
         return None
-    doc = like_for_like(vm).to_json()
-    doc["host_changes"] = [h.record() for h in host_changes(vm)]
+    doc = like_for_like(vm, card=card).to_json()
+    doc["host_changes"] = [h.record() for h in host_changes(vm, card=card)]
     doc["known_issues"] = [asdict(k) for k in vm.known_issues]
     return doc
 
@@ -373,7 +389,7 @@ _HEADS = {"default": "default", "same_choices": "same NCCL choices", "best": "be
 
 def markdown(table: VmCost | None = None) -> str:
     """The like-for-like table as markdown: VM / bare-metal time per decode batch and basis, the
-    GLM-5 decode step at batch 1, and what each VM column ran."""
+    card's decode step at batch 1, and what each VM column ran."""
     t = table if table is not None else like_for_like()
     order = ("default", "same_choices", "best", "best_safe")
     lines = [f"Simulated: `{t.vm_profile}` (VM) against `{t.bare_profile}` (its bare-metal twin), "
@@ -381,20 +397,23 @@ def markdown(table: VmCost | None = None) -> str:
              "| batch | message | " + " | ".join(_HEADS[b] for b in order) + " |",
              "|---|---|" + "---|" * len(order)]
     by = {(c.basis, c.size_bytes): c for c in t.per_size}
-    for batch, size in zip(DECODE_BATCHES, DECODE_SIZES):
-        if (order[0], size) not in by:
-            continue
+    sizes = sorted({c.size_bytes for c in t.per_size})
+    batches = {c.size_bytes: c.batch for c in t.per_size}
+    for size in sizes:
+        batch = batches[size]
         cells = []
         for b in order:
             c = by[(b, size)]
             cells.append(f"{c.vm.time_us:.1f} / {c.bare.time_us:.1f}")
         lines.append(f"| {batch} | {size // 1024} KiB | " + " | ".join(cells) + " |")
-    step = {c.basis: c for c in t.step if c.size_bytes == DECODE_SIZES[0]}
+    first_size = sizes[0] if sizes else 0
+    step = {c.basis: c for c in t.step if c.size_bytes == first_size}
     if step:
-        lines.append(f"| GLM-5 step, batch 1 ({GLM5_STEP_ALLREDUCES} all-reduces), ms | | " + " | ".join(
+        lines.append(f"| {t.model} step, batch {batches[first_size]} ({t.step_allreduces} "
+                     f"all-reduces), ms | | " + " | ".join(
             f"{step[b].vm.time_us / 1e3:.2f} / {step[b].bare.time_us / 1e3:.2f}" for b in order) + " |")
-    first = {b: by[(b, DECODE_SIZES[0])] for b in order if (b, DECODE_SIZES[0]) in by}
-    lines += ["", "At 12 KiB, what each side ran:", ""]
+    first = {b: by[(b, first_size)] for b in order if (b, first_size) in by}
+    lines += ["", f"At {first_size // 1024} KiB, what each side ran:", ""]
     for b, c in first.items():
         risk = f"; VM runs into {', '.join(c.vm.risks)}" if c.vm.risks else ""
         lines.append(f"- {_HEADS[b]}: VM `{env_label(c.vm.env)}` ({c.vm.choice}); bare metal "

@@ -5,7 +5,7 @@ one serves correct tokens, and records the winner in a serve bundle's serve/sear
 (pcieprof.bundle.serve_search). When such a winner is at hand, every layout's SGLang command uses
 its backends. When none is, the commands use the search's first-ranked configuration for the GPU
 architecture (what the search would launch first), labelled as not yet served on this box: the
-card's plain defaults (FlashInfer attention for GLM-5) are what the issue 11 field report saw die
+card's plain defaults (FlashInfer attention in glm5-nvfp4.toml) are what the issue 11 field report saw die
 of NaN in decode, so they are never printed as the advice.
 
 The ranking lives with the search (pcieprof.serve.space), a layer the tuner does not import: the

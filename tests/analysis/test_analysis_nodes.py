@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pcieprof.analysis.decode_band import DEFAULT_MODEL, band_for
+from pcieprof.analysis.decode_band import band_for
+from pcieprof.cards import DEFAULT_CARD
 from pcieprof.analysis.metrics import bundle_metrics
 from pcieprof.analysis.nodes import Nodes, internode_transport
 from pcieprof.bundle import Bundle
@@ -46,10 +47,10 @@ def test_nccls_inter_node_transport_from_a_real_two_node_log() -> None:
 
 
 def test_compare_metrics_name_groups_by_nodes() -> None:
-    m = bundle_metrics(Bundle.open(TWO / "node0"), band_for(DEFAULT_MODEL))
+    m = bundle_metrics(Bundle.open(TWO / "node0"), band_for(DEFAULT_CARD))
     ar = sorted({k.split(".")[2] for k in m if k.startswith("allreduce.")})
     # across the nodes 2x2; node 0's own GPUs as on one box (n2)
     assert ar == ["2x2", "n2"]
     assert "allreduce.default.2x2.time_us@12KiB" in m and "allreduce.default.n2.busbw_gbps@max" in m
     assert not any(k.startswith("allreduce.") for k in bundle_metrics(
-        Bundle.open(TWO / "node1"), band_for(DEFAULT_MODEL)))
+        Bundle.open(TWO / "node1"), band_for(DEFAULT_CARD)))

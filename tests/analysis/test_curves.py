@@ -9,9 +9,9 @@ import pytest
 from builders.cli import cli
 
 from pcieprof.analysis.curves import EXTRAPOLATED, FLOOR, INTERPOLATED, MEASURED, UNKNOWN, Curves
-from pcieprof.analysis.decode_band import DEFAULT_MODEL, QUOTED_BATCHES, DecodeBand, band_for
+from pcieprof.analysis.decode_band import QUOTED_BATCHES, DecodeBand, band_for
 from pcieprof.bundle import Bundle
-from pcieprof.cards import load_card
+from pcieprof.cards import DEFAULT_CARD, load_card
 from pcieprof.errors import BadInput
 
 KiB = 1024
@@ -75,7 +75,7 @@ def test_lookups(tmp_path: Path) -> None:
 
 def test_decode_band_from_the_card() -> None:
     glm = band_for()
-    assert glm.model == DEFAULT_MODEL and glm.lo_bytes == 12 * KiB and glm.hi_bytes == 768 * KiB
+    assert glm.model == DEFAULT_CARD and glm.lo_bytes == 12 * KiB and glm.hi_bytes == 768 * KiB
     assert glm.batches == QUOTED_BATCHES
     tiny = DecodeBand.of_card(load_card("tiny-cpu"))
     assert tiny.bytes_per_elem == 4  # the reference server computes in fp32

@@ -55,6 +55,7 @@ EXPECTED_DATA = {
     "nccl_log_8gpu_rings_before_comm_line_nccl1027.log": "nccl-log",
     "nccl_warn_shm_extend_no_space_timestamp_pytorch_ci_infra490.log": "nccl-log",
     "nccl_warn_shm_extend_ray_worker_kserve3791.log": "nccl-log",
+    "p2pbwlat_8xA100sxm4_ce_then_sm_copy_runs.txt": "p2pBandwidthLatencyTest",
     "topo_p2p_rw_2x5090_gns_spaces_details.txt": "nvidia-smi-topo-p2p",
     "nccl_topo_dump_vm_4xA800_numaid_minus1.xml": "nccl-topo-xml",
     "nccl_log_2.29.2_2rank_socket_warn_timestamp.log": "nccl-log",

@@ -162,3 +162,29 @@ def test_ring_orders_go_through_a_graph_file_and_are_checked(
     assert "ring order NOT applied" in detail and "NCCL used 1 2 3 4" in detail
     assert "applied through NCCL_GRAPH_FILE" in timed[1]["plan"]["allreduce"][1]["detail"]
     assert choices["default"]["tuner"] == [] and choices["default"]["parsed"]["rings"]
+
+
+def test_sizes_where_the_tuner_chose_tree_do_not_claim_the_ring(
+        tmp_path: Path, samples: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 23 pt 3: a graph file sets the ring graph (id 0) only; the tree is searched apart and
+    # stays enabled on one node, so where the tuner picks TREE the requested ring did not run.
+    # The replayed log is the real 4-GPU one plus TUNING lines in NCCL 2.2x's form (enqueue.cc,
+    # as pcieprof.importers.nccl_log reads them): TREE at 8 and 16 B, RING at 32 and 64 B.
+    tuning = "".join(
+        f"proxmox:113060:113060 [0] NCCL INFO AllReduce: {b} Bytes -> Algo {a} proto LL "
+        "channel{Lo..Hi}={0..1}\n" for b, a in ((8, "TREE"), (16, "TREE"), (32, "RING"),
+                                                 (64, "RING")))
+    log = tmp_path / "tuning.log"
+    log.write_text((samples / LOG).read_text() + tuning)
+    launches = Launches(log, samples / GRAPH)
+    monkeypatch.setattr(probe_runner.subprocess, "Popen", launches)
+    plan = build_plan("cuda", [1, 2, 3, 4], quick=True, max_size=64,
+                      variants=[V.VARIANTS["default"]], group_kinds=[], orders=[[2, 3, 4, 1]])
+    bundle = _allreduce_only(tmp_path, plan)
+    timed = [s for s in launches.seen if "--untimed" not in s["cmd"]]
+    case = Plan.from_dict(timed[1]["plan"]).allreduce[1]
+    assert "ring order applied" in case.detail
+    assert "TREE at 8 B" in case.detail_at(8) and "TREE at 16 B" in case.detail_at(16)
+    assert "TREE" not in case.detail_at(32) and "TREE" not in case.detail_at(64)
+    check = bundle.read_json("nccl_choices.json")["default@2-3-4-1"]["ring_check"]
+    assert check["not_ring_sizes"] == {"8": "TREE", "16": "TREE"}

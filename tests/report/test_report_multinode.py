@@ -11,7 +11,8 @@ from pathlib import Path
 
 from builders.cli import cli
 
-from pcieprof.analysis.decode_band import DEFAULT_MODEL, band_for
+from pcieprof.analysis.decode_band import band_for
+from pcieprof.cards import DEFAULT_CARD
 from pcieprof.bundle import Bundle
 from pcieprof.report.console import summarize
 
@@ -45,7 +46,7 @@ def test_report_of_both_nodes(tmp_path: Path) -> None:
 
 
 def test_console_summary_of_node0() -> None:
-    out = summarize(Bundle.open(TWO / "node0"), band_for(DEFAULT_MODEL))
+    out = summarize(Bundle.open(TWO / "node0"), band_for(DEFAULT_CARD))
     assert "all-reduce time, us (2 nodes x 2 processes (4 ranks, inter-node), bf16" in out
     assert "layout: 2 nodes x 2 processes; this bundle is node 0 of 2" in out
     assert "collective rows: this bundle (allreduce.csv, nccl_choices.json)" in out

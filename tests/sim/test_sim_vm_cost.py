@@ -7,11 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from pcieprof.analysis.comm_model import ALL_REDUCE, Layout, count_collectives
-from pcieprof.errors import BadInput
 from pcieprof.cards import load_card
+from pcieprof.cards.step import ALL_REDUCE, Layout, count_collectives
+from pcieprof.errors import BadInput
 from pcieprof.sim import vm_cost
 from pcieprof.sim.fabric import load_profile
+
+
+LLAMA = Path(__file__).resolve().parents[1] / "data" / "cards" / "llama-3.1-70b" / "config.json"
+GLM5_SIZES = vm_cost.decode_sizes(load_card("glm5-nvfp4"))
 
 
 @pytest.fixture(scope="module")
@@ -19,20 +23,41 @@ def table() -> vm_cost.VmCost:
     return vm_cost.like_for_like("rtxpro6000-8x-vm")
 
 
-def test_decode_sizes_and_step_count_are_glm5s() -> None:
-    card = load_card("glm5-nvfp4")
-    assert vm_cost.GLM5_HIDDEN == card.hidden_size
-    for batch, size in zip(vm_cost.DECODE_BATCHES, vm_cost.DECODE_SIZES):
+def test_decode_sizes_and_step_count_are_the_cards() -> None:
+    card = load_card("glm5-nvfp4")  # the default card
+    table = vm_cost.like_for_like("rtxpro6000-8x-vm", sizes=GLM5_SIZES[:1])
+    assert (table.model, table.hidden, table.step_allreduces) == (card.name, 6144, 157)
+    for batch, size in zip(vm_cost.DECODE_BATCHES, GLM5_SIZES):
         coll = count_collectives(card, Layout(tp=8), batch)
         ars = [c for c in coll if c.op == ALL_REDUCE]
-        assert sum(c.count for c in ars) == vm_cost.GLM5_STEP_ALLREDUCES
+        assert sum(c.count for c in ars) == table.step_allreduces
         assert {c.size_bytes for c in ars} == {size}
-    assert (vm_cost.DECODE_SIZES[0], vm_cost.DECODE_SIZES[-1]) == (12 << 10, 768 << 10)
+    assert (GLM5_SIZES[0], GLM5_SIZES[-1]) == (12 << 10, 768 << 10)
+
+
+def test_two_cards_two_vm_costs() -> None:
+    """A dense 80-layer Llama (hidden 8192) is priced at its own sizes and step (161 all-reduces
+    of 16 KiB at batch 1), not GLM-5's (157 of 12 KiB)."""
+    glm = vm_cost.like_for_like("rtxpro6000-8x-vm", sizes=None, ranks=None)
+    llama = vm_cost.like_for_like("rtxpro6000-8x-vm", card=load_card(LLAMA))
+    assert sorted({c.size_bytes for c in llama.per_size}) == [b * 8192 * 2
+                                                              for b in vm_cost.DECODE_BATCHES]
+    assert llama.step_allreduces == 161 and glm.step_allreduces == 157
+    step_g = next(c for c in glm.step if c.basis == "default" and c.batch == 1)
+    step_l = next(c for c in llama.step if c.basis == "default" and c.batch == 1)
+    assert (step_l.count, step_l.size_bytes) == (161, 16 << 10)
+    assert step_l.vm.time_us != step_g.vm.time_us
+    doc = vm_cost.bundle_section(load_profile("rtxpro6000-8x-vm"), load_card(LLAMA))
+    assert doc is not None and doc["model"] == "llama-3.1-70b" and doc["step_allreduces"] == 161
+    host = {h["id"]: h for h in doc["host_changes"]}["serve_on_host"]
+    glm_host = next(h for h in vm_cost.host_changes("rtxpro6000-8x-vm")
+                    if h.change.id == "serve_on_host")
+    assert host["step_default_us"][0] != glm_host.step_default_us[0]
 
 
 def test_every_size_and_basis_once_and_the_step_is_157_of_them(table) -> None:
     keys = [(c.basis, c.size_bytes) for c in table.per_size]
-    assert sorted(keys) == sorted((b, s) for b in vm_cost.BASES for s in vm_cost.DECODE_SIZES)
+    assert sorted(keys) == sorted((b, s) for b in vm_cost.BASES for s in GLM5_SIZES)
     assert (table.vm_profile, table.bare_profile) == ("rtxpro6000-8x-vm", "rtxpro6000-8x-switch")
     for one, step in zip(table.per_size, table.step):
         assert (one.basis, one.size_bytes) == (step.basis, step.size_bytes)
@@ -92,11 +117,12 @@ def test_known_risks_need_p2p_and_translation() -> None:
 
 def test_records_are_flat_and_json_ready(table) -> None:
     recs = table.records()
-    assert len(recs) == 2 * len(vm_cost.BASES) * len(vm_cost.DECODE_SIZES)
+    assert len(recs) == 2 * len(vm_cost.BASES) * len(GLM5_SIZES)
     assert {r["table"] for r in recs} == {"per_size", "step"}
     assert all(isinstance(r["vm_time_us"], float) and r["vm_env"] for r in recs)
     doc = json.loads(json.dumps(table.to_json()))
     assert doc["source"] == "simulated" and doc["step_allreduces"] == 157
+    assert doc["model"] == "glm5-nvfp4"
 
 
 def test_host_changes_priced_with_risk_and_feasibility() -> None:

@@ -8,16 +8,15 @@ from pathlib import Path
 
 from builders.cli import cli
 
-from pcieprof.analysis.decode_band import DEFAULT_MODEL
 from pcieprof.bundle import Bundle
-from pcieprof.cards import load_card
+from pcieprof.cards import DEFAULT_CARD, load_card
 from pcieprof.tune.recommend import recommend
 
 TWO = Path(__file__).resolve().parents[2] / "tests" / "data" / "bundle_schema3" / "cpu_2node"
 
 
 def test_the_bottleneck_names_the_nodes_and_both_groups() -> None:
-    card = load_card(DEFAULT_MODEL)
+    card = load_card(DEFAULT_CARD)
     doc = recommend(Bundle.open(TWO / "node0"), card, write_files=False)
     assert "over 2 nodes x 2 processes (4 ranks, inter-node)" in doc.bottleneck
     assert "intra-node (2 processes of node 0): " in doc.bottleneck

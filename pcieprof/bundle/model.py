@@ -1,0 +1,64 @@
+"""The manifest's `model`: the card a bundle was measured, served or tuned for.
+
+`{"name": "glm5-nvfp4", "hash": "<sha256 of the card>", "ref": "glm5-nvfp4"}`: `ref` is what
+pcieprof.cards.load_card takes to find the card again (a shipped card's name, a Hugging Face
+repository id, or the path of a card file or config.json), `hash` the card's content hash, so a
+reader can tell the card it loads now from the one the bundle was made with. Bundles written
+before the key existed have none; their readers use the default card.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pcieprof.cards import CARDS_DIR, ModelCard
+from pcieprof.cards.hf_config import repo_of
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """The card a bundle is for.
+
+    Attributes:
+        name: the card's name.
+        hash: the card's content hash (sha256 hex, pcieprof.cards.ModelCard.content_hash).
+        ref: how to load it again (pcieprof.cards.load_card).
+    """
+
+    name: str
+    hash: str
+    ref: str
+
+    @classmethod
+    def of_card(cls, card: ModelCard) -> "ModelRecord":
+        """The record of a card: a shipped card by name, a config from the Hugging Face cache by
+        its repository id, anything else by its absolute path."""
+        path = card.path
+        if path is None or path.resolve().parent == CARDS_DIR.resolve():
+            ref = card.name
+        else:
+            ref = repo_of(path) or str(path.resolve())
+        return cls(name=card.name, hash=card.content_hash, ref=ref)
+
+    @classmethod
+    def of_manifest(cls, manifest: dict[str, Any]) -> "ModelRecord | None":
+        """The manifest's record, None when it has none.
+
+        Raises:
+            ValueError: a `model` that is not an object of three strings.
+        """
+        m = manifest.get("model")
+        if m is None:
+            return None
+        if not isinstance(m, dict) or not all(isinstance(m.get(k), str) for k in
+                                              ("name", "hash", "ref")):
+            raise ValueError("expected an object with the strings name, hash and ref")
+        return cls(name=m["name"], hash=m["hash"], ref=m["ref"])
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "hash": self.hash, "ref": self.ref}
+
+    def short(self) -> str:
+        """`glm5-nvfp4 (61083d23936e)`: the name and the first 12 hex digits of the hash."""
+        return f"{self.name} ({self.hash[:12]})"

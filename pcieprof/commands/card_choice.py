@@ -1,0 +1,59 @@
+"""Which model card a command reads its bundles for: --model, else the card the bundle records,
+else the default card; said in one line when the two disagree."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pcieprof import progress
+from pcieprof.bundle import Bundle
+from pcieprof.bundle.model import ModelRecord
+from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
+from pcieprof.errors import BadInput
+
+#: The --model help of the commands that read bundles (recommend, report, compare).
+MODEL_HELP = ("Model card: a shipped card's name, a .toml card, a config.json (or its checkpoint "
+              "directory) or a Hugging Face repository id in the local cache (default: the card "
+              f"the bundle was made for, else {DEFAULT_CARD}).")
+
+
+def card_for(model: str | None, bundles: Sequence[Bundle]) -> ModelCard:
+    """The card to read `bundles` with.
+
+    Args:
+        model: --model as given, or None.
+        bundles: the bundles read; the first that records a card decides when --model is None.
+
+    Raises:
+        BadInput: an unknown --model, or a bundle whose recorded card cannot be found here and
+            no --model (one line naming it, with the hint to pass --model).
+    """
+    records = [(b, r) for b in bundles if (r := b.model()) is not None]
+    if model is not None:
+        card = load_card(model)
+        for b, r in records:
+            if r.hash != card.content_hash:
+                progress.info(f"model: {card.name} ({card.short_hash()}, from --model), not "
+                              f"{r.short()} that {b.path} was made for")
+        return card
+    if not records:
+        return load_card(DEFAULT_CARD)
+    b, r = records[0]
+    card = _reload(b, r)
+    others = sorted({o.short() for _, o in records[1:] if o.hash != r.hash})
+    if card.content_hash != r.hash:
+        progress.info(f"model: {r.ref} has changed since {b.path} was made ({r.hash[:12]} -> "
+                      f"{card.short_hash()}); reading it as it is now")
+    if others:
+        progress.info(f"model: {r.short()} of {b.path}; the other bundles were made for "
+                      f"{', '.join(others)} (pass --model to choose)")
+    return card
+
+
+def _reload(b: Bundle, r: ModelRecord) -> ModelCard:
+    try:
+        return load_card(r.ref)
+    except BadInput:
+        raise BadInput(f"{b.path} was made for model {r.name} ({r.ref}), which is not found here",
+                       hint="pass --model with that card, config.json or checkpoint directory"
+                       ) from None
