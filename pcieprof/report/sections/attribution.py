@@ -141,7 +141,8 @@ def _comparison(view: BundleView, doc: Attribution, pricer: BundleView) -> list[
     card_name = summary.model if summary else (view.json("serve/card.json") or {}).get("name")
     if not card_name:
         return []
-    card = load_card(card_name)
+    rec = view.bundle.model()  # the served card as recorded: a config.json card has no shipped name
+    card = load_card(rec.ref if rec is not None and rec.name == card_name else card_name)
     batches = sorted({int(s.bs) for s in doc.steps if s.bs}) or [1]
     tp = max(1, len(doc.ranks))
     return comparison_table(card, Layout(tp=tp), batches[:8], Pricer(pricer.bundle),
