@@ -77,6 +77,7 @@ from pcieprof.bundle.rows import AllReduceRow
 from pcieprof.importers.nccl_log import parse_nccl_log
 from pcieprof.node_group import NodeGroup, NodeLost, free_port
 from pcieprof.parent_death import set_parent_death_signal
+from pcieprof.redact import redact
 from probes.nccl_graph import (GraphHeader, check_ring, header_from_dump, not_ring_sizes,
                                ring_graph_xml)
 from probes.plan import AllReduceCase, P2PCase, Plan
@@ -103,7 +104,6 @@ HANGS_PER_CLASS = 2
 #: NCCL_DEBUG_FILE of a launch, in its rows directory: one file per rank (NCCL puts the pid for %p)
 NCCL_RANK_LOG = "nccl.%p.log"
 _RANK_LOG = re.compile(r"nccl\.(\d+)\.log")
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW", re.I)
 
 
 def launch_environ(base: Mapping[str, str], keep: list[str] | tuple[str, ...] = ()
@@ -120,8 +120,9 @@ def launch_environ(base: Mapping[str, str], keep: list[str] | tuple[str, ...] = 
 
 
 def masked(env: Mapping[str, str]) -> dict[str, str]:
-    """`env` as it may be recorded: values of names that look like secrets hidden."""
-    return {k: ("***" if _SECRET.search(k) else v) for k, v in env.items()}
+    """`env` as it may be recorded: secrets masked by pcieprof.redact, the one place that knows
+    them (a secret's name, and a URL's credentials under any name: `NCCL_*=http://u:p@h`)."""
+    return redact(dict(env))
 
 
 @dataclass

@@ -163,6 +163,9 @@ class VmCost:
         host_changes: the fabric model's host-side changes, priced (empty for measured pairs).
         known_issues: the VM profile's known issues as stored (id, title, text, check, sources).
         notes: what the reader should know about how the table was made.
+        sensitivity: per assumed model parameter the table rests on: {param, value, kind, low,
+            high}, each end {value, basis, size_bytes, vm_us, bare_us, step_vm_us, step_bare_us}
+            (the fabric model's table re-made at that value; empty for measured pairs).
     """
 
     vm_label: str
@@ -178,6 +181,7 @@ class VmCost:
     host_changes: list[HostChange] = field(default_factory=list)
     known_issues: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    sensitivity: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def bases(self) -> tuple[str, ...]:
@@ -244,6 +248,7 @@ def from_topology(topo: Topology | None) -> VmCost | None:
         nranks=len(vm.get("ranks") or []), step_allreduces=int(vm.get("step_allreduces", 0)),
         model=model, per_size=per_size, step=step, mechanisms=mech, host_changes=changes,
         known_issues=list(vm.get("known_issues") or []),
+        sensitivity=[s for s in vm.get("sensitivity") or [] if isinstance(s, dict)],
         notes=["best: each side's fastest of the model's candidate settings (P2P level x "
                "protocol x channels x graph file), not only the variants the bundle ran"])
 

@@ -32,7 +32,7 @@ import aiohttp
 
 from pcieprof import progress
 from pcieprof.parent_death import set_parent_death_signal
-from pcieprof.redact import redact, remember_environ
+from pcieprof.redact import redact, remember_environ, unfinished_at
 from pcieprof.serve.outcomes import ACCESS, PROGRESS, Classified, Outcome, classify
 from pcieprof.serve.sglang_cmd import ServerCommand, server_env
 
@@ -287,7 +287,8 @@ def _copy_redacted(src: IO[bytes], dst: IO[bytes], max_line: int = 1 << 16,
                    idle_s: float = 0.2) -> None:
     """Copy the server's output into its log as it comes, secrets masked: up to the last line
     break (newline, or the carriage return a progress bar redraws with); the unfinished rest
-    once the output pauses for `idle_s` seconds or grows past `max_line` bytes."""
+    once the output pauses for `idle_s` seconds (but for a tail that may be the head of a
+    secret: pcieprof.redact.unfinished_at) or grows past `max_line` bytes."""
     fd = src.fileno()
     pending = b""
 
@@ -300,9 +301,12 @@ def _copy_redacted(src: IO[bytes], dst: IO[bytes], max_line: int = 1 << 16,
     try:
         while True:
             if not select.select([fd], [], [], idle_s)[0]:
-                if pending:
-                    write(pending)
-                    pending = b""
+                if pending:  # all but a tail that may begin a secret the next burst ends
+                    text = pending.decode("utf-8", "surrogateescape")  # round-trips bytes
+                    cut = unfinished_at(text)
+                    if cut > 0:
+                        write(text[:cut].encode("utf-8", "surrogateescape"))
+                        pending = text[cut:].encode("utf-8", "surrogateescape")
                 continue
             chunk = os.read(fd, 1 << 16)
             if not chunk:

@@ -30,11 +30,13 @@ source, or assumed.
 
 from __future__ import annotations
 
+import copy
 import tomllib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from pcieprof.errors import BadInput
 from pcieprof.sim.fabric import Fabric, raw_link_gbps
@@ -62,6 +64,19 @@ def use_params(p: dict[str, dict[str, float]] | None) -> None:
     """Replace the parameters for this process (the calibration fit does this); None restores."""
     global _override
     _override = p
+
+
+@contextmanager
+def params_with(section: str, key: str, value: float) -> Iterator[None]:
+    """The parameters in use with one value changed, for the block (a sensitivity run)."""
+    before = _override
+    changed = copy.deepcopy(params())
+    changed[section][key] = value
+    use_params(changed)
+    try:
+        yield
+    finally:
+        use_params(before)
 
 
 # -- links and routes -----------------------------------------------------------------------------

@@ -369,6 +369,35 @@ def host_changes(vm: str | Fabric = DEFAULT_PROFILE, *, card: ModelCard | None =
     return out
 
 
+#: Assumed parameters (calibration/params.toml kind "assumed") the VM's extra cost rests on, and
+#: the range each is tried at: (section, key, low, high). latency.iommu_us: 0 (translation
+#: costs nothing beyond the fixed bandwidth factor) to 1 us per access (assumed: an IOTLB miss
+#: walks a multi-level I/O page table, a few DRAM reads).
+SENSITIVITY = (("latency", "iommu_us", 0.0, 1.0),)
+
+
+def sensitivity(vm: Fabric, card: ModelCard | None = None) -> list[dict[str, Any]]:
+    """The like-for-like verdict at the low and high end of each assumed parameter: per end, the
+    VM and bare-metal time at the smallest decode size on the `same_choices` basis (else `best`)
+    and the all-reduce time of the decode step."""
+    out = []
+    for section, key, low, high in SENSITIVITY:
+        ends = {}
+        for end, value in (("low", low), ("high", high)):
+            with model.params_with(section, key, value):
+                table = like_for_like(vm, card=card)
+            basis = "same_choices" if any(c.basis == "same_choices" for c in table.per_size) \
+                else "best"
+            row = min((c for c in table.per_size if c.basis == basis), key=lambda c: c.size_bytes)
+            st = next(c for c in table.step if c.basis == basis and c.size_bytes == row.size_bytes)
+            ends[end] = {"value": value, "basis": basis, "size_bytes": row.size_bytes,
+                         "vm_us": row.vm.time_us, "bare_us": row.bare.time_us,
+                         "step_vm_us": st.vm.time_us, "step_bare_us": st.bare.time_us}
+        out.append({"param": f"{section}.{key}", "value": model.params()[section][key],
+                    "kind": "assumed", **ends})
+    return out
+
+
 def bundle_section(vm: Fabric, card: ModelCard | None = None) -> dict[str, Any] | None:
     """What a VM bundle carries about virtualization (topology.json `sim.vm`): the like-for-like
     table at the card's decode sizes (DEFAULT_CARD when None), the mechanisms, the host-side
@@ -378,6 +407,7 @@ def bundle_section(vm: Fabric, card: ModelCard | None = None) -> dict[str, Any] 
     doc = like_for_like(vm, card=card).to_json()
     doc["host_changes"] = [h.record() for h in host_changes(vm, card=card)]
     doc["known_issues"] = [asdict(k) for k in vm.known_issues]
+    doc["sensitivity"] = sensitivity(vm, card)
     return doc
 
 

@@ -155,16 +155,16 @@ def _default_layout(result: Recommendations, card: ModelCard, command: CommandBu
     """(launch line, layout label, verdict) of the card's default layout narrowed to the box:
     TP no wider than its GPUs; no line when the model does not fit there."""
     tp = card.sglang.tp_default
-    if box is not None and box.gpus:
-        tp = widest_tp(card, min(tp, box.gpus))
+    if box is None or not box.gpus:
+        return "", f"TP{tp}", (f"no launch line: this bundle shows no GPUs, so no layout of "
+                               f"{card.name} can be checked against its box (run pcieprof "
+                               f"topology, or import nvidia-smi topo -m, on the serving box)")
+    tp = widest_tp(card, min(tp, box.gpus))
     f = fit(card, Placement(tp=tp), box, context)
     label = f"TP{tp}"
     if f.fits is False:
         return "", label, f"{card.name} at {label}: {f.verdict()}"
-    if box is None or not box.gpus:
-        caveats.append(f"the bundle shows no GPUs: the command is for the card's TP{tp}, "
-                       f"not checked against a box")
-    elif f.fits is None:
+    if f.fits is None:
         caveats.append(f"{label}: {f.verdict()}")
     built = command(card, Candidate(label, tp=tp), dict(result.env))
     return launch_line(result, None, built.command, built.env), label, ""

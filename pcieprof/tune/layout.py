@@ -156,37 +156,101 @@ class ComputeModel:
         return nbytes / (self.eff_gbps * 1e6) + self.fixed_ms
 
 
-def anchor_curve(bundle: Bundle, card: ModelCard) -> tuple[dict[int, float], str, int, int]:
-    """(batch -> step ms, source, tp, context tokens) of a decode curve for `card`: this
-    bundle's serve/decode_curve.csv when it served the same model, else the published points."""
+@dataclass(frozen=True)
+class Anchor:
+    """A decode curve the compute roofline is fitted to.
+
+    Attributes:
+        steps: batch -> step time (ms).
+        source: where it comes from.
+        tp: the TP size it ran at.
+        context_tokens: tokens of context per request.
+        comm_ms: batch -> the communication (ms) to subtract, priced for the box and settings
+            the anchor ran with; None: the anchor ran on this bundle's box (price it with the
+            bundle's curves).
+        comm_ms_high: the same at the assumption's high end (None: no range).
+        comm_note: how `comm_ms` was priced (an assumption, shown with the layouts).
+    """
+
+    steps: dict[int, float]
+    source: str
+    tp: int
+    context_tokens: int
+    comm_ms: dict[int, float] | None = None
+    comm_ms_high: dict[int, float] | None = None
+    comm_note: str = ""
+
+
+def anchor_curve(bundle: Bundle, card: ModelCard) -> Anchor | None:
+    """The decode curve for `card`: this bundle's serve/decode_curve.csv when it served the same
+    model (its communication priced with this bundle's curves: the same box), else the published
+    points with the communication of the published box (data/decode_anchors.toml)."""
     summary = bundle.read_doc(ServeSummary)
     if summary is not None and summary.model == card.name:
         steps = measured_decode_steps(bundle)
         if steps:
             # the short decode-curve requests: prompt + output tokens of context
             ctx = max((r.input_len + r.output_len for r in bundle.rows(DecodeCurveRow)), default=0)
-            return (steps, f"serve/decode_curve.csv of this bundle [{bundle.source}]",
-                    summary.tp or card.sglang.tp_default, ctx)
+            return Anchor(steps, f"serve/decode_curve.csv of this bundle [{bundle.source}]",
+                          summary.tp or card.sglang.tp_default, ctx)
     data = tomllib.loads(ANCHORS.read_text(encoding="utf-8"))
-    model = card.name
-    if model in data:
-        a = data[model]
-        steps = {int(c): c / tps * 1000.0 for c, tps in a["points"]}
-        return steps, f"published: {a['source']} (imported)", int(a["tp"]), int(a["context_tokens"])
-    return {}, "", 0, 0
-
-
-def fit_compute(card: ModelCard, pricer: Pricer, bundle: Bundle) -> ComputeModel | None:
-    """Fit the roofline's bandwidth and fixed cost to the anchor decode curve (least squares);
-    the anchor's communication is priced with this bundle's curves (an assumption, stated)."""
-    steps, source, tp, ctx_tokens = anchor_curve(bundle, card)
-    if not steps or tp < 1:
+    if card.name not in data:
         return None
+    a = data[card.name]
+    steps = {int(c): c / tps * 1000.0 for c, tps in a["points"]}
+    comm = {int(b): float(ms) for b, ms in a.get("comm_ms", [])} or None
+    high = {int(b): float(ms) for b, ms in a.get("comm_ms_default", [])} or None
+    env = " ".join(f"{k}={v}" for k, v in a.get("comm_env", {}).items())
+    note = (f"the published step's communication priced on the fabric model of "
+            f"{a.get('comm_profile', '?')} with {env or 'NCCL defaults'} (simulated; assumed to "
+            f"be the published box)") if comm else ""
+    return Anchor(steps, f"published: {a['source']} (imported)", int(a["tp"]),
+                  int(a["context_tokens"]), comm, high, note)
+
+
+def published_compute_ms(model: str, batch: int) -> float | None:
+    """The compute of one decode step at `batch` on the published box (its step less its own
+    communication, data/decode_anchors.toml), or None where no anchor point is at that batch."""
+    data = tomllib.loads(ANCHORS.read_text(encoding="utf-8")).get(model)
+    if not data or not data.get("comm_ms"):
+        return None
+    steps = {int(c): c / tps * 1000.0 for c, tps in data["points"]}
+    comm = {int(b): float(ms) for b, ms in data["comm_ms"]}
+    return steps[batch] - comm[batch] if batch in steps and batch in comm else None
+
+
+def token_share(model: str, batch: int, comm_ms: float, saved_ms: float) -> str:
+    """`19% of a ~22.2 ms token at batch 1, whose compute ...` for a saving on a step whose communication costs
+    `comm_ms` here, the compute taken from the published box (assumed the same here); "" when
+    the model has no anchor at that batch."""
+    comp = published_compute_ms(model, batch)
+    if comp is None or comp + comm_ms <= 0:
+        return ""
+    token = comp + comm_ms
+    return (f"{saved_ms / token * 100:.0f}% of a ~{token:.1f} ms token at batch {batch}, whose "
+            f"compute, {comp:.1f} ms, is the published step's, assumed the same here")
+
+
+def fit_compute(card: ModelCard, pricer: Pricer, bundle: Bundle,
+                high: bool = False) -> ComputeModel | None:
+    """Fit the roofline's bandwidth and fixed cost to the anchor decode curve (least squares),
+    its communication subtracted as the anchor's own box paid it (`high`: at the high end of that
+    assumption; None when the anchor has no range)."""
+    anchor = anchor_curve(bundle, card)
+    if anchor is None or not anchor.steps or anchor.tp < 1:
+        return None
+    own = anchor.comm_ms_high if high else anchor.comm_ms
+    if high and own is None:
+        return None
+    tp = anchor.tp
     c = Candidate(f"TP{tp}", tp=tp)
     xs, ys, pts = [], [], []
-    for b, ms in sorted(steps.items()):
-        comm = predict_step_comm(card, Layout(tp=tp), b, pricer)["total_us"] / 1e3 if tp > 1 else 0.0
-        xs.append(bytes_read_per_step(card, c, b, max(ctx_tokens, 1)))
+    for b, ms in sorted(anchor.steps.items()):
+        if own is not None and b in own:
+            comm = own[b]
+        else:
+            comm = predict_step_comm(card, Layout(tp=tp), b, pricer)["total_us"] / 1e3 if tp > 1 else 0.0
+        xs.append(bytes_read_per_step(card, c, b, max(anchor.context_tokens, 1)))
         ys.append(max(ms - comm, 0.05 * ms))
         pts.append((b, ms, comm))
     X = np.vstack([np.array(xs), np.ones(len(xs))]).T
@@ -198,6 +262,9 @@ def fit_compute(card: ModelCard, pricer: Pricer, bundle: Bundle) -> ComputeModel
         a, t0 = float(np.mean(ys) / np.mean(xs)), 0.0
     if t0 < 0:
         a, t0 = float(np.dot(xs, ys) / np.dot(xs, xs)), 0.0
+    source = anchor.source + (f"; {anchor.comm_note}" if anchor.comm_note else "")
+    if high:
+        source += "; at the assumption's high end (NCCL defaults on the published box)"
     return ComputeModel(eff_gbps=1.0 / a / 1e6, fixed_ms=float(t0), source=source, points=pts)
 
 
@@ -302,7 +369,31 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
     results.sort(key=key, reverse=True)
     if results:
         results[0].why = _why(results, compute)
+        high = fit_compute(card, pricer, bundle, high=True)
+        cand = next(c for c in candidates(ngpus) if c.label == results[0].label)
+        rng = _at_high_end(card, cand, results[0], high, context)
+        if rng:
+            results[0].why += "; " + rng
     return results
+
+
+def _at_high_end(card: ModelCard, c: Candidate, top: LayoutAdvice, high: ComputeModel | None,
+                 context: int) -> str:
+    """The top layout's c=1 step and peak with the compute fitted at the high end of the anchor's
+    assumed communication (the range of the verdict), or ""."""
+    fit_rows = [p for p in top.per_concurrency if p.fits]
+    if high is None or not top.fits or not fit_rows:
+        return ""
+    out = []
+    for p in (top.per_concurrency[0], fit_rows[-1]):
+        comp = high.compute_ms(bytes_read_per_step(card, c, p.batch_per_replica, context)) * c.pp
+        step = comp + (p.comm_ms or 0.0)
+        out.append((p, step, p.concurrency / step * 1000))
+    (p1, s1, _), (pk, _, tk) = out
+    return (f"range of the assumed anchor communication: with NCCL's defaults on the published "
+            f"box instead of its tuned settings, {top.label} would take {s1:.1f} ms per step at "
+            f"c={p1.concurrency} (not {p1.step_ms:.1f}) and {tk:.0f} tok/s at c={pk.concurrency} "
+            f"(not {pk.tok_s:.0f})")
 
 
 def _why(results: list[LayoutAdvice], compute: ComputeModel | None) -> str:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 
-from pcieprof.serve.launcher import ServerProcess, free_port
+from pcieprof.redact import remember_environ
+from pcieprof.serve.launcher import ServerProcess, _copy_redacted, free_port
 from pcieprof.serve.outcomes import Outcome
 from pcieprof.serve.sglang_cmd import ServerCommand
 
@@ -155,3 +157,24 @@ def test_advancing_progress_keeps_an_attempt_alive_a_redrawn_bar_does_not(tmp_pa
     assert c is not None and c.outcome is Outcome.HANG
     assert srv.progress.count == 8 and "8/8" in srv.progress.last_progress
     assert 3.2 + 1.5 <= waited < 3.2 + 1.5 + 10
+
+
+def test_a_secret_printed_in_two_bursts_is_masked_whole(tmp_path: Path) -> None:
+    # Issue 25 point 2: the copier writes an unfinished line once the output pauses; a secret
+    # cut by that pause must not go out as a head (and then a tail) in clear.
+    secret = "hf_splitSECRET;&)]}42"
+    remember_environ({"HF_TOKEN": secret})
+    r, w = os.pipe()
+    log = tmp_path / "server-0.log"
+    with open(log, "ab", buffering=0) as dst:
+        pump = threading.Thread(target=_copy_redacted, args=(os.fdopen(r, "rb"), dst),
+                                kwargs={"idle_s": 0.02})
+        pump.start()
+        for burst in ("using token " + secret[:8], secret[8:] + " ok\nexport HF_TOKEN=",
+                      "abc,def;ghi\nGET http://u:p@", "ss@host/x\n"):
+            os.write(w, burst.encode())
+            time.sleep(0.5)  # 25 times the pause after which an unfinished line is written
+        os.close(w)
+        pump.join(timeout=30)
+    text = log.read_text()
+    assert text == "using token *** ok\nexport HF_TOKEN=***\nGET http://***@host/x\n", text

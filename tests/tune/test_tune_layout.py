@@ -77,4 +77,6 @@ def test_rank_layouts_on_the_box(box) -> None:
 def test_layouts_without_a_launcher_have_no_command(box) -> None:
     res = L.rank_layouts(box, load_card("glm5-nvfp4"), Pricer(box), topology=box.read_doc(Topology))
     assert all(r.command == "" for r in res)
-    assert all(any("no launch command" in n for n in r.notes) for r in res)
+    assert all(any("no launch command" in n for n in r.notes) for r in res if r.fits)
+    # a layout that does not fit says why instead, in GiB
+    assert all(any("does not fit this box (needs" in n for n in r.notes) for r in res if not r.fits)

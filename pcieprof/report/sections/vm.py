@@ -42,8 +42,8 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         return sec
     cols, rows = table(cost)
     sec.blocks.append(Table(
-        f"VM / bare metal, {cost.nranks}-GPU all-reduce per decode size (us) and per decode step "
-        f"(ms); VM +x%: the VM is slower by x%", cols, rows, provenance=cost.provenance,
+        f"VM / bare metal, {cost.nranks}-GPU all-reduce per decode size (us) and the all-reduces of "
+        f"a decode step (ms); VM +x%: the VM is slower by x%", cols, rows, provenance=cost.provenance,
         caption="; ".join(cost.notes)))
     first = size_label(cost.rows(cost.bases[0])[0].size_bytes)
     sec.blocks.append(Table(f"what each side ran at {first}", ["basis", "VM", "bare metal"],
@@ -60,8 +60,8 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
     if cost.host_changes:
         sec.blocks.append(Table(
             "what only the hypervisor host can change, priced by the fabric model "
-            f"({cost.model} decode step at batch {cost.batches[0]}, {cost.step_allreduces} "
-            "all-reduces)", ["change", "expected (simulated)", "risk, or why it is blocked", "how"],
+            f"(the all-reduces of a {cost.model} decode step at batch {cost.batches[0]}, "
+            f"{cost.step_allreduces} of them, not the whole step)", ["change", "expected (simulated)", "risk, or why it is blocked", "how"],
             [[h.title, host_change_gain(h), h.blocked_by or h.risk, h.how] for h in cost.host_changes],
             provenance=cost.provenance, collapsed=True))
     return sec

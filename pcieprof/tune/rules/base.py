@@ -16,6 +16,7 @@ from pcieprof.analysis.provenance import obtained
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices
 from pcieprof.bundle.topology import Topology
+from pcieprof.tune.layout import token_share
 from pcieprof.tune.ring import Ring
 
 #: A difference smaller than this (relative) is within measurement spread: no recommendation.
@@ -131,7 +132,13 @@ def fmt_gain(per_ar: dict[int, float], per_step: dict[int, float], base: Curve |
         t0 = base.at(band.message_bytes(b0))
         parts[-1] += f" ({t0:.1f} -> {t0 - per_ar[b0]:.1f} us)"
     if per_step.get(b0) and math.isfinite(per_step[b0]):
-        parts.append(f"{-per_step[b0]:+.2f} ms per decode step")
+        step_txt = f"{-per_step[b0]:+.2f} ms per decode step"
+        if base is not None and band is not None and per_ar[b0]:
+            # the step's all-reduce time here, then the saving as a share of the whole token
+            comm = base.at(band.message_bytes(b0)) * per_step[b0] / per_ar[b0]  # us x n/1e3: ms
+            share = token_share(band.model, b0, comm, per_step[b0])
+            step_txt += f" ({share})" if share else ""
+        parts.append(step_txt)
     b1 = max(per_ar)
     if b1 != b0:
         parts.append(f"{-per_ar[b1]:+.1f} us at batch {b1}" if abs(per_ar[b1]) >= 0.05

@@ -21,7 +21,7 @@ from pcieprof.analysis.matrices import gpu_indices, pair_matrix
 from pcieprof.analysis.virtualization import known_state
 from pcieprof.bundle.recommendations import Recommendation, Risk
 from pcieprof.tune.rules.base import RuleContext
-from pcieprof.tune.vm import (best_host_change, host_change_line, known_words, vm_cost,
+from pcieprof.tune.vm import (best_host_change, host_change_line, step_gain, known_words, vm_cost,
                               what_to_measure)
 
 #: P2P slower than this share of host-to-device bandwidth means the peer path costs (translation,
@@ -109,7 +109,7 @@ def _vm_host_card(ctx: RuleContext, evidence: list[str], slow: bool, broken: boo
               else "")
     if cost is not None and cost.host_changes:
         best = best_host_change(cost)
-        lines = [f"# on the hypervisor host ({cost.source}, decode step at batch "
+        lines = [f"# on the hypervisor host ({cost.source}, all-reduces of a decode step at batch "
                  f"{cost.batches[0]}; each change in the report's 'What the VM costs'):"]
         # how, each risk, why some are blocked: the report's VM section
         lines += [f"# - {host_change_line(h)}" for h in cost.host_changes
@@ -119,9 +119,8 @@ def _vm_host_card(ctx: RuleContext, evidence: list[str], slow: bool, broken: boo
                             ("blocked on this box", [h for h in cost.host_changes if not h.feasible])):
             if group:
                 lines.append(f"# - {what}: " + "; ".join(h.title for h in group))
-        gain = (f"{cost.source}: decode step {best.step_best_safe_us[0] / 1e3:.2f} -> "
-                f"{best.step_best_safe_us[1] / 1e3:.2f} ms if served on the host with its best "
-                "setting free of the hang risk" if best is not None else
+        gain = (f"{cost.source}: {step_gain(cost, best.step_best_safe_us)} if served on the host "
+                "with its best setting free of the hang risk" if best is not None else
                 f"{cost.source}: no feasible host-side change saves time here")
         gain += "; nothing in the guest changes the IOMMU or ACS"
         risks = [Risk(id=h.id, title=f"{h.title}: {h.risk}",
