@@ -31,7 +31,7 @@ from pcieprof.measurement import (
 )
 from pcieprof.node_group import parse_endpoint
 from pcieprof.probe_runner import Launch
-from pcieprof.report import ReportContext, write_report
+from pcieprof.report.context import ReportContext
 from pcieprof.report.console import summarize
 from pcieprof.schema import source_of
 from pcieprof.sim.fabric import DEFAULT_PROFILE
@@ -251,12 +251,20 @@ def _report(bundle: Bundle, card: ModelCard, band: DecodeBand) -> None:
     """report.html of the finished bundle (the tuner's advice computed in memory); a report
     that cannot be written is a warning and a failed `report` part, not a failed run."""
     try:
+        from pcieprof.report import write_report  # heavy: plotly, absent on a bare GPU box
+
         recs = for_report([bundle], card, band)
         write_report([bundle], bundle.path / "report.html",
                      ctx=ReportContext(band=band, recommendations=recs))
     except PcieprofError as exc:
         bundle.set_part("report", "failed", why=exc.one_line())
         progress.warn(f"report: {exc.one_line()}")
+        return
+    except ImportError as exc:  # the measurements stand; the page can be drawn elsewhere
+        why = (f"the report needs {exc.name or exc}: pip install {exc.name or 'plotly'}, then "
+               f"pcieprof report {bundle.path}")
+        bundle.set_part("report", "failed", why=why)
+        progress.warn(f"report: {why}")
         return
     bundle.register("report.html")
     bundle.set_part("report", "ok")
