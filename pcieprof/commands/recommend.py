@@ -23,7 +23,7 @@ from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.topology import Topology
 from pcieprof.commands.card_choice import MODEL_HELP, card_for
 from pcieprof.commands.options import verbosity
-from pcieprof.commands.tuning import launch_choice, tune
+from pcieprof.commands.tuning import the_launch, tune
 from pcieprof.errors import BadInput
 from pcieprof.measurement import MeasurementSession, allreduce_plan
 from pcieprof.schema import source_of
@@ -122,8 +122,8 @@ def command(bundle: Path, out: Path | None, force: bool, model: str | None, batc
     card = card_for(model, [b])  # a wrong name is one line, before any work
     if arch is not None and not re.fullmatch(r"sm\d{2,3}", arch):
         raise BadInput(f"--arch {arch!r}: give a compute capability as smXY (sm120, sm100, sm90)")
-    choice = launch_choice(card, Bundle.open(serve).check() if serve is not None else None, arch,
-                           box=box_of(b))
+    choice = the_launch(card, arch, bundle=b, box=box_of(b),
+                        serve=Bundle.open(serve).check() if serve is not None else None)
     band = DecodeBand.of_card(card, 1, batch_max)
     nodes = Nodes.of(b)
     if verify and nodes is not None:
