@@ -19,12 +19,11 @@ from pcieprof.analysis.box import box_of, gib
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.nodes import Nodes
 from pcieprof.bundle import Bundle
-from pcieprof.bundle.model import ModelRecord
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.topology import Topology
 from pcieprof.commands.card_choice import MODEL_HELP, card_for
 from pcieprof.commands.options import verbosity
-from pcieprof.commands.tuning import launch_choice, tune
+from pcieprof.commands.tuning import the_launch, tune
 from pcieprof.errors import BadInput
 from pcieprof.measurement import MeasurementSession, allreduce_plan
 from pcieprof.schema import source_of
@@ -139,8 +138,8 @@ def command(bundle: Path, out: Path | None, force: bool, model: str | None, batc
     card = card_for(model, [b])  # a wrong name is one line, before any work
     if arch is not None and not re.fullmatch(r"sm\d{2,3}", arch):
         raise BadInput(f"--arch {arch!r}: give a compute capability as smXY (sm120, sm100, sm90)")
-    choice = launch_choice(card, Bundle.open(serve).check() if serve is not None else None, arch,
-                           box=box_of(b))
+    choice = the_launch(card, arch, bundle=b, box=box_of(b),
+                        serve=Bundle.open(serve).check() if serve is not None else None)
     band = DecodeBand.of_card(card, 1, batch_max)
     nodes = Nodes.of(b)
     if verify and nodes is not None:
@@ -160,7 +159,7 @@ def command(bundle: Path, out: Path | None, force: bool, model: str | None, batc
     result = tune(b, card, band, layouts=not no_layouts, context=context, choice=choice)
     try:
         paths = write_outputs(b, result)
-        b.set_model(ModelRecord.of_card(card))  # the card the recommendations are for
+        b.set_model(card)  # the card the recommendations are for
     except OSError as exc:
         raise BadInput(f"cannot write the recommendations into {b.path}: {exc.strerror or exc}",
                        hint="pass --out DIR to write them into a copy of the bundle") from None
@@ -194,7 +193,7 @@ def _verify(b: Bundle, result: Recommendations, band: DecodeBand, out: Path | No
 def measure_verify(b: Bundle, plan: VerifyPlan, out: Path, timeout_s: float) -> Bundle:
     """Run a verify plan into a new `recommend-verify` bundle at `out` with the bundle's backend."""
     vb = Bundle.create(out, command="recommend-verify", source=source_of(plan.backend),
-                       backend=plan.backend, force=_ours(out))
+                       backend=plan.backend, force=_ours(out), inputs=[b.path])
     topo = b.read_doc(Topology)
     probe_plan = allreduce_plan(plan.backend, list(plan.devices),
                                 [(c.name, c.env, c.ranks, c.title) for c in plan.cases],
