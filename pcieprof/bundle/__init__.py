@@ -19,12 +19,12 @@ import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, TypeVar
 
 from pcieprof import __version__
 from pcieprof.errors import BadInput
 from pcieprof.redact import redact
-from pcieprof.bundle import contract
+from pcieprof.bundle import contract, outdir
 from pcieprof.bundle import rows as R
 from pcieprof.bundle import writer
 from pcieprof.bundle.document import Readable
@@ -103,24 +103,35 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def prepare_out_dir(path: Path, *, force: bool) -> None:
-    """Make `path` an empty directory to write into, or refuse with one line (BadInput).
+def prepare_out_dir(path: Path, *, force: bool, inputs: Sequence[Path | str] = ()) -> None:
+    """Make `path` a directory to write a bundle into, locked for this process, or refuse with
+    one line (BadInput); the rules are pcieprof.bundle.outdir's.
 
     Args:
         path: the output directory (`--out`).
-        force: clear a non-empty directory instead of refusing it.
+        force: replace the bundle a non-empty directory holds (its own files only) instead of
+            refusing it.
+        inputs: the files and directories the command reads: `path` must not be or hold one.
     """
+    outdir.refuse_inputs_inside(path, inputs)
     try:
         if path.exists() and not path.is_dir():
             raise BadInput(f"{path}: expected a directory for the output, got an existing file")
-        if path.is_dir() and any(path.iterdir()):
+        path.mkdir(parents=True, exist_ok=True)
+        outdir.lock(path)  # before looking inside: a second writer is refused here
+    except OSError as exc:
+        raise _cannot(path, "create the output directory", exc) from None
+    try:
+        if any(path.iterdir()):
             if not force:
                 raise BadInput(f"output directory {path} exists and is not empty",
                                hint="choose another --out or pass --force")
-            _clear_dir(path)
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _cannot(path, "create the output directory", exc) from None
+            outdir.clear_bundle(path)
+    except BaseException as exc:
+        outdir.unlock(path)
+        if isinstance(exc, OSError):
+            raise _cannot(path, "replace the bundle in the output directory", exc) from None
+        raise
 
 
 def prepare_out_file(path: Path) -> None:
@@ -176,8 +187,9 @@ def unfinished() -> list["Bundle"]:
 
 def forget_unfinished() -> None:
     """Start a new command invocation in this process (pcieprof.cli.main): the bundles of an
-    earlier one are not its own."""
+    earlier one, and the --out locks it held, are not its own."""
     _UNFINISHED.clear()
+    outdir.release_locks()
 
 
 class Bundle:
@@ -194,7 +206,8 @@ class Bundle:
 
     @classmethod
     def create(cls, path: Path | str, *, command: str, source: str, backend: str,
-               force: bool = False, argv: list[str] | None = None) -> "Bundle":
+               force: bool = False, argv: list[str] | None = None,
+               inputs: Sequence[Path | str] = ()) -> "Bundle":
         """Start a new bundle at `path`.
 
         Args:
@@ -202,11 +215,12 @@ class Bundle:
             command: the pcieprof subcommand that writes it (e.g. "topology").
             source: `measured`, `simulated` or `imported` (the main provenance).
             backend: `cuda`, `cpu`, `sim` or `imported`.
-            force: reuse a non-empty directory, removing the bundle files in it.
+            force: reuse a bundle's directory, removing that bundle's own files.
             argv: the command line to record (defaults to sys.argv; secrets are masked).
+            inputs: what the command reads (trace files, bundles): `path` must not hold one.
         """
         path = Path(path)
-        prepare_out_dir(path, force=force)
+        prepare_out_dir(path, force=force, inputs=inputs)
         manifest: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "pcieprof_version": __version__,
@@ -302,7 +316,7 @@ class Bundle:
         if dst == src or src in dst.parents:
             raise BadInput(f"{path} is the bundle {self.path} or inside it",
                            hint="choose a directory outside the bundle")
-        prepare_out_dir(path, force=force)
+        prepare_out_dir(path, force=force, inputs=[self.path])
         try:
             shutil.copytree(self.path, path, dirs_exist_ok=True)
         except OSError as exc:
@@ -395,6 +409,7 @@ class Bundle:
         self.manifest["end_time"] = now_iso()
         self.save_manifest()
         _UNFINISHED.pop(self.path, None)
+        outdir.unlock(self.path)
         return status
 
     def interrupted(self, why: str) -> None:
@@ -556,14 +571,6 @@ class Bundle:
             files.append(name)
             self.save_manifest()
 
-
-
-def _clear_dir(path: Path) -> None:
-    for child in path.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child)
-        else:
-            child.unlink()
 
 
 #: Manifest key -> the JSON types its value may have (None: null allowed). What every reader of

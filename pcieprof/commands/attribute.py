@@ -101,7 +101,8 @@ def command(traces: tuple[Path, ...], classes: Path | None, drop_last_step: bool
     topo_b = Bundle.open(topology).check() if topology else None
     serve_b = Bundle.open(serve_dir).check() if serve_dir else None
     bundle = Bundle.create(out or default_out_dir("attribute"), command="attribute",
-                           source="measured", backend="imported", force=force)
+                           source="measured", backend="imported", force=force,
+                           inputs=[*traces, *(p for p in (classes, topology, serve_dir) if p)])
     doc: dict[str, Any] | None = None
     try:
         if paths:
@@ -143,6 +144,20 @@ def _model_table(bundle: Bundle, model: str, topology: Bundle, serve: Bundle | N
     return rows
 
 
+#: SGLang's ForwardMode names as the traces carry them, for people. sgl-project/sglang
+#: python/sglang/srt/model_executor/forward_batch_info.py, class ForwardMode: EXTEND "Extend a
+#: sequence ... It is also called 'prefill' in common terminology"; DECODE "Decode one token";
+#: MIXED "Contains both EXTEND and DECODE when doing chunked prefill".
+STEP_KINDS = {"EXTEND": "EXTEND (prefill: the prompt's tokens)",
+              "DECODE": "DECODE (one new token per request)",
+              "MIXED": "MIXED (prefill and decode in one step, chunked prefill)"}
+
+
+def _step_kind(kind: str) -> str:
+    """A step kind for people: SGLang's name with what it is."""
+    return STEP_KINDS.get(kind, kind)
+
+
 def _fmt(v: float | None, scale: float = 1e-3) -> str:
     return "-" if v is None else f"{v * scale:10.3f}"
 
@@ -164,7 +179,8 @@ def _summary(doc: dict[str, Any]) -> None:
             click.echo(f"     rank {r['rank']}: {r['steps_note']}")
         d = r.get("decode_steps")
         kinds = r.get("step_kinds") or {}
-        shown = [("per step", d)] if d else [(f"per {k} step", v) for k, v in kinds.items()]
+        shown = [("per step", d)] if d else [(f"per {_step_kind(k)} step", v)
+                                             for k, v in kinds.items()]
         for label, v in shown:
             share = 100 * v["mean_comm_us"] / v["mean_span_us"] if v["mean_span_us"] else 0
             click.echo(f"     {label} (n={v['n']}): span {v['mean_span_us'] / 1e3:.3f} ms, comm "

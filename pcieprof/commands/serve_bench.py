@@ -34,7 +34,7 @@ import click
 
 from pcieprof import progress
 from pcieprof.analysis.attribution import attribute_traces
-from pcieprof.bundle import Bundle, default_out_dir
+from pcieprof.bundle import Bundle, default_out_dir, outdir
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
@@ -215,13 +215,16 @@ def command(**kw: Any) -> None:
     out = kw["out"] or default_out_dir("serve-bench")
     if kw["resume"]:
         bundle = Bundle.open(out)
+        outdir.lock(Path(out))  # one writer at a time, as for a new bundle
         if bundle.manifest.get("command") != "serve-bench" or \
                 (bundle.read_json("serve/card.json", {}) or {}).get("name") != card.name:
             raise BadInput(f"{out} is not a serve-bench bundle of {card.name} to resume",
                            hint="--resume takes the --out of an interrupted serve-bench --sweep")
     else:
+        read = (kw["model"], kw["sweep_file"], kw.get("model_path"))  # a card file, ...
         bundle = Bundle.create(out, command="serve-bench", source=source_of(card.sglang.backend),
-                               backend=card.sglang.backend, force=kw["force"])
+                               backend=card.sglang.backend, force=kw["force"],
+                               inputs=[p for p in read if p and Path(p).exists()])
     bundle.set_model(card)
     bundle.set_versions(sglang=parser.version if parser else None, **_versions())
     opts = _options(card, base, kw, parser, prefix, search)
