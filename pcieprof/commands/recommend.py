@@ -37,6 +37,19 @@ def summary_lines(result: Recommendations) -> list[str]:
     lines = [f"principal bottleneck: {result.bottleneck}", ""]
     if not result.recommendations:
         lines.append("no change supported by the measurements")
+    # A risk's check and host-side paragraph are the same for every card it applies to: said in
+    # full once, then named by the card that said it.
+    said: dict[str, int] = {}
+    host_card = next((i for i, r in enumerate(result.recommendations, 1)
+                      if r.rule == "iommu_acs" and r.kind == "host"), None)
+
+    def once(text: str, i: int) -> str | None:
+        """`text` the first time, then "as card N says"; None for a repeat inside card N."""
+        if text in said:
+            return None if said[text] == i else f"as card {said[text]} says"
+        said[text] = i
+        return text
+
     for i, r in enumerate(result.recommendations, 1):
         lines.append(f"{i}. [{r.confidence}] {r.title}")
         if r.gain_text:  # a finding (warn, info) says what it means, a change what it gains
@@ -45,10 +58,13 @@ def summary_lines(result: Recommendations) -> list[str]:
             lines.append(f"   {a}")
         for risk in r.risks:
             lines.append(f"   RISK: {risk.title}")
-            if risk.check:
-                lines.append(f"   check: {risk.check}")
+            if risk.check and (check := once(risk.check, i)) is not None:
+                lines.append(f"   check: {check}")
             if risk.host_alternative:
-                lines.append(f"   host-side alternative: {risk.host_alternative}")
+                alt = (f"card {host_card} (the hypervisor host's changes)" if host_card
+                       else once(risk.host_alternative, i))
+                if alt is not None:
+                    lines.append(f"   host-side alternative: {alt}")
         for e in r.evidence[:2]:
             lines.append(f"   evidence: {e}")
     if result.layouts:
