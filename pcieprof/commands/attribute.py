@@ -13,6 +13,8 @@ from pcieprof.analysis.attribution import _table, attribute_traces
 from pcieprof.analysis.comm_model import Layout, Pricer, comparison_table, predict_step_comm
 from pcieprof.bundle import Bundle, default_out_dir
 from pcieprof.bundle.attribution import Attribution
+from pcieprof.bundle.comm_model import CommModel, CommModelRow
+from pcieprof.bundle.document import decode
 from pcieprof.cards import load_card
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.errors import BadInput
@@ -63,7 +65,8 @@ def _batches(text: str) -> list[int]:
 @click.option("--topology", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Topology bundle whose allreduce.csv prices the model's collectives.")
 @click.option("--serve", "serve_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="serve-bench bundle with serve/decode_curve.csv (measured decode steps).")
+              help="serve-bench bundle with serve/decode_curve.csv (measured decode steps) and, "
+                   "without TRACES, its attribution.json (traced communication).")
 @click.option("--tp", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True)
@@ -134,11 +137,13 @@ def _model_table(bundle: Bundle, model: str, topology: Bundle, serve: Bundle | N
                     moe_a2a="deepep" if deepep else "none", speculative=mtp)
     pricer = Pricer(topology, variant)
     bundle.set_part("comm_model", "running")
-    attribution = Attribution.from_json(doc) if doc else None
+    # the traced side: these traces, else what serve-bench attributed in the --serve bundle
+    attribution = (Attribution.from_json(doc) if doc
+                   else serve.read_doc(Attribution) if serve is not None else None)
     rows = comparison_table(card, layout, batches, pricer, serve, attribution)
     detail = predict_step_comm(card, layout, batches[0], pricer)
-    bundle.write_json("comm_model.json", {"table": rows, "detail_batch": batches[0],
-                                          "detail": detail})
+    bundle.write_doc(CommModel(topology=topology.path.name, table=[decode(CommModelRow, r, "comm_model row") for r in rows],
+                               detail_batch=batches[0], detail=detail))
     bundle.write_text("attribution/comm_model.csv", _table(rows))
     bundle.set_part("comm_model", "ok", source=detail["source"], backend=detail["backend"])
     return rows
