@@ -274,7 +274,7 @@ def tune(bundle: Bundle, card: ModelCard, band: DecodeBand, *, layouts: bool = T
         return result
     # a neutral choice leaves out the card's own backends, which serve-bench cannot: no line
     bench = None if choice.neutral else (
-        lambda lay, tp: bench_line(card, lay, tp, result.env, choice))
+        lambda lay, tp, env: bench_line(card, lay, tp, env, choice))
     return launch.apply(result, choice, card, build, box=box, context=context, bench=bench)
 
 

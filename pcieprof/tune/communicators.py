@@ -117,3 +117,56 @@ def describe(comms: list[Communicator], limit: int = 4) -> str:
         by.setdefault(c.group, []).append("[" + ",".join(map(str, c.gpus)) + "]")
     return "; ".join(f"{g} " + ", ".join(v[:limit]) + (", ..." if len(v) > limit else "")
                      for g, v in by.items())
+
+
+#: The variable whose file every communicator reads (src/graph/search.cc ncclTopoCompute).
+GRAPH_ENV = "NCCL_GRAPH_FILE"
+#: Where NCCL fails and where SGLang makes its groups, for the notes.
+SOURCES = ("NVIDIA/nccl src/graph/search.cc ncclTopoGetChannelFromXml: 'XML Import Channel : "
+           "dev N not found' (ncclSystemError)",
+           "sgl-project/sglang 0.5.23 python/sglang/srt/distributed/parallel_state.py "
+           "initialize_model_parallel")
+
+
+def env_for(env: dict[str, str], file_gpus: set[int] | None, tp: int, pp: int = 1, ep: int = 1,
+            attn_dp: int = 1, replicas: int = 1) -> tuple[dict[str, str], list[str]]:
+    """The environment of one layout's launch: `env` without NCCL_GRAPH_FILE when the file
+    does not cover each of the layout's communicators (or its GPUs are unknown), and why.
+
+    Args:
+        env: the recommended environment.
+        file_gpus: the GPUs the graph file names (the searched ring's); None: unknown.
+        tp, pp, ep, attn_dp, replicas: the layout (see communicators).
+
+    Returns:
+        (the layout's environment, notes saying what was left out and why).
+    """
+    if GRAPH_ENV not in env:
+        return dict(env), []
+    comms = communicators(tp, pp, ep, attn_dp, replicas)
+    bad = uncovered(comms, file_gpus) if file_gpus is not None else comms
+    if not bad:
+        return dict(env), []
+    kept = {k: v for k, v in env.items() if k != GRAPH_ENV}
+    named = (f"GPUs {','.join(map(str, sorted(file_gpus)))}" if file_gpus is not None
+             else "GPUs not known here")
+    return kept, [f"{GRAPH_ENV} left out of this layout: the file names {named}, and NCCL reads "
+                  f"it in every communicator; SGLang creates {describe(bad)} here, which it does "
+                  f"not cover (a communicator lacking a GPU the file names fails 'XML Import "
+                  f"Channel : dev N not found')"]
+
+
+def covered_layouts(file_gpus: set[int]) -> tuple[list[str], list[str]]:
+    """(labels of the layouts tune.layout ranks on these GPUs that the file covers, the others)."""
+    n = len(file_gpus)
+    shapes = [(f"TP{n}", n, 1, 1, 1, 1), (f"TP{n}+EP{n}", n, 1, n, 1, 1),
+              (f"TP{n} DP-attention{n}", n, 1, 1, n, 1)]
+    shapes += [(f"PP{pp}xTP{n // pp}", n // pp, pp, 1, 1, 1) for pp in (2, 4)
+               if n % pp == 0 and n // pp >= 1 and pp < n]
+    if n % 2 == 0 and n >= 4:
+        shapes.append((f"2 replicas x TP{n // 2}", n // 2, 1, 1, 1, 2))
+    ok: list[str] = []
+    not_ok: list[str] = []
+    for label, tp, pp, ep, adp, rep in shapes:
+        (not_ok if uncovered(communicators(tp, pp, ep, adp, rep), file_gpus) else ok).append(label)
+    return ok, not_ok

@@ -251,7 +251,8 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
     elif layouts:
         try:
             ranked = rank_layouts(bundle, card, Pricer(bundle), topology=ctx.topology, env=env,
-                                  context=context, command=command)
+                                  context=context, command=command,
+                                  graph_gpus=set(ctx.ring.order) if ctx.ring else None)
         except BadInput as exc:  # e.g. a one-GPU box: the NCCL rules stand on their own
             ctx.needs_measuring.append(f"parallel layouts not ranked: {exc.one_line()}")
     nodes = Nodes.of(bundle)
