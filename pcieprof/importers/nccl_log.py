@@ -95,6 +95,10 @@ _P2P_TYPE = re.compile(r"^Check P2P Type (.+)$")
 #: troubleshooting "Runtime and MPI issues" > "Shared memory", quotes this line and names the
 #: cause: too little /dev/shm, as in a container (Docker's default /dev/shm is 64 MB).
 _SHM_EXTEND = re.compile(r"failed to extend (/dev/shm/\S+) to (\d+) bytes(?:, error: (.+))?")
+#: The line newer releases print after it; alone (an excerpt) it says the same when the error is
+#: ENOSPC.
+_SHM_CREATE_FULL = re.compile(r"creating shared memory segment (/dev/shm/\S+) \(size (\d+)\), "
+                              r"error: (No space left on device.*)")
 SHM_TOO_SMALL = ("/dev/shm too small: NCCL could not grow its shared-memory segment (Docker gives "
                  "a container 64 MB of /dev/shm unless --shm-size is set)")
 SHM_FIX = ("give the container more /dev/shm: `docker run --shm-size=1g --ulimit memlock=-1` "
@@ -344,7 +348,7 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
             warnings.append({"line": msg["line"], "host": msg["host"], "pid": msg["pid"],
                              "dev": msg["dev"], "rank": rank_of(msg, comm), "time": msg["time"],
                              "source": msg["source"], "text": t})
-            if shm := _SHM_EXTEND.search(t):
+            if shm := _SHM_EXTEND.search(t) or _SHM_CREATE_FULL.search(t):
                 _note_failure(failures, comm, msg, "shm_too_small", SHM_TOO_SMALL, SHM_FIX,
                               segment=shm.group(1), bytes=int(shm.group(2)),
                               error=shm.group(3))
