@@ -24,7 +24,7 @@ from pcieprof.errors import BadInput, PcieprofError
 from pcieprof.serve.search import Search, Step
 from pcieprof.serve.sglang_cmd import LaunchConfig, build_command
 from pcieprof.serve.space import SearchSpace
-from pcieprof.tune import launch
+from pcieprof.tune import launch, speculative
 from pcieprof.tune.launch import NOT_YET, LaunchChoice
 from pcieprof.tune.layout import Candidate, CommandBuilder, LaunchCommand
 from pcieprof.tune.recommend import recommend
@@ -205,7 +205,8 @@ def tune(bundle: Bundle, card: ModelCard, band: DecodeBand, *, layouts: bool = T
     build = builder(choice)
     result = recommend(bundle, card, band=band, layouts=layouts, context=context,
                        write_files=write_files, command=build)
-    return launch.apply(result, choice, card, build, box=box, context=context)
+    result = launch.apply(result, choice, card, build, box=box, context=context)
+    return speculative.add(result, card)
 
 
 def serve_searches(bundles: Sequence[Bundle]) -> list[Bundle]:
