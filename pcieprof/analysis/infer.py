@@ -161,10 +161,17 @@ class InferredTopology:
         return all(_is_clique(g, upto) for g in lv.groups if len(g) > 1)
 
     def where(self, k: int, limit: int = 12) -> str:
-        """Level k for people: `groups 0,1 | 2,3` for a hierarchy level, else `pairs 0-2, ...`
-        (always pairs for the no-P2P level)."""
+        """Level k for people: `groups 0,1 | 2,3` for a hierarchy level (PCIe: the GPUs joined at
+        it or finer), an NVLink level's own groups when its pairs form whole groups, else
+        `pairs 0-2, ...` (always pairs for the no-P2P level)."""
         lv = self.levels[k]
-        if lv.kind != NO_P2P and any(len(g) > 1 for g in lv.groups) and self.is_tree(k):
+        if lv.kind == NVLINK:
+            # NVLink levels are link counts, not a hierarchy: the GPUs joined at this count
+            # alone (NV17 among NV18 is the odd pair, not "every GPU")
+            own = [g for g in _groups(self.gpus, lv.pairs) if len(g) > 1]
+            if own and all(_is_clique(g, set(lv.pairs)) for g in own):
+                return "groups " + " | ".join(",".join(map(str, g)) for g in own)
+        elif lv.kind != NO_P2P and any(len(g) > 1 for g in lv.groups) and self.is_tree(k):
             return "groups " + " | ".join(",".join(map(str, g)) for g in lv.groups)
         shown = ", ".join(f"{a}-{b}" for a, b in lv.pairs[:limit])
         return "pairs " + shown + (f" and {len(lv.pairs) - limit} more"

@@ -2,8 +2,8 @@
 
 What was tried in which order and why, how each attempt ended and the log line that decided it,
 what the failures taught (values excluded, axes exhausted), and the configuration that served
-correct tokens, as a command ready to paste. Written by pcieprof.serve.run (through
-pcieprof.serve.search.search_document); read by the tuner (the SGLang command of the layouts)
+correct tokens, as a command ready to paste. Built by pcieprof.tune.search.search_document,
+written by pcieprof.serve.run after every attempt (through the plan the command gives it); read by the tuner (the SGLang command of the layouts)
 and the report (the attempts table).
 
     doc = bundle.read_doc(ServeSearch)
@@ -18,9 +18,33 @@ and the report (the attempts table).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from pcieprof.bundle.document import Document
+
+class Outcome(str, Enum):
+    """The classified end of one launch attempt (serve/attempts.jsonl, the attempts here);
+    pcieprof.serve.outcomes classifies a launch log into one."""
+
+    OK = "ok"  # served and answered correctly
+    NAN_IN_DECODE = "nan_in_decode"
+    CUDA_DEVICE_ASSERT = "cuda_device_assert"
+    OOM = "out_of_memory"
+    NCCL_TIMEOUT = "nccl_watchdog_timeout"
+    NCCL_ERROR = "nccl_error"
+    UNSUPPORTED_ARCH = "unsupported_architecture"
+    PORT_IN_USE = "port_in_use"
+    MISSING_MODEL = "missing_model_files"
+    BAD_ARGUMENTS = "bad_arguments"
+    HANG = "hang"  # no progress before a deadline
+    BAD_OUTPUT = "bad_output"  # served, but the tokens are wrong (empty, wrong length)
+    CRASHED = "crashed"  # exited with no recognised cause
+    INTERRUPTED = "interrupted"
+
+
+#: Attempt outcomes that are not a result (the attempt is launched again).
+NOT_A_RESULT = ("running", "interrupted")
 
 #: Search statuses: still going, served, nothing left to try, a rule or the limit ended it,
 #: Ctrl-C (resumable).
@@ -41,7 +65,7 @@ class SearchAxis:
     """One launch choice the search varies (attention backend, DSA decode backend, ...).
 
     Attributes:
-        name: the axis (pcieprof.serve.space.FLAGS names its SGLang flag).
+        name: the axis (pcieprof.tune.space.FLAGS names its SGLang flag).
         only_when: the axis applies only when these axes hold one of these values.
         values: its values in the order the search tries them.
     """
@@ -53,7 +77,7 @@ class SearchAxis:
 
 @dataclass
 class SearchRule:
-    """A learning rule (pcieprof.serve.learn): on which outcomes, what it does, and why."""
+    """A learning rule (pcieprof.tune.learn): on which outcomes, what it does, and why."""
 
     name: str
     outcomes: list[str] = field(default_factory=list)
@@ -196,4 +220,4 @@ class ServeSearch(Document):
     @property
     def results(self) -> list[SearchAttempt]:
         """The attempts that ended (an interrupted or running one is launched again)."""
-        return [a for a in self.attempts if a.outcome not in ("running", "interrupted")]
+        return [a for a in self.attempts if a.outcome not in NOT_A_RESULT]

@@ -154,7 +154,7 @@ class ModelCard:
         sources: citation key -> URL.
         assumed: what is an estimate, by topic.
         search: the card's `[search]` table: the launch search's axes, claims and requirements
-            (read by pcieprof.serve.space).
+            (read by pcieprof.tune.space).
         path: the file the card came from.
     """
 

@@ -39,20 +39,21 @@ from pcieprof.bundle.model import ModelRecord
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
+from pcieprof.commands.launch_plan import SearchPlan
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
 from pcieprof.redact import redact
 from pcieprof.refserver.args import ArgsError, parse_injection
 from pcieprof.schema import source_of
 from pcieprof.serve.launcher import free_port
-from pcieprof.serve.learn import RULES
 from pcieprof.serve.metrics import format_table
 from pcieprof.serve.run import BenchOptions, decode_traces, run
-from pcieprof.serve.search import End, Search, Step
 from pcieprof.serve.sglang_cmd import (LaunchConfig, LaunchPrefix, ParserSpec, ServerCommand,
                                        build_command, load_parser, load_parser_in, recorded_env)
-from pcieprof.serve.space import FLAGS, SearchSpace
 from pcieprof.serve.sweep import entries_from
+from pcieprof.tune.learn import RULES
+from pcieprof.tune.search import End, Search, Step
+from pcieprof.tune.space import FLAGS, SearchSpace
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
@@ -418,7 +419,10 @@ def _options(card: ModelCard, base: LaunchConfig, kw: dict[str, Any], parser: Pa
     vocab = card.vocab_size if tiny else min(card.vocab_size, 32000)
     stall = kw["stall_timeout"] if kw["stall_timeout"] is not None else facts.stall_timeout_s
     return BenchOptions(
-        card=card, base=base, search=search, resume=kw["resume"], sweep_file=kw["sweep_file"],
+        card=card, base=base,
+        plan=SearchPlan(search, base, sources=card.sources,
+                        sglang=parser.version if parser else None) if search else None,
+        resume=kw["resume"], sweep_file=kw["sweep_file"],
         prefix=prefix, fresh_port=kw["port"] is None, url=kw["url"], api=kw["api"],
         concurrencies=_ints(kw["concurrency"], "--concurrency") or (1,),
         request_rate=kw["request_rate"], num_requests=kw["num_requests"], warmup=kw["warmup"],

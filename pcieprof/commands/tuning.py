@@ -4,7 +4,7 @@ in, and in memory for a report of bundles that have no recommendations.json yet.
 The tuner (pcieprof.tune) knows no launcher and the report (pcieprof.report) runs no tuner; the
 commands join them here. The launch backends of the commands (pcieprof.tune.launch) come from a
 serve bundle's launch search (`recommend --serve`, or a serve bundle given to `report`), else
-from the search's first-ranked configuration for the GPU architecture (pcieprof.serve.search).
+from the search's first-ranked configuration for the GPU architecture (pcieprof.tune.search).
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.cards import ModelCard, load_card
 from pcieprof.errors import BadInput, PcieprofError
-from pcieprof.serve.search import Search, Step
 from pcieprof.serve.sglang_cmd import LaunchConfig, build_command
-from pcieprof.serve.space import SearchSpace
 from pcieprof.tune import launch, speculative
 from pcieprof.tune.launch import NOT_YET, LaunchChoice
 from pcieprof.tune.layout import Candidate, CommandBuilder, LaunchCommand
 from pcieprof.tune.recommend import recommend
+from pcieprof.tune.search import Search, Step
+from pcieprof.tune.space import SearchSpace
 
 #: Evidence lines kept per attempt list (the document keeps them all).
 MAX_ATTEMPT_LINES = 12

@@ -31,9 +31,10 @@ from typing import IO, Callable
 import aiohttp
 
 from pcieprof import progress
+from pcieprof.bundle.serve_search import Outcome
 from pcieprof.parent_death import set_parent_death_signal
 from pcieprof.redact import redact, remember_environ, unfinished_at
-from pcieprof.serve.outcomes import ACCESS, PROGRESS, Classified, Outcome, classify
+from pcieprof.serve.outcomes import ACCESS, PROGRESS, Classified, classify
 from pcieprof.serve.sglang_cmd import ServerCommand, server_env
 
 

@@ -10,27 +10,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from enum import Enum
 from typing import Any
 
-
-class Outcome(str, Enum):
-    """The classified end of one launch attempt."""
-
-    OK = "ok"  # served and answered correctly
-    NAN_IN_DECODE = "nan_in_decode"
-    CUDA_DEVICE_ASSERT = "cuda_device_assert"
-    OOM = "out_of_memory"
-    NCCL_TIMEOUT = "nccl_watchdog_timeout"
-    NCCL_ERROR = "nccl_error"
-    UNSUPPORTED_ARCH = "unsupported_architecture"
-    PORT_IN_USE = "port_in_use"
-    MISSING_MODEL = "missing_model_files"
-    BAD_ARGUMENTS = "bad_arguments"
-    HANG = "hang"  # no progress before a deadline
-    BAD_OUTPUT = "bad_output"  # served, but the tokens are wrong (empty, wrong length)
-    CRASHED = "crashed"  # exited with no recognised cause
-    INTERRUPTED = "interrupted"
+from pcieprof.bundle.serve_search import Outcome
 
 
 @dataclass(frozen=True)
@@ -107,8 +89,6 @@ PROGRESS = re.compile(r"Load weight|checkpoint shards|Init torch distributed"
                       r"|Uvicorn running|Application startup", re.IGNORECASE)
 # HTTP access-log lines (never progress).
 ACCESS = re.compile(r'"(?:GET|POST|PUT) /[^"]*" \d{3}')
-# Progress lines that say the server was capturing CUDA graphs.
-CAPTURE = re.compile(r"Captur(?:e|ing)\b.*(?:graph|batches|shape)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """The serve-bench pipeline: launch (or attach), load sweep, decode curve, traces.
 
 What is launched: the given configuration, a user's list (`--sweep-file`), or the launch search
-(`--sweep`, pcieprof.serve.search), which picks each next configuration from how the earlier
-ones ended and resumes from the attempts recorded in the bundle (`--resume`).
+(`--sweep`, pcieprof.tune.search, handed in as a Plan), which picks each next configuration from
+how the earlier ones ended and resumes from the attempts recorded in the bundle (`--resume`).
 
 Everything lands in the bundle as it is measured (serve/attempts.jsonl, serve/search.json,
 serve/server-<n>.log, serve/requests.jsonl, serve/summary.json, serve/decode_curve.csv,
@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import platform
-import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any, NoReturn
 from pcieprof import progress
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.rows import DecodeCurveRow
-from pcieprof.bundle.serve_search import SearchAttempt, Winner
+from pcieprof.bundle.serve_search import NOT_A_RESULT, Outcome, SearchEnd
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput, ExitCode, PcieprofError
@@ -34,8 +33,6 @@ from pcieprof.serve import decode_curve, profiling
 from pcieprof.serve.client import LoadSpec, run_load
 from pcieprof.serve.launcher import ServerProcess, free_port, http_get
 from pcieprof.serve.metrics import FORMULAS, RequestRecord, summarize
-from pcieprof.serve.outcomes import Outcome
-from pcieprof.serve.search import NOT_A_RESULT, End, Search, Tried, search_document
 from pcieprof.serve.sglang_cmd import (LaunchConfig, LaunchPrefix, ParserSpec, build_command,
                                        recorded_env)
 from pcieprof.serve.sweep import Attempt, SweepEntry, classify_attempt_end, entries_from, launch
@@ -47,7 +44,7 @@ class BenchOptions:
 
     card: ModelCard
     base: LaunchConfig
-    search: Search | None = None  # --sweep: the launch search
+    plan: Plan | None = None  # --sweep: the launch search (pcieprof.commands.launch_plan)
     resume: bool = False  # continue the search recorded in the bundle
     sweep_file: Path | None = None
     prefix: LaunchPrefix | None = None
@@ -104,9 +101,9 @@ def run(bundle: Bundle, opts: BenchOptions) -> ServeSummary | None:
         _follower_node(bundle, opts)
         return None
     attempts = _resumed(bundle) if opts.resume else []
-    plan: _Plan
-    if opts.search is not None:
-        plan = _SearchPlan(opts.search, opts.base, opts)
+    plan: Plan
+    if opts.plan is not None:
+        plan = opts.plan
     elif opts.sweep_file is not None:
         plan = _ListPlan(entries_from(opts.base, opts.sweep_file))
     else:
@@ -123,88 +120,33 @@ def run(bundle: Bundle, opts: BenchOptions) -> ServeSummary | None:
         raise
 
 
-class _Plan:
-    """Where the configurations come from: a fixed list, or the launch search."""
+class Plan:
+    """Where the configurations come from: a fixed list (below), or the launch search, which the
+    command hands in (pcieprof.commands.launch_plan: the search decides, this pipeline launches).
+    """
 
-    def next(self, attempts: list[Attempt]) -> SweepEntry | End:
+    #: True for the launch search (the messages name serve/search.json).
+    searched = False
+
+    def next(self, attempts: list[Attempt]) -> SweepEntry | SearchEnd:
+        """The next configuration to launch after `attempts`, or the end."""
         raise NotImplementedError
 
     def record(self, bundle: Bundle, attempts: list[Attempt], *, status: str = "",
-               why: str = "", end: End | None = None) -> None:
+               why: str = "", end: SearchEnd | None = None) -> None:
         """Write what the plan knows into the bundle (the search writes serve/search.json)."""
 
 
-class _ListPlan(_Plan):
+class _ListPlan(Plan):
     def __init__(self, entries: list[SweepEntry]) -> None:
         self.entries = entries
 
-    def next(self, attempts: list[Attempt]) -> SweepEntry | End:
+    def next(self, attempts: list[Attempt]) -> SweepEntry | SearchEnd:
         done = [a for a in attempts if a.outcome not in NOT_A_RESULT]
         if len(done) < len(self.entries):
             return self.entries[len(done)]
-        return End("exhausted", f"none of {len(self.entries)} launch configs served correct "
-                                f"tokens", "see serve/attempts.jsonl")
-
-
-class _SearchPlan(_Plan):
-    def __init__(self, search: Search, base: LaunchConfig, opts: BenchOptions) -> None:
-        self.search = search
-        self.base = base
-        self.opts = opts
-
-    def next(self, attempts: list[Attempt]) -> SweepEntry | End:
-        step = self.search.next([_tried(a) for a in attempts])
-        if isinstance(step, End):
-            return step
-        label = self.search.space.label(step.config)
-        cfg = self.base.with_axes(step.config, label)
-        return SweepEntry(cfg, why=step.why, source=", ".join(step.sources), search={
-            "config": step.config, "label": label, "rule": step.rule, "parent": step.parent,
-            "varied": list(step.varied), "why": step.why, "changes": list(step.changes)})
-
-    def record(self, bundle: Bundle, attempts: list[Attempt], *, status: str = "",
-               why: str = "", end: End | None = None) -> None:
-        winner = next((a for a in reversed(attempts) if a.ok and a.search), None)
-        if not status:
-            status = "found" if winner else (end.status if end else "running")
-        if not why:
-            why = (f"attempt {winner.index} served correct tokens: {winner.search['label']}"
-                   if winner else (end.why if end else "searching"))
-        ours = [a for a in attempts if a.search]
-        bundle.write_doc(search_document(
-            self.search, [_tried(a) for a in ours], [_row(a) for a in ours], status=status,
-            why=why,
-            winner=_winner(winner) if winner else None, end=end,
-            sources=dict(self.opts.card.sources),
-            sglang=self.opts.parser.version if self.opts.parser else None))
-
-
-def _tried(a: Attempt) -> Tried:
-    s = a.search
-    return Tried(index=a.index, config=dict(s.get("config", {})), outcome=a.outcome,
-                 excerpt=a.excerpt, last_progress=a.last_progress, rule=str(s.get("rule", "first")),
-                 parent=s.get("parent"), varied=tuple(s.get("varied", [])))
-
-
-def _row(a: Attempt) -> SearchAttempt:
-    s = a.search
-    return SearchAttempt(
-        index=a.index, label=str(s.get("label", a.name)), config=dict(s.get("config", {})),
-        rule=str(s.get("rule", "")), parent=s.get("parent"), varied=list(s.get("varied", [])),
-        why=str(s.get("why", "")), changes=list(s.get("changes", [])), outcome=a.outcome,
-        summary=a.summary, deciding_line="" if a.ok else (a.deciding_line or a.last_progress),
-        time_to_failure_s=a.time_to_failure_s, time_to_ready_s=a.time_to_ready_s, log=a.log)
-
-
-def _winner(a: Attempt) -> Winner:
-    cmd = a.command
-    argv = [str(x) for x in cmd.get("argv", [])]
-    env = {str(k): str(v) for k, v in cmd.get("env", {}).items()}
-    line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-    return Winner(index=a.index, label=str(a.search.get("label", a.name)),
-                  config=dict(a.search.get("config", {})), argv=argv, env=env,
-                  command=(line + " " if line else "") + shlex.join(argv),
-                  launch_prefix=[str(x) for x in cmd.get("prefix") or []])
+        return SearchEnd("exhausted", f"none of {len(self.entries)} launch configs served correct "
+                                      f"tokens", "see serve/attempts.jsonl")
 
 
 def _resumed(bundle: Bundle) -> list[Attempt]:
@@ -236,11 +178,11 @@ def _finished(bundle: Bundle) -> bool:
     return (bundle.read_json("serve/summary.json", {}) or {}).get("status") == "ok"
 
 
-def _attempt_all(bundle: Bundle, opts: BenchOptions, plan: _Plan,
+def _attempt_all(bundle: Bundle, opts: BenchOptions, plan: Plan,
                  attempts: list[Attempt]) -> ServeSummary:
     while True:
         entry = plan.next(attempts)
-        if isinstance(entry, End):
+        if isinstance(entry, SearchEnd):
             return _none_served(bundle, opts, plan, attempts, entry)
         i = len(attempts)
         if opts.fresh_port:  # another process may have taken the last one meanwhile
@@ -282,7 +224,7 @@ def _attempt_all(bundle: Bundle, opts: BenchOptions, plan: _Plan,
             except _Stop as stop:
                 _write_attempts(bundle, attempts)
                 plan.record(bundle, attempts)
-                if not isinstance(plan.next(attempts), End):
+                if not isinstance(plan.next(attempts), SearchEnd):
                     progress.warn(stop.attempt.one_line() + "; trying the next config")
                     continue
                 bundle.set_part("serve", "partial", why=stop.attempt.one_line(),
@@ -302,20 +244,20 @@ def _attempt_all(bundle: Bundle, opts: BenchOptions, plan: _Plan,
             progress.debug(f"attempt {i}: server group stopped (exit {rc})")
 
 
-def _none_served(bundle: Bundle, opts: BenchOptions, plan: _Plan, attempts: list[Attempt],
-                 end: End) -> NoReturn:
+def _none_served(bundle: Bundle, opts: BenchOptions, plan: Plan, attempts: list[Attempt],
+                 end: SearchEnd) -> NoReturn:
     done = [a for a in attempts if a.outcome not in NOT_A_RESULT]
     plan.record(bundle, attempts, end=end)
     bundle.set_part("serve", "failed", why=f"no configuration served correct tokens "
                     f"({len(done)} attempt(s)): {end.why}", model=opts.card.name,
                     attempts=len(done))
     last = done[-1] if done else None
-    if last is not None and len(done) == 1 and opts.search is None:
+    if last is not None and len(done) == 1 and not plan.searched:
         raise PcieprofError(f"server {last.outcome} after {last.time_to_failure_s or 0:.1f} s: "
                             f"{last.summary}{last.excerpt_key()}",
                             hint=f"{last.hint + '; ' if last.hint else ''}log: {last.log}",
                             exit_code=ExitCode.FAILURE)
-    searched = opts.search is not None
+    searched = plan.searched
     what = "launch search" if searched else "launch configs"
     see = "see serve/search.json" if searched else "see serve/attempts.jsonl"
     raise PcieprofError(f"no configuration served correct tokens ({what}, {len(done)} attempts): "

@@ -112,7 +112,7 @@ class LaunchConfig:
         return replace(self, **changes)
 
     def with_axes(self, axes: dict[str, str], name: str) -> "LaunchConfig":
-        """A copy with a launch search's axis values (pcieprof.serve.space: field names, "" for
+        """A copy with a launch search's axis values (pcieprof.tune.space: field names, "" for
         unset; `cuda_graph` "on"/"off"); fields the search has no axis for stay as they are."""
         changes: dict[str, Any] = {"name": name}
         for axis, value in axes.items():

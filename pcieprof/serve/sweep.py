@@ -1,6 +1,6 @@
 """Launch attempts: start a config, check it serves correct tokens, record how it ended.
 
-An attempt is one launch: its configuration (chosen by the launch search, pcieprof.serve.search,
+An attempt is one launch: its configuration (chosen by the launch search, pcieprof.tune.search,
 or taken from a user's `--sweep-file` list), its outcome, the log lines behind it and its time to
 failure; every attempt is a row of serve/attempts.jsonl. "Correct tokens": concurrent /generate
 probes with ignore_eos each return exactly the requested number of tokens, not all one token,
@@ -21,10 +21,11 @@ from typing import Any, Callable
 
 import aiohttp
 
+from pcieprof.bundle.serve_search import Outcome
 from pcieprof.errors import BadInput
 from pcieprof.redact import redact
 from pcieprof.serve.launcher import ServerProcess, progress_waiter
-from pcieprof.serve.outcomes import Classified, Outcome, classify
+from pcieprof.serve.outcomes import Classified, classify
 from pcieprof.serve.sglang_cmd import LaunchConfig, ServerCommand
 
 _META = ("why", "source")

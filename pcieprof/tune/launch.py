@@ -8,7 +8,7 @@ architecture (what the search would launch first), labelled as not yet served on
 card's plain defaults (FlashInfer attention in glm5-nvfp4.toml) are what the issue 11 field report saw die
 of NaN in decode, so they are never printed as the advice.
 
-The ranking lives with the search (pcieprof.serve.space), a layer the tuner does not import: the
+The ranking lives with the search (pcieprof.tune.space), a layer the tuner does not import: the
 commands (pcieprof.commands.tuning) work out the `LaunchChoice` and build the commands with it;
 this module turns it into the recommendation that `recommend` and the report print (rule
 `launch_config`, its action the top layout's command ready to paste).
@@ -43,7 +43,7 @@ class LaunchChoice:
     """The launch backends the commands use, and why.
 
     Attributes:
-        config: axis -> value (pcieprof.serve.space axes: attention_backend, dsa_decode_backend,
+        config: axis -> value (pcieprof.tune.space axes: attention_backend, dsa_decode_backend,
             ..., cuda_graph "on"/"off"); {} leaves every backend to the card and SGLang.
         served: True when a launch search served correct tokens with it.
         label: one line: where the backends come from (shown next to every command).

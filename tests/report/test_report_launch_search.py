@@ -20,8 +20,8 @@ from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.serve.sglang_cmd import load_parser, parse_many_with_sglang, sglang_search_path
-from pcieprof.serve.space import FLAGS
 from pcieprof.tune.launch import NOT_YET, launch_recommendation, searched_in
+from pcieprof.tune.space import FLAGS
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ROOT / "tests" / "data" / "bundle_schema2" / "sim_vm_4gpu"

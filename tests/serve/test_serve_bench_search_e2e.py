@@ -20,8 +20,8 @@ from builders.procs import group_gone
 
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.cards import load_card
-from pcieprof.serve.search import Search, Step, Tried
-from pcieprof.serve.space import SearchSpace
+from pcieprof.tune.search import Search, Step, Tried
+from pcieprof.tune.space import SearchSpace
 
 pytest.importorskip("pcieprof.refserver.server")
 pytestmark = pytest.mark.slow

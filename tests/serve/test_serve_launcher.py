@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 
+from pcieprof.bundle.serve_search import Outcome
 from pcieprof.redact import remember_environ
 from pcieprof.serve.launcher import ServerProcess, _copy_redacted, free_port
-from pcieprof.serve.outcomes import Outcome
 from pcieprof.serve.sglang_cmd import ServerCommand
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pcieprof.serve.outcomes import Outcome, classify
+from pcieprof.bundle.serve_search import Outcome
+from pcieprof.serve.outcomes import classify
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "sglang_logs"
 FIXTURES = sorted(LOGS.glob("*.log"))

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from pcieprof.errors import BadInput
 from pcieprof.cards import load_card
-from pcieprof.serve.search import End, Search
+from pcieprof.errors import BadInput
 from pcieprof.serve.sglang_cmd import (PINNED_SGLANG, LaunchConfig, build_command, load_parser,
                                        parse_many_with_sglang, sglang_search_path)
-from pcieprof.serve.space import FLAGS, SearchSpace
+from pcieprof.tune.search import End, Search
+from pcieprof.tune.space import FLAGS, SearchSpace
 
 CARD = load_card("glm5-nvfp4")
 MAIN = LaunchConfig(attention_backend="flashinfer", fp4_gemm_backend="flashinfer_cutlass",

@@ -21,10 +21,10 @@ from pcieprof.bundle.serve_search import SearchAttempt, ServeSearch
 from pcieprof.cards import load_card
 from pcieprof.commands.tuning import builder, launch_choice, tune
 from pcieprof.errors import BadInput
-from pcieprof.serve.search import Search, Step
-from pcieprof.serve.space import SearchSpace
 from pcieprof.tune.launch import NOT_YET, launch_recommendation, searched_in
 from pcieprof.tune.layout import Candidate
+from pcieprof.tune.search import Search, Step
+from pcieprof.tune.space import SearchSpace
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = ROOT / "tests" / "data" / "bundle_schema2" / "sim_vm_4gpu"

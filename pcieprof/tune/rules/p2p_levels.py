@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pcieprof.analysis.infer import NO_P2P, NVLINK, InferredTopology, Level, value_text
 from pcieprof.bundle.recommendations import Recommendation
+from pcieprof.tune.nccl_defaults import p2p_default_note
 from pcieprof.tune.rules.base import RuleContext
 
 
@@ -33,6 +34,15 @@ def _summary(t: InferredTopology) -> str:
 
 
 def evaluate(ctx: RuleContext) -> list[Recommendation]:
+    recs = _evaluate(ctx)
+    note = p2p_default_note(ctx.topology)
+    for r in recs:  # every card about the fabric says what NCCL makes of host-bridge pairs
+        if note:
+            r.evidence.insert(1, note)  # second: the console shows a card's first two
+    return recs
+
+
+def _evaluate(ctx: RuleContext) -> list[Recommendation]:
     t = ctx.inferred
     if t is None or not t.levels:
         return []

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pcieprof.errors import BadInput
 from pcieprof.cards import load_card
-from pcieprof.serve.space import EVIDENCE, SearchSpace
+from pcieprof.errors import BadInput
+from pcieprof.tune.space import EVIDENCE, SearchSpace
 
 GLM = load_card("glm5-nvfp4")
 

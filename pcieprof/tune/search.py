@@ -1,7 +1,7 @@
 """The launch search: from the attempts so far, the next configuration to launch, and why.
 
-The first attempt is the best-ranked value on every axis (pcieprof.serve.space). After each
-failure the first matching rule of pcieprof.serve.learn says what the failure teaches: values
+The first attempt is the best-ranked value on every axis (pcieprof.tune.space). After each
+failure the first matching rule of pcieprof.tune.learn says what the failure teaches: values
 that leave the search, which axes to change next, or that no launch choice can help. The search
 is a pure function of the attempts recorded so far, so a search that was interrupted resumes from
 the bundle and picks the same next step it would have picked. It ends at the first configuration
@@ -9,7 +9,8 @@ that serves correct tokens, when a rule stops it, or when no untried configurati
 the attempts made (it then says which axes it exhausted).
 
 The bundle document `serve/search.json` is pcieprof.bundle.serve_search.ServeSearch, built by
-`search_document` below and written by pcieprof.serve.run after every attempt.
+`search_document` below and written by pcieprof.serve.run after every attempt (the command
+hands serve.run the search as its plan: pcieprof.commands.launch_plan).
 """
 
 from __future__ import annotations
@@ -17,15 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from pcieprof.bundle.serve_search import (AxisValue, Exclusion, SearchAttempt, SearchAxis,
-                                          SearchEnd, SearchRule, ServeSearch, Winner)
+from pcieprof.bundle.serve_search import (NOT_A_RESULT, AxisValue, Exclusion, SearchAttempt,
+                                          SearchAxis, SearchEnd, SearchRule, ServeSearch, Winner)
 from pcieprof.errors import BadInput
-from pcieprof.serve.learn import ATTENTION_AXES, RULES, Rule, in_graph_capture, rule_named
-from pcieprof.serve.space import Config, SearchSpace
-
-#: Attempt outcomes that are not a result (the attempt is launched again).
-NOT_A_RESULT = ("running", "interrupted")
-
+from pcieprof.tune.learn import ATTENTION_AXES, RULES, Rule, in_graph_capture, rule_named
+from pcieprof.tune.space import Config, SearchSpace
 
 @dataclass(frozen=True)
 class Tried:

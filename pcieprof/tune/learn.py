@@ -1,6 +1,7 @@
 """What one failed launch teaches the search: the rules, as data, tried in order.
 
-Each rule matches an attempt's outcome class (pcieprof.serve.outcomes.Outcome) and, optionally, a
+Each rule matches an attempt's outcome class (pcieprof.bundle.serve_search.Outcome, classified by
+pcieprof.serve.outcomes) and, optionally, a
 condition on the log or the history; its action says what the search does next:
 
 - `exclude`: the values the log names (or, failing that, the one value this attempt changed)
@@ -24,9 +25,10 @@ CUDA-graph capture).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from pcieprof.serve.outcomes import CAPTURE, Outcome
+from pcieprof.bundle.serve_search import Outcome
 
 #: Axes of the attention kernels (dense or DSA).
 ATTENTION_AXES = ("attention_backend", "dsa_prefill_backend", "dsa_decode_backend")
@@ -34,6 +36,10 @@ ATTENTION_AXES = ("attention_backend", "dsa_prefill_backend", "dsa_decode_backen
 GEMM_MOE_KV_AXES = ("fp4_gemm_backend", "moe_runner_backend", "fp8_gemm_backend", "kv_cache_dtype")
 
 _O = Outcome
+
+# Progress lines that say the server was capturing CUDA graphs (SGLang's cuda_graph_setup.py
+# "Capture target decode CUDA graph begin", the decode runner's tqdm "Capturing batches (bs=..)").
+CAPTURE = re.compile(r"Captur(?:e|ing)\b.*(?:graph|batches|shape)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from pcieprof.cards import load_card
 from pcieprof.errors import BadInput
 from pcieprof.refserver.args import parse_args
 from pcieprof.serve.outcomes import classify
-from pcieprof.serve.search import End, Search, Step, Tried, search_document
 from pcieprof.serve.sglang_cmd import LaunchConfig, build_command
-from pcieprof.serve.space import SearchSpace
+from pcieprof.tune.search import End, Search, Step, Tried, search_document
+from pcieprof.tune.space import SearchSpace
 
 MATRIX = Path(__file__).resolve().parents[1] / "data" / "fault_matrix" / "field_report_sm120.toml"
 TINY = load_card("tiny-cpu")

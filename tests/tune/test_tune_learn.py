@@ -1,4 +1,4 @@
-"""One test per learning rule (pcieprof.serve.learn.RULES): a failure, classified from a real log
+"""One test per learning rule (pcieprof.tune.learn.RULES): a failure, classified from a real log
 excerpt (tests/data/sglang_logs) as a launch would classify it, and what the search does next
 over the GLM-5 card's space."""
 
@@ -10,10 +10,10 @@ from typing import Callable
 import pytest
 
 from pcieprof.cards import load_card
-from pcieprof.serve.learn import GEMM_MOE_KV_AXES, RULES
 from pcieprof.serve.outcomes import classify
-from pcieprof.serve.search import End, Search, Step, Tried
-from pcieprof.serve.space import SearchSpace
+from pcieprof.tune.learn import GEMM_MOE_KV_AXES, RULES
+from pcieprof.tune.search import End, Search, Step, Tried
+from pcieprof.tune.space import SearchSpace
 
 LOGS = Path(__file__).resolve().parents[1] / "data" / "sglang_logs"
 CARD = load_card("glm5-nvfp4")
