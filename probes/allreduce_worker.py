@@ -13,7 +13,12 @@ local rank r drives GPU ranks[r]; on `cpu` the group is gloo over N local proces
 Per size and dtype, as nccl-tests times: `warmup` untimed all-reduces, then `TRIALS` trials,
 each a barrier (and, on cuda, a device synchronize) followed by `iters` all-reduces back to back
 between one start and one end mark (CUDA events on the current stream on cuda, perf_counter_ns on
-cpu), so the host's time to issue one all-reduce is not inside each measurement. A trial gives
+cpu), so the host's time to issue one all-reduce is not inside each measurement. On cuda the
+timed figure (`time_us`) is that loop captured once in a CUDA graph and replayed per trial
+(`time_graph`): called from Python, at 8 B-64 KiB on PCIe GPUs the host's time per call can
+exceed the collective's, the stream drains between calls and the loop times host dispatch,
+while nccl-tests calls NCCL directly and SGLang's decode all-reduces run inside CUDA graphs; the
+Python loop's figure stays beside it (`time_us_eager`). A trial gives
 time / iters; each rank's per-trial times are reduced with MAX (a collective ends with its slowest
 rank) and the row keeps the median over trials, with the fastest and slowest trial as min and max.
 algbw = size / time and busbw = algbw * 2(n-1)/n (nccl-tests). After the timed ones, one
@@ -87,12 +92,44 @@ def time_back_to_back(op: Callable[[], object], iters: int, trials: int, *,
     return out
 
 
+#: Seconds the stream is held before a graph replay, so the launch's host time stays outside the
+#: events (the copies' hold, probes.p2p_worker).
+GRAPH_HOLD_S = 1e-4
+
+
+def time_graph(op: Callable[[], object], iters: int, trials: int, *, api: CudaApi,
+               device: int = 0, start: Callable[[], object] = lambda: None) -> list[float]:
+    """Seconds per operation, one value per trial, with the `iters` operations captured once as a
+    CUDA graph and each trial one replay between two events: the way SGLang's decode runs its
+    all-reduces, and free of the host's time per call, which at small sizes on PCIe GPUs can
+    exceed the collective's and drain the stream between eager calls.
+
+    Args: as `time_back_to_back` (`api` required: graphs are CUDA's).
+    """
+    graph = api.capture(device, op, iters)
+    out = []
+    for _ in range(trials):
+        start()
+        api.synchronize(device)
+        stream = api.current_stream(device)
+        api.block(stream, GRAPH_HOLD_S)
+        e0, e1 = api.event(), api.event()
+        e0.record(stream)
+        api.replay(stream, graph)
+        e1.record(stream)
+        e1.synchronize()
+        out.append(e0.elapsed_time(e1) / 1e3 / iters)
+    return out
+
+
 def allreduce_row(case: AllReduceCase, backend: str, size: int, dtype: str,
                   times_s: list[float], ok: bool, detail: str = "",
-                  ranks: tuple[int, ...] | None = None, iters: int = 1) -> AllReduceRow:
+                  ranks: tuple[int, ...] | None = None, iters: int = 1,
+                  eager_s: list[float] | None = None) -> AllReduceRow:
     """The allreduce.csv row of one size from per-trial times (seconds per all-reduce, slowest
     rank); `iters` all-reduces per trial; `ranks` the group as the rows name it (several nodes:
-    `Plan.global_ranks`, global GPU numbers), the case's devices by default."""
+    `Plan.global_ranks`, global GPU numbers), the case's devices by default. On cuda `times_s`
+    are CUDA-graph replays and `eager_s` the same loop called from Python (time_us_eager)."""
     ranks = tuple(case.ranks) if ranks is None else tuple(ranks)
     n = len(ranks)
     row = AllReduceRow(backend=backend, variant=case.variant, env=dict(case.env), nranks=n,
@@ -103,6 +140,8 @@ def allreduce_row(case: AllReduceCase, backend: str, size: int, dtype: str,
     t = statistics.median(times_s)
     algbw = size / t / 1e9
     row.time_us, row.time_us_min, row.time_us_max = t * 1e6, min(times_s) * 1e6, max(times_s) * 1e6
+    if eager_s:
+        row.time_us_eager = statistics.median(eager_s) * 1e6
     row.algbw_gbps, row.busbw_gbps = algbw, algbw * busbw_factor_allreduce(n)
     return row
 
@@ -160,9 +199,16 @@ def main(argv: list[str] | None = None) -> int:
                 dist.barrier()
                 for _ in range(min(case.warmup, iters)):
                     dist.all_reduce(x)
-                per_trial = time_back_to_back(lambda: dist.all_reduce(x), iters, TRIALS, api=api,
-                                              device=local_rank, start=dist.barrier)
-                times = torch.tensor(per_trial, dtype=torch.float64, device=device)
+                eager = time_back_to_back(lambda: dist.all_reduce(x), iters, TRIALS, api=api,
+                                          device=local_rank, start=dist.barrier)
+                graph, why = eager, ""
+                if api is not None:  # the timed figure: the loop as a CUDA graph (see time_graph)
+                    try:
+                        graph = time_graph(lambda: dist.all_reduce(x), iters, TRIALS, api=api,
+                                           device=local_rank, start=dist.barrier)
+                    except RuntimeError as exc:
+                        why = f"CUDA graph capture failed ({exc}); time_us is the eager loop"
+                times = torch.tensor(graph + eager, dtype=torch.float64, device=device)
                 x.fill_(rank + 1)
                 dist.all_reduce(x)
                 # one reduction for both: a collective ends with its slowest rank (MAX of the
@@ -171,10 +217,12 @@ def main(argv: list[str] | None = None) -> int:
                 stats = torch.cat([times, torch.tensor([wrong], dtype=torch.float64, device=device)])
                 dist.all_reduce(stats, op=dist.ReduceOp.MAX)
                 if rank == 0:
-                    out.row("allreduce", allreduce_row(case, plan.backend, size, dtype,
-                                                       [float(t) for t in stats[:-1].cpu()],
-                                                       float(stats[-1]) == 0.0, case.detail_at(size),
-                                                       plan.global_ranks(case), iters))
+                    got = [float(t) for t in stats[:-1].cpu()]
+                    detail = "; ".join(d for d in (case.detail_at(size), why) if d)
+                    out.row("allreduce", allreduce_row(
+                        case, plan.backend, size, dtype, got[:TRIALS], float(stats[-1]) == 0.0,
+                        detail, plan.global_ranks(case), iters,
+                        eager_s=got[TRIALS:] if api is not None else None))
                 out.event("done", case=args.case, size=size, dtype=dtype)
         out.event("finished")  # teardown from here on is not a hang
     finally:

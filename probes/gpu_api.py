@@ -53,6 +53,13 @@ class CudaApi(Protocol):
     def synchronize(self, device: int) -> None:
         """Wait for all work on `device` (that device only, as cudaDeviceSynchronize)."""
 
+    def capture(self, device: int, op: Callable[[], object], iters: int) -> Any:
+        """`iters` calls of `op` on `device` captured once as a CUDA graph (after one warm-up
+        call on a side stream, as torch.cuda.graphs asks before a capture)."""
+
+    def replay(self, stream: Any, graph: Any) -> None:
+        """Launch a captured graph on `stream` (one host call for all its work)."""
+
     def empty(self, nbytes: int, device: int) -> torch.Tensor:
         """`nbytes` of uninitialised device memory (uint8)."""
 
@@ -93,6 +100,25 @@ class TorchCuda:
 
     def synchronize(self, device: int) -> None:
         torch.cuda.synchronize(device)
+
+    def capture(self, device: int, op: Callable[[], object], iters: int) -> torch.cuda.CUDAGraph:
+        # torch.cuda.graphs: warm up on a side stream before capturing (lazy initialisation,
+        # e.g. NCCL's, must not happen inside the capture)
+        side = torch.cuda.Stream(device=device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            op()
+        torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.synchronize(device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.device(device), torch.cuda.graph(graph):
+            for _ in range(iters):
+                op()
+        return graph
+
+    def replay(self, stream: torch.cuda.Stream, graph: torch.cuda.CUDAGraph) -> None:
+        with torch.cuda.stream(stream):
+            graph.replay()
 
     def empty(self, nbytes: int, device: int) -> torch.Tensor:
         return torch.empty(nbytes, dtype=torch.uint8, device=device)

@@ -1,43 +1,66 @@
 """One command, on a machine with one NVIDIA GPU, that runs every CUDA path of pcieprof one GPU can
-reach and writes everything under --out (issue 17: the first proof on real hardware).
+reach and writes everything under --out (issue 17: the first proof on real hardware; issue 23:
+what one GPU can prove, under one deadline).
 
-    python -m probes.gpu_proof --out DIR [--device 0] [--check]
+    python -m probes.gpu_proof --out DIR [--device 0] [--wheels WHEELS] [--check]
+
+The whole run has one deadline (DEADLINE_S, under the 600 s a command may take on the lent
+machine); each subprocess step gets what is left of it at most, and a step that cannot start in
+time is recorded as `not_run`. DIR/proof.json is rewritten after every step, and DIR/proof.tar.gz
+(everything else under DIR, one file to bring back) with it, so a run cut short still leaves what
+it did.
 
 Steps (each recorded in DIR/proof.json with its status, seconds and files; a step that fails does
 not stop the others; exit 0 only when every step passed):
+0. `deps`: plotly (the report), ijson and orjson (the trace reader) where they are missing,
+   installed from the wheels given with --wheels into DIR/deps (pip --no-index: nothing is
+   fetched); a step whose modules are still missing is `not_run` and says which. Wheels for the
+   machine (x86-64, Python 3.12), made where there is a network:
+   `pip download --only-binary=:all: --platform manylinux2014_x86_64 --python-version 3.12
+   -d WHEELS plotly ijson orjson`.
 1. `nvml`: this machine's NVML answers, recorded for replay (pcieprof.discover.nvml_snapshot)
    -> nvml_snapshot.json, a test fixture to commit.
 2. `selftest`: `python -m probes.gpu_selftest` -> selftest/ (NVML reads, h2d/d2h through the
    probe's CudaCopier with the data check, the one-rank NCCL all-reduce sweep with
    NCCL_DEBUG=INFO parsed, in a bundle).
-3. `topology`: `pcieprof topology --backend cuda --quick` on the GPU -> topology/ (NVML
+3. `one_gpu`: what one GPU proves of the paths that need two (one_gpu.json): a same-device
+   cudaMemcpyPeerAsync through the probe's libcudart call with the data check,
+   nvmlDeviceGetP2PStatus(h, h) for every capability, and the all-reduce timing loop captured
+   in a CUDA graph (warm-up on a side stream, as torch.cuda.graphs asks) timed against its eager
+   form. With one rank NCCL takes its one-rank path (an in-place sum is a no-op), so those times
+   are of an empty operation: they prove the capture and the timing, not a fabric.
+4. `topology`: `pcieprof topology --backend cuda --quick` on the GPU -> topology/ (NVML
    discovery of a real device, h2d/d2h copies; one GPU has no all-reduce in that plan).
-4. `copies_vs_torch`: the same h2d/d2h copies as a plain torch loop timed the same way (pinned
+5. `copies_vs_torch`: the same h2d/d2h copies as a plain torch loop timed the same way (pinned
    host memory, stream held by a spin kernel, CUDA events), the link's generation and width read
    by NVML while that loop runs, and each figure's ratio to the link's raw and payload rate
    (pcieprof.sim.model: 128b/130b coding, then TLP framing at 256 B payloads and a fitted DLLP
    share) -> copies.json.
-5. `decode_trace`: a small decoder-only transformer (defined here) decodes DECODE_STEPS tokens
+6. `decode_trace`: a small decoder-only transformer (defined here) decodes DECODE_STEPS tokens
    under torch.profiler with CPU and CUDA activities, eagerly and as CUDA graph replays ->
    decode/{eager,graph}.trace.json.gz.
-6. `attribute`: `pcieprof attribute` on each trace -> attribution-{eager,graph}/; checks that every
+7. `attribute`: `pcieprof attribute` on each trace -> attribution-{eager,graph}/; checks that every
    GPU event is counted in a class (none ignored, the class counts adding up to the trace's GPU
    events) and that the busy time (the union over all classes) is within 1% of a union of the
    trace's kernel, memcpy and memset intervals computed here from the raw JSON.
 
 `--check` (no GPU needed): imports everything, prints and writes the plan (plan.json), runs the
-decoder for two steps on the CPU under the profiler and attributes that trace, so that on the GPU
-machine only the GPU can be wrong.
+decoder for two steps on the CPU under the profiler and attributes that trace, under the same
+deadline and with proof.json after each step, so that on the GPU machine only the GPU can be
+wrong.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -58,8 +81,15 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 #: Copies of the torch loop: the probe's quick bandwidth case (64 MiB, 2 copies per trial).
 COPY_BYTES = 64 * 1024 * 1024
 COPY_ITERS, COPY_TRIALS = 2, 3
-#: Seconds each subprocess step may take.
-STEP_TIMEOUT_S = {"selftest": 300, "topology": 300, "attribute": 180}
+#: Seconds the whole proof may take: under the lent machine's 600 s per command, with room for
+#: its start and for bringing the files back.
+DEADLINE_S = 330.0
+#: Seconds each subprocess step may take at most (less when less of the deadline is left).
+STEP_TIMEOUT_S = {"selftest": 120, "topology": 120, "attribute": 60}
+#: Seconds a step needs at least; with less of the deadline left it is not started (`not_run`).
+MIN_STEP_S = 10.0
+#: Modules a step needs that the lent machine lacks (issue 23 pt 9); `deps` installs them.
+NEEDS = {"topology": ("plotly",), "attribute": ("ijson", "orjson")}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -287,10 +317,15 @@ def _python(args: list[str]) -> list[str]:
 def plan(out: Path, device: int) -> list[dict[str, Any]]:
     """The steps in order, with the command lines of those that run as subprocesses."""
     return [
+        {"name": "deps", "what": "plotly, ijson, orjson from --wheels where missing (pip "
+                                 "--no-index)", "files": ["deps/"]},
         {"name": "nvml", "what": "record this machine's NVML answers", "files": ["nvml_snapshot.json"]},
         {"name": "selftest", "argv": _python(["-m", "probes.gpu_selftest", "--out",
                                               str(out / "selftest"), "--device", str(device)]),
          "timeout_s": STEP_TIMEOUT_S["selftest"]},
+        {"name": "one_gpu", "what": "same-device peer copy with the data check, "
+                                    "nvmlDeviceGetP2PStatus(h, h), the all-reduce loop as a CUDA "
+                                    "graph vs eager", "files": ["one_gpu.json"]},
         {"name": "topology", "argv": _python(["-m", "pcieprof", "topology", "--backend", "cuda",
                                               "--quick", "--devices", str(device), "--out",
                                               str(out / "topology"), "--force"]),
@@ -305,36 +340,89 @@ def plan(out: Path, device: int) -> list[dict[str, Any]]:
     ]
 
 
-@contextmanager
-def _step(report: dict[str, Any], name: str) -> Iterator[dict[str, Any]]:
-    rec: dict[str, Any] = {"status": "ok"}
-    report["steps"][name] = rec
-    t0 = time.monotonic()
-    try:
-        yield rec
-    except Exception as exc:  # noqa: BLE001 - a proof reports every failure and carries on
-        rec.update(status="failed", why=f"{type(exc).__name__}: {exc}")
-    finally:
-        rec["seconds"] = round(time.monotonic() - t0, 2)
-        print(f"{name}: {rec['status']}{' ' + rec['why'] if rec.get('why') else ''} "
-              f"({rec['seconds']:.0f} s)", flush=True)
+class Proof:
+    """proof.json and proof.tar.gz of one run, rewritten after every step, and the deadline."""
+
+    def __init__(self, out: Path, report: dict[str, Any], deadline_s: float = DEADLINE_S) -> None:
+        self.out, self.report = out, report
+        self.t0 = time.monotonic()
+        self.deadline = self.t0 + deadline_s
+        report.setdefault("steps", {})
+        report["deadline_s"] = deadline_s
+
+    def left(self) -> float:
+        """Seconds left before the deadline."""
+        return self.deadline - time.monotonic()
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[dict[str, Any]]:
+        """Run one step (the body) and record it; a step that would start past the deadline, or
+        needs a module that is missing (NEEDS), is recorded as not_run and its body skipped
+        (the caller checks `rec["status"] == "not_run"`)."""
+        rec: dict[str, Any] = {"status": "ok"}
+        self.report["steps"][name] = rec
+        missing = [m for m in NEEDS.get(name, ()) if importlib.util.find_spec(m) is None]
+        if self.left() < MIN_STEP_S:
+            rec.update(status="not_run", why=f"the proof's {DEADLINE_S:g} s deadline was reached")
+        elif missing:
+            rec.update(status="not_run", why=f"needs {', '.join(missing)} (not installed here: "
+                                             "bring its wheel with --wheels)")
+        t0 = time.monotonic()
+        try:
+            yield rec
+        except Exception as exc:  # noqa: BLE001 - a proof reports every failure and carries on
+            rec.update(status="failed", why=f"{type(exc).__name__}: {exc}")
+        finally:
+            rec["seconds"] = round(time.monotonic() - t0, 2)
+            print(f"{name}: {rec['status']}{' ' + rec['why'] if rec.get('why') else ''} "
+                  f"({rec['seconds']:.0f} s; {max(0.0, self.left()):.0f} s left)", flush=True)
+            self.save()
+
+    def save(self) -> None:
+        """proof.json, then proof.tar.gz of everything under the output directory."""
+        self.report["wall_s"] = round(time.monotonic() - self.t0, 1)
+        self.report["failed"] = [k for k, v in self.report["steps"].items()
+                                 if v["status"] != "ok"]
+        (self.out / "proof.json").write_text(json.dumps(self.report, indent=1, default=str))
+        tmp = self.out / "proof.tar.gz.part"
+        with tarfile.open(tmp, "w:gz") as tar:
+            for f in sorted(self.out.rglob("*")):
+                if f.is_file() and f.name not in ("proof.tar.gz", tmp.name) \
+                        and "deps" not in f.relative_to(self.out).parts:
+                    tar.add(f, arcname=str(f.relative_to(self.out)))
+        tmp.replace(self.out / "proof.tar.gz")
+
+    def timeout(self, step_s: float) -> float:
+        """A subprocess step's timeout: its own, or what is left of the deadline."""
+        return max(1.0, min(step_s, self.left() - 5.0))
 
 
 def _subprocess(rec: dict[str, Any], argv: list[str], timeout_s: float, log: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    """Run one step's command in its own session; past `timeout_s` the whole session (torchrun
+    and its workers too) is killed and the step fails."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as f:
-        proc = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
-                              timeout=timeout_s)
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rec.update(argv=argv, returncode=None, log=log.name, status="failed",
+                       why=f"killed after {timeout_s:.0f} s (the proof's deadline; see {log.name})")
+            return
     rec.update(argv=argv, returncode=proc.returncode, log=log.name)
     if proc.returncode != 0:
         rec.update(status="failed", why=f"exit {proc.returncode} (see {log.name})")
 
 
-def _attribute(rec: dict[str, Any], out: Path, kind: str, trace: Path) -> None:
+def _attribute(rec: dict[str, Any], out: Path, kind: str, trace: Path, timeout_s: float) -> None:
     dest = out / f"attribution-{kind}"
     _subprocess(rec, _python(["-m", "pcieprof", "attribute", str(trace), "--out", str(dest),
-                              "--force"]), STEP_TIMEOUT_S["attribute"], out / f"attribute-{kind}.log")
+                              "--force"]), timeout_s, out / f"attribute-{kind}.log")
     if rec["status"] != "ok":
         return
     doc = json.loads((dest / "attribution.json").read_text())
@@ -344,63 +432,169 @@ def _attribute(rec: dict[str, Any], out: Path, kind: str, trace: Path) -> None:
         rec.update(status="failed", why="; ".join(check["problems"]))
 
 
-def run(out: Path, device: int) -> int:
+def install_wheels(wheels: Path | None, target: Path) -> dict[str, Any]:
+    """Install the NEEDS modules that are missing from the wheels in `wheels` (pip --no-index,
+    their dependencies from the same folder) into `target`, and put `target` on this process's
+    and its subprocesses' path. Returns what was missing, installed and still missing."""
+    wanted = sorted({m for mods in NEEDS.values() for m in mods
+                     if importlib.util.find_spec(m) is None})
+    rec: dict[str, Any] = {"missing": wanted, "wheels": str(wheels) if wheels else None}
+    if wanted and wheels is not None:
+        target.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index",
+                               "--find-links", str(wheels), "--target", str(target), *wanted],
+                              capture_output=True, text=True, timeout=120)
+        rec["pip_returncode"] = proc.returncode
+        if proc.returncode != 0:
+            rec["pip_output"] = proc.stdout[-2000:] + proc.stderr[-2000:]
+        sys.path.insert(0, str(target))
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(target)] + [
+            p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+        importlib.invalidate_caches()
+    rec["still_missing"] = [m for m in wanted if importlib.util.find_spec(m) is None]
+    return rec
+
+
+def one_gpu(device: int) -> dict[str, Any]:
+    """What one GPU proves of the paths that need two (see the module docstring, step 3)."""
+    from probes.allreduce_worker import time_back_to_back, time_graph
+    from probes.gpu_api import TorchCuda
+    from probes.p2p_worker import Cudart
+    from probes.pattern import matches, pattern, poison
+
+    res: dict[str, Any] = {}
+    # a peer copy from the device to itself, through the call the copy probe makes
+    n, seed = 4 * 1024 * 1024, 7
+    src = pattern(n, seed, torch.device("cuda", device))
+    dst = torch.empty(n, dtype=torch.uint8, device=device)
+    poison(dst, n, seed)
+    stream = torch.cuda.Stream(device=device)
+    torch.cuda.synchronize(device)
+    Cudart().memcpy_peer(dst, src, n, stream)
+    stream.synchronize()
+    res["same_device_peer_copy"] = {"bytes": n, "data_check": matches(dst, n, seed)}
+    # NVML's P2P status of the device with itself, every capability it knows
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        h = pynvml.nvmlDeviceGetHandleByIndex(device)
+        caps = {k: getattr(pynvml, k) for k in dir(pynvml) if k.startswith("NVML_P2P_CAPS_INDEX_")
+                and k != "NVML_P2P_CAPS_INDEX_UNKNOWN"}
+        status: dict[str, Any] = {}
+        for name, idx in sorted(caps.items(), key=lambda kv: kv[1]):
+            try:
+                status[name] = int(pynvml.nvmlDeviceGetP2PStatus(h, h, idx))
+            except pynvml.NVMLError as exc:
+                status[name] = f"error: {exc}"
+        res["nvml_p2p_status_self"] = status
+    finally:
+        pynvml.nvmlShutdown()
+    # the all-reduce timing loop, eager and captured in a CUDA graph (one rank: an empty sum)
+    import datetime
+
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    dist.init_process_group("nccl", store=store, rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=60),
+                            device_id=torch.device("cuda", device))
+    try:
+        x = torch.ones(8192, dtype=torch.bfloat16, device=device)
+        api = TorchCuda()
+        eager = time_back_to_back(lambda: dist.all_reduce(x), 20, 3, api=api, device=device)
+        graph = time_graph(lambda: dist.all_reduce(x), 20, 3, api=api, device=device)
+        res["allreduce_one_rank_16KiB"] = {
+            "time_us_eager": [t * 1e6 for t in eager], "time_us_graph": [t * 1e6 for t in graph],
+            "note": "one rank: NCCL's one-rank path, an empty operation; proves the capture and "
+                    "the timing only"}
+    finally:
+        dist.destroy_process_group()
+    return res
+
+
+def run(out: Path, device: int, wheels: Path | None = None) -> int:
     """Every step on the GPU; proof.json and the files under `out`. Exit status 0 when all passed."""
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA ordinals = NVML indices
     out.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {"device": device, "started": time.time(), "steps": {},
-                              "torch": torch.__version__, "cuda": torch.version.cuda}
-    t0 = time.monotonic()
+    proof = Proof(out, {"device": device, "started": time.time(), "steps": {},
+                        "torch": torch.__version__, "cuda": torch.version.cuda})
     steps = {s["name"]: s for s in plan(out, device)}
-    with _step(report, "nvml") as rec:
-        from pcieprof.discover.nvml_snapshot import record_snapshot
+    with proof.step("deps") as rec:
+        if rec["status"] != "not_run":
+            rec.update(install_wheels(wheels, out / "deps"))
+            if rec["still_missing"]:
+                rec.update(status="failed", why=f"missing {', '.join(rec['still_missing'])}")
+    with proof.step("nvml") as rec:
+        if rec["status"] != "not_run":
+            from pcieprof.discover.nvml_snapshot import record_snapshot
 
-        (out / "nvml_snapshot.json").write_text(json.dumps(record_snapshot(), indent=1))
-    for name in ("selftest", "topology"):
-        with _step(report, name) as rec:
-            _subprocess(rec, steps[name]["argv"], steps[name]["timeout_s"], out / f"{name}.log")
-    with _step(report, "copies_vs_torch") as rec:
-        rec.update(compare_copies(out, device, device))
-        (out / "copies.json").write_text(json.dumps(rec, indent=1))
+            (out / "nvml_snapshot.json").write_text(json.dumps(record_snapshot(), indent=1))
+    with proof.step("selftest") as rec:
+        if rec["status"] != "not_run":
+            _subprocess(rec, steps["selftest"]["argv"],
+                        proof.timeout(steps["selftest"]["timeout_s"]), out / "selftest.log")
+    with proof.step("one_gpu") as rec:
+        if rec["status"] != "not_run":
+            rec.update(one_gpu(device))
+            (out / "one_gpu.json").write_text(json.dumps(rec, indent=1, default=str))
+            if not rec["same_device_peer_copy"]["data_check"]:
+                rec.update(status="failed", why="the same-device peer copy moved wrong bytes")
+    with proof.step("topology") as rec:
+        if rec["status"] != "not_run":
+            _subprocess(rec, steps["topology"]["argv"],
+                        proof.timeout(steps["topology"]["timeout_s"]), out / "topology.log")
+    with proof.step("copies_vs_torch") as rec:
+        if rec["status"] != "not_run":
+            rec.update(compare_copies(out, device, device))
+            (out / "copies.json").write_text(json.dumps(rec, indent=1))
     traces: dict[str, Path] = {}
-    with _step(report, "decode_trace") as rec:
-        for kind in ("eager", "graph"):
-            traces[kind] = out / "decode" / f"{kind}.trace.json.gz"
-            rec[kind] = decode_trace(traces[kind], torch.device("cuda", device),
-                                     graph=kind == "graph")
-    with _step(report, "attribute") as rec:
-        for kind, trace in traces.items():
-            _attribute(rec, out, kind, trace)
-    report["wall_s"] = round(time.monotonic() - t0, 1)
-    failed = [k for k, v in report["steps"].items() if v["status"] != "ok"]
-    report["failed"] = failed
-    (out / "proof.json").write_text(json.dumps(report, indent=1, default=str))
+    with proof.step("decode_trace") as rec:
+        if rec["status"] != "not_run":
+            for kind in ("eager", "graph"):
+                traces[kind] = out / "decode" / f"{kind}.trace.json.gz"
+                rec[kind] = decode_trace(traces[kind], torch.device("cuda", device),
+                                         graph=kind == "graph")
+    with proof.step("attribute") as rec:
+        if rec["status"] != "not_run":
+            for kind, trace in traces.items():
+                _attribute(rec, out, kind, trace, proof.timeout(STEP_TIMEOUT_S["attribute"]))
+    failed = proof.report["failed"]
     print(f"gpu_proof: {'ok' if not failed else 'FAILED ' + ', '.join(failed)} "
-          f"({report['wall_s']:.0f} s; {out})", flush=True)
+          f"({proof.report['wall_s']:.0f} s; {out})", flush=True)
     return 0 if not failed else 1
 
 
-def check(out: Path, device: int) -> int:
-    """No GPU: import everything, write the plan, decode and attribute on the CPU."""
+def check(out: Path, device: int, wheels: Path | None = None) -> int:
+    """No GPU: import everything, write the plan, decode and attribute on the CPU, under the
+    same deadline, proof.json and proof.tar.gz after each step."""
     out.mkdir(parents=True, exist_ok=True)
-    import pcieprof.discover.nvml_snapshot  # noqa: F401
-    import pcieprof.sim.model  # noqa: F401
-    import probes.gpu_selftest  # noqa: F401
+    proof = Proof(out, {"check": True, "steps": {}})
+    with proof.step("deps") as rec:
+        if rec["status"] != "not_run":
+            rec.update(install_wheels(wheels, out / "deps"))
+    with proof.step("imports") as rec:
+        if rec["status"] != "not_run":
+            import pcieprof.discover.nvml_snapshot  # noqa: F401
+            import pcieprof.sim.model  # noqa: F401
+            import probes.allreduce_worker  # noqa: F401
+            import probes.gpu_selftest  # noqa: F401
+            import probes.p2p_worker  # noqa: F401
 
-    steps = plan(out, device)
-    (out / "plan.json").write_text(json.dumps(steps, indent=1))
-    for s in steps:
-        print(f"plan: {s['name']:<16} {' '.join(s.get('argv', [])) or s.get('what', '')}")
-    report: dict[str, Any] = {"check": True, "steps": {}}
+            steps = plan(out, device)
+            (out / "plan.json").write_text(json.dumps(steps, indent=1))
+            for s in steps:
+                print(f"plan: {s['name']:<16} {' '.join(s.get('argv', [])) or s.get('what', '')}")
     trace = out / "decode" / "cpu.trace.json.gz"
-    with _step(report, "decode_trace") as rec:
-        rec.update(decode_trace(trace, torch.device("cpu"), graph=False, steps=2))
-    with _step(report, "attribute") as rec:
-        if report["steps"]["decode_trace"]["status"] == "ok":
-            _attribute(rec, out, "cpu", trace)
-    (out / "proof.json").write_text(json.dumps(report, indent=1, default=str))
-    failed = [k for k, v in report["steps"].items() if v["status"] != "ok"]
-    print(f"gpu_proof --check: {'ok' if not failed else 'FAILED ' + ', '.join(failed)}")
+    with proof.step("decode_trace") as rec:
+        if rec["status"] != "not_run":
+            rec.update(decode_trace(trace, torch.device("cpu"), graph=False, steps=2))
+    with proof.step("attribute") as rec:
+        if rec["status"] != "not_run" and proof.report["steps"]["decode_trace"]["status"] == "ok":
+            _attribute(rec, out, "cpu", trace, proof.timeout(STEP_TIMEOUT_S["attribute"]))
+    failed = proof.report["failed"]
+    print(f"gpu_proof --check: {'ok' if not failed else 'FAILED ' + ', '.join(failed)} "
+          f"({proof.report['wall_s']:.0f} s)")
     return 0 if not failed else 1
 
 
@@ -408,10 +602,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="where everything is written")
     ap.add_argument("--device", type=int, default=0, help="NVML index of the GPU")
+    ap.add_argument("--wheels", type=Path, default=None,
+                    help="a folder of wheels (plotly, ijson, orjson) for what is missing here")
     ap.add_argument("--check", action="store_true",
                     help="no GPU: import, plan, and decode + attribute on the CPU")
     args = ap.parse_args(argv)
-    return check(args.out, args.device) if args.check else run(args.out, args.device)
+    return (check(args.out, args.device, args.wheels) if args.check
+            else run(args.out, args.device, args.wheels))
 
 
 if __name__ == "__main__":

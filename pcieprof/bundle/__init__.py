@@ -29,6 +29,8 @@ from pcieprof.bundle import rows as R
 from pcieprof.bundle import writer
 from pcieprof.bundle.document import Readable
 from pcieprof.bundle.model import ModelRecord
+from pcieprof.cards import ModelCard
+from pcieprof.cards.toml_file import card_from_dict, card_to_dict
 from pcieprof.bundle.nodes import NodeLayout
 from pcieprof.schema import SCHEMA_VERSION, Status
 
@@ -36,6 +38,8 @@ if TYPE_CHECKING:  # pandas costs ~0.3 s to import; only readers of tables pay f
     import pandas as pd
 
 MANIFEST = "manifest.json"
+#: The copy of the bundle's model card (pcieprof.cards, the tables of a card file as JSON).
+MODEL_CARD = "model_card.json"
 
 DocT = TypeVar("DocT", bound=Readable)
 
@@ -345,15 +349,29 @@ class Bundle:
         """The nodes of a multi-node run, None for a one-node bundle."""
         return NodeLayout.of_manifest(self.manifest)
 
-    def set_model(self, record: ModelRecord) -> None:
-        """Record the card the bundle is measured, served or tuned for (manifest `model`,
-        pcieprof.bundle.model)."""
-        self.manifest["model"] = record.to_json()
+    def set_model(self, card: ModelCard) -> None:
+        """Record the card the bundle is measured, served or tuned for: the manifest's `model`
+        (pcieprof.bundle.model) and the card itself in model_card.json."""
+        self.write_json(MODEL_CARD, card_to_dict(card))
+        self.manifest["model"] = ModelRecord.of_card(card).to_json()
         self.save_manifest()
 
     def model(self) -> ModelRecord | None:
         """The card the bundle was made for, None for a bundle that does not say."""
         return ModelRecord.of_manifest(self.manifest)
+
+    def model_card(self) -> ModelCard | None:
+        """The copy of the card the bundle holds (model_card.json), None without one.
+
+        Raises:
+            BadInput: a model_card.json that is not a card (one line).
+        """
+        data = self.read_json(MODEL_CARD)
+        if data is None:
+            return None
+        if not isinstance(data, dict):
+            raise BadInput(f"{self.file(MODEL_CARD)}: expected a JSON object")
+        return card_from_dict(data, self.file(MODEL_CARD))
 
     def set_versions(self, **versions: str | None) -> None:
         """Record tool versions (driver, cuda, nccl, torch, sglang)."""

@@ -72,7 +72,9 @@ FILES: tuple[BundleFile, ...] = (
          "what NCCL chose per case: version, transport per peer, channels, rings, tuner"),
     BundleFile("nccl/*.log", "text", "topology (cuda, cpu)",
                "NCCL_DEBUG=INFO output of each timed all-reduce launch (INIT/ENV/GRAPH), and "
-               "`<variant>.tuning.log` of the untimed launch before it (NCCL's TUNING lines)"),
+               "`<variant>.tuning.log` of the untimed launch before it (NCCL's TUNING lines); "
+               "torchrun's output first, then each rank's NCCL lines in rank order (written by "
+               "NCCL to a file per rank, NCCL_DEBUG_FILE, so none is lost or cut)"),
     BundleFile("nccl/*.graph.xml", "text", "topology (cuda)",
                "NCCL's own ring graph of the plain order, or the NCCL_GRAPH_FILE written for a "
                "--ring-order (docs/probes.md)"),
@@ -82,6 +84,9 @@ FILES: tuple[BundleFile, ...] = (
                "an imported NCCL topology XML, parsed (format pcieprof.nccl_topo/1)"),
     BundleFile("nccl_graph*.json", "json", "import",
                "an imported NCCL graph XML, parsed (format pcieprof.nccl_graph/1)"),
+    BundleFile("model_card.json", "json", "topology, serve-bench, recommend, attribute --model",
+               "the model card the bundle is for, in full (a card file's tables as JSON; the "
+               "manifest's `model` names it), so the bundle reads the same card anywhere"),
     BundleFile("serve/card.json", "json", "serve-bench", "the model card served: name and file"),
     BundleFile("serve/command.json", "json", "serve-bench",
                "the first launch's argv, environment, notes and the recorded environment"),

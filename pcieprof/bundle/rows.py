@@ -76,6 +76,9 @@ class AllReduceRow:
 
     nccl-tests formulas: algbw = size / time, busbw = algbw * 2(n-1)/n. `env` is the variant's
     environment (stored as a JSON object); `ranks` the devices in ring order (stored `0,1,2`).
+    On cuda `time_us` (and algbw, busbw) is the timed loop replayed as a CUDA graph and
+    `time_us_eager` the same loop called from Python (probes.allreduce_worker); elsewhere
+    `time_us_eager` is empty.
     """
 
     FILE: ClassVar[str] = "allreduce.csv"
@@ -94,6 +97,7 @@ class AllReduceRow:
     iters: int = 0
     status: str = "ok"
     detail: str = ""
+    time_us_eager: float = NAN  # cuda: the loop called from Python; time_us is its CUDA graph
 
 
 @dataclass

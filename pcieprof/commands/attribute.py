@@ -57,7 +57,9 @@ def _batches(text: str) -> list[int]:
               help="Processes (default: one per trace file, at most the CPU count; one for "
                    "less than 8 MB of files).")
 @click.option("--model", "model", default=None,
-              help="Model card (e.g. glm5-nvfp4) for the analytic comm model.")
+              help="Model card for the analytic comm model: a shipped card (glm5-nvfp4), a .toml "
+                   "card, a config.json (or its checkpoint directory) or a Hugging Face repository id "
+                   "in the local cache.")
 @click.option("--topology", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Topology bundle whose allreduce.csv prices the model's collectives.")
 @click.option("--serve", "serve_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
@@ -126,6 +128,7 @@ def _model_table(bundle: Bundle, model: str, topology: Bundle, serve: Bundle | N
                  doc: dict[str, Any] | None, tp: int, ep: int, pp: int, dp_attention: bool,
                  deepep: bool, mtp: bool, variant: str, batches: list[int]) -> list[dict[str, Any]]:
     card = load_card(model)
+    bundle.set_model(card)  # the card the model table is for
     layout = Layout(tp=tp, ep=ep, pp=pp, dp_attention=dp_attention,
                     moe_a2a="deepep" if deepep else "none", speculative=mtp)
     pricer = Pricer(topology, variant)

@@ -19,7 +19,6 @@ from pcieprof.analysis.box import box_of, gib
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.nodes import Nodes
 from pcieprof.bundle import Bundle
-from pcieprof.bundle.model import ModelRecord
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.topology import Topology
 from pcieprof.commands.card_choice import MODEL_HELP, card_for
@@ -144,7 +143,7 @@ def command(bundle: Path, out: Path | None, force: bool, model: str | None, batc
     result = tune(b, card, band, layouts=not no_layouts, context=context, choice=choice)
     try:
         paths = write_outputs(b, result)
-        b.set_model(ModelRecord.of_card(card))  # the card the recommendations are for
+        b.set_model(card)  # the card the recommendations are for
     except OSError as exc:
         raise BadInput(f"cannot write the recommendations into {b.path}: {exc.strerror or exc}",
                        hint="pass --out DIR to write them into a copy of the bundle") from None

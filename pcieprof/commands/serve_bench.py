@@ -35,7 +35,6 @@ import click
 from pcieprof import progress
 from pcieprof.analysis.attribution import attribute_traces
 from pcieprof.bundle import Bundle, default_out_dir
-from pcieprof.bundle.model import ModelRecord
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
@@ -218,7 +217,7 @@ def command(**kw: Any) -> None:
     else:
         bundle = Bundle.create(out, command="serve-bench", source=source_of(card.sglang.backend),
                                backend=card.sglang.backend, force=kw["force"])
-    bundle.set_model(ModelRecord.of_card(card))
+    bundle.set_model(card)
     bundle.set_versions(sglang=parser.version if parser else None, **_versions())
     opts = _options(card, base, kw, parser, prefix, search)
     # SIGTERM and SIGHUP (the terminal closed) end the run as Ctrl-C does: servers stopped,

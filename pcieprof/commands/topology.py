@@ -19,7 +19,6 @@ import click
 from pcieprof import progress
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.bundle import Bundle, default_out_dir
-from pcieprof.bundle.model import ModelRecord
 from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.commands.tuning import for_report
@@ -32,7 +31,7 @@ from pcieprof.measurement import (
 )
 from pcieprof.node_group import parse_endpoint
 from pcieprof.probe_runner import Launch
-from pcieprof.report import ReportContext, write_report
+from pcieprof.report.context import ReportContext
 from pcieprof.report.console import summarize
 from pcieprof.schema import source_of
 from pcieprof.sim.fabric import DEFAULT_PROFILE
@@ -213,7 +212,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     out = out or default_out_dir("topology")
     bundle = Bundle.create(out, command="topology", source=source_of(backend), backend=backend,
                            force=force)
-    bundle.set_model(ModelRecord.of_card(card))
+    bundle.set_model(card)
     progress.info(f"bundle: {bundle.path} (decode sizes of {card.name})")
     t0 = time.monotonic()
     with MeasurementSession(bundle, sim_profile=sim_profile, launch=launch,
@@ -252,12 +251,20 @@ def _report(bundle: Bundle, card: ModelCard, band: DecodeBand) -> None:
     """report.html of the finished bundle (the tuner's advice computed in memory); a report
     that cannot be written is a warning and a failed `report` part, not a failed run."""
     try:
+        from pcieprof.report import write_report  # heavy: plotly, absent on a bare GPU box
+
         recs = for_report([bundle], card, band)
         write_report([bundle], bundle.path / "report.html",
                      ctx=ReportContext(band=band, recommendations=recs))
     except PcieprofError as exc:
         bundle.set_part("report", "failed", why=exc.one_line())
         progress.warn(f"report: {exc.one_line()}")
+        return
+    except ImportError as exc:  # the measurements stand; the page can be drawn elsewhere
+        why = (f"the report needs {exc.name or exc}: pip install {exc.name or 'plotly'}, then "
+               f"pcieprof report {bundle.path}")
+        bundle.set_part("report", "failed", why=why)
+        progress.warn(f"report: {why}")
         return
     bundle.register("report.html")
     bundle.set_part("report", "ok")

@@ -9,7 +9,19 @@ computed (ReportContext.recommendations); `console.py` is the plain-text summary
 
 from __future__ import annotations
 
-from pcieprof.report.builder import render_html, write_report
+from typing import Any
+
 from pcieprof.report.context import ReportContext
 
 __all__ = ["write_report", "render_html", "ReportContext"]
+
+
+def __getattr__(name: str) -> Any:
+    # the page draws with plotly: imported when a page is drawn, so the plain-text summary
+    # (console.py) and commands that measure work where plotly is not installed (a bare GPU
+    # machine, issue 23 pt 9)
+    if name in ("write_report", "render_html"):
+        from pcieprof.report import builder
+
+        return getattr(builder, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

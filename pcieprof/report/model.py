@@ -49,6 +49,8 @@ class Table:
         collapsed: drawn folded (<details>); the builder also folds every long table.
         file: the file the rows come from (e.g. the bundle's allreduce.csv), linked under it.
         total_rows: rows in `file` when `rows` is only the first of them.
+        full_row: takes the whole row of a wide column instead of half of it (set by the
+            builder for tables too wide for half a row).
     """
 
     title: str
@@ -59,6 +61,7 @@ class Table:
     collapsed: bool = False
     file: Path | None = None
     total_rows: int | None = None
+    full_row: bool = False
     kind: str = "table"
 
 

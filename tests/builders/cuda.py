@@ -134,6 +134,17 @@ class CudaStandin:
         for s in sorted(mine, key=lambda s: s.name == "default"):
             s.drain()
 
+    def capture(self, device: int, op: Callable[[], object], iters: int) -> list[Callable[[], object]]:
+        self.tick("capture", device)  # one host call: the ops run when the graph is replayed
+        return [op] * iters
+
+    def replay(self, stream: Stream, graph: list[Callable[[], object]]) -> None:
+        self.tick("replay", stream.device)  # one launch for all of it: no host time per op
+        start = self.start_on(stream)
+        for i, op in enumerate(graph):
+            stream.queue.append((start + (i + 1) * self.gpu_us, op))
+        stream.ready_us = start + len(graph) * self.gpu_us
+
     def empty(self, nbytes: int, device: int) -> torch.Tensor:
         return torch.empty(nbytes, dtype=torch.uint8)
 

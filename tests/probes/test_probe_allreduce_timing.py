@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from builders.cuda import CudaStandin
-from probes.allreduce_worker import TRIALS, allreduce_row, time_back_to_back
+from probes.allreduce_worker import TRIALS, allreduce_row, time_back_to_back, time_graph
 from probes.plan import AllReduceCase
 from probes.variants import NCCL_DEBUG_ENV, NCCL_TUNING_LOG_ENV
 
@@ -45,3 +45,20 @@ def test_the_timed_launch_logs_no_line_per_collective() -> None:
     subsys = set(NCCL_DEBUG_ENV["NCCL_DEBUG_SUBSYS"].split(","))
     assert "TUNING" not in subsys and {"INIT", "GRAPH"} <= subsys
     assert "TUNING" in NCCL_TUNING_LOG_ENV["NCCL_DEBUG_SUBSYS"].split(",")
+
+
+def test_small_collectives_are_timed_as_a_cuda_graph_not_the_hosts_dispatch() -> None:
+    # issue 23 pt 6: 20 us of host time per Python call, 5 us per collective on the GPU (decode
+    # sizes on PCIe GPUs): called from Python the stream drains between calls and the loop times
+    # the host (20 us); captured once and replayed, as SGLang's decode runs, the GPU's 5 us
+    api = CudaStandin([0], host_us=20.0, gpu_us=5.0)
+    eager = time_back_to_back(lambda: None, 20, 3, api=api, device=0)
+    graph = time_graph(lambda: None, 20, 3, api=api, device=0)
+    assert all(t * 1e6 == pytest.approx(20.0, rel=0.05) for t in eager)
+    assert all(t * 1e6 == pytest.approx(5.0, rel=0.05) for t in graph)
+    assert [w for w, _ in api.log].count("capture") == 1  # captured once, replayed per trial
+    assert [w for w, _ in api.log].count("replay") == 3
+    case = AllReduceCase("default", {}, [0, 1], [1024], ["bf16"], 2, 20)
+    row = allreduce_row(case, "cuda", 1024, "bf16", graph, True, iters=20, eager_s=eager)
+    assert row.time_us == pytest.approx(5.0, rel=0.05)
+    assert row.time_us_eager == pytest.approx(20.0, rel=0.05)

@@ -136,7 +136,7 @@ def test_report_of_both_bundles_joins_them_and_shows_the_attempts(searched: Path
     rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]
     assert len(rows) == len(doc.attempts) >= 4
     for a, row in zip(doc.attempts, rows):
-        cells = [html.unescape(c) for c in re.findall(r"<td>(.*?)</td>", row, re.S)]
+        cells = [html.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
         assert cells[:4] == [str(a.index), a.outcome,
                              "" if a.time_to_failure_s is None else f"{a.time_to_failure_s:.1f}",
                              a.label]

@@ -112,7 +112,7 @@ def test_verdict_table_cards_and_compare_tell_one_story(demo: dict[str, Path],
             assert step[heads[c.basis]] == _cell(c.vm.time_us, c.bare.time_us, 2, 1e3)
 
     # 2. compare prints the same table and the same verdict before its metrics
-    r = cli("compare", str(demo[VM]), str(demo[BARE]))
+    r = cli("compare", str(demo[VM]), str(demo[BARE]), "--all")
     assert r.returncode == 0, r.stderr
     block, metrics = r.stdout.split("\nmetric ", 1)
     lines = [re.split(r"\s{2,}", ln.strip()) for ln in block.splitlines()]
@@ -195,7 +195,7 @@ def test_no_text_on_a_simulated_bundle_says_measured(demo: dict[str, Path]) -> N
     for sid in ("summary", "vm", "compare", "recommendations"):
         for sec in secs.get(sid, {}).values():
             texts += _section_texts(sec)
-    r = cli("compare", str(demo[VM]), str(demo[BARE]))
+    r = cli("compare", str(demo[VM]), str(demo[BARE]), "--all")
     texts.append(r.stdout.split("\nmetric ", 1)[0])
     texts.append(demo["recommend.stdout"].read_text())
     found = []
@@ -303,7 +303,7 @@ def test_compare_of_two_bundles_without_the_model_table(demo: dict[str, Path],
     topo = json.loads((vm / "topology.json").read_text())
     topo["sim"].pop("vm")
     (vm / "topology.json").write_text(json.dumps(topo))
-    r = cli("compare", str(demo[BARE]), str(vm))  # the VM second: found all the same
+    r = cli("compare", str(demo[BARE]), str(vm), "--all")  # the VM second: found all the same
     assert r.returncode == 0, r.stderr
     block = r.stdout.split("\nmetric ", 1)[0]
     assert "B = vm-without-model is the VM" in block

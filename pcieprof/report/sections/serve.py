@@ -172,7 +172,7 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                     fig.add_trace(go.Box(y=vals[::step], name=plot_text(f"{metric} {run}"),
                                          boxpoints=False))
         fig.update_yaxes(type="log", title="ms")
-        sec.blocks.append(figure(fig, "TTFT, TPOT and ITL distributions per run", prov, height=420))
+        sec.blocks.append(figure(fig, "TTFT, TPOT and ITL distributions per run", prov, height=380))
         formulas = summary.formulas if summary else {}
         if formulas:
             sec.blocks.append(Facts("metric definitions (as computed)",
@@ -199,7 +199,7 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         sec.blocks.append(Table("launch attempts and outcomes", ["#", "config", "outcome", "summary",
                                                                  "ready after s", "failed after s",
                                                                  "benchmarked"], rows, provenance=prov))
-    if attempts:
+    if len(attempts) > 1:  # one attempt: its table row says it all
         fig = go.Figure(go.Bar(
             x=[(a.get("time_to_ready_s") or a.get("time_to_failure_s") or 0) for a in attempts],
             y=[plot_text(f"{a.get('index')} {a.get('name')}") for a in attempts], orientation="h",
@@ -209,8 +209,8 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         fig.update_xaxes(title="seconds until ready (ok) or until it failed")
         sec.blocks.append(figure(fig, "launch attempts: outcome and time to it", prov,
                                  height=max(220, 40 * len(attempts) + 120)))
-        for a in attempts:
-            if a.get("outcome") not in ("ok", None) and a.get("excerpt"):
-                sec.blocks.append(Note(f"attempt {a.get('index')} {a.get('name')}: {a.get('outcome')}: "
-                                       f"{str(a.get('excerpt'))[:600]}", "warn"))
+    for a in attempts:
+        if a.get("outcome") not in ("ok", None) and a.get("excerpt"):
+            sec.blocks.append(Note(f"attempt {a.get('index')} {a.get('name')}: {a.get('outcome')}: "
+                                   f"{str(a.get('excerpt'))[:600]}", "warn"))
     return sec
