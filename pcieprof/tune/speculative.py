@@ -75,12 +75,11 @@ def recommendation(result: Recommendations, card: ModelCard) -> Recommendation |
     line = launch_line(result, top) + " " + " ".join(str(x) for x in f["flags"])
     return Recommendation(
         rule=RULE, kind="launch", confidence="reported",
-        title=f"Multi-token prediction: serve {top.label} with SGLang's {f['algorithm']} draft "
-              f"(the card's MTP layer)",
+        title=f"Multi-token prediction ({f['algorithm']}, the card's MTP layer) on {top.label}",
         action=line,
-        gain_text=(f"reported: {f['reported']} on {f['reported_box']} ({share}) "
-                   f"[{f['source']}]"),
-        evidence=[mem, f"card {card.name}: mtp_layers = {card.mtp_layers}"],
+        gain_text=f"reported: {f['reported_short']}, ~{spec / base:.1f}x [{f['source']}]",
+        evidence=[mem, f"reported: {f['reported']} on {f['reported_box']} ({share})",
+                  f"card {card.name}: mtp_layers = {card.mtp_layers}"],
         caveats=caveats, priority=0.8)
 
 

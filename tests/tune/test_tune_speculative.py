@@ -37,8 +37,9 @@ def _mtp(vm: Bundle, card=GLM5):  # type: ignore[no-untyped-def]
 def test_mtp_is_offered_with_its_reported_gain_and_memory(vm: Bundle) -> None:
     doc, rec = _mtp(vm)
     assert rec is not None and rec.confidence == "reported" and rec.kind == "launch"
-    assert rec.gain_text.startswith("reported: 35-44 -> 97-105 tok/s at concurrency 1")
+    assert rec.gain_text.startswith("reported: 35-44 -> 97-105 tok/s at c=1, ~2.6x")
     assert "voipmonitor/rtx6kpro optimization/speculative-decoding.md" in rec.gain_text
+    assert "8x RTX PRO 6000" in rec.evidence[1] and "0 tokens of context" in rec.evidence[1]
     top = doc.layouts[0]
     assert rec.action.startswith(shlex.split(rec.action)[0]) and top.command in rec.action
     assert rec.action.endswith("--speculative-algorithm NEXTN --speculative-num-steps 3 "
