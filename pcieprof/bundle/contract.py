@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from pcieprof.bundle import rows
 from pcieprof.bundle.attribution import Attribution
+from pcieprof.bundle.comm_model import CommModel
 from pcieprof.bundle.document import Document
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.recommendations import Recommendations
@@ -112,8 +113,8 @@ FILES: tuple[BundleFile, ...] = (
     BundleFile("attribution/*.csv", "text", "serve-bench, attribute",
                "attribution.json's tables (per_rank, per_step, per_class, top_kernels, classes) "
                "and comm_model.csv"),
-    BundleFile("comm_model.json", "json", "attribute --model --topology",
-               "the analytic model's collectives priced per batch next to the measured step"),
+    _doc(CommModel, "attribute --model --topology",
+         "the analytic model's collectives priced per batch next to the measured step"),
     _doc(Recommendations, "recommend", "the bottleneck, the recommendations with evidence and "
          "gains, the ring, the inferred fabric, the parallel layouts, what needs measuring"),
     BundleFile("tune/nccl_graph.xml", "text", "recommend", "NCCL_GRAPH_FILE with the searched ring"),

@@ -75,12 +75,12 @@ def _steps(root: Path, profile: str, baseline: str, model: str, tp: int, no_serv
 
     box = root / f"topology-{profile.removesuffix('.toml').rsplit('/', 1)[-1]}"
     _run(topology.command, ["--backend", "sim", "--sim-profile", profile, "--no-report",
-                      "--out", str(box), *force_args])
+                            "--model", model, "--out", str(box), *force_args])
     bundles = [box]
     if baseline != "none":
         base = root / f"topology-{baseline.removesuffix('.toml').rsplit('/', 1)[-1]}"
         _run(topology.command, ["--backend", "sim", "--sim-profile", baseline, "--no-report",
-                          "--out", str(base), *force_args])
+                                "--model", model, "--out", str(base), *force_args])
         bundles.append(base)
     _run(recommend.command, [str(box), "--model", model])
     if not no_serve:

@@ -211,7 +211,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     band = DecodeBand.of_card(card)  # its message sizes join the all-reduce sweep
     out = out or default_out_dir("topology")
     bundle = Bundle.create(out, command="topology", source=source_of(backend), backend=backend,
-                           force=force)
+                           force=force, inputs=[model] if Path(model).exists() else [])
     bundle.set_model(card)
     progress.info(f"bundle: {bundle.path} (decode sizes of {card.name})")
     t0 = time.monotonic()

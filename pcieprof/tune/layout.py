@@ -36,6 +36,7 @@ from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput
 from pcieprof.tune import memory
+from pcieprof.tune.communicators import env_for
 from pcieprof.tune.memory import Placement
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
@@ -280,7 +281,8 @@ def gpu_memory(box: Box, card: ModelCard) -> Box:
 
 def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: Topology,
                  env: dict[str, str] | None = None, context: int = 8192,
-                 command: CommandBuilder | None = None) -> list[LayoutAdvice]:
+                 command: CommandBuilder | None = None,
+                 graph_gpus: set[int] | None = None) -> list[LayoutAdvice]:
     """Evaluate and rank the candidate layouts for `card` on the bundle's box.
 
     Args:
@@ -291,6 +293,9 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
         env: the recommended environment (added to every command).
         context: tokens per request for the KV-cache fit and reads.
         command: builds each layout's launch command; None leaves the commands empty.
+        graph_gpus: the GPUs the recommended NCCL_GRAPH_FILE names; a layout with a
+            communicator it does not cover gets its command without it
+            (pcieprof.tune.communicators.env_for).
 
     Returns:
         The layouts, best first; the first carries `why`.
@@ -344,7 +349,10 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
         if max_c < 1:  # a layout that does not fit is never offered as a launch
             launch = LaunchCommand(notes=[f"{c.label}: {f.verdict()}"])
         elif command is not None:
-            launch = command(card, c, dict(env or {}))
+            own, left_out = env_for(dict(env or {}), graph_gpus, c.tp, c.pp, c.ep,
+                                    (c.dp or 1) if c.dp_attention else 1, c.replicas)
+            launch = command(card, c, own)
+            launch.notes[:0] = left_out
         else:
             launch = LaunchCommand(
                 notes=["no launch command built (the tuner was run without a launcher)"])

@@ -249,7 +249,11 @@ def test_every_iommu_path_recommendation_carries_its_risk_and_the_host_alternati
     assert "# RISK of NCCL_P2P_LEVEL=SYS: NCCL P2P through a translating IOMMU" in launch
     out = demo["recommend.stdout"].read_text()
     assert out.count("RISK: NCCL P2P through a translating IOMMU") == 2
-    assert "host-side alternative: simulated: all-reduces of a decode step" in out
+    # one paragraph is said once: the second card names the card that said it
+    assert out.count("pcieprof recommend BUNDLE --verify") == 1 and "check: as card " in out
+    host = re.search(r"host-side alternative: card (\d+) \(the hypervisor host's changes\)", out)
+    assert host is not None
+    assert re.search(rf"^{host.group(1)}\. \[\w+\] Only the hypervisor host", out, re.M)
     # the report shows them on the cards
     rec_sec = _sections([demo["recommended"]])["recommendations"]
     (sec,) = rec_sec.values()

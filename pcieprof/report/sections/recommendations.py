@@ -87,7 +87,9 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
     if ring:
         sec.blocks.append(Facts("ring search", [
             ("ring", " -> ".join(map(str, ring.order))),
-            ("CUDA_VISIBLE_DEVICES", ring.cuda_visible_devices),
+            # as a list only: CUDA_VISIBLE_DEVICES in this order renumbers the ranks, it does not
+            # make NCCL run this ring (the graph file does)
+            ("as a device list", ring.cuda_visible_devices),
             ("slowest link", f"{ring.bottleneck_gbps:.1f} GB/s"),
             ("summed link latency", "not measured" if ring.latency_sum_us is None
              else f"{ring.latency_sum_us:.2f} us"),
