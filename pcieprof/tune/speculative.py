@@ -63,7 +63,7 @@ def recommendation(result: Recommendations, card: ModelCard) -> Recommendation |
     share = (f"reported ~{spec / base:.1f}x tokens per second at concurrency 1: the token time "
              f"~{1000 / base:.0f} -> ~{1000 / spec:.0f} ms")
     caveats = [str(f["checkpoint_note"]),
-               "reported on another box; not measured here: run serve-bench with the line and "
+               "reported on another box, not yet run on this one: serve-bench with the line and "
                "compare", "the gain shrinks with concurrency and context (the source: 60-80 tok/s "
                "at 100K tokens)"]
     if fits_c < 1:
