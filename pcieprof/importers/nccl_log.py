@@ -470,6 +470,7 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
                                   or loose["tuner"] or loose["ring_neighbours"]):
         del comms["unattributed"]  # only settings lines came without a prefix: nothing to keep
     comm_list = _merge_anonymous(list(comms.values()))
+    eager = not versions or _release(versions[0]) < (2, 19)
     for c in comm_list:
         if c["comm_id"] == "unattributed":
             # Its size is what the lines show: the longest ring, or the highest rank seen.
@@ -484,10 +485,12 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
         if c["nchannels"] is None:
             # Ring lines without `/N` (older releases): NCCL's own count, else one ring per channel.
             c["nchannels"] = c["coll_channels"] or (len(c["rings"]) or None)
-        if not c["connected_rings"] and c["transports"] and any(
-                r["init"] == "COMPLETE" for r in c["ranks"].values()):
-            # Releases before "Connected all rings" existed: Init COMPLETE is printed only after
-            # every channel's connections are set up (src/init.cc), so the rings did connect.
+        if (not c["connected_rings"] and c["transports"] and eager
+                and (versions or c["comm_id"] is None)
+                and any(r["init"] == "COMPLETE" for r in c["ranks"].values())):
+            # The releases this is about (2.7-2.18) connect every channel inside init, before
+            # Init COMPLETE, and not all print "Connected all rings". Newer ones may connect at
+            # the first collective (NCCL_RUNTIME_CONNECT): there only their own line counts.
             c["connected_rings"] = True
     main = max(comm_list, key=lambda c: c["nranks"], default=None)
     vias = sorted({e["via"] for e in main["transports"]}) if main else []
@@ -528,6 +531,12 @@ def _note_failure(failures: list[dict[str, Any]], comm: dict[str, Any] | None,
         comm.setdefault("failures", [])
         if kind not in comm["failures"]:
             comm["failures"].append(kind)
+
+
+def _release(version: str) -> tuple[int, int]:
+    """(major, minor) of `2.18.3+cuda12.2`; (99, 0) when unreadable (treated as new)."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else (99, 0)
 
 
 def transport_family(via: str) -> str:
