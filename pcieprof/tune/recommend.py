@@ -10,7 +10,6 @@ from the CommandBuilder its caller passes).
 
 from __future__ import annotations
 
-import importlib
 import math
 import shlex
 from typing import Callable
@@ -226,8 +225,8 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
     if write_files:  # before the rules, whose actions name the files
         _write_nccl_files(ctx)
     recs: list[Recommendation] = []
-    for name in RULES:
-        recs.extend(importlib.import_module(f"pcieprof.tune.rules.{name}").evaluate(ctx))
+    for evaluate in RULES:
+        recs.extend(evaluate(ctx))
     recs.sort(key=lambda r: -r.priority)
     env: dict[str, str] = {}
     for r in recs:
