@@ -9,6 +9,7 @@ row measured so far. A bundle starts as `partial` and only becomes `ok` when its
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -21,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, TypeVar
 
-from pcieprof import __version__
+from pcieprof import __version__, progress
 from pcieprof.errors import BadInput
 from pcieprof.redact import redact
 from pcieprof.bundle import contract, outdir
@@ -147,6 +148,32 @@ def prepare_out_file(path: Path) -> None:
         os.unlink(tmp)
     except OSError as exc:
         raise _cannot(path, "write the output file", exc) from None
+
+
+def _whole_records(text: str) -> int:
+    """Where the last whole record of CSV `text` ends: after its last line break that lies
+    outside quotes, or at the end where the text after that break is a row with every field of
+    the header (a file written without a final line break); 0: not even a whole header. Rows
+    are appended, so a tear (a kill, a full disk) can only cut the last one, and it may cut it
+    inside a quoted field; found from the end, counting quotes, in one pass."""
+    quotes = text.count('"')
+    pos, after = len(text), 0
+    end = 0
+    while pos > 0:
+        nl = text.rfind("\n", 0, pos)
+        if nl < 0:
+            break
+        after += text.count('"', nl + 1, pos)
+        if (quotes - after) % 2 == 0:
+            end = nl + 1
+            break
+        pos = nl
+    tail = text[end:]
+    if tail.strip() and tail.count('"') % 2 == 0:
+        header = next(csv.reader([text.split("\n", 1)[0]]), [])
+        if end == 0 or len(next(csv.reader([tail]), [])) == len(header):
+            return len(text)
+    return end
 
 
 def _json_default(obj: Any) -> Any:
@@ -317,10 +344,22 @@ class Bundle:
             raise BadInput(f"{path} is the bundle {self.path} or inside it",
                            hint="choose a directory outside the bundle")
         prepare_out_dir(path, force=force, inputs=[self.path])
+        # The copy's manifest goes first and says partial until every file is there: a copy cut
+        # short (a full disk) reads as what it is, never as the finished original.
+        copy = Bundle(path, {**self.manifest, "status": Status.PARTIAL.value,
+                             "why": f"copy of {self.path} cut short"})
         try:
-            shutil.copytree(self.path, path, dirs_exist_ok=True)
+            copy.save_manifest()
+            for dirpath, _dirs, names in os.walk(self.path):
+                here = Path(dirpath)
+                there = path / here.relative_to(self.path)
+                there.mkdir(exist_ok=True)
+                for name in names:
+                    if here != self.path or name != MANIFEST:
+                        shutil.copy2(here / name, there / name)
+            Bundle(path, self.manifest).save_manifest()
         except OSError as exc:
-            raise BadInput(f"cannot copy {self.path} to {path}: {exc.strerror or exc}") from None
+            raise _cannot(path, f"copy {self.path} into it", exc) from None
         return Bundle.open(path)
 
     # -- manifest --------------------------------------------------------------------------------
@@ -537,14 +576,22 @@ class Bundle:
         import pandas as pd  # heavy: pandas
 
         p = self.path / R.TABLES[table].FILE
-        if not p.is_file() or p.stat().st_size == 0:
+        try:
+            text = p.read_text(encoding="utf-8", errors="replace") if p.is_file() else ""
+        except OSError as exc:
+            raise BadInput(f"{p}: unreadable table ({exc.strerror or exc})") from None
+        whole = _whole_records(text)
+        if whole < len(text):  # the last row was cut short: a kill or a full disk mid-write
+            progress.warn(f"{p}: its last row is cut short (a kill or a full disk while it was "
+                          "written); read without it")
+        if whole == 0:
             return R.decode_frame(table, pd.DataFrame({c: pd.Series(dtype=object if isinstance(
                 v, (str, dict, tuple)) else type(v)) for c, v in R.defaults(table).items()}))
         try:
-            # A row cut short by a kill mid-write is dropped, not fatal: on_bad_lines="skip".
-            df = pd.read_csv(p, keep_default_na=False, na_values=["", "nan", "NaN"],
-                             on_bad_lines="skip")
-        except (ValueError, pd.errors.ParserError) as exc:
+            # A row with extra fields (a writer gone wrong) is dropped, not fatal.
+            df = pd.read_csv(io.StringIO(text[:whole]), keep_default_na=False,
+                             na_values=["", "nan", "NaN"], on_bad_lines="skip")
+        except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
             raise BadInput(f"{p}: unreadable table ({exc})") from None
         try:
             return R.decode_frame(table, df)

@@ -37,7 +37,7 @@ from pcieprof.tune.nccl_files import GRAPH_FILE, TOPO_FILE, write_files
 from pcieprof.tune.ring import Ring, best_ring, ring_of_order
 from pcieprof.tune.rules import FINDING_RULES, RULES
 from pcieprof.tune.rules.base import RuleContext
-from pcieprof.tune.vm import bottleneck_why
+from pcieprof.tune.vm_context import bottleneck_why
 from pcieprof.tune.workload import on_the_workload
 from pcieprof.units import size_label
 
