@@ -420,6 +420,9 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
         elif (m := _TREES.match(t)) and (comm := comm_of_msg(msg)) is not None:
             rank = rank_of(msg, comm)
             trees = {str(int(c)): spec for c, spec in _TREE_ITEM.findall(m.group(1))}
+            if rank is None:  # no Init line names the process: the tree says (`up->R->down`)
+                me = re.search(r"->(\d+)->", next(iter(trees.values()), ""))
+                rank = int(me.group(1)) if me else None
             comm["trees"].setdefault(str(rank) if rank is not None else "?", trees)
         elif (m := _CHANNELS.match(t)) and (comm := comm_of_msg(msg)) is not None:
             comm["coll_channels"] = int(m.group(1))

@@ -69,6 +69,10 @@ def test_rings_before_any_communicator_line() -> None:
     assert c["nchannels"] == len(rings) == 2
     assert kept(c) == {t for ln in text.splitlines() for t in transports_in(ln)}
     assert c["transport_families"] == ["P2P", "SHM"]
+    # each Trees line kept under the rank it is about (`up->R->down`), no process names a rank
+    tree_ranks = {m for ln in lines_with(text, "Trees [0]")
+                  for m in re.findall(r"\[0\] \S*?->(\d+)->", ln)}
+    assert set(c["comms"][0]["trees"]) == tree_ranks
 
 
 def test_init_complete_means_connected_only_in_old_releases() -> None:
