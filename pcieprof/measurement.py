@@ -1,7 +1,7 @@
 """The measurement session: one place that runs a measurement plan into a bundle.
 
 Used by `pcieprof topology`, `pcieprof recommend --verify` (through the command) and
-`python -m probes.gpu_selftest`. It owns what every measuring run needs:
+`python -m pcieprof.selftest`. It owns what every measuring run needs:
 - backend dispatch: `cuda` and `cpu` run the plan's probes under torchrun
   (pcieprof.probe_runner), `sim` runs it against the fabric model (pcieprof.sim.backend);
   `auto` picks cuda when NVML and torch see GPUs, else cpu, and says so;
@@ -26,6 +26,7 @@ from pcieprof.bundle.nodes import NodeInfo, NodeLayout
 from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard
 from pcieprof.discover import versions
+from pcieprof.discover.nvml import device_count
 from pcieprof.discover.topology import discover
 from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
 from pcieprof.node_group import Member, NodeGroup, NodeLost
@@ -38,20 +39,15 @@ from probes.plan import Plan, build_plan
 #: The cpu backend runs one process per rank on this machine; more than this is not a useful
 #: picture of anything and would only thrash the cores.
 MAX_CPU_RANKS = 16
+#: The tables the probes fill (discovery alone is not a measurement).
+MEASURED_TABLES = ("p2p", "concurrent", "allreduce")
 
 
 def gpu_count() -> tuple[int, str]:
     """(GPUs that both NVML and torch see, why not when 0)."""
-    try:
-        import pynvml  # heavy: loads the NVIDIA driver library
-
-        pynvml.nvmlInit()
-        try:
-            n_nvml = pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return 0, f"NVML not usable ({type(exc).__name__})"
+    n_nvml, why = device_count()
+    if not n_nvml:
+        return 0, why or "NVML sees no GPU"
     try:
         import torch  # heavy: torch
 
@@ -264,6 +260,17 @@ class MeasurementSession:
             self._simulate(plan)
         else:
             self._probe(plan)
+
+    def nothing_measured(self) -> str | None:
+        """Why not one probe row of the bundle is `ok` when it has rows (every case failed,
+        hung or was refused), else None: such a run measured nothing (exit 4)."""
+        rows = [(t, str(s)) for t in MEASURED_TABLES
+                for s in self.bundle.read_table(t)["status"].tolist()]
+        if not rows or any(s == "ok" for _, s in rows):
+            return None
+        whys = [f"{t}: {self.bundle.part(t).get('why') or 'no row ok'}"
+                for t in dict.fromkeys(t for t, _ in rows)]
+        return f"no probe measured anything ({len(rows)} case(s), none ok): " + "; ".join(whys)
 
     def _simulate(self, plan: Plan) -> None:
         parts = ["p2p", "concurrent"] * bool(plan.p2p) + ["allreduce"] * bool(plan.allreduce)

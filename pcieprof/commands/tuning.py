@@ -23,7 +23,7 @@ from pcieprof.cards import ModelCard, load_card
 from pcieprof.errors import BadInput, PcieprofError
 from pcieprof.serve.served import last_served, measured_here
 from pcieprof.serve.sglang_cmd import LaunchConfig, build_command
-from pcieprof.tune import launch
+from pcieprof.tune import launch, speculative
 from pcieprof.tune.launch import NOT_YET, LaunchChoice
 from pcieprof.tune.layout import Candidate, CommandBuilder, LaunchCommand
 from pcieprof.tune.recommend import cpu_only, recommend
@@ -275,7 +275,8 @@ def tune(bundle: Bundle, card: ModelCard, band: DecodeBand, *, layouts: bool = T
     # a neutral choice leaves out the card's own backends, which serve-bench cannot: no line
     bench = None if choice.neutral else (
         lambda lay, tp, env: bench_line(card, lay, tp, env, choice))
-    return launch.apply(result, choice, card, build, box=box, context=context, bench=bench)
+    result = launch.apply(result, choice, card, build, box=box, context=context, bench=bench)
+    return speculative.add(result, card)
 
 
 def bench_line(card: ModelCard, layout: LayoutAdvice | None, tp: int, env: dict[str, str],

@@ -122,8 +122,7 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                          f"{_num(peak.tok_s, 0)} at c={peak.concurrency}" if peak else ""])
         sec.blocks.append(Table(
             f"parallel layouts, best first (context {layouts[0].context_tokens} tokens, "
-            f"{layouts[0].gpu_memory_gb * 1e9 / GIB:.1f} GiB x {layouts[0].mem_fraction} per GPU; "
-            f"memory: {layouts[0].memory_source})",
+            f"{layouts[0].gpu_memory_gb * 1e9 / GIB:.1f} GiB x {layouts[0].mem_fraction} per GPU)",
             ["layout", "fits", "weights GiB/GPU", "KV GiB/request", "max concurrency",
              "step ms c=1", "comm ms c=1", "tok/s at its highest fitting concurrency"],
             rows, provenance=lprov, caption=layouts[0].why))

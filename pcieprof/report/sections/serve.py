@@ -22,6 +22,7 @@ from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
 from pcieprof.report.model import Block, BundleView, Facts, Note, Section, Table
 from pcieprof.report.recs import RecsBlock
+from pcieprof.report.sections.serve_spread import inversion_notes, tpot_note
 
 MAX_POINTS = 4000  # per distribution trace, so a long run keeps the page light
 
@@ -127,6 +128,10 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
             ("attempt benchmarked", summary.attempt),
             ("input / output tokens", f"{summary.input_len} / {summary.output_len}"),
             ("status", summary.status)], provenance=prov))
+        if summary.formulas:  # beside the facts: two short blocks share a row
+            sec.blocks.append(Facts("metric definitions (as computed)",
+                                    [(k, v) for k, v in summary.formulas.items() if k in
+                                     ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "output_throughput")]))
     if search:
         sec.blocks.extend(search_blocks(view, search, prov))
     runs = summary.runs if summary else []
@@ -173,11 +178,6 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                                          boxpoints=False))
         fig.update_yaxes(type="log", title="ms")
         sec.blocks.append(figure(fig, "TTFT, TPOT and ITL distributions per run", prov, height=380))
-        formulas = summary.formulas if summary else {}
-        if formulas:
-            sec.blocks.append(Facts("metric definitions (as computed)",
-                                    [(k, v) for k, v in formulas.items() if k in
-                                     ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "output_throughput")]))
     if not curve.empty:
         ok = curve[(curve["status"] == "ok") & curve["step_time_ms"].notna()]
         if not ok.empty:
@@ -190,6 +190,10 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
             fig.update_yaxes(title="ms per decode step")
             sec.blocks.append(figure(fig, "fixed-batch decode step time (steady state)",
                                      view.provenance("serve", ok)))
+            sec.blocks.extend(inversion_notes(ok))
+            tpot = tpot_note(summary, ok)
+            if tpot is not None:
+                sec.blocks.append(tpot)
         else:
             sec.blocks.append(Note("decode curve: no batch size reached a steady state", "warn"))
     if attempts and not search:  # a search's attempts are in its own table above
