@@ -340,7 +340,9 @@ class ProbeRunner:
         bundle: the bundle to append rows to (its parts are set by the caller).
         plan: what to measure.
         launch: torchrun node/rendezvous options.
-        on_progress: called with a short description after each row batch (progress bars).
+        on_progress: called with (table, rows) after each row batch, and with ("step", 1)
+            after each case step rank 0 finishes (a size of an all-reduce launch, a copy
+            case): progress bars.
         group: the nodes of a multi-node run (pcieprof.node_group), joined; None on one node.
     """
 
@@ -451,6 +453,8 @@ class ProbeRunner:
                             last = item
                         elif item.get("event") == "done":
                             open_cases.pop(item["rank"], None)
+                            if item.get("rank") == 0:
+                                self.on_progress("step", 1)
                         elif item.get("event") == "finished":
                             finished.add(item["rank"])
                         elif item.get("event") == "init" and isinstance(item.get("pid"), int):
@@ -533,7 +537,11 @@ class ProbeRunner:
         if self.plan.backend == "cuda":
             # CUDA ordinals = NVML indices: PCI bus order, every GPU up to the highest one visible
             env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                   "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(max(self.plan.devices) + 1)))}
+                   "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(max(self.plan.devices) + 1))),
+                   # expandable segments are mapped with the driver's VMM calls, which the copy
+                   # probe's cudaDeviceEnablePeerAccess does not map for peers (issue 23 pt 8):
+                   # the copy buffers come from plain cudaMalloc segments
+                   "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}
         result: dict[str, dict[str, Any]] = {
             p: {"status": "ok", "why": None, "rows": 0, "hangs": 0, "errors": 0, "not_run": 0}
             for p in ("p2p", "concurrent")}
