@@ -363,6 +363,7 @@ class ProbeRunner:
             progress.warn(f"not passed to the probes: {', '.join(sorted(dropped))} (each variant "
                           "measures its own NCCL settings only; recorded in nccl_choices.json)")
         self._graph_dumps: dict[tuple[int, ...], Path] = {}
+        self._uuids: dict[int, str] | None = None  # NVML index -> UUID (topology.json)
         if self.plan.backend == "cuda" and self.launch.nnodes <= 1:
             for case in self.plan.allreduce:
                 if _is_ring_order(case) and "NCCL_GRAPH_FILE" not in case.env:
@@ -537,7 +538,7 @@ class ProbeRunner:
         if self.plan.backend == "cuda":
             # CUDA ordinals = NVML indices: PCI bus order, every GPU up to the highest one visible
             env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                   "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(max(self.plan.devices) + 1))),
+                   "CUDA_VISIBLE_DEVICES": self._visible(list(range(max(self.plan.devices) + 1))),
                    # expandable segments are mapped with the driver's VMM calls, which the copy
                    # probe's cudaDeviceEnablePeerAccess does not map for peers (issue 23 pt 8):
                    # the copy buffers come from plain cudaMalloc segments
@@ -827,6 +828,21 @@ class ProbeRunner:
             res.update(status=node0["status"], why=f"node 0: {node0.get('why')}")
         return res
 
+    def _visible(self, devices: list[int]) -> str:
+        """CUDA_VISIBLE_DEVICES for GPUs given by NVML index, CUDA ordinal i = devices[i]: their
+        UUIDs from the bundle's topology.json (NVML's, so the CUDA ordinals are those GPUs
+        whatever order CUDA enumerates in), else the indices themselves, which CUDA reads in
+        PCI bus order under CUDA_DEVICE_ORDER=PCI_BUS_ID, the order NVML indexes in on the
+        machines seen so far (an assumption where the UUIDs are unknown)."""
+        if self._uuids is None:
+            topo = self.bundle.read_json("topology.json", {}) if self.bundle.has(
+                "topology.json") else {}
+            self._uuids = {int(g["index"]): str(g["uuid"]) for g in (topo or {}).get("gpus", [])
+                           if g.get("uuid") and g.get("index") is not None}
+        if all(d in self._uuids for d in devices):
+            return ",".join(self._uuids[d] for d in devices)
+        return ",".join(map(str, devices))
+
     def _case_env(self, case: AllReduceCase) -> tuple[dict[str, str], list[int]]:
         """A case's launch environment and the devices its ranks drive, in rank order."""
         cuda = self.plan.backend == "cuda"
@@ -836,7 +852,7 @@ class ProbeRunner:
         devices = sorted(case.ranks) if cuda and "NCCL_GRAPH_FILE" in env else list(case.ranks)
         if cuda:
             env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+            env["CUDA_VISIBLE_DEVICES"] = self._visible(devices)
             env = self._bundle_paths(env)
         return env, devices
 
