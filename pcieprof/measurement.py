@@ -1,7 +1,7 @@
 """The measurement session: one place that runs a measurement plan into a bundle.
 
 Used by `pcieprof topology`, `pcieprof recommend --verify` (through the command) and
-`python -m probes.gpu_selftest`. It owns what every measuring run needs:
+`python -m pcieprof.selftest`. It owns what every measuring run needs:
 - backend dispatch: `cuda` and `cpu` run the plan's probes under torchrun
   (pcieprof.probe_runner), `sim` runs it against the fabric model (pcieprof.sim.backend);
   `auto` picks cuda when NVML and torch see GPUs, else cpu, and says so;
@@ -26,6 +26,7 @@ from pcieprof.bundle.nodes import NodeInfo, NodeLayout
 from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard
 from pcieprof.discover import versions
+from pcieprof.discover.nvml import device_count
 from pcieprof.discover.topology import discover
 from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
 from pcieprof.node_group import Member, NodeGroup, NodeLost
@@ -43,16 +44,9 @@ MAX_CPU_RANKS = 16
 
 def gpu_count() -> tuple[int, str]:
     """(GPUs that both NVML and torch see, why not when 0)."""
-    try:
-        import pynvml  # heavy: loads the NVIDIA driver library
-
-        pynvml.nvmlInit()
-        try:
-            n_nvml = pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return 0, f"NVML not usable ({type(exc).__name__})"
+    n_nvml, why = device_count()
+    if not n_nvml:
+        return 0, why or "NVML sees no GPU"
     try:
         import torch  # heavy: torch
 

@@ -20,7 +20,7 @@ not stop the others; exit 0 only when every step passed):
    -d WHEELS plotly ijson orjson`.
 1. `nvml`: this machine's NVML answers, recorded for replay (pcieprof.discover.nvml_snapshot)
    -> nvml_snapshot.json, a test fixture to commit.
-2. `selftest`: `python -m probes.gpu_selftest` -> selftest/ (NVML reads, h2d/d2h through the
+2. `selftest`: `python -m pcieprof.selftest` -> selftest/ (NVML reads, h2d/d2h through the
    probe's CudaCopier with the data check, the one-rank NCCL all-reduce sweep with
    NCCL_DEBUG=INFO parsed, in a bundle).
 3. `one_gpu`: what one GPU proves of the paths that need two (one_gpu.json): a same-device
@@ -277,9 +277,9 @@ def torch_copies(device: int) -> list[dict[str, Any]]:
 def compare_copies(out: Path, nvml_index: int, cuda_device: int) -> dict[str, Any]:
     """The probe's h2d/d2h rows (topology bundle) next to the torch loop and the link's limits."""
     from pcieprof.bundle import Bundle
+    from pcieprof.discover.nvml import LinkSampler
     from pcieprof.sim.fabric import raw_link_gbps
     from pcieprof.sim.model import link_gbps
-    from probes.gpu_selftest import LinkSampler
 
     with LinkSampler(nvml_index) as link:
         plain = torch_copies(cuda_device)
@@ -320,7 +320,7 @@ def plan(out: Path, device: int) -> list[dict[str, Any]]:
         {"name": "deps", "what": "plotly, ijson, orjson from --wheels where missing (pip "
                                  "--no-index)", "files": ["deps/"]},
         {"name": "nvml", "what": "record this machine's NVML answers", "files": ["nvml_snapshot.json"]},
-        {"name": "selftest", "argv": _python(["-m", "probes.gpu_selftest", "--out",
+        {"name": "selftest", "argv": _python(["-m", "pcieprof.selftest", "--out",
                                               str(out / "selftest"), "--device", str(device)]),
          "timeout_s": STEP_TIMEOUT_S["selftest"]},
         {"name": "one_gpu", "what": "same-device peer copy with the data check, "
@@ -578,7 +578,6 @@ def check(out: Path, device: int, wheels: Path | None = None) -> int:
             import pcieprof.discover.nvml_snapshot  # noqa: F401
             import pcieprof.sim.model  # noqa: F401
             import probes.allreduce_worker  # noqa: F401
-            import probes.gpu_selftest  # noqa: F401
             import probes.p2p_worker  # noqa: F401
 
             steps = plan(out, device)

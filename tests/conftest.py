@@ -54,6 +54,13 @@ def _cwd_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
 
 
+@pytest.fixture(autouse=True)
+def _state_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record of launches served on this machine (pcieprof.serve.served) lives in the
+    test's tmp dir: no test reads or writes the user's, and none sees another's."""
+    monkeypatch.setenv("PCIEPROF_STATE_DIR", str(tmp_path / "pcieprof-state"))
+
+
 @pytest.fixture(scope="session")
 def samples() -> Path:
     """../shared/samples: real tool outputs (never edit)."""

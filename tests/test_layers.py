@@ -5,10 +5,12 @@ Layers, lowest first; a module may import its own layer and the layers listed as
 - foundation (errors, schema, progress, units, cards, the package itself): imported by all;
 - bundle: the results bundle, its typed rows and documents;
 - measure (probes, discover, importers, sim, serve, refserver, probe_runner, measurement,
-  node_group, gpu_selftest) and analysis: both stand on the bundle and never import each other (measuring
-  never analyses, analysis never measures);
+  node_group, selftest) and analysis: both stand on the bundle and never import each other (measuring
+  never analyses, analysis never measures); within measure, no probe imports what runs probes
+  (no import back up);
 - tune: decides from analysis;
-- report: draws (analysis, tune's document types through the bundle);
+- report: draws what the bundle saved (analysis, the bundle's documents); it reaches no tuner
+  and no launch search, directly or through others;
 - commands (commands, cli, __main__): wire everything.
 No two components (top-level modules or packages of pcieprof; each module of probes/, a directory
 of separate entry points: workers and the GPU self-tests) may import each other, directly or
@@ -34,7 +36,7 @@ LAYER_OF = {
     "probes": "measure", "pcieprof.discover": "measure", "pcieprof.importers": "measure",
     "pcieprof.sim": "measure", "pcieprof.serve": "measure", "pcieprof.refserver": "measure",
     "pcieprof.probe_runner": "measure", "pcieprof.measurement": "measure",
-    "pcieprof.node_group": "measure",
+    "pcieprof.node_group": "measure", "pcieprof.selftest": "measure",
     "pcieprof.analysis": "analysis",
     "pcieprof.tune": "tune",
     "pcieprof.report": "report",
@@ -209,3 +211,48 @@ def test_the_contract_sees_the_known_directions() -> None:
     assert layers_used_by["commands"] >= {"measure", "analysis", "tune", "report", "bundle"}
     assert "analysis" in layers_used_by["tune"] and "measure" not in layers_used_by["analysis"]
     assert "bundle" in layers_used_by["measure"]
+
+
+#: The modules that run probes (launch the workers, or drive the session that does).
+RUNS_PROBES = ("pcieprof.measurement", "pcieprof.probe_runner", "pcieprof.node_group",
+               "pcieprof.selftest", "pcieprof.sim.backend")
+#: What decides: the tuner and the launch search (the report reads what they saved).
+DECIDES = ("pcieprof.tune.recommend", "pcieprof.tune.rules", "pcieprof.tune.launch",
+           "pcieprof.tune.search", "pcieprof.tune.space", "pcieprof.tune.learn",
+           "pcieprof.tune.verify", "pcieprof.commands")
+
+
+def _reached(start: set[str], imps: list[Import]) -> dict[str, str]:
+    """Module -> the module that first imported it, for everything `start` imports, directly or
+    through others."""
+    edges: dict[str, set[str]] = {}
+    for i in imps:
+        edges.setdefault(i.source, set()).add(i.target)
+    seen: dict[str, str] = {}
+    todo = list(start)
+    while todo:
+        m = todo.pop()
+        for t in edges.get(m, ()):
+            # `import pcieprof.tune.vm` runs pcieprof.tune's __init__ too, which imports nothing
+            if t not in seen and t not in start:
+                seen[t] = m
+                todo.append(t)
+    return seen
+
+
+def test_no_probe_imports_what_runs_probes() -> None:
+    """A probe runs inside the processes the runner starts: importing the runner (or the session
+    above it) would be an import back up, the loop the layers exist to prevent."""
+    bad = [f"{i.source}:{i.line} imports {i.target}" for i in all_imports()
+           if i.source.startswith("probes") and i.target.startswith(RUNS_PROBES)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_report_reaches_no_tuner_and_no_search() -> None:
+    """The report draws saved documents (recommendations.json, serve/search.json, ...): nothing
+    it imports, directly or through others, runs the tuner, its rules or the launch search."""
+    imps = all_imports()
+    report = {i.source for i in imps if i.source.startswith("pcieprof.report")}
+    reached = _reached(report, imps)
+    bad = sorted(f"{m} (through {by})" for m, by in reached.items() if m.startswith(DECIDES))
+    assert report and not bad, "the report reaches: " + ", ".join(bad)

@@ -39,7 +39,10 @@ import numpy as np
 from pcieprof import progress
 from pcieprof.analysis import intervals
 from pcieprof.analysis.classify import CLASS_BIT, COMM, COMPUTE, MEMORY, Classifier
+from pcieprof.analysis.decode_share import decode_shares
 from pcieprof.analysis.trace_stream import IJSON_BACKEND, READER, RankTrace, read_trace
+from pcieprof.bundle.attribution import StepAttribution
+from pcieprof.bundle.document import decode as decode_doc, encode
 from pcieprof.errors import BadInput
 
 ATTRIBUTION_VERSION = 1
@@ -454,6 +457,8 @@ def _document(results: list[dict[str, Any]], classes: Path | None, drop_last_ste
             "parse_s": r["parse_s"], "peak_rss_bytes": r["peak_rss_bytes"],
         })
     mode = {r["mode"] for r in results}
+    steps = [{"rank": r["rank"], **s} for r in results for s in r["steps"]]
+    share, by_batch = decode_shares([decode_doc(StepAttribution, s, "step") for s in steps])
     return {
         "attribution_version": ATTRIBUTION_VERSION,
         "time_unit": "us",
@@ -464,9 +469,11 @@ def _document(results: list[dict[str, Any]], classes: Path | None, drop_last_ste
         "definitions": DEFINITIONS,
         "classes": clf.table(),
         "ranks": ranks,
-        "steps": [{"rank": r["rank"], **s} for r in results for s in r["steps"]],
+        "steps": steps,
         "top_kernels": [{"rank": r["rank"], **k} for r in results for k in r["top_kernels"]],
         "cross_rank": xr,
+        "decode_share": encode(share),
+        "decode_share_by_batch": encode(by_batch),
     }
 
 

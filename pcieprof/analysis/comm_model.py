@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from pcieprof.analysis.curves import Curve, Curves
+from pcieprof.analysis.decode_share import decode_shares
 from pcieprof.analysis.provenance import part_provenance
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.attribution import Attribution
@@ -159,24 +160,14 @@ def measured_decode_steps(serve_bundle: Bundle | None) -> dict[int, float]:
 
 
 def trace_decode_comm(attribution: Attribution | None) -> dict[int, dict[str, float]]:
-    """Batch size -> mean per-step comm/exposed/span (ms) of DECODE steps in attribution.json
-    (mean over ranks of the per-rank means)."""
+    """Batch size -> a DECODE step's comm/exposed/span (ms) as traced: attribution.json's saved
+    per-batch shares (pcieprof.analysis.decode_share), computed anew for a file that lacks them."""
     if attribution is None:
         return {}
-    acc: dict[int, dict[int, list[dict[str, float]]]] = {}
-    for s in attribution.steps:
-        if s.kind != "DECODE" or s.bs is None:
-            continue
-        acc.setdefault(int(s.bs), {}).setdefault(int(s.rank), []).append(
-            {"comm_us": s.comm_us or 0.0, "exposed_comm_us": s.exposed_comm_us or 0.0,
-             "span_us": s.span_us or 0.0})
-    out = {}
-    for bs, by_rank in acc.items():
-        per = [{k: float(np.mean([x[k] for x in steps])) for k in ("comm_us", "exposed_comm_us", "span_us")}
-               for steps in by_rank.values()]
-        out[bs] = {k.replace("_us", "_ms"): float(np.mean([p[k] for p in per])) / 1e3
-                   for k in ("comm_us", "exposed_comm_us", "span_us")}
-    return out
+    shares = attribution.decode_share_by_batch or decode_shares(attribution.steps)[1]
+    return {int(d.batch): {"comm_ms": d.comm_us / 1e3, "exposed_comm_ms": d.exposed_comm_us / 1e3,
+                           "span_ms": d.span_us / 1e3}
+            for d in shares if d.batch is not None}
 
 
 def comparison_table(card: ModelCard, layout: Layout, batches: list[int], pricer: Pricer,

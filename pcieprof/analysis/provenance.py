@@ -7,7 +7,7 @@ bundle labels, the tuner's evidence lines, the console summary and the verify bl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from pcieprof.schema import source_of
 
@@ -68,22 +68,48 @@ def part_provenance(manifest: dict[str, Any], part: str | None = None,
 
 def measured_host(manifest: dict[str, Any]) -> str | None:
     """The host a bundle's numbers were taken on; None when simulated (a simulated bundle ran
-    on some machine but measured none; older ones recorded it anyway) or not recorded."""
-    if manifest.get("source") == "simulated":
+    on some machine but measured none; older ones recorded it anyway), imported (the manifest's
+    host is the machine that ran the import, not the box: `imported_on`) or not recorded."""
+    if manifest.get("source") in ("simulated", "imported"):
         return None
+    return _host(manifest)
+
+
+def imported_on(manifest: dict[str, Any]) -> str | None:
+    """The machine that ran `pcieprof import` (an imported bundle's manifest host), or None."""
+    return _host(manifest) if manifest.get("source") == "imported" else None
+
+
+def _host(manifest: dict[str, Any]) -> str | None:
     host = manifest.get("host")
     return str(host) if host and host != "unknown" else None
 
 
-def origin(manifest: dict[str, Any]) -> str:
+def origin(manifest: dict[str, Any], box_hosts: Sequence[str] = ()) -> str:
     """One line saying where a bundle's numbers come from: `simulated: fabric model
-    rtxpro6000-8x-vm (not hardware)`, `measured on host gpu-01, backend cuda`."""
+    rtxpro6000-8x-vm (not hardware)`, `measured on host gpu-01, backend cuda`, `imported: tool
+    outputs of box gpu-01 (as its NCCL log names it); imported on host laptop (not the box),
+    backend imported`.
+
+    Args:
+        manifest: the bundle's manifest.
+        box_hosts: for an imported bundle, the host names its files give for the box (the
+            NCCL log's line prefixes); none: the line says the files do not name it.
+    """
     backend = str(manifest.get("backend") or "unknown")
     source = str(manifest.get("source") or "unknown")
     if source == "simulated":
         profile = ((manifest.get("versions") or {}).get("sim_profile")
                    or (manifest.get("parts", {}).get("discovery") or {}).get("profile"))
         return f"simulated: fabric model {profile or '(profile not recorded)'} (not hardware)"
+    if source == "imported":
+        box = ("a box the files do not name" if not box_hosts else
+               f"box {box_hosts[0]} (as its NCCL log names it)" if len(box_hosts) == 1 else
+               f"boxes {', '.join(box_hosts)} (as their NCCL log names them)")
+        by = imported_on(manifest)
+        return (f"imported: tool outputs of {box}; "
+                + (f"imported on host {by} (not the box)" if by else "importing host not recorded")
+                + f", backend {backend}")
     host = measured_host(manifest)
     where = f" on host {host}" if host else " (host not recorded)"
     note = f" ({BACKEND_NOTES[backend]})" if backend in BACKEND_NOTES else ""

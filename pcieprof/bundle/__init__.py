@@ -9,6 +9,7 @@ row measured so far. A bundle starts as `partial` and only becomes `ok` when its
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -19,16 +20,18 @@ import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, TypeVar
 
-from pcieprof import __version__
+from pcieprof import __version__, progress
 from pcieprof.errors import BadInput
 from pcieprof.redact import redact
-from pcieprof.bundle import contract
+from pcieprof.bundle import contract, outdir
 from pcieprof.bundle import rows as R
 from pcieprof.bundle import writer
 from pcieprof.bundle.document import Readable
 from pcieprof.bundle.model import ModelRecord
+from pcieprof.cards import ModelCard
+from pcieprof.cards.toml_file import card_from_dict, card_to_dict
 from pcieprof.bundle.nodes import NodeLayout
 from pcieprof.schema import SCHEMA_VERSION, Status
 
@@ -36,6 +39,8 @@ if TYPE_CHECKING:  # pandas costs ~0.3 s to import; only readers of tables pay f
     import pandas as pd
 
 MANIFEST = "manifest.json"
+#: The copy of the bundle's model card (pcieprof.cards, the tables of a card file as JSON).
+MODEL_CARD = "model_card.json"
 
 DocT = TypeVar("DocT", bound=Readable)
 
@@ -99,24 +104,35 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def prepare_out_dir(path: Path, *, force: bool) -> None:
-    """Make `path` an empty directory to write into, or refuse with one line (BadInput).
+def prepare_out_dir(path: Path, *, force: bool, inputs: Sequence[Path | str] = ()) -> None:
+    """Make `path` a directory to write a bundle into, locked for this process, or refuse with
+    one line (BadInput); the rules are pcieprof.bundle.outdir's.
 
     Args:
         path: the output directory (`--out`).
-        force: clear a non-empty directory instead of refusing it.
+        force: replace the bundle a non-empty directory holds (its own files only) instead of
+            refusing it.
+        inputs: the files and directories the command reads: `path` must not be or hold one.
     """
+    outdir.refuse_inputs_inside(path, inputs)
     try:
         if path.exists() and not path.is_dir():
             raise BadInput(f"{path}: expected a directory for the output, got an existing file")
-        if path.is_dir() and any(path.iterdir()):
+        path.mkdir(parents=True, exist_ok=True)
+        outdir.lock(path)  # before looking inside: a second writer is refused here
+    except OSError as exc:
+        raise _cannot(path, "create the output directory", exc) from None
+    try:
+        if any(path.iterdir()):
             if not force:
                 raise BadInput(f"output directory {path} exists and is not empty",
                                hint="choose another --out or pass --force")
-            _clear_dir(path)
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _cannot(path, "create the output directory", exc) from None
+            outdir.clear_bundle(path)
+    except BaseException as exc:
+        outdir.unlock(path)
+        if isinstance(exc, OSError):
+            raise _cannot(path, "replace the bundle in the output directory", exc) from None
+        raise
 
 
 def prepare_out_file(path: Path) -> None:
@@ -132,6 +148,32 @@ def prepare_out_file(path: Path) -> None:
         os.unlink(tmp)
     except OSError as exc:
         raise _cannot(path, "write the output file", exc) from None
+
+
+def _whole_records(text: str) -> int:
+    """Where the last whole record of CSV `text` ends: after its last line break that lies
+    outside quotes, or at the end where the text after that break is a row with every field of
+    the header (a file written without a final line break); 0: not even a whole header. Rows
+    are appended, so a tear (a kill, a full disk) can only cut the last one, and it may cut it
+    inside a quoted field; found from the end, counting quotes, in one pass."""
+    quotes = text.count('"')
+    pos, after = len(text), 0
+    end = 0
+    while pos > 0:
+        nl = text.rfind("\n", 0, pos)
+        if nl < 0:
+            break
+        after += text.count('"', nl + 1, pos)
+        if (quotes - after) % 2 == 0:
+            end = nl + 1
+            break
+        pos = nl
+    tail = text[end:]
+    if tail.strip() and tail.count('"') % 2 == 0:
+        header = next(csv.reader([text.split("\n", 1)[0]]), [])
+        if end == 0 or len(next(csv.reader([tail]), [])) == len(header):
+            return len(text)
+    return end
 
 
 def _json_default(obj: Any) -> Any:
@@ -172,8 +214,9 @@ def unfinished() -> list["Bundle"]:
 
 def forget_unfinished() -> None:
     """Start a new command invocation in this process (pcieprof.cli.main): the bundles of an
-    earlier one are not its own."""
+    earlier one, and the --out locks it held, are not its own."""
     _UNFINISHED.clear()
+    outdir.release_locks()
 
 
 class Bundle:
@@ -190,7 +233,8 @@ class Bundle:
 
     @classmethod
     def create(cls, path: Path | str, *, command: str, source: str, backend: str,
-               force: bool = False, argv: list[str] | None = None) -> "Bundle":
+               force: bool = False, argv: list[str] | None = None,
+               inputs: Sequence[Path | str] = ()) -> "Bundle":
         """Start a new bundle at `path`.
 
         Args:
@@ -198,11 +242,12 @@ class Bundle:
             command: the pcieprof subcommand that writes it (e.g. "topology").
             source: `measured`, `simulated` or `imported` (the main provenance).
             backend: `cuda`, `cpu`, `sim` or `imported`.
-            force: reuse a non-empty directory, removing the bundle files in it.
+            force: reuse a bundle's directory, removing that bundle's own files.
             argv: the command line to record (defaults to sys.argv; secrets are masked).
+            inputs: what the command reads (trace files, bundles): `path` must not hold one.
         """
         path = Path(path)
-        prepare_out_dir(path, force=force)
+        prepare_out_dir(path, force=force, inputs=inputs)
         manifest: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "pcieprof_version": __version__,
@@ -298,11 +343,23 @@ class Bundle:
         if dst == src or src in dst.parents:
             raise BadInput(f"{path} is the bundle {self.path} or inside it",
                            hint="choose a directory outside the bundle")
-        prepare_out_dir(path, force=force)
+        prepare_out_dir(path, force=force, inputs=[self.path])
+        # The copy's manifest goes first and says partial until every file is there: a copy cut
+        # short (a full disk) reads as what it is, never as the finished original.
+        copy = Bundle(path, {**self.manifest, "status": Status.PARTIAL.value,
+                             "why": f"copy of {self.path} cut short"})
         try:
-            shutil.copytree(self.path, path, dirs_exist_ok=True)
+            copy.save_manifest()
+            for dirpath, _dirs, names in os.walk(self.path):
+                here = Path(dirpath)
+                there = path / here.relative_to(self.path)
+                there.mkdir(exist_ok=True)
+                for name in names:
+                    if here != self.path or name != MANIFEST:
+                        shutil.copy2(here / name, there / name)
+            Bundle(path, self.manifest).save_manifest()
         except OSError as exc:
-            raise BadInput(f"cannot copy {self.path} to {path}: {exc.strerror or exc}") from None
+            raise _cannot(path, f"copy {self.path} into it", exc) from None
         return Bundle.open(path)
 
     # -- manifest --------------------------------------------------------------------------------
@@ -345,15 +402,29 @@ class Bundle:
         """The nodes of a multi-node run, None for a one-node bundle."""
         return NodeLayout.of_manifest(self.manifest)
 
-    def set_model(self, record: ModelRecord) -> None:
-        """Record the card the bundle is measured, served or tuned for (manifest `model`,
-        pcieprof.bundle.model)."""
-        self.manifest["model"] = record.to_json()
+    def set_model(self, card: ModelCard) -> None:
+        """Record the card the bundle is measured, served or tuned for: the manifest's `model`
+        (pcieprof.bundle.model) and the card itself in model_card.json."""
+        self.write_json(MODEL_CARD, card_to_dict(card))
+        self.manifest["model"] = ModelRecord.of_card(card).to_json()
         self.save_manifest()
 
     def model(self) -> ModelRecord | None:
         """The card the bundle was made for, None for a bundle that does not say."""
         return ModelRecord.of_manifest(self.manifest)
+
+    def model_card(self) -> ModelCard | None:
+        """The copy of the card the bundle holds (model_card.json), None without one.
+
+        Raises:
+            BadInput: a model_card.json that is not a card (one line).
+        """
+        data = self.read_json(MODEL_CARD)
+        if data is None:
+            return None
+        if not isinstance(data, dict):
+            raise BadInput(f"{self.file(MODEL_CARD)}: expected a JSON object")
+        return card_from_dict(data, self.file(MODEL_CARD))
 
     def set_versions(self, **versions: str | None) -> None:
         """Record tool versions (driver, cuda, nccl, torch, sglang)."""
@@ -377,6 +448,7 @@ class Bundle:
         self.manifest["end_time"] = now_iso()
         self.save_manifest()
         _UNFINISHED.pop(self.path, None)
+        outdir.unlock(self.path)
         return status
 
     def interrupted(self, why: str) -> None:
@@ -504,14 +576,22 @@ class Bundle:
         import pandas as pd  # heavy: pandas
 
         p = self.path / R.TABLES[table].FILE
-        if not p.is_file() or p.stat().st_size == 0:
+        try:
+            text = p.read_text(encoding="utf-8", errors="replace") if p.is_file() else ""
+        except OSError as exc:
+            raise BadInput(f"{p}: unreadable table ({exc.strerror or exc})") from None
+        whole = _whole_records(text)
+        if whole < len(text):  # the last row was cut short: a kill or a full disk mid-write
+            progress.warn(f"{p}: its last row is cut short (a kill or a full disk while it was "
+                          "written); read without it")
+        if whole == 0:
             return R.decode_frame(table, pd.DataFrame({c: pd.Series(dtype=object if isinstance(
                 v, (str, dict, tuple)) else type(v)) for c, v in R.defaults(table).items()}))
         try:
-            # A row cut short by a kill mid-write is dropped, not fatal: on_bad_lines="skip".
-            df = pd.read_csv(p, keep_default_na=False, na_values=["", "nan", "NaN"],
-                             on_bad_lines="skip")
-        except (ValueError, pd.errors.ParserError) as exc:
+            # A row with extra fields (a writer gone wrong) is dropped, not fatal.
+            df = pd.read_csv(io.StringIO(text[:whole]), keep_default_na=False,
+                             na_values=["", "nan", "NaN"], on_bad_lines="skip")
+        except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
             raise BadInput(f"{p}: unreadable table ({exc})") from None
         try:
             return R.decode_frame(table, df)
@@ -538,14 +618,6 @@ class Bundle:
             files.append(name)
             self.save_manifest()
 
-
-
-def _clear_dir(path: Path) -> None:
-    for child in path.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child)
-        else:
-            child.unlink()
 
 
 #: Manifest key -> the JSON types its value may have (None: null allowed). What every reader of

@@ -65,6 +65,40 @@ class StepAttribution:
 
 
 @dataclass
+class DecodeShare:
+    """What share of a decode step is communication, as traced: the one answer (computed by
+    pcieprof.analysis.decode_share, saved in attribution.json, read by the report and the
+    analytic model's comparison).
+
+    Attributes:
+        batch: the batch size it covers, or None for every DECODE step of the trace.
+        steps: DECODE steps counted (over all ranks).
+        ranks: ranks they come from.
+        span_us: a step's mean span (per rank the mean over its steps, then the mean over ranks).
+        comm_us: its communication, the same way (union over streams).
+        exposed_comm_us: communication with no compute running, the same way.
+        idle_us: idle time, the same way.
+    """
+
+    batch: int | None = None
+    steps: int = 0
+    ranks: int = 0
+    span_us: float = 0.0
+    comm_us: float = 0.0
+    exposed_comm_us: float = 0.0
+    idle_us: float = 0.0
+
+    def pct(self, us: float) -> float:
+        """`us` as a percentage of the mean step span (0 when the span is 0)."""
+        return 100.0 * us / self.span_us if self.span_us else 0.0
+
+    @property
+    def comm_pct(self) -> float:
+        """Communication, % of the step."""
+        return self.pct(self.comm_us)
+
+
+@dataclass
 class Attribution(Document):
     """attribution.json (its version tag is `attribution_version`)."""
 
@@ -83,6 +117,9 @@ class Attribution(Document):
     steps: list[StepAttribution] = field(default_factory=list)
     top_kernels: list[dict[str, Any]] = field(default_factory=list)
     cross_rank: dict[str, Any] = field(default_factory=dict)
+    #: every DECODE step, then one per batch size the annotations name (older files lack them)
+    decode_share: DecodeShare | None = None
+    decode_share_by_batch: list[DecodeShare] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def decode_steps(self) -> list[StepAttribution]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from pcieprof.bundle import rows
 from pcieprof.bundle.attribution import Attribution
+from pcieprof.bundle.comm_model import CommModel
 from pcieprof.bundle.document import Document
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.recommendations import Recommendations
@@ -72,7 +73,9 @@ FILES: tuple[BundleFile, ...] = (
          "what NCCL chose per case: version, transport per peer, channels, rings, tuner"),
     BundleFile("nccl/*.log", "text", "topology (cuda, cpu)",
                "NCCL_DEBUG=INFO output of each timed all-reduce launch (INIT/ENV/GRAPH), and "
-               "`<variant>.tuning.log` of the untimed launch before it (NCCL's TUNING lines)"),
+               "`<variant>.tuning.log` of the untimed launch before it (NCCL's TUNING lines); "
+               "torchrun's output first, then each rank's NCCL lines in rank order (written by "
+               "NCCL to a file per rank, NCCL_DEBUG_FILE, so none is lost or cut)"),
     BundleFile("nccl/*.graph.xml", "text", "topology (cuda)",
                "NCCL's own ring graph of the plain order, or the NCCL_GRAPH_FILE written for a "
                "--ring-order (docs/probes.md)"),
@@ -82,6 +85,9 @@ FILES: tuple[BundleFile, ...] = (
                "an imported NCCL topology XML, parsed (format pcieprof.nccl_topo/1)"),
     BundleFile("nccl_graph*.json", "json", "import",
                "an imported NCCL graph XML, parsed (format pcieprof.nccl_graph/1)"),
+    BundleFile("model_card.json", "json", "topology, serve-bench, recommend, attribute --model",
+               "the model card the bundle is for, in full (a card file's tables as JSON; the "
+               "manifest's `model` names it), so the bundle reads the same card anywhere"),
     BundleFile("serve/card.json", "json", "serve-bench", "the model card served: name and file"),
     BundleFile("serve/command.json", "json", "serve-bench",
                "the first launch's argv, environment, notes and the recorded environment"),
@@ -107,8 +113,8 @@ FILES: tuple[BundleFile, ...] = (
     BundleFile("attribution/*.csv", "text", "serve-bench, attribute",
                "attribution.json's tables (per_rank, per_step, per_class, top_kernels, classes) "
                "and comm_model.csv"),
-    BundleFile("comm_model.json", "json", "attribute --model --topology",
-               "the analytic model's collectives priced per batch next to the measured step"),
+    _doc(CommModel, "attribute --model --topology",
+         "the analytic model's collectives priced per batch next to the measured step"),
     _doc(Recommendations, "recommend", "the bottleneck, the recommendations with evidence and "
          "gains, the ring, the inferred fabric, the parallel layouts, what needs measuring"),
     BundleFile("tune/nccl_graph.xml", "text", "recommend", "NCCL_GRAPH_FILE with the searched ring"),

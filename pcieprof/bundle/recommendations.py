@@ -54,7 +54,8 @@ class Recommendation:
         evidence: what in the bundle supports it (numbers with units and provenance).
         caveats: what it costs elsewhere, what was assumed.
         confidence: `measured` (the setting itself was measured in this bundle), `predicted`
-            (from a model of this bundle's numbers), `simulated`, `advice` (no number).
+            (from a model of this bundle's numbers), `simulated`, `reported` (a number published
+            for another box, its source named in gain_text), `advice` (no number).
         priority: ordering key (larger first).
         verified: what `recommend --verify` found re-running it (pcieprof.tune.verify), or None.
         risks: known failures of the change on this box (e.g. an NCCL hang with P2P through a

@@ -115,7 +115,7 @@ class LaunchFacts:
     quantization: str = ""
     kv_cache_dtype: str = ""
     tp_default: int = 1
-    gpu_memory_gb: float = 0
+    gpu_memory_gb: float = 0.0
     attention_backend: str = ""
     recommended_flags: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)

@@ -7,6 +7,7 @@ is listed under `[assumed]`. glm5-nvfp4.toml shows every table a card file may h
 from __future__ import annotations
 
 import tomllib
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,30 @@ def shipped_cards() -> list[ModelCard]:
     return [read_card_file(CARDS_DIR / f"{name}.toml") for name in available_cards()]
 
 
+def card_to_dict(card: ModelCard) -> dict[str, Any]:
+    """A card as the data of a card file (the tables of glm5-nvfp4.toml), for a bundle to keep:
+    `card_from_dict(card_to_dict(c), p).content_hash == c.content_hash`."""
+    d = asdict(card)
+    d.pop("path", None)
+    launch = d.pop("sglang")
+    startup = {k: launch.pop(k) for k in ("startup_timeout_s", "stall_timeout_s",
+                                          "probe_timeout_s")}
+    d["sglang"] = {**launch, "startup": startup}
+    return d
+
+
+def card_from_dict(data: dict[str, Any], path: Path) -> ModelCard:
+    """A card from the data of a card file (read from `path`).
+
+    Raises:
+        BadInput: data missing required fields or of the wrong type.
+    """
+    try:
+        return _from_dict(data, path)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BadInput(f"{path}: bad model card ({type(exc).__name__}: {exc})") from None
+
+
 def read_card_file(path: Path) -> ModelCard:
     """A card from its TOML file.
 
@@ -43,10 +68,7 @@ def read_card_file(path: Path) -> ModelCard:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise BadInput(f"{path}: unreadable model card ({exc})") from None
-    try:
-        return _from_dict(data, path)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BadInput(f"{path}: bad model card ({type(exc).__name__}: {exc})") from None
+    return card_from_dict(data, path)
 
 
 def launch_facts(s: dict[str, Any]) -> LaunchFacts:

@@ -13,6 +13,8 @@ from pcieprof.analysis.attribution import _table, attribute_traces
 from pcieprof.analysis.comm_model import Layout, Pricer, comparison_table, predict_step_comm
 from pcieprof.bundle import Bundle, default_out_dir
 from pcieprof.bundle.attribution import Attribution
+from pcieprof.bundle.comm_model import CommModel, CommModelRow
+from pcieprof.bundle.document import decode
 from pcieprof.cards import load_card
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.errors import BadInput
@@ -57,11 +59,14 @@ def _batches(text: str) -> list[int]:
               help="Processes (default: one per trace file, at most the CPU count; one for "
                    "less than 8 MB of files).")
 @click.option("--model", "model", default=None,
-              help="Model card (e.g. glm5-nvfp4) for the analytic comm model.")
+              help="Model card for the analytic comm model: a shipped card (glm5-nvfp4), a .toml "
+                   "card, a config.json (or its checkpoint directory) or a Hugging Face repository id "
+                   "in the local cache.")
 @click.option("--topology", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Topology bundle whose allreduce.csv prices the model's collectives.")
 @click.option("--serve", "serve_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
-              help="serve-bench bundle with serve/decode_curve.csv (measured decode steps).")
+              help="serve-bench bundle with serve/decode_curve.csv (measured decode steps) and, "
+                   "without TRACES, its attribution.json (traced communication).")
 @click.option("--tp", type=click.IntRange(min=1), default=8, show_default=True)
 @click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True)
@@ -99,7 +104,8 @@ def command(traces: tuple[Path, ...], classes: Path | None, drop_last_step: bool
     topo_b = Bundle.open(topology).check() if topology else None
     serve_b = Bundle.open(serve_dir).check() if serve_dir else None
     bundle = Bundle.create(out or default_out_dir("attribute"), command="attribute",
-                           source="measured", backend="imported", force=force)
+                           source="measured", backend="imported", force=force,
+                           inputs=[*traces, *(p for p in (classes, topology, serve_dir) if p)])
     doc: dict[str, Any] | None = None
     try:
         if paths:
@@ -126,18 +132,35 @@ def _model_table(bundle: Bundle, model: str, topology: Bundle, serve: Bundle | N
                  doc: dict[str, Any] | None, tp: int, ep: int, pp: int, dp_attention: bool,
                  deepep: bool, mtp: bool, variant: str, batches: list[int]) -> list[dict[str, Any]]:
     card = load_card(model)
+    bundle.set_model(card)  # the card the model table is for
     layout = Layout(tp=tp, ep=ep, pp=pp, dp_attention=dp_attention,
                     moe_a2a="deepep" if deepep else "none", speculative=mtp)
     pricer = Pricer(topology, variant)
     bundle.set_part("comm_model", "running")
-    attribution = Attribution.from_json(doc) if doc else None
+    # the traced side: these traces, else what serve-bench attributed in the --serve bundle
+    attribution = (Attribution.from_json(doc) if doc
+                   else serve.read_doc(Attribution) if serve is not None else None)
     rows = comparison_table(card, layout, batches, pricer, serve, attribution)
     detail = predict_step_comm(card, layout, batches[0], pricer)
-    bundle.write_json("comm_model.json", {"table": rows, "detail_batch": batches[0],
-                                          "detail": detail})
+    bundle.write_doc(CommModel(topology=topology.path.name, table=[decode(CommModelRow, r, "comm_model row") for r in rows],
+                               detail_batch=batches[0], detail=detail))
     bundle.write_text("attribution/comm_model.csv", _table(rows))
     bundle.set_part("comm_model", "ok", source=detail["source"], backend=detail["backend"])
     return rows
+
+
+#: SGLang's ForwardMode names as the traces carry them, for people. sgl-project/sglang
+#: python/sglang/srt/model_executor/forward_batch_info.py, class ForwardMode: EXTEND "Extend a
+#: sequence ... It is also called 'prefill' in common terminology"; DECODE "Decode one token";
+#: MIXED "Contains both EXTEND and DECODE when doing chunked prefill".
+STEP_KINDS = {"EXTEND": "EXTEND (prefill: the prompt's tokens)",
+              "DECODE": "DECODE (one new token per request)",
+              "MIXED": "MIXED (prefill and decode in one step, chunked prefill)"}
+
+
+def _step_kind(kind: str) -> str:
+    """A step kind for people: SGLang's name with what it is."""
+    return STEP_KINDS.get(kind, kind)
 
 
 def _fmt(v: float | None, scale: float = 1e-3) -> str:
@@ -161,7 +184,8 @@ def _summary(doc: dict[str, Any]) -> None:
             click.echo(f"     rank {r['rank']}: {r['steps_note']}")
         d = r.get("decode_steps")
         kinds = r.get("step_kinds") or {}
-        shown = [("per step", d)] if d else [(f"per {k} step", v) for k, v in kinds.items()]
+        shown = [("per step", d)] if d else [(f"per {_step_kind(k)} step", v)
+                                             for k, v in kinds.items()]
         for label, v in shown:
             share = 100 * v["mean_comm_us"] / v["mean_span_us"] if v["mean_span_us"] else 0
             click.echo(f"     {label} (n={v['n']}): span {v['mean_span_us'] / 1e3:.3f} ms, comm "

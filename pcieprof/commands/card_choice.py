@@ -51,9 +51,15 @@ def card_for(model: str | None, bundles: Sequence[Bundle]) -> ModelCard:
 
 
 def _reload(b: Bundle, r: ModelRecord) -> ModelCard:
+    """The recorded card as `ref` loads it here, else the copy the bundle holds."""
     try:
         return load_card(r.ref)
     except BadInput:
-        raise BadInput(f"{b.path} was made for model {r.name} ({r.ref}), which is not found here",
-                       hint="pass --model with that card, config.json or checkpoint directory"
-                       ) from None
+        kept = b.model_card()
+        if kept is None:
+            raise BadInput(f"{b.path} was made for model {r.name} ({r.ref}), which is not found "
+                           "here", hint="pass --model with that card, config.json or checkpoint "
+                           "directory") from None
+        progress.info(f"model: {r.ref} is not here; reading {b.path} with the copy of "
+                      f"{r.short()} it holds")
+        return kept

@@ -75,12 +75,12 @@ def _steps(root: Path, profile: str, baseline: str, model: str, tp: int, no_serv
 
     box = root / f"topology-{profile.removesuffix('.toml').rsplit('/', 1)[-1]}"
     _run(topology.command, ["--backend", "sim", "--sim-profile", profile, "--no-report",
-                      "--out", str(box), *force_args])
+                            "--model", model, "--out", str(box), *force_args])
     bundles = [box]
     if baseline != "none":
         base = root / f"topology-{baseline.removesuffix('.toml').rsplit('/', 1)[-1]}"
         _run(topology.command, ["--backend", "sim", "--sim-profile", baseline, "--no-report",
-                          "--out", str(base), *force_args])
+                                "--model", model, "--out", str(base), *force_args])
         bundles.append(base)
     _run(recommend.command, [str(box), "--model", model])
     if not no_serve:
@@ -96,3 +96,17 @@ def _steps(root: Path, profile: str, baseline: str, model: str, tp: int, no_serv
     click.echo(f"\ndemo report: {html}")
     click.echo("numbers of the topology bundles are simulated (fabric model); the serving "
                "benchmark is measured on this machine's CPUs (reference server, not a GPU).")
+    for line in next_steps(html):
+        click.echo(line)
+
+
+def next_steps(html: Path) -> list[str]:
+    """The demo's last lines: what to do next, here and on a GPU box."""
+    return ["",
+            "next:",
+            f"  open {html.resolve().as_uri()} in a browser (one offline page)",
+            "  on a GPU box: pcieprof topology            # measures its fabric: a bundle "
+            "and its report.html",
+            "                pcieprof recommend BUNDLE    # the settings for that box",
+            "  have logs of another box? pcieprof import FILE... (nvidia-smi topo -m, NCCL "
+            "logs, nccl-tests, p2pBandwidthLatencyTest)"]

@@ -36,5 +36,6 @@ def out_dir(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option("--out", "-o", "out", type=click.Path(path_type=Path), default=None,
                      help="Bundle directory to write (default: reports/<command>-<time>).")(f)
     f = click.option("--force", is_flag=True,
-                     help="Overwrite a non-empty --out directory.")(f)
+                     help="Replace the pcieprof bundle in a non-empty --out (its own files "
+                          "only; any other directory is refused).")(f)
     return f

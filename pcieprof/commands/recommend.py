@@ -19,12 +19,11 @@ from pcieprof.analysis.box import box_of, gib
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.nodes import Nodes
 from pcieprof.bundle import Bundle
-from pcieprof.bundle.model import ModelRecord
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.topology import Topology
 from pcieprof.commands.card_choice import MODEL_HELP, card_for
 from pcieprof.commands.options import verbosity
-from pcieprof.commands.tuning import launch_choice, tune
+from pcieprof.commands.tuning import the_launch, tune
 from pcieprof.errors import BadInput
 from pcieprof.measurement import MeasurementSession, allreduce_plan
 from pcieprof.schema import source_of
@@ -38,6 +37,19 @@ def summary_lines(result: Recommendations) -> list[str]:
     lines = [f"principal bottleneck: {result.bottleneck}", ""]
     if not result.recommendations:
         lines.append("no change supported by the measurements")
+    # A risk's check and host-side paragraph are the same for every card it applies to: said in
+    # full once, then named by the card that said it.
+    said: dict[str, int] = {}
+    host_card = next((i for i, r in enumerate(result.recommendations, 1)
+                      if r.rule == "iommu_acs" and r.kind == "host"), None)
+
+    def once(text: str, i: int) -> str | None:
+        """`text` the first time, then "as card N says"; None for a repeat inside card N."""
+        if text in said:
+            return None if said[text] == i else f"as card {said[text]} says"
+        said[text] = i
+        return text
+
     for i, r in enumerate(result.recommendations, 1):
         lines.append(f"{i}. [{r.confidence}] {r.title}")
         if r.gain_text:  # a finding (warn, info) says what it means, a change what it gains
@@ -46,10 +58,13 @@ def summary_lines(result: Recommendations) -> list[str]:
             lines.append(f"   {a}")
         for risk in r.risks:
             lines.append(f"   RISK: {risk.title}")
-            if risk.check:
-                lines.append(f"   check: {risk.check}")
+            if risk.check and (check := once(risk.check, i)) is not None:
+                lines.append(f"   check: {check}")
             if risk.host_alternative:
-                lines.append(f"   host-side alternative: {risk.host_alternative}")
+                alt = (f"card {host_card} (the hypervisor host's changes)" if host_card
+                       else once(risk.host_alternative, i))
+                if alt is not None:
+                    lines.append(f"   host-side alternative: {alt}")
         for e in r.evidence[:2]:
             lines.append(f"   evidence: {e}")
     if result.layouts:
@@ -123,8 +138,8 @@ def command(bundle: Path, out: Path | None, force: bool, model: str | None, batc
     card = card_for(model, [b])  # a wrong name is one line, before any work
     if arch is not None and not re.fullmatch(r"sm\d{2,3}", arch):
         raise BadInput(f"--arch {arch!r}: give a compute capability as smXY (sm120, sm100, sm90)")
-    choice = launch_choice(card, Bundle.open(serve).check() if serve is not None else None, arch,
-                           box=box_of(b))
+    choice = the_launch(card, arch, bundle=b, box=box_of(b),
+                        serve=Bundle.open(serve).check() if serve is not None else None)
     band = DecodeBand.of_card(card, 1, batch_max)
     nodes = Nodes.of(b)
     if verify and nodes is not None:
@@ -144,7 +159,7 @@ def command(bundle: Path, out: Path | None, force: bool, model: str | None, batc
     result = tune(b, card, band, layouts=not no_layouts, context=context, choice=choice)
     try:
         paths = write_outputs(b, result)
-        b.set_model(ModelRecord.of_card(card))  # the card the recommendations are for
+        b.set_model(card)  # the card the recommendations are for
     except OSError as exc:
         raise BadInput(f"cannot write the recommendations into {b.path}: {exc.strerror or exc}",
                        hint="pass --out DIR to write them into a copy of the bundle") from None
@@ -178,7 +193,7 @@ def _verify(b: Bundle, result: Recommendations, band: DecodeBand, out: Path | No
 def measure_verify(b: Bundle, plan: VerifyPlan, out: Path, timeout_s: float) -> Bundle:
     """Run a verify plan into a new `recommend-verify` bundle at `out` with the bundle's backend."""
     vb = Bundle.create(out, command="recommend-verify", source=source_of(plan.backend),
-                       backend=plan.backend, force=_ours(out))
+                       backend=plan.backend, force=_ours(out), inputs=[b.path])
     topo = b.read_doc(Topology)
     probe_plan = allreduce_plan(plan.backend, list(plan.devices),
                                 [(c.name, c.env, c.ranks, c.title) for c in plan.cases],

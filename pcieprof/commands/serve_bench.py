@@ -34,13 +34,13 @@ import click
 
 from pcieprof import progress
 from pcieprof.analysis.attribution import attribute_traces
-from pcieprof.bundle import Bundle, default_out_dir
-from pcieprof.bundle.model import ModelRecord
+from pcieprof.bundle import Bundle, default_out_dir, outdir
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
 from pcieprof.commands.launch_plan import SearchPlan
 from pcieprof.commands.options import out_dir, verbosity
+from pcieprof.commands.tuning import the_launch
 from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
 from pcieprof.redact import redact
 from pcieprof.refserver.args import ArgsError, parse_injection
@@ -48,6 +48,7 @@ from pcieprof.schema import source_of
 from pcieprof.serve.launcher import free_port
 from pcieprof.serve.metrics import format_table
 from pcieprof.serve.run import BenchOptions, decode_traces, run
+from pcieprof.serve.served import record
 from pcieprof.serve.sglang_cmd import (LaunchConfig, LaunchPrefix, ParserSpec, ServerCommand,
                                        build_command, load_parser, load_parser_in, recorded_env)
 from pcieprof.serve.sweep import entries_from
@@ -202,6 +203,9 @@ def command(**kw: Any) -> None:
                                       "shows the command, --url attaches, --model tiny-cpu")
     parser, notes = _parser(kw, prefix, tiny)
     search = _search(card, kw, parser) if kw["sweep"] else None
+    if not (kw["sweep"] or kw["sweep_file"] or kw["url"]):
+        base, said = _the_launch(card, base, kw)
+        notes = [*notes, *said]
     if kw["dry_run"]:
         if search is not None:
             _dry_run_search(card, base, search, parser, prefix, notes)
@@ -211,14 +215,17 @@ def command(**kw: Any) -> None:
     out = kw["out"] or default_out_dir("serve-bench")
     if kw["resume"]:
         bundle = Bundle.open(out)
+        outdir.lock(Path(out))  # one writer at a time, as for a new bundle
         if bundle.manifest.get("command") != "serve-bench" or \
                 (bundle.read_json("serve/card.json", {}) or {}).get("name") != card.name:
             raise BadInput(f"{out} is not a serve-bench bundle of {card.name} to resume",
                            hint="--resume takes the --out of an interrupted serve-bench --sweep")
     else:
+        read = (kw["model"], kw["sweep_file"], kw.get("model_path"))  # a card file, ...
         bundle = Bundle.create(out, command="serve-bench", source=source_of(card.sglang.backend),
-                               backend=card.sglang.backend, force=kw["force"])
-    bundle.set_model(ModelRecord.of_card(card))
+                               backend=card.sglang.backend, force=kw["force"],
+                               inputs=[p for p in read if p and Path(p).exists()])
+    bundle.set_model(card)
     bundle.set_versions(sglang=parser.version if parser else None, **_versions())
     opts = _options(card, base, kw, parser, prefix, search)
     # SIGTERM and SIGHUP (the terminal closed) end the run as Ctrl-C does: servers stopped,
@@ -250,6 +257,7 @@ def command(**kw: Any) -> None:
         click.echo(f"traces: {len(prof['files'])} file(s), ranks {prof['ranks']} ({prof['status']})")
     found = bundle.read_doc(ServeSearch)
     if found is not None and found.winner is not None:
+        record(found.card, found.arch, bundle.path)
         click.echo(f"healthy configuration (attempt {found.winner.index}): "
                    f"{found.winner.command}")
         click.echo(f"its SGLang command per layout: pcieprof recommend TOPOLOGY_BUNDLE "
@@ -400,16 +408,35 @@ def _parser(kw: dict[str, Any], prefix: LaunchPrefix | None,
     return spec, notes
 
 
+def _given_axes(kw: dict[str, Any]) -> dict[str, str]:
+    """The launch-search axes given as options (--attention-backend, ..., --disable-cuda-graph)."""
+    start = {axis: kw[axis] for axis in FLAGS if axis in kw and kw[axis]}
+    if kw["disable_cuda_graph"]:
+        start["cuda_graph"] = "off"
+    return start
+
+
+def _the_launch(card: ModelCard, base: LaunchConfig,
+                kw: dict[str, Any]) -> tuple[LaunchConfig, list[str]]:
+    """Without --sweep: the launch configuration recommend prints (pcieprof.commands.tuning.
+    the_launch: served last here, else the search's first-ranked; options given start it), and
+    the lines saying where it comes from."""
+    if not card.search:
+        return base, []
+    choice = the_launch(card, kw["arch"], given=_given_axes(kw))
+    for caveat in choice.caveats:  # a value the card marks failing, named by the user
+        progress.warn(caveat)
+    lines = [f"launch backends: {choice.describe()} ({choice.label})", *choice.caveats]
+    return base.with_axes(choice.config, base.name), lines
+
+
 def _search(card: ModelCard, kw: dict[str, Any], parser: ParserSpec | None) -> Search:
     """The launch search over the card's space, started from the backends given."""
     choices = parser.choices([f for f in FLAGS.values() if f]) if parser else None
     space = SearchSpace.from_card(card.name, card.search, arch=kw["arch"], choices=choices,
                                   version=parser.version if parser else "",
                                   load_other=lambda name: load_card(name).search)
-    start = {axis: kw[axis] for axis in FLAGS if axis in kw and kw[axis]}
-    if kw["disable_cuda_graph"]:
-        start["cuda_graph"] = "off"
-    return Search(space, start=start, max_attempts=kw["max_attempts"])
+    return Search(space, start=_given_axes(kw), max_attempts=kw["max_attempts"])
 
 
 def _options(card: ModelCard, base: LaunchConfig, kw: dict[str, Any], parser: ParserSpec | None,

@@ -19,7 +19,6 @@ import click
 from pcieprof import progress
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.bundle import Bundle, default_out_dir
-from pcieprof.bundle.model import ModelRecord
 from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.commands.tuning import for_report
@@ -214,8 +213,8 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     band = DecodeBand.of_card(card)  # its message sizes join the all-reduce sweep
     out = out or default_out_dir("topology")
     bundle = Bundle.create(out, command="topology", source=source_of(backend), backend=backend,
-                           force=force)
-    bundle.set_model(ModelRecord.of_card(card))
+                           force=force, inputs=[model] if Path(model).exists() else [])
+    bundle.set_model(card)
     progress.info(f"bundle: {bundle.path} (decode sizes of {card.name})")
     t0 = time.monotonic()
     with MeasurementSession(bundle, sim_profile=sim_profile, launch=launch,

@@ -17,17 +17,18 @@ from pcieprof import progress
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.box import Box, box_of
 from pcieprof.bundle import Bundle
-from pcieprof.bundle.recommendations import Recommendations
+from pcieprof.bundle.recommendations import LayoutAdvice, Recommendations
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.cards import ModelCard, load_card
 from pcieprof.errors import BadInput, PcieprofError
+from pcieprof.serve.served import last_served, measured_here
 from pcieprof.serve.sglang_cmd import LaunchConfig, build_command
-from pcieprof.tune import launch
+from pcieprof.tune import launch, speculative
 from pcieprof.tune.launch import NOT_YET, LaunchChoice
 from pcieprof.tune.layout import Candidate, CommandBuilder, LaunchCommand
-from pcieprof.tune.recommend import recommend
+from pcieprof.tune.recommend import cpu_only, recommend
 from pcieprof.tune.search import Search, Step
-from pcieprof.tune.space import SearchSpace
+from pcieprof.tune.space import FLAGS, SearchSpace
 
 #: Evidence lines kept per attempt list (the document keeps them all).
 MAX_ATTEMPT_LINES = 12
@@ -75,6 +76,70 @@ def builder(choice: LaunchChoice | None) -> CommandBuilder:
         return sglang_launch(card, layout, env, axes, neutral)
 
     return build
+
+
+def the_launch(card: ModelCard, arch: str | None = None, bundle: Bundle | None = None,
+               serve: Bundle | None = None, given: dict[str, str] | None = None,
+               box: Box | None = None) -> LaunchChoice:
+    """The one launch configuration that serve-bench (without --sweep) launches and recommend,
+    the report and their SGLang commands print (issue 22, point 1).
+
+    In order: `serve`'s launch search when given; the serve bundle that last served `card` on
+    this machine (pcieprof.serve.served) when `bundle` is None (serve-bench on this machine) or
+    was measured here; else the search's first-ranked configuration for `arch` (default: the
+    card's). `given` backends (serve-bench's --attention-backend etc.) start the search instead:
+    its first step from them, as `--sweep` would launch first. `box` (the bundle's) names the
+    architecture when `arch` does not (pcieprof.commands.tuning.launch_choice).
+
+    Raises:
+        BadInput: `serve` cannot say (see launch_choice).
+    """
+    if given:
+        return _first_from(card, arch, given)
+    if serve is None and (bundle is None or measured_here(bundle.manifest)):
+        space = _space(card, arch or (box.arch if box is not None and box.arch else None))
+        last = last_served(card.name, space.arch) if space is not None else None
+        if last is not None:
+            try:
+                choice = launch_choice(card, Bundle.open(last).check(), space.arch if
+                                       space is not None else arch)
+            except PcieprofError as exc:
+                progress.warn(f"{last}: the launch served last on this machine cannot be read "
+                              f"({exc.one_line()}); the first-ranked configuration instead")
+            else:
+                if choice.served:
+                    return choice
+    return launch_choice(card, serve, arch, box=box)
+
+
+def _first_from(card: ModelCard, arch: str | None, given: dict[str, str]) -> LaunchChoice:
+    """The search's first step started from the backends the user gave."""
+    space = _space(card, arch)
+    if space is None:
+        return LaunchChoice(dict(given), False, "given on the command line (the card has no "
+                                                "launch search)")
+    step = Search(space, start=given).next([])
+    assert isinstance(step, Step)
+    told = ", ".join(f"{a}={v}" for a, v in given.items())
+    return LaunchChoice(dict(step.config), False,
+                        f"{told} as given, the other backends the search's first-ranked for "
+                        f"{space.arch}; {NOT_YET}", arch=space.arch,
+                        evidence=tuple(step.changes),
+                        caveats=tuple(failing(card, step.config, space.arch)))
+
+
+def failing(card: ModelCard, config: dict[str, str], arch: str | None = None) -> list[str]:
+    """The values of `config` the card marks as failing on `arch` (one line each): never
+    launched unless the user names them."""
+    space = _space(card, arch)
+    if space is None:
+        return []
+    out = []
+    for axis, value in config.items():
+        r = space.rank_of(axis, value) if value and axis in FLAGS else None
+        if r is not None and r.verdict == "fails":
+            out.append(f"the card marks {axis}={value} as failing: {r.why}")
+    return out
 
 
 def launch_choice(card: ModelCard, serve: Bundle | None = None,
@@ -201,11 +266,43 @@ def tune(bundle: Bundle, card: ModelCard, band: DecodeBand, *, layouts: bool = T
     """pcieprof.tune.recommend with the SGLang command builder and the launch backends
     (`choice`; default: launch_choice for the bundle's box, the first-ranked, not yet served)."""
     box = box_of(bundle)
-    choice = choice if choice is not None else launch_choice(card, box=box)
+    choice = choice if choice is not None else the_launch(card, bundle=bundle, box=box)
     build = builder(choice)
     result = recommend(bundle, card, band=band, layouts=layouts, context=context,
                        write_files=write_files, command=build)
-    return launch.apply(result, choice, card, build, box=box, context=context)
+    if cpu_only(bundle):  # no GPU evidence: no SGLang GPU command either (issue 22, point 3)
+        return result
+    # a neutral choice leaves out the card's own backends, which serve-bench cannot: no line
+    bench = None if choice.neutral else (
+        lambda lay, tp, env: bench_line(card, lay, tp, env, choice))
+    result = launch.apply(result, choice, card, build, box=box, context=context, bench=bench)
+    return speculative.add(result, card)
+
+
+def bench_line(card: ModelCard, layout: LayoutAdvice | None, tp: int, env: dict[str, str],
+               choice: LaunchChoice) -> str:
+    """The `pcieprof serve-bench` command that launches exactly a layout's printed SGLang line
+    (same argv and environment; serve-bench picks the first free port from 30000): the layout's
+    parallel sizes (`tp` alone for the card's default layout narrowed to the box), every launch
+    backend of `choice` and the recommended environment."""
+    args = ["pcieprof", "serve-bench", "--model", card.name, "--tp", str(tp)]
+    if layout is not None:
+        if layout.pp > 1:
+            args += ["--pp", str(layout.pp)]
+        if layout.ep > 1:
+            args += ["--ep", str(layout.ep)]
+        if layout.dp_attention:
+            args += ["--dp", str(layout.tp), "--enable-dp-attention"]
+        elif layout.replicas > 1:
+            args += ["--dp", str(layout.replicas)]
+    for axis, value in choice.config.items():
+        if axis == "cuda_graph":
+            args += ["--disable-cuda-graph"] if value == "off" else []
+        elif value:
+            args += [FLAGS[axis], value]
+    for k, v in env.items():
+        args += ["--env", f"{k}={v}"]
+    return " ".join(shlex.quote(a) for a in args)
 
 
 def serve_searches(bundles: Sequence[Bundle]) -> list[Bundle]:

@@ -9,6 +9,7 @@ snapshot (`pcieprof.discover.nvml_snapshot`) in tests and on machines without a 
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -321,3 +322,107 @@ def collect(nvml: Nvml) -> dict[str, Any]:
             pair["p2p"] = p2p
             out["pairs"].append(pair)
     return out
+
+
+def device_count(nvml: Nvml | None = None) -> tuple[int, str]:
+    """(GPUs NVML sees, why none when 0), starting and stopping NVML around the one call."""
+    nvml = nvml or Nvml()
+    status = nvml.init()
+    if not nvml.available:
+        return 0, f"NVML not usable ({status})"
+    try:
+        n = nvml.call("nvmlDeviceGetCount")
+    finally:
+        nvml.shutdown()
+    if isinstance(n, Missing):
+        return 0, f"NVML not usable ({n.status})"
+    return int(n), ""
+
+
+#: The facts the GPU self-test prints of one GPU: key -> (NVML function, per-device call).
+_FACTS = {
+    "name": ("nvmlDeviceGetName", True),
+    "pcie_gen_current": ("nvmlDeviceGetCurrPcieLinkGeneration", True),
+    "pcie_gen_max": ("nvmlDeviceGetMaxPcieLinkGeneration", True),
+    "pcie_width_current": ("nvmlDeviceGetCurrPcieLinkWidth", True),
+    "pcie_width_max": ("nvmlDeviceGetMaxPcieLinkWidth", True),
+    "driver_version": ("nvmlSystemGetDriverVersion", False),
+    "gpu_count": ("nvmlDeviceGetCount", False),
+}
+
+
+def gpu_facts(index: int, nvml: Nvml | None = None) -> dict[str, Any]:
+    """Name, bus id, PCIe link (at idle, and its maximum), BAR1 size and driver of one GPU (NVML
+    index); a call that gives no value is recorded under `status`, never raised."""
+    nvml = nvml or Nvml()
+    status = nvml.init()
+    if not nvml.available:
+        return {"status": {"nvml": status}}
+    try:
+        h = nvml.handle(index)
+        facts: dict[str, Any] = {}
+        for key, (fn, per_device) in _FACTS.items():
+            facts[key] = nvml.call(fn, h) if per_device else nvml.call(fn)
+        pci = nvml.call("nvmlDeviceGetPciInfo", h)
+        facts["bus_id"] = pci if isinstance(pci, Missing) else normalize_bdf(_text(pci.busId))
+        bar1 = nvml.call("nvmlDeviceGetBAR1MemoryInfo", h)
+        facts["bar1_bytes"] = bar1 if isinstance(bar1, Missing) else int(bar1.bar1Total)
+        for key, v in list(facts.items()):
+            if isinstance(v, Missing):
+                facts[key] = None
+                facts.setdefault("status", {})[key] = v.status
+            elif isinstance(v, bytes):
+                facts[key] = v.decode()
+        facts["pcie_current_at"] = "idle"
+        return facts
+    finally:
+        nvml.shutdown()
+
+
+#: Seconds between NVML reads of the link generation while a load runs.
+LINK_SAMPLE_S = 0.005
+
+
+class LinkSampler:
+    """Reads the PCIe generation and width of one GPU (NVML index) in a background thread while
+    a block runs: the highest seen is the link as it trains under load (it downshifts at idle).
+
+    Attributes:
+        gen, width: the highest seen, or None.
+        why: why none was read ("" when read).
+    """
+
+    def __init__(self, index: int, nvml: Nvml | None = None) -> None:
+        self.index = index
+        self.nvml = nvml or Nvml()
+        self.gen: int | None = None
+        self.width: int | None = None
+        self.why = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        status = self.nvml.init()
+        if not self.nvml.available:
+            self.why = f"NVML: {status}"
+            return
+        try:
+            h = self.nvml.handle(self.index)
+            while not self._stop.wait(LINK_SAMPLE_S):
+                g = self.nvml.call("nvmlDeviceGetCurrPcieLinkGeneration", h)
+                w = self.nvml.call("nvmlDeviceGetCurrPcieLinkWidth", h)
+                if isinstance(g, Missing) or isinstance(w, Missing):
+                    self.why = f"NVML: {(g if isinstance(g, Missing) else w).status}"
+                    return
+                self.gen = max(self.gen or 0, int(g))
+                self.width = max(self.width or 0, int(w))
+        finally:
+            self.nvml.shutdown()
+
+    def __enter__(self) -> "LinkSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

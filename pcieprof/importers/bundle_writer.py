@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pcieprof import progress
-from pcieprof.bundle import Bundle
+from pcieprof.bundle import Bundle, outdir
 from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices, NcclParsed
 from pcieprof.bundle.topology import Topology
 from pcieprof.errors import BadInput
@@ -170,10 +170,11 @@ def import_files(paths: list[Path], out: Path, *, force: bool = False,
         BadInput: an unreadable, unknown, malformed or truncated file (one line), two logs of
             the same kind, or a non-empty `out` without `force`.
     """
+    outdir.refuse_inputs_inside(Path(out), paths)  # before the files are read and named
     files = parse_files(paths)
     topo, problems = build_topology(files)
     bundle = Bundle.create(out, command="import", source=Source.IMPORTED.value,
-                           backend=Backend.IMPORTED.value, force=force, argv=argv)
+                           backend=Backend.IMPORTED.value, force=force, argv=argv, inputs=paths)
     bundle.set_part("import", Status.RUNNING.value)
     taken: set[str] = set()
     for f in files:

@@ -95,6 +95,10 @@ _P2P_TYPE = re.compile(r"^Check P2P Type (.+)$")
 #: troubleshooting "Runtime and MPI issues" > "Shared memory", quotes this line and names the
 #: cause: too little /dev/shm, as in a container (Docker's default /dev/shm is 64 MB).
 _SHM_EXTEND = re.compile(r"failed to extend (/dev/shm/\S+) to (\d+) bytes(?:, error: (.+))?")
+#: The line newer releases print after it; alone (an excerpt) it says the same when the error is
+#: ENOSPC.
+_SHM_CREATE_FULL = re.compile(r"creating shared memory segment (/dev/shm/\S+) \(size (\d+)\), "
+                              r"error: (No space left on device.*)")
 SHM_TOO_SMALL = ("/dev/shm too small: NCCL could not grow its shared-memory segment (Docker gives "
                  "a container 64 MB of /dev/shm unless --shm-size is set)")
 SHM_FIX = ("give the container more /dev/shm: `docker run --shm-size=1g --ulimit memlock=-1` "
@@ -344,7 +348,7 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
             warnings.append({"line": msg["line"], "host": msg["host"], "pid": msg["pid"],
                              "dev": msg["dev"], "rank": rank_of(msg, comm), "time": msg["time"],
                              "source": msg["source"], "text": t})
-            if shm := _SHM_EXTEND.search(t):
+            if shm := _SHM_EXTEND.search(t) or _SHM_CREATE_FULL.search(t):
                 _note_failure(failures, comm, msg, "shm_too_small", SHM_TOO_SMALL, SHM_FIX,
                               segment=shm.group(1), bytes=int(shm.group(2)),
                               error=shm.group(3))
@@ -416,6 +420,9 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
         elif (m := _TREES.match(t)) and (comm := comm_of_msg(msg)) is not None:
             rank = rank_of(msg, comm)
             trees = {str(int(c)): spec for c, spec in _TREE_ITEM.findall(m.group(1))}
+            if rank is None:  # no Init line names the process: the tree says (`up->R->down`)
+                me = re.search(r"->(\d+)->", next(iter(trees.values()), ""))
+                rank = int(me.group(1)) if me else None
             comm["trees"].setdefault(str(rank) if rank is not None else "?", trees)
         elif (m := _CHANNELS.match(t)) and (comm := comm_of_msg(msg)) is not None:
             comm["coll_channels"] = int(m.group(1))
@@ -466,6 +473,7 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
                                   or loose["tuner"] or loose["ring_neighbours"]):
         del comms["unattributed"]  # only settings lines came without a prefix: nothing to keep
     comm_list = _merge_anonymous(list(comms.values()))
+    eager = not versions or _release(versions[0]) < (2, 19)
     for c in comm_list:
         if c["comm_id"] == "unattributed":
             # Its size is what the lines show: the longest ring, or the highest rank seen.
@@ -480,10 +488,12 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
         if c["nchannels"] is None:
             # Ring lines without `/N` (older releases): NCCL's own count, else one ring per channel.
             c["nchannels"] = c["coll_channels"] or (len(c["rings"]) or None)
-        if not c["connected_rings"] and c["transports"] and any(
-                r["init"] == "COMPLETE" for r in c["ranks"].values()):
-            # Releases before "Connected all rings" existed: Init COMPLETE is printed only after
-            # every channel's connections are set up (src/init.cc), so the rings did connect.
+        if (not c["connected_rings"] and c["transports"] and eager
+                and (versions or c["comm_id"] is None)
+                and any(r["init"] == "COMPLETE" for r in c["ranks"].values())):
+            # The releases this is about (2.7-2.18) connect every channel inside init, before
+            # Init COMPLETE, and not all print "Connected all rings". Newer ones may connect at
+            # the first collective (NCCL_RUNTIME_CONNECT): there only their own line counts.
             c["connected_rings"] = True
     main = max(comm_list, key=lambda c: c["nranks"], default=None)
     vias = sorted({e["via"] for e in main["transports"]}) if main else []
@@ -524,6 +534,12 @@ def _note_failure(failures: list[dict[str, Any]], comm: dict[str, Any] | None,
         comm.setdefault("failures", [])
         if kind not in comm["failures"]:
             comm["failures"].append(kind)
+
+
+def _release(version: str) -> tuple[int, int]:
+    """(major, minor) of `2.18.3+cuda12.2`; (99, 0) when unreadable (treated as new)."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else (99, 0)
 
 
 def transport_family(via: str) -> str:

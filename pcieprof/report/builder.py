@@ -38,6 +38,21 @@ ALWAYS_SHOWN = {"machine": "The machine", "p2p": "P2P copies between GPUs",
 FOLD_ROWS = 12
 #: This many notes of one level in a row (info or missing, never a warning) show only the first.
 FOLD_NOTES = 3
+#: Short names of the sections in the page's navigation bar, so it keeps to one line down to a
+#: 1024 px window (the full title is the link's tooltip and the section's heading).
+NAV_TITLES = {"compare": "Side by side", "vm": "VM cost", "machine": "Machine", "p2p": "P2P",
+              "concurrent": "Concurrent", "serve": "Serving", "attribution": "Attribution"}
+#: A text cell longer than this (characters) may wrap in its table (class "text"); shorter
+#: cells and numbers never break.
+TEXT_CELL = 24
+#: A table whose natural width is above this (in characters, see `natural_chars`) takes the
+#: whole row of a wide column: half a row at 1400 px (~660 px) holds about 90 characters of
+#: 12 px text.
+HALF_ROW_CHARS = 90
+#: A recommendation's action longer than this (characters, e.g. a whole SGLang command) is
+#: folded under its first words; a risk longer than this shows its first words, all of it folded.
+LONG_ACTION = 240
+LONG_RISK = 160
 
 
 @dataclass
@@ -127,6 +142,25 @@ def _finish_blocks(rows: list[SectionRow]) -> None:
                 elif isinstance(b, Table):
                     drop_empty_columns(b)
                     b.collapsed = b.collapsed or len(b.rows) > FOLD_ROWS
+                    b.full_row = natural_chars(b) > HALF_ROW_CHARS
+
+
+def natural_chars(table: Table) -> int:
+    """About how many characters wide `table` is drawn: per column its widest cell (a text cell
+    counted at TEXT_CELL, as it wraps; a header at its longest word, as headers wrap), plus two
+    for the cell's padding and border."""
+    total = 0
+    for i, name in enumerate(table.columns):
+        cells = [r[i] for r in table.rows if i < len(r) and r[i] is not None]
+        widest = max([min(len(str(c)), TEXT_CELL) for c in cells]
+                     + [len(w) for w in str(name).split()] + [1])
+        total += widest + 2
+    return total
+
+
+def nav_title(row: SectionRow) -> str:
+    """A section's name in the navigation bar (NAV_TITLES, else its title)."""
+    return NAV_TITLES.get(row.id, row.title)
 
 
 def fold_notes(blocks: list[Any]) -> list[Any]:
@@ -201,6 +235,8 @@ def render_html(views: list[BundleView], ctx: ReportContext | None = None, *,
         plotly=page.packed_plotly(), unsafe=list(page.UNSAFE7),
         figures_json=page.figures_json(figures), multi=len(views) > 1, always_shown=ALWAYS_SHOWN,
         markup=jinja2.utils.markupsafe.Markup, manifest_facts=manifest_facts,
+        nav_title=nav_title, TEXT_CELL=TEXT_CELL, LONG_ACTION=LONG_ACTION,
+        LONG_RISK=LONG_RISK,
         href=lambda p: file_href(Path(p), out_dir))
 
 

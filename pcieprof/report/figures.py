@@ -25,8 +25,8 @@ from pcieprof.report.model import Figure
 DIGITS = 4
 #: Vertical pixels the page title above a plot takes; the plot itself gets the rest.
 TITLE_PX = 40
-#: Plot height of a heatmap, in pixels.
-SQUARE_PX = 290
+#: Plot height of a heatmap, in pixels: 8 GPUs' cells stay about 25 px square.
+SQUARE_PX = 260
 #: The layout every figure shares (the page puts it in its one plotly template): the title is
 #: page text, so the top margin only holds the legend, laid out in rows above the plot.
 LOOK: dict[str, Any] = {
@@ -40,7 +40,7 @@ def plot_text(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def figure(fig: go.Figure, title: str, provenance: str, *, height: int = 380) -> Figure:
+def figure(fig: go.Figure, title: str, provenance: str, *, height: int = 320) -> Figure:
     """A report Figure of `fig`, its title and provenance shown as page text above it.
 
     Args:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from pcieprof.analysis.provenance import measured_host, origin, part_provenance
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.document import Readable
+from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.report.recs import RecsBlock
 
 DocT = TypeVar("DocT", bound=Readable)
@@ -49,6 +50,8 @@ class Table:
         collapsed: drawn folded (<details>); the builder also folds every long table.
         file: the file the rows come from (e.g. the bundle's allreduce.csv), linked under it.
         total_rows: rows in `file` when `rows` is only the first of them.
+        full_row: takes the whole row of a wide column instead of half of it (set by the
+            builder for tables too wide for half a row).
     """
 
     title: str
@@ -59,6 +62,7 @@ class Table:
     collapsed: bool = False
     file: Path | None = None
     total_rows: int | None = None
+    full_row: bool = False
     kind: str = "table"
 
 
@@ -134,7 +138,19 @@ class BundleView:
 
     def origin(self) -> str:
         """Where the numbers come from, in one line (pcieprof.analysis.provenance.origin)."""
-        return origin(self.bundle.manifest)
+        return origin(self.bundle.manifest, self.box_hosts())
+
+    def box_hosts(self) -> list[str]:
+        """The host names an imported bundle's NCCL logs give for the box (their line prefix
+        `host:pid:tid`), sorted; empty for other bundles or when no log names one."""
+        if self.bundle.manifest.get("source") != "imported":
+            return []
+        doc = self.doc(NcclChoices)
+        hosts = {str(r["host"]) for case in (doc.cases.values() if doc else ())
+                 if case.parsed is not None for comm in case.parsed.comms
+                 for r in (comm.get("ranks") or {}).values()
+                 if isinstance(r, dict) and r.get("host")}
+        return sorted(hosts)
 
     def table(self, name: str) -> Any:
         """`Bundle.read_table(name)`, read once."""

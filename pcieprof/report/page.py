@@ -31,9 +31,9 @@ from pcieprof.report.model import Figure
 #: makes it U+FFFD), CR (the parser turns it into LF) and '<' (it could start `</script`).
 #: Each is written as one character U+0100 + (its index here << 7 | the next 7-bit value).
 UNSAFE7 = (0x00, 0x0D, 0x3C)
-#: Plotly figure config, once for the page: no mode bar link to plotly's cloud, responsive.
-CONFIG: dict[str, Any] = {"displaylogo": False, "responsive": True,
-                          "modeBarButtonsToRemove": ["sendDataToCloud"]}
+#: Plotly figure config, once for the page: responsive, and no mode bar: it sits over the
+#: legend and the first heatmap row; zoom (drag), reset (double-click) and hover work without it.
+CONFIG: dict[str, Any] = {"displaylogo": False, "responsive": True, "displayModeBar": False}
 #: A shared array must be at least this long as JSON to be worth a reference.
 _SHARE_MIN_CHARS = 40
 

@@ -1,6 +1,6 @@
 """P2P and concurrent-traffic predictions from a `Fabric`: routes, bottleneck links, sharing.
 
-How a prediction is made (README "Fabric model" states the assumptions):
+How a prediction is made (docs/fabric-model.md states the assumptions):
 - A copy follows a route through the tree, a series of hops, each with a capacity and a latency:
   the GPU's link, the switch it sits behind (one traversal), the switch uplink, the root complex,
   the IOMMU when it translates, the inter-socket link, the far root complex, the far uplink, the

@@ -465,7 +465,7 @@ def update_readme(path: Path) -> bool:
     return new != text
 
 
-if __name__ == "__main__":  # python -m pcieprof.sim.vm_cost [--readme README.md]
+if __name__ == "__main__":  # python -m pcieprof.sim.vm_cost [--readme docs/fabric-model.md]
     import sys
 
     if "--readme" in sys.argv:

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from typing import Callable
 
 from pcieprof.analysis.box import Box, gib
 from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation, Recommendations
 from pcieprof.cards import ModelCard
+from pcieprof.tune.communicators import env_for
 from pcieprof.tune.layout import Candidate, CommandBuilder
 from pcieprof.tune.memory import Placement, fit, widest_tp
 
@@ -81,16 +83,29 @@ def launch_line(result: Recommendations, layout: LayoutAdvice | None = None,
     cmd = layout.command if layout is not None else command
     if not cmd:
         return ""
-    # the command's own env was built over result.env (card settings it makes moot left out)
-    merged = dict(result.env)
-    for k, v in (layout.env if layout is not None else env or {}).items():
+    # the command's own env was built over result.env (card settings it makes moot left out,
+    # and a graph file its communicators do not cover: tune.communicators), so a key of
+    # result.env it lacks stays out
+    own = layout.env if layout is not None else env or {}
+    merged = {k: v for k, v in result.env.items() if k in own}
+    for k, v in own.items():
         merged.setdefault(k, str(v))
     prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in merged.items())
     return f"{prefix} {cmd}".strip()
 
 
+#: How the launch recommendation's action names the serve-bench command of the same launch.
+BENCH = "# the same launch, benchmarked: "
+
+
+#: How the launch recommendation's action names the serve-bench command of the same launch.
+BENCH = "# the same launch, benchmarked: "
+
+
 def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
-          command: CommandBuilder, box: Box | None = None, context: int = 8192) -> Recommendations:
+          command: CommandBuilder, box: Box | None = None, context: int = 8192,
+          bench: Callable[[LayoutAdvice | None, int, dict[str, str]], str] | None = None
+          ) -> Recommendations:
     """Add the launch recommendation to `result` (in place) and label every layout's command.
 
     The box decides what may be launched: no layout wider than its GPUs, none that does not fit
@@ -104,13 +119,17 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
             when no layout was ranked.
         box: the bundle's box (GPU count, architecture, memory); None: unknown.
         context: tokens per request of the memory fit.
+        bench: (layout, TP, the recommended environment the line sets) -> the serve-bench
+            command that launches the same line (layout None: the card's default layout at that
+            TP); written under the line as a shell comment, so the action stays pasteable.
     """
     for lay in result.layouts:
         lay.notes.insert(0, f"launch backends: {choice.describe()} ({choice.label})")
     caveats = list(choice.caveats)
+    top: LayoutAdvice | None = None
     if result.layouts:
         top = result.layouts[0]
-        where = top.label
+        where, tp, own = top.label, top.tp, top.env
         line = launch_line(result, top) if top.fits else ""
         verdict = "" if top.fits else (
             f"{card.name} does not fit this box in any layout: {top.label} needs "
@@ -118,7 +137,10 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
             f"{gib(top.gpu_memory_gb * 1e9 * top.mem_fraction)} at --mem-fraction-static "
             f"{top.mem_fraction:g} ({top.memory_source})")
     else:
-        line, where, verdict = _default_layout(result, card, command, box, context, caveats)
+        line, where, verdict, tp, own = _default_layout(result, card, command, box, context,
+                                                        caveats)
+    if bench is not None and line:
+        line += "\n" + BENCH + bench(top, tp, {k: v for k, v in result.env.items() if k in own})
     if verdict and not line:
         title = verdict
     elif choice.served:
@@ -151,23 +173,28 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
 
 
 def _default_layout(result: Recommendations, card: ModelCard, command: CommandBuilder,
-                    box: Box | None, context: int, caveats: list[str]) -> tuple[str, str, str]:
-    """(launch line, layout label, verdict) of the card's default layout narrowed to the box:
+                    box: Box | None, context: int,
+                    caveats: list[str]) -> tuple[str, str, str, int, dict[str, str]]:
+    """(launch line, layout label, verdict, TP, the line's environment) of the card's default
+    layout narrowed to the box:
     TP no wider than its GPUs; no line when the model does not fit there."""
     tp = card.sglang.tp_default
     if box is None or not box.gpus:
         return "", f"TP{tp}", (f"no launch line: this bundle shows no GPUs, so no layout of "
                                f"{card.name} can be checked against its box (run pcieprof "
-                               f"topology, or import nvidia-smi topo -m, on the serving box)")
+                               f"topology, or import nvidia-smi topo -m, on the serving box)"), tp, {}
     tp = widest_tp(card, min(tp, box.gpus))
     f = fit(card, Placement(tp=tp), box, context)
     label = f"TP{tp}"
     if f.fits is False:
-        return "", label, f"{card.name} at {label}: {f.verdict()}"
+        return "", label, f"{card.name} at {label}: {f.verdict()}", tp, {}
     if f.fits is None:
         caveats.append(f"{label}: {f.verdict()}")
-    built = command(card, Candidate(label, tp=tp), dict(result.env))
-    return launch_line(result, None, built.command, built.env), label, ""
+    own, left_out = env_for(dict(result.env), set(result.ring.order) if result.ring else None,
+                            tp)
+    caveats += left_out
+    built = command(card, Candidate(label, tp=tp), own)
+    return launch_line(result, None, built.command, built.env), label, "", tp, built.env
 
 
 def launch_recommendation(result: Recommendations) -> Recommendation | None:

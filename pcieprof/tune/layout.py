@@ -36,6 +36,7 @@ from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput
 from pcieprof.tune import memory
+from pcieprof.tune.communicators import env_for
 from pcieprof.tune.memory import Placement
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
@@ -201,9 +202,8 @@ def anchor_curve(bundle: Bundle, card: ModelCard) -> Anchor | None:
     comm = {int(b): float(ms) for b, ms in a.get("comm_ms", [])} or None
     high = {int(b): float(ms) for b, ms in a.get("comm_ms_default", [])} or None
     env = " ".join(f"{k}={v}" for k, v in a.get("comm_env", {}).items())
-    note = (f"the published step's communication priced on the fabric model of "
-            f"{a.get('comm_profile', '?')} with {env or 'NCCL defaults'} (simulated; assumed to "
-            f"be the published box)") if comm else ""
+    note = (f"its communication priced as on the published box (assumed: fabric model "
+            f"{a.get('comm_profile', '?')}, {env or 'NCCL defaults'})") if comm else ""
     return Anchor(steps, f"published: {a['source']} (imported)", int(a["tp"]),
                   int(a["context_tokens"]), comm, high, note)
 
@@ -220,15 +220,15 @@ def published_compute_ms(model: str, batch: int) -> float | None:
 
 
 def token_share(model: str, batch: int, comm_ms: float, saved_ms: float) -> str:
-    """`19% of a ~22.2 ms token at batch 1, whose compute ...` for a saving on a step whose communication costs
+    """`19% of a ~22.2 ms token, its compute 12.1 ms assumed as published` for a saving at `batch` on a step whose communication costs
     `comm_ms` here, the compute taken from the published box (assumed the same here); "" when
     the model has no anchor at that batch."""
     comp = published_compute_ms(model, batch)
     if comp is None or comp + comm_ms <= 0:
         return ""
     token = comp + comm_ms
-    return (f"{saved_ms / token * 100:.0f}% of a ~{token:.1f} ms token at batch {batch}, whose "
-            f"compute, {comp:.1f} ms, is the published step's, assumed the same here")
+    return (f"{saved_ms / token * 100:.0f}% of a ~{token:.1f} ms token, its compute "
+            f"{comp:.1f} ms assumed as published")
 
 
 def fit_compute(card: ModelCard, pricer: Pricer, bundle: Bundle,
@@ -281,7 +281,8 @@ def gpu_memory(box: Box, card: ModelCard) -> Box:
 
 def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: Topology,
                  env: dict[str, str] | None = None, context: int = 8192,
-                 command: CommandBuilder | None = None) -> list[LayoutAdvice]:
+                 command: CommandBuilder | None = None,
+                 graph_gpus: set[int] | None = None) -> list[LayoutAdvice]:
     """Evaluate and rank the candidate layouts for `card` on the bundle's box.
 
     Args:
@@ -292,6 +293,9 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
         env: the recommended environment (added to every command).
         context: tokens per request for the KV-cache fit and reads.
         command: builds each layout's launch command; None leaves the commands empty.
+        graph_gpus: the GPUs the recommended NCCL_GRAPH_FILE names; a layout with a
+            communicator it does not cover gets its command without it
+            (pcieprof.tune.communicators.env_for).
 
     Returns:
         The layouts, best first; the first carries `why`.
@@ -345,7 +349,10 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
         if max_c < 1:  # a layout that does not fit is never offered as a launch
             launch = LaunchCommand(notes=[f"{c.label}: {f.verdict()}"])
         elif command is not None:
-            launch = command(card, c, dict(env or {}))
+            own, left_out = env_for(dict(env or {}), graph_gpus, c.tp, c.pp, c.ep,
+                                    (c.dp or 1) if c.dp_attention else 1, c.replicas)
+            launch = command(card, c, own)
+            launch.notes[:0] = left_out
         else:
             launch = LaunchCommand(
                 notes=["no launch command built (the tuner was run without a launcher)"])
@@ -390,10 +397,9 @@ def _at_high_end(card: ModelCard, c: Candidate, top: LayoutAdvice, high: Compute
         step = comp + (p.comm_ms or 0.0)
         out.append((p, step, p.concurrency / step * 1000))
     (p1, s1, _), (pk, _, tk) = out
-    return (f"range of the assumed anchor communication: with NCCL's defaults on the published "
-            f"box instead of its tuned settings, {top.label} would take {s1:.1f} ms per step at "
-            f"c={p1.concurrency} (not {p1.step_ms:.1f}) and {tk:.0f} tok/s at c={pk.concurrency} "
-            f"(not {pk.tok_s:.0f})")
+    return (f"range of the assumed anchor communication (NCCL defaults on the published box): "
+            f"{top.label} {s1:.1f} ms per step at c={p1.concurrency} (not {p1.step_ms:.1f}), "
+            f"{tk:.0f} tok/s at c={pk.concurrency} (not {pk.tok_s:.0f})")
 
 
 def _why(results: list[LayoutAdvice], compute: ComputeModel | None) -> str:

@@ -31,13 +31,13 @@ from pcieprof.bundle.rows import format_ranks
 from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput
-from pcieprof.tune.launch import launch_recommendation
+from pcieprof.tune.launch import BENCH, launch_line, launch_recommendation
 from pcieprof.tune.layout import CommandBuilder, rank_layouts
 from pcieprof.tune.nccl_files import GRAPH_FILE, TOPO_FILE, write_files
 from pcieprof.tune.ring import Ring, best_ring, ring_of_order
 from pcieprof.tune.rules import FINDING_RULES, RULES
 from pcieprof.tune.rules.base import RuleContext
-from pcieprof.tune.vm import bottleneck_why
+from pcieprof.tune.vm_context import bottleneck_why
 from pcieprof.units import size_label
 
 ENV_FILE = "tune/recommended.env"
@@ -221,6 +221,8 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
     """
     band = band or DecodeBand.of_card(card)
     ctx = build_context(bundle, card, band)
+    if cpu_only(bundle):
+        return _cpu_only(ctx, card)
     if write_files:  # before the rules, whose actions name the files
         _write_nccl_files(ctx)
     recs: list[Recommendation] = []
@@ -239,11 +241,7 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
                 f"{k}={v}" for r in measured_env for k, v in r.env.items())
             + f"): each setting was {ctx.obtained} on its own; their gains need not add up")
     ranked: list[LayoutAdvice] = []
-    if layouts and ctx.ar_backend == "cpu":
-        ctx.needs_measuring.append("parallel layouts: the all-reduce rows are gloo on this "
-                                   "machine's CPUs (cpu backend); layout advice needs NCCL "
-                                   "curves (cuda), an import, or --backend sim")
-    elif layouts and not len(ctx.curves):
+    if layouts and not len(ctx.curves):
         ctx.needs_measuring.append("parallel layouts not ranked: no all-reduce rows to price "
                                    "communication with")
     elif layouts and not _prices_decode(ctx):
@@ -253,7 +251,8 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
     elif layouts:
         try:
             ranked = rank_layouts(bundle, card, Pricer(bundle), topology=ctx.topology, env=env,
-                                  context=context, command=command)
+                                  context=context, command=command,
+                                  graph_gpus=set(ctx.ring.order) if ctx.ring else None)
         except BadInput as exc:  # e.g. a one-GPU box: the NCCL rules stand on their own
             ctx.needs_measuring.append(f"parallel layouts not ranked: {exc.one_line()}")
     nodes = Nodes.of(bundle)
@@ -272,6 +271,64 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
                            ring=None if ctx.ring is None else _ring_choice(ctx.ring),
                            inferred=None if ctx.inferred is None else ctx.inferred.as_dict(),
                            layouts=ranked, env=env)
+
+
+#: What a bundle of the cpu backend cannot show, and what shows it on a GPU box.
+ON_A_GPU_BOX = ("# on the GPU box: GPUs, PCIe tree, P2P per pair and NCCL's all-reduce sweep\n"
+                "pcieprof topology\n"
+                "pcieprof recommend reports/topology-*/\n"
+                "# or import what was run there (nvidia-smi topo -m, p2pBandwidthLatencyTest, "
+                "nccl-tests, NCCL debug logs)\n"
+                "pcieprof import FILE...")
+
+
+def cpu_only(bundle: Bundle) -> bool:
+    """Whether every P2P and all-reduce row of the bundle comes from the cpu backend (host
+    memory copies between local processes, gloo): evidence about this machine's CPUs, of no
+    kind that a GPU, P2P or NCCL finding can rest on (issue 22, point 3)."""
+    rows = [t for t in (bundle.read_table("p2p"), bundle.read_table("allreduce")) if not t.empty]
+    if not rows:
+        return bundle.backend == "cpu"
+    return all("backend" in t.columns and set(t["backend"].astype(str)) == {"cpu"} for t in rows)
+
+
+def _cpu_only(ctx: RuleContext, card: ModelCard) -> Recommendations:
+    """A cpu-backend bundle: what it measured, and what to run on a GPU box; no advice."""
+    said = []
+    p2p = ctx.p2p[(ctx.p2p["path"] == "p2p") & (ctx.p2p["status"] == "ok")] \
+        if not ctx.p2p.empty else ctx.p2p
+    if not p2p.empty:
+        bw = p2p["bandwidth_gbps"].dropna()
+        if len(bw):
+            said.append(f"host-memory copies between {len(gpu_indices(ctx.p2p))} local "
+                        f"processes: {bw.median():.1f} GB/s median ({bw.min():.1f}-"
+                        f"{bw.max():.1f}) over {len(bw)} rows")
+    base = ctx.curves.default()
+    if base is not None:
+        size = ctx.band.lo_bytes
+        said.append(f"gloo all-reduce over {base.nranks} processes: {base.at(size):.0f} us at "
+                    f"{size_label(size)}")
+    what = "; ".join(said) or "no P2P or all-reduce rows"
+    rec = Recommendation(
+        rule="cpu_backend", kind="info",
+        title="This bundle measured this machine's CPUs (cpu backend), not GPUs: no GPU, P2P or "
+              "NCCL advice follows from it",
+        gain_text=f"it measured {what}: the harness and this host's memory, with spreads of "
+                  f"CPU scheduling, which say nothing about a GPU fabric",
+        action=ON_A_GPU_BOX,
+        evidence=[f"p2p.csv / allreduce.csv: every row backend cpu [{ctx.provenance}]"],
+        confidence="measured", priority=1.0)
+    # with an all-reduce or on a node of a multi-node run, principal_bottleneck's cpu wording
+    # (which names the nodes, or where node 0's rows are)
+    said_by_rows = principal_bottleneck(ctx, []) if base is not None or \
+        Nodes.of(ctx.bundle) is not None else ""
+    return Recommendations(
+        model=card.name, provenance=ctx.provenance, recommendations=[rec],
+        bottleneck=said_by_rows or f"none named: this bundle measured the harness on this "
+                                   f"machine's CPUs ({what}), not GPUs; run pcieprof topology "
+                                   f"on the GPU box, or --backend sim",
+        needs_measuring=["GPU P2P, NCCL all-reduce and layouts: measure on the GPU box "
+                         "(pcieprof topology) or import its tool outputs (pcieprof import)"])
 
 
 def _prices_decode(ctx: RuleContext) -> bool:
@@ -361,7 +418,11 @@ def sglang_command_text(result: Recommendations) -> str:
     if rec is not None:
         lines.append(f"# launch backends: {rec.gain_text}")
         # the launch recommendation's line is the one checked against the box (tune.launch)
-        lines.append(rec.action if rec.action else f"# no launch line: {rec.title}")
+        # the serve-bench command of the same launch (the action's comment line) goes above
+        # the line, so the script's last line stays the command
+        action = rec.action.splitlines()
+        lines += ([a for a in action if a.startswith(BENCH)] + [a for a in action
+                  if not a.startswith(BENCH)]) if action else [f"# no launch line: {rec.title}"]
     return "\n".join(lines) + "\n"
 
 

@@ -10,19 +10,24 @@ import shutil
 from pathlib import Path
 
 import pytest
+from builders.bundles import REPORT_DATA
 from builders.cli import cli
 
 from pcieprof.analysis.comm_model import ALL_REDUCE, Layout, Pricer, predict_step_comm
 from pcieprof.analysis.curves import Curves
 from pcieprof.analysis.decode_band import band_for
+from pcieprof.analysis.decode_share import decode_share, decode_shares
 from pcieprof.analysis.metrics import bundle_metrics
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.attribution import Attribution
 from pcieprof.cards import load_card
 from pcieprof.commands.tuning import for_report
 from pcieprof.report import ReportContext
 from pcieprof.report.builder import build_sections, open_views
 from pcieprof.report.console import summarize
 from pcieprof.report.model import Note, Table
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -98,3 +103,38 @@ def test_every_place_gives_the_same_decode_allreduce(demo_copies: dict[str, Path
     # answer is the README's 62.9 us
     assert f"{values['rtxpro6000-8x-vm']:.1f}" == "62.9"
     assert abs(values["rtxpro6000-8x-switch"] - values["rtxpro6000-8x-vm"]) > 1.0
+
+
+def test_the_decode_comm_share_has_one_source(serve_bundle: Path, tmp_path: Path) -> None:
+    """"What share of a decode step is communication" (a real reference-server trace, gloo):
+    the report's headline, comm_model.json's traced comm per batch and attribution.json give
+    pcieprof.analysis.decode_share's answer, and the report computes none of it."""
+    b = Bundle.open(serve_bundle)
+    doc = b.read_doc(Attribution)
+    assert doc is not None and doc.decode_share is None  # recorded before the share was saved
+    # as `attribute` and serve-bench save it now
+    doc.decode_share, doc.decode_share_by_batch = decode_shares(doc.steps)
+    b.write_doc(doc)
+    every, at8 = decode_share(doc.steps), decode_share(doc.steps, 8)
+    assert every is not None and at8 is not None and 0 < every.comm_pct < 100
+    assert [s.batch for s in doc.decode_share_by_batch] == [8]  # the trace's DECODE steps
+    views = open_views([serve_bundle])
+    rows = {s.id: s for s in (col for r in build_sections(views, ReportContext()) for _, col in r.columns)}
+    headline = next(n.text for n in rows["summary"].blocks
+                    if isinstance(n, Note) and n.text.startswith("Decode steps (trace"))
+    assert f"communication {every.comm_pct:.0f}% of the step" in headline
+    assert f"{every.steps} steps over {every.ranks} rank(s)" in headline
+    topo = tmp_path / "cpu_2rank_topology"
+    shutil.copytree(REPORT_DATA / "cpu_2rank_topology", topo)
+    out = tmp_path / "priced"
+    r = cli("attribute", "--model", "tiny-cpu", "--topology", str(topo), "--serve",
+            str(serve_bundle), "--tp", "2", "--batches", "8", "-o", str(out), "-q")
+    assert r.returncode == 0, r.stderr
+    row = json.loads((out / "comm_model.json").read_text())["table"][0]
+    assert row["trace_comm_ms"] == pytest.approx(at8.comm_us / 1e3)
+    assert row["exposed_comm_ms"] == pytest.approx(at8.exposed_comm_us / 1e3)
+    # the report draws: no module of it prices, attributes or averages steps itself
+    for path in (ROOT / "pcieprof" / "report").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        for name in ("comparison_table", "predict_step_comm", "decode_share(", "Pricer("):
+            assert name not in text, f"{path.name} computes {name}"

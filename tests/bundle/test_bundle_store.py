@@ -45,12 +45,16 @@ def test_unknown_column_is_rejected(tmp_path: Path) -> None:
 
 
 def test_non_empty_dir_needs_force(tmp_path: Path) -> None:
-    (tmp_path / "x").mkdir()
+    old = Bundle.create(tmp_path / "x", command="t", source="measured", backend="cpu")
+    old.append_rows("p2p", [{"src": 0, "dst": 1}])
+    old.finish()
     (tmp_path / "x" / "f").write_text("keep?")
     with pytest.raises(BadInput, match="not empty"):
         Bundle.create(tmp_path / "x", command="t", source="measured", backend="cpu")
     Bundle.create(tmp_path / "x", command="t", source="measured", backend="cpu", force=True)
-    assert not (tmp_path / "x" / "f").exists()
+    # the bundle's own files are replaced; a file it did not write stays
+    assert (tmp_path / "x" / "f").read_text() == "keep?"
+    assert not (tmp_path / "x" / "p2p.csv").exists()
 
 
 def test_old_schema_gets_defaults(tmp_path: Path) -> None:

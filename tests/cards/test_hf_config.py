@@ -139,3 +139,28 @@ def test_two_configs_two_hashes() -> None:
     a, b = load_card(config("qwen3-235b-a22b")), load_card(config("llama-3.1-70b"))
     assert a.content_hash != b.content_hash and len(a.content_hash) == 64
     assert load_card("glm5-nvfp4").content_hash == load_card("glm5-nvfp4").content_hash
+
+
+def test_a_card_kept_as_data_is_the_same_card(tmp_path: Path) -> None:
+    """What a bundle keeps (model_card.json) reads back as the same card, hash and all."""
+    from pcieprof.cards.toml_file import card_from_dict, card_to_dict
+
+    for ref in ("glm5-nvfp4", "tiny-cpu", str(config("gpt-oss-120b")), str(config("glm-5"))):
+        card = load_card(ref)
+        data = json.loads(json.dumps(card_to_dict(card)))
+        back = card_from_dict(data, tmp_path / "model_card.json")
+        assert back.content_hash == card.content_hash, ref
+        assert back.kv_bytes_per_token() == card.kv_bytes_per_token()
+
+
+def test_a_local_nvfp4_checkpoint_finds_its_card_file(tmp_path: Path) -> None:
+    """A GLM-5 config.json outside the cache whose quantization_config is ModelOpt's NVFP4
+    (quant_method modelopt, quant_algo NVFP4) is glm5-nvfp4's checkpoint: same model type and
+    shape, same quantization; the bf16 base config is not."""
+    cfg = json.loads(config("glm-5").read_text())
+    cfg["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "NVFP4"}
+    (tmp_path / "GLM-5-NVFP4").mkdir()
+    (tmp_path / "GLM-5-NVFP4" / "config.json").write_text(json.dumps(cfg))
+    c = load_card(tmp_path / "GLM-5-NVFP4")
+    assert c.name == "glm5-nvfp4" and c.sglang.quantization == "modelopt_fp4"
+    assert load_card(config("glm-5")).name == "glm-5"  # bf16: no card file, assumed facts

@@ -48,6 +48,7 @@ def test_model_table_from_cli(tmp_path: Path) -> None:
     assert (out / "attribution" / "comm_model.csv").is_file()
     man = json.loads((out / "manifest.json").read_text())
     assert man["parts"]["comm_model"]["source"] == "imported"
+    assert man["model"]["name"] == "glm5-nvfp4" and man["model"]["ref"] == "glm5-nvfp4"
 
 
 def test_cli_refuses_half_a_model_request(tmp_path: Path) -> None:

@@ -17,6 +17,10 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     left = tmp_path / "left-behind.json"
     r = cli("demo", "--out", str(out), process=True, timeout=600, left_behind=left)
     assert r.returncode == 0, r.stderr[-2000:]
+    # The last lines say what to do next: open the page, measure a GPU box.
+    tail = r.stdout.strip().splitlines()[-6:]
+    assert any(f"open {(out / 'report.html').resolve().as_uri()}" in ln for ln in tail)
+    assert any("pcieprof topology" in ln for ln in tail)
     html = (out / "report.html").read_text()
     text = re.sub(r"<[^>]+>", " ", html)
     # The first screen (the summary section) names the principal bottleneck of the VM box ...

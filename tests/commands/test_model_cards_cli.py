@@ -82,12 +82,21 @@ def test_readers_use_the_recorded_card_and_say_when_told_another(tmp_path: Path)
     assert "glm5-nvfp4" in r.stderr  # the other bundle's card is named
 
 
-def test_a_recorded_card_that_is_gone_is_one_line(tmp_path: Path) -> None:
+def test_a_recorded_card_that_is_gone(tmp_path: Path) -> None:
+    """The config a bundle was made for is not on this machine: the copy of the card the bundle
+    holds is read (said in one line); without that copy it is one line and exit 2."""
     config = tmp_path / "model" / "config.json"
     config.parent.mkdir()
     config.write_text((CONFIGS / "llama-3.1-70b" / "config.json").read_text())
     b = _topology(tmp_path / "b", str(config))
+    card = load_card(config)
     config.unlink()
+    kept = b.model_card()
+    assert kept is not None and kept.content_hash == card.content_hash
+    r = cli("recommend", str(b.path), "--no-layouts")
+    assert r.returncode == 0, r.stderr
+    assert "is not here; reading" in r.stderr and "time_us" not in r.stderr
+    (b.path / "model_card.json").unlink()
     r = cli("recommend", str(b.path))
     assert r.returncode == 2
     assert "was made for model model" in r.stderr and "--model" in r.stderr

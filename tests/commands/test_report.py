@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -48,10 +49,17 @@ def test_metrics_of_real_bundles(bundle_factory, serve_bundle: Path) -> None:
 
 def test_gloo_trace_priced_with_the_gloo_curve(serve_bundle: Path, tmp_path: Path) -> None:
     """The serve bundle's trace (reference server, gloo) next to the analytic model priced with
-    a real cpu-backend topology bundle; alone, the report says why the comparison is missing."""
+    a real cpu-backend topology bundle, as `attribute --model --topology --serve` saves it; the
+    report draws the saved comm_model.json, and without it says how to make one."""
     topo = tmp_path / "cpu_2rank_topology"
     shutil.copytree(REPORT_DATA / "cpu_2rank_topology", topo)
-    html = write_report([serve_bundle, topo], tmp_path / "r.html").read_text(encoding="utf-8")
+    out = tmp_path / "priced"
+    r = cli("attribute", "--model", "tiny-cpu", "--topology", str(topo), "--serve",
+            str(serve_bundle), "--tp", "2", "--batches", "1,8", "-o", str(out), "-q")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads((out / "comm_model.json").read_text())["table"]
+    assert [x["batch"] for x in rows] == [1, 8] and rows[1]["trace_comm_ms"] is not None
+    html = write_report([out], tmp_path / "r.html").read_text(encoding="utf-8")
     assert "trace vs analytic model (predicted = collectives x the all-reduce curve of" in html
     assert "cpu_2rank_topology" in html
     alone = write_report([serve_bundle], tmp_path / "a.html").read_text(encoding="utf-8")

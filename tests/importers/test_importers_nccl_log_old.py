@@ -69,3 +69,16 @@ def test_rings_before_any_communicator_line() -> None:
     assert c["nchannels"] == len(rings) == 2
     assert kept(c) == {t for ln in text.splitlines() for t in transports_in(ln)}
     assert c["transport_families"] == ["P2P", "SHM"]
+    # each Trees line kept under the rank it is about (`up->R->down`), no process names a rank
+    tree_ranks = {m for ln in lines_with(text, "Trees [0]")
+                  for m in re.findall(r"\[0\] \S*?->(\d+)->", ln)}
+    assert set(c["comms"][0]["trees"]) == tree_ranks
+
+
+def test_init_complete_means_connected_only_in_old_releases() -> None:
+    """A 2.29 log (runtime connection may come after init) without its own "Connected all
+    rings" line is not read as connected from its Init COMPLETE line."""
+    text = (DATA / "nccl_log_2.29.2_2rank_socket_warn_timestamp.log").read_text()
+    assert "Init COMPLETE" in text and "Connected all rings" not in text
+    c = parse_nccl_log(text, "x")
+    assert c["comms"] and not any(x["connected_rings"] for x in c["comms"])

@@ -26,7 +26,9 @@ def test_shm_extend_failure_is_named(name: str) -> None:
     c = parse_nccl_log(text, name)
     (f,) = c["failures"]
     assert f["kind"] == "shm_too_small" and f["segment"] == seg and f["bytes"] == int(size)
-    assert f["count"] == text.count("failed to extend")
+    enospc = [ln for ln in text.splitlines() if "failed to extend" in ln or (
+        "creating shared memory segment" in ln and "No space left on device" in ln)]
+    assert f["count"] == len(enospc)  # every WARN line that says it, each rank its own
     line = summarize(c)
     assert "/dev/shm too small" in line and "--shm-size" in line and "--ipc=host" in line
 
@@ -43,3 +45,11 @@ def test_import_keeps_the_failure_in_nccl_choices(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "b" / "nccl_choices.json").read_text())
     failures = [f for case in doc.values() for f in (case["parsed"] or {})["failures"]]
     assert [f["kind"] for f in failures] == ["shm_too_small"]
+
+
+def test_the_enospc_segment_line_alone_names_it_too() -> None:
+    """An excerpt that starts after the `failed to extend` line (the same real log, cut there)."""
+    text = (DATA / FILES[0]).read_text()
+    cut = text[text.index("\n", text.index("failed to extend")) + 1:]
+    (f,) = parse_nccl_log(cut, "cut.log")["failures"]
+    assert f["kind"] == "shm_too_small" and f["error"].startswith("No space left on device")

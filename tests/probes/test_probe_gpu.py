@@ -47,7 +47,7 @@ def test_cuda_p2p_between_two_gpus() -> None:
 
 
 def test_gpu_selftest_passes(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "probes.gpu_selftest", "--out", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "pcieprof.selftest", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "bundle" / "allreduce.csv").is_file()

@@ -1,10 +1,10 @@
-"""gpu_selftest describes the GPU it measures (issue 15, defect 10): the CUDA ordinal of an NVML
+"""The GPU self-test (pcieprof.selftest) describes the GPU it measures (issue 15, defect 10): the CUDA ordinal of an NVML
 index is found by PCI bus id, since CUDA numbers GPUs fastest-first unless told otherwise."""
 
 from __future__ import annotations
 
 from builders.cuda import CudaStandin
-from probes.gpu_selftest import cuda_ordinal
+from pcieprof.selftest import cuda_ordinal
 
 
 class _Bus(CudaStandin):

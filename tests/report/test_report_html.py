@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import zlib
 from pathlib import Path
 
 from plotly.offline import get_plotlyjs
 from builders.browser import report_with_advice
+from builders.cli import cli
 
 from pcieprof.bundle import Bundle
 from pcieprof.report import write_report
@@ -14,6 +16,7 @@ from pcieprof.report.builder import drop_empty_columns, fold_notes
 from pcieprof.report.model import Note, NoteGroup, Table
 from pcieprof.report.page import unpack7
 
+DATA = Path(__file__).resolve().parents[1] / "data"
 HOSTILE = "<script>alert('pwn')</script>"
 
 
@@ -40,7 +43,9 @@ def test_report_is_self_contained_with_plotly_once(bundle_factory, tmp_path: Pat
                   "all-reduce busbw over 8 ranks"):
         assert title in html, title
     # provenance on the first screen and in figure titles
-    assert "<b>calib</b>: imported on host calib-box, backend imported" in html
+    # imported: the manifest's host ran the import; these files name no box
+    assert ("<b>calib</b>: imported: tool outputs of a box the files do not name; imported on "
+            "host calib-box (not the box), backend imported") in html
     assert html.count("imported, backend imported") >= 7
     # decode band for GLM-5 hidden 6144, batch 1..64
     assert "12 KiB..768 KiB" in html
@@ -69,7 +74,8 @@ def test_several_bundles_side_by_side(bundle_factory, tmp_path: Path) -> None:
     # each bundle is named by its directory, and its provenance says which host it came from
     assert '<h3 class="col-label">before</h3>' in html and '<h3 class="col-label">after</h3>' in html
     for name in ("before", "after"):
-        assert f"<b>{name}</b>: imported on host calib-box, backend imported" in html
+        assert (f"<b>{name}</b>: imported: tool outputs of a box the files do not name; "
+                "imported on host calib-box (not the box), backend imported") in html
 
 
 def test_empty_table_columns_are_dropped_and_long_tables_folded() -> None:
@@ -85,3 +91,18 @@ def test_runs_of_notes_are_folded_but_never_warnings() -> None:
     folded = fold_notes(notes)
     assert isinstance(folded[0], NoteGroup) and [n.text for n in folded[0].notes] == ["n0", "n1", "n2", "n3"]
     assert [getattr(b, "text", None) for b in folded[1:]] == ["w1", "w2", "w3", "m1"]
+
+
+def test_an_imported_bundle_names_the_box_apart_from_the_machine_that_imported_it(
+        tmp_path: Path) -> None:
+    # a real NCCL log (tests/data/importers/NOTE.md): its lines start with the box's host name
+    log = DATA / "importers" / "nccl_log_2.29.2_2rank_socket_warn_timestamp.log"
+    r = cli("import", str(log), "--out", str(tmp_path / "box"), "-q")
+    assert r.returncode == 0, r.stderr[-2000:]
+    html = write_report([tmp_path / "box"], tmp_path / "r.html").read_text(encoding="utf-8")
+    header = html[html.index("<header"):html.index("</header>")]
+    assert ("tool outputs of box VM-16-64-ubuntu (as its NCCL log names it); imported on host "
+            f"{socket.gethostname()} (not the box)") in header
+    assert f"imported on host {socket.gethostname()}, " not in html  # never as if it were the box
+    machine = re.search(r'<section id="machine">(.*?)</section>', html, re.S).group(1)
+    assert "box VM-16-64-ubuntu" in machine  # the machine's host line says the same

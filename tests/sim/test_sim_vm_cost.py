@@ -150,6 +150,8 @@ def test_not_a_vm_is_refused() -> None:
 
 
 def test_readme_vm_table_is_current(table) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    assert vm_cost.markdown(table).strip() in readme, (
-        "README's VM table is stale: regenerate it with `python -m pcieprof.sim.vm_cost --readme README.md`")
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "fabric-model.md").read_text(
+        encoding="utf-8")
+    assert vm_cost.markdown(table).strip() in doc, (
+        "docs/fabric-model.md's VM table is stale: regenerate it with "
+        "`python -m pcieprof.sim.vm_cost --readme docs/fabric-model.md`")

@@ -43,7 +43,7 @@ def test_a_slower_box_is_not_predicted_as_fast_as_the_published_one(vm: Bundle) 
     c1 = tp8.per_concurrency[0]
     # the VM's default all-reduces cost more than the published box's tuned ones: its step is longer
     assert c1.step_ms > published_c1 + 1.0
-    assert "priced on the fabric model of rtxpro6000-8x-switch" in tp8.compute_source
+    assert "assumed: fabric model rtxpro6000-8x-switch" in tp8.compute_source
     # the verdict states its range: the top layout at the assumption's high end
     assert "range of the assumed anchor communication" in res[0].why
 

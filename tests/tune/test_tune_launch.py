@@ -68,7 +68,9 @@ def test_recommend_prints_the_first_ranked_command_labelled(tmp_path: Path) -> N
     rec = launch_recommendation(doc)
     assert rec is not None and rec.confidence == "advice" and searched_in(doc) is None
     assert NOT_YET in rec.title and NOT_YET in r.stdout
-    assert rec.action in [ln.strip() for ln in r.stdout.splitlines()]  # printed on its own line
+    line, bench = rec.action.splitlines()  # the command, then serve-bench's for the same
+    printed = [ln.strip() for ln in r.stdout.splitlines()]
+    assert line in printed and bench in printed  # each on its own line
     assert "python3 -m sglang.launch_server" in rec.action
     for lay in doc.layouts:
         if not lay.fits:  # a layout that does not fit is offered no command
@@ -80,7 +82,7 @@ def test_recommend_prints_the_first_ranked_command_labelled(tmp_path: Path) -> N
         assert lay.notes[0].startswith("launch backends: ") and NOT_YET in lay.notes[0]
     script = (box / "tune" / "sglang_command.sh").read_text().splitlines()
     assert f"# launch backends: {NOT_YET}" in "\n".join(script)
-    assert script[-1] == rec.action  # the top layout's line, as printed
+    assert script[-1] == line  # the top layout's line, as printed
 
 
 def test_a_serve_bundle_without_a_search_is_refused(tmp_path: Path) -> None:

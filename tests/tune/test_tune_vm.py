@@ -112,7 +112,7 @@ def test_verdict_table_cards_and_compare_tell_one_story(demo: dict[str, Path],
             assert step[heads[c.basis]] == _cell(c.vm.time_us, c.bare.time_us, 2, 1e3)
 
     # 2. compare prints the same table and the same verdict before its metrics
-    r = cli("compare", str(demo[VM]), str(demo[BARE]))
+    r = cli("compare", str(demo[VM]), str(demo[BARE]), "--all")
     assert r.returncode == 0, r.stderr
     block, metrics = r.stdout.split("\nmetric ", 1)
     lines = [re.split(r"\s{2,}", ln.strip()) for ln in block.splitlines()]
@@ -195,7 +195,7 @@ def test_no_text_on_a_simulated_bundle_says_measured(demo: dict[str, Path]) -> N
     for sid in ("summary", "vm", "compare", "recommendations"):
         for sec in secs.get(sid, {}).values():
             texts += _section_texts(sec)
-    r = cli("compare", str(demo[VM]), str(demo[BARE]))
+    r = cli("compare", str(demo[VM]), str(demo[BARE]), "--all")
     texts.append(r.stdout.split("\nmetric ", 1)[0])
     texts.append(demo["recommend.stdout"].read_text())
     found = []
@@ -249,7 +249,11 @@ def test_every_iommu_path_recommendation_carries_its_risk_and_the_host_alternati
     assert "# RISK of NCCL_P2P_LEVEL=SYS: NCCL P2P through a translating IOMMU" in launch
     out = demo["recommend.stdout"].read_text()
     assert out.count("RISK: NCCL P2P through a translating IOMMU") == 2
-    assert "host-side alternative: simulated: all-reduces of a decode step" in out
+    # one paragraph is said once: the second card names the card that said it
+    assert out.count("pcieprof recommend BUNDLE --verify") == 1 and "check: as card " in out
+    host = re.search(r"host-side alternative: card (\d+) \(the hypervisor host's changes\)", out)
+    assert host is not None
+    assert re.search(rf"^{host.group(1)}\. \[\w+\] Only the hypervisor host", out, re.M)
     # the report shows them on the cards
     rec_sec = _sections([demo["recommended"]])["recommendations"]
     (sec,) = rec_sec.values()
@@ -303,7 +307,7 @@ def test_compare_of_two_bundles_without_the_model_table(demo: dict[str, Path],
     topo = json.loads((vm / "topology.json").read_text())
     topo["sim"].pop("vm")
     (vm / "topology.json").write_text(json.dumps(topo))
-    r = cli("compare", str(demo[BARE]), str(vm))  # the VM second: found all the same
+    r = cli("compare", str(demo[BARE]), str(vm), "--all")  # the VM second: found all the same
     assert r.returncode == 0, r.stderr
     block = r.stdout.split("\nmetric ", 1)[0]
     assert "B = vm-without-model is the VM" in block

@@ -1,23 +1,19 @@
 """Decode attribution: per-step comm/compute/idle, per rank, skew, and trace vs analytic model.
 
-Reads attribution.json (written by `pcieprof attribute`); the analytic side comes from
-pcieprof.analysis.comm_model.comparison_table priced with this bundle's all-reduce curves.
+Reads attribution.json (written by `pcieprof attribute` and serve-bench) and, when the bundle has
+it, comm_model.json (`pcieprof attribute --model --topology`): the report draws both as saved.
 """
 
 from __future__ import annotations
 
-from typing import Any
 
 import plotly.graph_objects as go
 
-from pcieprof.analysis.comm_model import Layout, Pricer, comparison_table
 from pcieprof.bundle.attribution import Attribution, StepAttribution
-from pcieprof.bundle.serve_summary import ServeSummary
-from pcieprof.cards import load_card
-from pcieprof.errors import PcieprofError
+from pcieprof.bundle.comm_model import CommModel
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure
-from pcieprof.report.model import BundleView, Note, Section, Table
+from pcieprof.report.model import Block, BundleView, Note, Section, Table
 
 MAX_STEPS = 300
 
@@ -39,12 +35,13 @@ def _steps_figure(steps: list[StepAttribution], rank: int, prov: str):
 
 def build(view: BundleView, ctx: ReportContext) -> Section | None:
     doc = view.doc(Attribution)
-    if doc is None:
+    model = view.doc(CommModel)
+    if doc is None and model is None:
         return None
-    prov = view.provenance("attribution")
+    prov = view.provenance("attribution" if doc is not None else "comm_model")
     sec = Section("attribution", "Decode attribution (where each step's time goes)")
-    ranks = doc.ranks
-    steps = doc.steps
+    ranks = doc.ranks if doc else []
+    steps = doc.steps if doc else []
     if ranks:
         fig = go.Figure()
         names = [f"rank {r.rank}" for r in ranks]
@@ -81,35 +78,15 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                                  "comm", "exposed comm", "compute", "idle"], rows, provenance=prov))
     if steps:
         sec.blocks.append(_steps_figure(steps, steps[0].rank, prov))
-    pricer = _pricing_bundle(view, ctx)
-    cmp_rows: list[dict[str, Any]] = []
-    if pricer is not None:
-        try:
-            cmp_rows = _comparison(view, doc, pricer)
-        except PcieprofError as exc:
-            sec.blocks.append(Note(f"trace vs analytic model: not shown: {exc.one_line()}",
-                                   "missing"))
-    if pricer is None:
+    if model is None or not model.table:
         sec.blocks.append(Note(
-            f"trace vs analytic model: not shown; it needs an all-reduce curve measured on the "
-            f"same backend as the trace ({_trace_backend(view)}): report this bundle together "
-            f"with a pcieprof topology bundle of that backend", "missing"))
-    if cmp_rows and pricer is not None:
-        cols = ["batch", "layout", "n_collectives", "measured_step_ms", "predicted_comm_ms",
-                "trace_comm_ms", "exposed_comm_ms", "disagreement_pct"]
-        sec.blocks.append(Table(
-            "trace vs analytic model (predicted = collectives x the all-reduce curve of "
-            + ("this bundle" if pricer is view else pricer.label) + ")",
-            cols, [[(round(r[c], 3) if isinstance(r.get(c), float) else r.get(c)) for c in cols]
-                   for r in cmp_rows],
-            provenance=f"{prov}; predicted from {cmp_rows[0].get('priced_source')}, backend "
-                       f"{cmp_rows[0].get('priced_backend')}"))
-        big = [c for c in cmp_rows if c.get("disagreement_pct") is not None
-               and abs(c["disagreement_pct"]) > 25]
-        for c in big:
-            sec.blocks.append(Note(f"batch {c['batch']}: the trace's communication differs from the "
-                                   f"model by {c['disagreement_pct']:+.0f}%", "warn"))
-    classes = doc.classes
+            "trace vs analytic model: not shown; `pcieprof attribute TRACES --model CARD "
+            "--topology TOPOLOGY_BUNDLE` prices the card's collectives with an all-reduce curve "
+            f"measured on the trace's backend ({_trace_backend(view)}) and saves comm_model.json",
+            "missing"))
+    else:
+        sec.blocks.extend(_comparison(model, prov))
+    classes = doc.classes if doc else []
     if classes:
         sec.blocks.append(Table("kernel classification table (data, extensible)",
                                 list(classes[0].keys()), [list(c.values()) for c in classes[:60]]))
@@ -121,29 +98,21 @@ def _trace_backend(view: BundleView) -> str:
     return str(part.get("backend") or view.bundle.backend)
 
 
-def _pricing_bundle(view: BundleView, ctx: ReportContext) -> BundleView | None:
-    """This bundle when it has all-reduce rows, else another bundle of the report measured on
-    the same backend (a gloo trace is priced with gloo curves, never with GPU ones)."""
-    if not view.table("allreduce").empty:
-        return view
-    want = _trace_backend(view)
-    for other in ctx.views:
-        ar = other.table("allreduce")
-        if other is not view and not ar.empty and set(ar["backend"].astype(str)) == {want}:
-            return other
-    return None
-
-
-def _comparison(view: BundleView, doc: Attribution, pricer: BundleView) -> list[dict[str, Any]]:
-    """The trace-vs-analytic comparison table, priced with `pricer`'s all-reduce curves, for the
-    model the serve-bench run served ([] when the bundle names none)."""
-    summary = view.doc(ServeSummary)
-    card_name = summary.model if summary else (view.json("serve/card.json") or {}).get("name")
-    if not card_name:
-        return []
-    rec = view.bundle.model()  # the served card as recorded: a config.json card has no shipped name
-    card = load_card(rec.ref if rec is not None and rec.name == card_name else card_name)
-    batches = sorted({int(s.bs) for s in doc.steps if s.bs}) or [1]
-    tp = max(1, len(doc.ranks))
-    return comparison_table(card, Layout(tp=tp), batches[:8], Pricer(pricer.bundle),
-                            serve_bundle=view.bundle, attribution=doc)
+def _comparison(model: CommModel, prov: str) -> list[Block]:
+    """comm_model.json as saved: the table, and a warning per batch where the trace and the
+    model differ by more than a quarter."""
+    rows = model.table
+    cols = ["batch", "layout", "n_collectives", "measured_step_ms", "predicted_comm_ms",
+            "trace_comm_ms", "exposed_comm_ms", "disagreement_pct"]
+    first = rows[0]
+    out: list[Block] = [Table(
+        f"trace vs analytic model (predicted = collectives x the all-reduce curve of "
+        f"{model.topology or first.priced_source})", cols,
+        [[(round(v, 3) if isinstance(v := getattr(r, c), float) else v) for c in cols]
+         for r in rows],
+        provenance=f"{prov}; predicted from {first.priced_source}, backend {first.priced_backend}")]
+    for r in rows:
+        if r.disagreement_pct is not None and abs(r.disagreement_pct) > 25:
+            out.append(Note(f"batch {r.batch}: the trace's communication differs from the model "
+                            f"by {r.disagreement_pct:+.0f}%", "warn"))
+    return out

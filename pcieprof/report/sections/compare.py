@@ -20,13 +20,6 @@ def build(views: list[BundleView], ctx: ReportContext) -> Section | None:
     if len(views) < 2:
         return None
     sec = Section("compare", f"Side by side: {len(views)} bundles (relative to the first)")
-    vms = [v for v in views if is_vm(v.bundle)]
-    if vms and len(vms) < len(views):
-        sec.blocks.append(Note(
-            f"What the VM costs like for like (default vs default, best vs best, per decode "
-            f"size): the summary and 'What the VM costs' of {', '.join(v.label for v in vms)}. "
-            "The metrics below compare each variant's own setting on both sides, under which "
-            "NCCL chooses differently in the guest (it sees a flat tree)."))
     fig = go.Figure()
     provs = []
     for v in views:
@@ -56,6 +49,13 @@ def build(views: list[BundleView], ctx: ReportContext) -> Section | None:
             better = (rel > 0) == higher_is_better(n)
             row += [f"{b:.4g}", f"{rel:+.1f}%" + ("" if abs(rel) < 0.05 else (" better" if better else " worse"))]
         rows.append(row)
+    vms = [v for v in views if is_vm(v.bundle)]
+    if vms and len(vms) < len(views):
+        sec.blocks.insert(0, Note(
+            f"What the VM costs like for like (default vs default, best vs best, per decode "
+            f"size): the summary and 'What the VM costs' of {', '.join(v.label for v in vms)}."
+            + (" The metrics below compare each variant's own setting on both sides, under "
+               "which NCCL chooses differently in the guest (it sees a flat tree)." if rows else "")))
     if rows:
         cols = ["metric", views[0].label]
         for v in views[1:]:

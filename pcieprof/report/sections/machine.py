@@ -212,13 +212,16 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         idle = next((g.pcie.get("note") for g in topo.gpus if g.pcie.get("note")), None)
         if idle:  # discovery reads the link before any load: a lower gen is power saving
             sec.blocks.append(Note(idle))
-        sec.blocks.append(Table("GPUs", ["index", "name", "bus id", "link at idle", "link max", "NUMA",
-                                         "CPU affinity", "memory GiB", "virtualization"], rows,
-                                provenance=prov))
+        cols = ["index", "name", "bus id", "link at idle", "link max", "NUMA", "CPU affinity",
+                "memory GiB", "virt. mode"]
+        if len({str(g.name) for g in topo.gpus}) == 1:  # "GPUs" above names it: room for the rest
+            cols.pop(1)
+            rows = [r[:1] + r[2:] for r in rows]
+        sec.blocks.append(Table("GPUs", cols, rows, provenance=prov))
     fig = tree_figure(topo)
     if fig is not None:
         sec.blocks.append(figure(fig, "PCIe tree, top-down: NUMA node, root ports, switches, GPUs "
-                                      "(red: ACS redirect on)", prov, height=420))
+                                      "(red: ACS redirect on)", prov, height=360))
     lines = tree_lines(topo)
     if lines:
         sec.blocks.append(Tree("PCIe tree as text (root ports, switches, GPUs; links, ACS, IOMMU "
@@ -230,7 +233,8 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
     if inferred and inferred.get("hidden_structure") and len(inferred.get("levels", [])) > 1:
         sec.blocks.append(Tree("inferred real tree (from the P2P measurements; the visible tree "
                                "hides it)", inferred_tree_lines(inferred),
-                               f"inferred from {inferred.get('metric')}; {prov}"))
+                               f"inferred from {inferred.get('metric')}; {prov}",
+                               collapsed=True))  # Recommendations shows it as a table
     t = level_table(topo)
     if t:
         t.provenance = prov

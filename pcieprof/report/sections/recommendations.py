@@ -87,7 +87,9 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
     if ring:
         sec.blocks.append(Facts("ring search", [
             ("ring", " -> ".join(map(str, ring.order))),
-            ("CUDA_VISIBLE_DEVICES", ring.cuda_visible_devices),
+            # as a list only: CUDA_VISIBLE_DEVICES in this order renumbers the ranks, it does not
+            # make NCCL run this ring (the graph file does)
+            ("as a device list", ring.cuda_visible_devices),
             ("slowest link", f"{ring.bottleneck_gbps:.1f} GB/s"),
             ("summed link latency", "not measured" if ring.latency_sum_us is None
              else f"{ring.latency_sum_us:.2f} us"),
@@ -117,15 +119,17 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                          f"{lay.kv_gb_per_request * 1e9 / GIB:.2f}", lay.max_concurrency,
                          _num(c1.step_ms if c1 and lay.fits else None, 1),
                          _num(c1.comm_ms if c1 and lay.fits else None, 1),
-                         f"{_num(peak.tok_s, 0)} at c={peak.concurrency}" if peak else "",
-                         lay.command if lay.fits else ""])
+                         f"{_num(peak.tok_s, 0)} at c={peak.concurrency}" if peak else ""])
         sec.blocks.append(Table(
             f"parallel layouts, best first (context {layouts[0].context_tokens} tokens, "
-            f"{layouts[0].gpu_memory_gb * 1e9 / GIB:.1f} GiB x {layouts[0].mem_fraction} per GPU; "
-            f"memory: {layouts[0].memory_source})",
+            f"{layouts[0].gpu_memory_gb * 1e9 / GIB:.1f} GiB x {layouts[0].mem_fraction} per GPU)",
             ["layout", "fits", "weights GiB/GPU", "KV GiB/request", "max concurrency",
-             "step ms c=1", "comm ms c=1", "tok/s at its highest fitting concurrency",
-             "SGLang command"], rows, provenance=lprov, caption=layouts[0].why))
+             "step ms c=1", "comm ms c=1", "tok/s at its highest fitting concurrency"],
+            rows, provenance=lprov, caption=layouts[0].why))
+        # A command is a paragraph: folded in its own table, the numbers above stay one line a row.
+        sec.blocks.append(Table("SGLang command per layout that fits", ["layout", "SGLang command"],
+                                [[lay.label, lay.command] for lay in layouts if lay.fits],
+                                provenance=lprov, collapsed=True))
         notes = sorted({n for lay in layouts for n in lay.notes})
         for n in notes:
             sec.blocks.append(Note(n, "missing"))

@@ -22,6 +22,7 @@ from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
 from pcieprof.report.model import Block, BundleView, Facts, Note, Section, Table
 from pcieprof.report.recs import RecsBlock
+from pcieprof.report.sections.serve_spread import inversion_notes, tpot_note
 
 MAX_POINTS = 4000  # per distribution trace, so a long run keeps the page light
 
@@ -127,6 +128,10 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
             ("attempt benchmarked", summary.attempt),
             ("input / output tokens", f"{summary.input_len} / {summary.output_len}"),
             ("status", summary.status)], provenance=prov))
+        if summary.formulas:  # beside the facts: two short blocks share a row
+            sec.blocks.append(Facts("metric definitions (as computed)",
+                                    [(k, v) for k, v in summary.formulas.items() if k in
+                                     ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "output_throughput")]))
     if search:
         sec.blocks.extend(search_blocks(view, search, prov))
     runs = summary.runs if summary else []
@@ -172,12 +177,7 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                     fig.add_trace(go.Box(y=vals[::step], name=plot_text(f"{metric} {run}"),
                                          boxpoints=False))
         fig.update_yaxes(type="log", title="ms")
-        sec.blocks.append(figure(fig, "TTFT, TPOT and ITL distributions per run", prov, height=420))
-        formulas = summary.formulas if summary else {}
-        if formulas:
-            sec.blocks.append(Facts("metric definitions (as computed)",
-                                    [(k, v) for k, v in formulas.items() if k in
-                                     ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "output_throughput")]))
+        sec.blocks.append(figure(fig, "TTFT, TPOT and ITL distributions per run", prov, height=380))
     if not curve.empty:
         ok = curve[(curve["status"] == "ok") & curve["step_time_ms"].notna()]
         if not ok.empty:
@@ -190,6 +190,10 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
             fig.update_yaxes(title="ms per decode step")
             sec.blocks.append(figure(fig, "fixed-batch decode step time (steady state)",
                                      view.provenance("serve", ok)))
+            sec.blocks.extend(inversion_notes(ok))
+            tpot = tpot_note(summary, ok)
+            if tpot is not None:
+                sec.blocks.append(tpot)
         else:
             sec.blocks.append(Note("decode curve: no batch size reached a steady state", "warn"))
     if attempts and not search:  # a search's attempts are in its own table above
@@ -199,7 +203,7 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         sec.blocks.append(Table("launch attempts and outcomes", ["#", "config", "outcome", "summary",
                                                                  "ready after s", "failed after s",
                                                                  "benchmarked"], rows, provenance=prov))
-    if attempts:
+    if len(attempts) > 1:  # one attempt: its table row says it all
         fig = go.Figure(go.Bar(
             x=[(a.get("time_to_ready_s") or a.get("time_to_failure_s") or 0) for a in attempts],
             y=[plot_text(f"{a.get('index')} {a.get('name')}") for a in attempts], orientation="h",
@@ -209,8 +213,8 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         fig.update_xaxes(title="seconds until ready (ok) or until it failed")
         sec.blocks.append(figure(fig, "launch attempts: outcome and time to it", prov,
                                  height=max(220, 40 * len(attempts) + 120)))
-        for a in attempts:
-            if a.get("outcome") not in ("ok", None) and a.get("excerpt"):
-                sec.blocks.append(Note(f"attempt {a.get('index')} {a.get('name')}: {a.get('outcome')}: "
-                                       f"{str(a.get('excerpt'))[:600]}", "warn"))
+    for a in attempts:
+        if a.get("outcome") not in ("ok", None) and a.get("excerpt"):
+            sec.blocks.append(Note(f"attempt {a.get('index')} {a.get('name')}: {a.get('outcome')}: "
+                                   f"{str(a.get('excerpt'))[:600]}", "warn"))
     return sec

@@ -13,18 +13,16 @@ TOP = 3
 
 
 def decode_headline(view: BundleView) -> str | None:
-    """'Communication is 47% of a decode step (exposed 46%)' from attribution.json, if any."""
+    """'Decode steps (trace, ...): communication 47% of the step, exposed 46%, idle 1%' from the
+    share attribution.json saved (pcieprof.analysis.decode_share), if any."""
     doc = view.doc(Attribution)
-    steps = doc.decode_steps() if doc else []
-    if not doc or not steps:
+    share = doc.decode_share if doc else None
+    if share is None or not share.span_us:
         return None
-    span = sum(s.span_us or 0 for s in steps)
-    comm = sum(s.comm_us or 0 for s in steps)
-    exposed = sum(s.exposed_comm_us or 0 for s in steps)
-    idle = sum(s.idle_us or 0 for s in steps)
-    return (f"Decode steps (trace, {len(steps)} steps over {len(doc.ranks)} rank(s)): "
-            f"communication {100 * comm / span:.0f}% of the step, exposed {100 * exposed / span:.0f}%, "
-            f"idle {100 * idle / span:.0f}% [{view.provenance('attribution')}]")
+    return (f"Decode steps (trace, {share.steps} steps over {share.ranks} rank(s)): "
+            f"communication {share.comm_pct:.0f}% of the step, exposed "
+            f"{share.pct(share.exposed_comm_us):.0f}%, idle {share.pct(share.idle_us):.0f}% "
+            f"[{view.provenance('attribution')}]")
 
 
 def serve_headline(view: BundleView) -> str | None:

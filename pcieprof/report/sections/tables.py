@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pcieprof.bundle.rows import TABLES, columns, encode
 from pcieprof.report.context import ReportContext
 from pcieprof.report.model import BundleView, Section, Table
 
 MAX_ROWS = 5  # a preview: the link under it opens every row
+DIGITS = 6  # significant digits of a float in the preview (the CSV file keeps all of them)
+
+
+def _preview(cell: Any) -> Any:
+    return float(f"{cell:.{DIGITS}g}") if isinstance(cell, float) else cell
 
 
 def build(view: BundleView, ctx: ReportContext) -> Section | None:
@@ -16,7 +23,7 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         if df.empty:
             continue
         cols = columns(name)
-        rows = [list(encode(name, {c: rec[c] for c in cols}).values())
+        rows = [[_preview(v) for v in encode(name, {c: rec[c] for c in cols}).values()]
                 for rec in df.head(MAX_ROWS).to_dict("records")]
         sec.blocks.append(Table(f"{TABLES[name].FILE} ({len(df)} rows)", cols, rows,
                                 provenance=view.provenance(None, df), collapsed=True,

@@ -8,9 +8,9 @@
 Every point has a class: the kind of route of its GPU pair (`model.pair_class`: same switch, same
 chip, cross chip, same/cross socket direct) or of its measurement (host, concurrent, all-reduce).
 `error_table()` computes the model's error on every point; the test (tests/sim/) fails when a
-point's error passes its bound. `python -m pcieprof.sim.calibration` prints the markdown of the
-README's validation section (points, held-out error by box and class, parameters); `--fit` refits
-the fitted parameters and rewrites their values in params.toml.
+point's error passes its bound. `python -m pcieprof.sim.calibration` prints the markdown of
+docs/fabric-model.md's validation section (points, held-out error by box and class, parameters);
+`--fit` refits the fitted parameters and rewrites their values in params.toml.
 """
 
 from __future__ import annotations
@@ -255,7 +255,7 @@ def parameter_table() -> list[dict[str, str]]:
 
 
 def markdown(rows: list[dict[str, object]] | None = None) -> str:
-    """The validation section of the README, as markdown: every point with its error and bound,
+    """docs/fabric-model.md's validation section, as markdown: every point with its error and bound,
     the held-out error by box and class (worst points named), and the parameters by kind."""
     rows = rows if rows is not None else error_table()
     lines = [TABLE_HEAD, "|---|---|---|---|---|---|---|---|---|---|"]

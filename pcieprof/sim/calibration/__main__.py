@@ -1,8 +1,8 @@
-"""`python -m pcieprof.sim.calibration [--fit] [--readme README.md]`: print the calibration error
+"""`python -m pcieprof.sim.calibration [--fit] [--readme docs/fabric-model.md]`: print the calibration error
 table (markdown).
 
 --fit first refits the fitted parameters on the `fit` points and rewrites params.toml;
---readme FILE replaces the table in FILE (the README's fabric-model section) with the new one.
+--readme FILE replaces the table in FILE (docs/fabric-model.md) with the new one.
 """
 
 from __future__ import annotations

@@ -21,8 +21,9 @@ from pcieprof.analysis.matrices import gpu_indices, pair_matrix
 from pcieprof.analysis.virtualization import known_state
 from pcieprof.bundle.recommendations import Recommendation, Risk
 from pcieprof.tune.rules.base import RuleContext
-from pcieprof.tune.vm import (best_host_change, host_change_line, step_gain, known_words, vm_cost,
+from pcieprof.tune.vm import (best_host_change, host_change_line, known_words, step_gain,
                               what_to_measure)
+from pcieprof.tune.vm_context import vm_cost
 
 #: P2P slower than this share of host-to-device bandwidth means the peer path costs (translation,
 #: redirect to the root complex); bare-metal boxes measure P2P at 93-100% of H2D (calibration).

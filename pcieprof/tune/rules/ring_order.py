@@ -17,6 +17,7 @@ import numpy as np
 
 from pcieprof.analysis.infer import InferredTopology
 from pcieprof.bundle.rows import format_ranks
+from pcieprof.tune.communicators import GRAPH_ENV, SOURCES, covered_layouts
 from pcieprof.tune.ring import Ring
 from pcieprof.tune.nccl_files import GRAPH_FILE
 from pcieprof.bundle.recommendations import Recommendation
@@ -105,19 +106,25 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         if per_ar:
             text_parts.append(fmt_gain(per_ar, per_step))
     path = ctx.bundle.path / GRAPH_FILE
+    ok, not_ok = covered_layouts(set(ring.order))
+    only = f"for {', '.join(ok)} only" if ok else "for no layout SGLang starts here"
     return [Recommendation(
         rule="ring_order", kind="launch",
-        env={"NCCL_GRAPH_FILE": str(path)},
-        action=(f"export NCCL_GRAPH_FILE={path}"
-                + ("" if ctx.bundle.has(GRAPH_FILE) else "   # written by: pcieprof recommend BUNDLE")
-                + "\n"
-                f"# or, without the file, order the devices along the ring:\n"
-                f"export CUDA_VISIBLE_DEVICES={ring.cuda_visible_devices()}"),
-        title="Run NCCL's ring along the real switches (graph file with the searched ring)",
+        env={GRAPH_ENV: str(path)},
+        # CUDA_VISIBLE_DEVICES in ring order is no alternative: it only renumbers the ranks,
+        # and NCCL searches its rings over the same GPUs as before
+        action=(f"export {GRAPH_ENV}={path}"
+                + ("" if ctx.bundle.has(GRAPH_FILE) else "   # written by: pcieprof recommend BUNDLE")),
+        title=f"Run NCCL's ring along the real switches (graph file with the searched ring; "
+              f"{only})",
         gain_us_per_allreduce=per_ar, gain_ms_per_step=per_step,
         gain_fraction=max(big_gain, rel_decode), gain_text="; ".join(text_parts),
         priority=priority_of(per_step, max(rel_decode, 0.3 * big_gain)), evidence=ev, confidence=confidence,
-        caveats=["the graph file fixes the ring for the full group only; NCCL searches sub-groups "
-                 "(TP4) itself",
+        caveats=[f"NCCL reads the file in every communicator, SGLang's sub-groups included, and "
+                 f"a communicator lacking a GPU the file names does not start ('XML Import "
+                 f"Channel : dev N not found'): it covers the layouts whose every communicator "
+                 f"spans GPUs {format_ranks(tuple(sorted(ring.order)))} ({', '.join(ok) or 'none'})"
+                 + (f", not {', '.join(not_ok)}, whose commands leave it out" if not_ok else "")
+                 + f" [{'; '.join(SOURCES)}]",
                  f"verify on the box: pcieprof topology --ring-order {ring.cuda_visible_devices()} "
                  "(measures the default variant over this order next to the plain one)"])]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pcieprof.tune.nccl_files import TOPO_FILE
 from pcieprof.bundle.recommendations import Recommendation
 from pcieprof.tune.rules.base import RuleContext
-from pcieprof.tune.vm import iommu_path_risk
+from pcieprof.tune.vm_context import iommu_path_risk
 
 
 def evaluate(ctx: RuleContext) -> list[Recommendation]:

@@ -1,13 +1,14 @@
-"""A short proof on a machine with at least one NVIDIA GPU that the cuda paths of the probes work.
+"""A short proof, run by hand (a measuring entry point, not a probe: it drives the measurement
+session that runs the probes), on a machine with at least one NVIDIA GPU that the cuda paths of the probes work.
 
-    python -m probes.gpu_selftest [--out DIR] [--device 0]
+    python -m pcieprof.selftest [--out DIR] [--device 0]
 
 `--device` is the NVML index (nvidia-smi's numbering). The CUDA ordinal of that GPU is found by
 PCI bus id (CUDA's default order is "fastest first", not NVML's), and the all-reduce launch uses
 CUDA_DEVICE_ORDER=PCI_BUS_ID as `pcieprof topology` does.
 
 Runs, with the project's own code (nothing here is a re-implementation):
-1. NVML reads through pynvml: name, bus id, PCIe link (at idle, under the copies' load, max),
+1. NVML reads through the one NVML wrapper (pcieprof.discover.nvml): name, bus id, PCIe link (at idle, under the copies' load, max),
    BAR1, driver version.
 2. Host-to-device and device-to-host copies of 64 MiB through `probes.p2p_worker.CudaCopier`
    (pinned host memory on the GPU's NUMA node, CUDA-event timing with the stream held until the
@@ -27,95 +28,17 @@ import json
 import os
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pcieprof.bundle import Bundle
+from pcieprof.discover.nvml import LinkSampler, gpu_facts
 from pcieprof.discover.pci import normalize_bdf
 from pcieprof.measurement import MeasurementSession
 from probes.gpu_api import CudaApi
-from probes.plan import AllReduceCase, Plan, sizes_pow2
-
-#: Seconds between NVML reads of the link generation while the copies run.
-LINK_SAMPLE_S = 0.005
-
-
-def nvml_facts(index: int) -> dict[str, Any]:
-    """NVML facts of one GPU (NVML index); a call that is not supported is recorded, not fatal."""
-    import pynvml  # heavy: loads the NVIDIA driver's library
-
-    pynvml.nvmlInit()
-    try:
-        h = pynvml.nvmlDeviceGetHandleByIndex(index)
-        facts: dict[str, Any] = {}
-        calls: dict[str, Callable[[], Any]] = {
-            "name": lambda: pynvml.nvmlDeviceGetName(h),
-            "bus_id": lambda: pynvml.nvmlDeviceGetPciInfo(h).busId,
-            "pcie_gen_current": lambda: pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h),
-            "pcie_gen_max": lambda: pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h),
-            "pcie_width_current": lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(h),
-            "pcie_width_max": lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(h),
-            "bar1_bytes": lambda: pynvml.nvmlDeviceGetBAR1MemoryInfo(h).bar1Total,
-            "driver_version": pynvml.nvmlSystemGetDriverVersion,
-            "gpu_count": pynvml.nvmlDeviceGetCount,
-        }
-        for key, call in calls.items():
-            try:
-                v = call()
-                facts[key] = v.decode() if isinstance(v, bytes) else v
-            except pynvml.NVMLError as exc:
-                facts[key] = None
-                facts.setdefault("status", {})[key] = str(exc)
-        if facts.get("bus_id"):
-            facts["bus_id"] = normalize_bdf(str(facts["bus_id"]))
-        facts["pcie_current_at"] = "idle"
-        return facts
-    finally:
-        pynvml.nvmlShutdown()
-
-
-class LinkSampler:
-    """Reads the PCIe generation and width of one GPU (NVML index) in a background thread while
-    a block runs: the highest seen is the link as it trains under load."""
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.gen: int | None = None
-        self.width: int | None = None
-        self.why = ""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        try:
-            import pynvml  # heavy: loads the NVIDIA driver's library
-
-            pynvml.nvmlInit()
-        except Exception as exc:  # noqa: BLE001 - recorded, the copies go on
-            self.why = f"NVML: {exc}"
-            return
-        try:
-            h = pynvml.nvmlDeviceGetHandleByIndex(self.index)
-            while not self._stop.wait(LINK_SAMPLE_S):
-                g = int(pynvml.nvmlDeviceGetCurrPcieLinkGeneration(h))
-                w = int(pynvml.nvmlDeviceGetCurrPcieLinkWidth(h))
-                self.gen = max(self.gen or 0, g)
-                self.width = max(self.width or 0, w)
-        except Exception as exc:  # noqa: BLE001 - recorded, the copies go on
-            self.why = f"NVML: {exc}"
-        finally:
-            pynvml.nvmlShutdown()
-
-    def __enter__(self) -> "LinkSampler":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+from probes.plan import AllReduceCase, MiB, P2PCase, Plan, sizes_pow2
 
 
 def cuda_ordinal(bus_id: str | None, api: CudaApi, count: int) -> tuple[int | None, str]:
@@ -141,8 +64,7 @@ def cuda_ordinal(bus_id: str | None, api: CudaApi, count: int) -> tuple[int | No
 
 def copies(ordinal: int, n_gpus: int) -> list[dict[str, Any]]:
     """h2d/d2h (and p2p with a second GPU) rows from the probe's own CudaCopier."""
-    from probes.p2p_worker import CudaCopier, p2p_row
-    from probes.plan import MiB, P2PCase, Plan
+    from probes.p2p_worker import CudaCopier, p2p_row  # heavy: imports torch (CUDA)
 
     devices = [ordinal] + ([1 if ordinal == 0 else 0] if n_gpus > 1 else [])
     cases = [P2PCase(-1, ordinal, "h2d", "uni", "bandwidth", 64 * MiB, 5, 3),
@@ -207,11 +129,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: FAILED {type(exc).__name__}: {exc}", flush=True)
             return None
 
-    facts = step("nvml", lambda: nvml_facts(args.device)) or {}
+    facts = step("nvml", lambda: gpu_facts(args.device)) or {}
     report["nvml"] = facts
     import torch  # heavy: CUDA starts here, after CUDA_DEVICE_ORDER is set
 
-    from probes.gpu_api import TorchCuda
+    from probes.gpu_api import TorchCuda  # heavy: after torch, as the line above says
 
     n = torch.cuda.device_count()
     report["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda, "devices": n}
