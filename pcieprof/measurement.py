@@ -40,6 +40,8 @@ from probes.plan_time import allreduce_case_s, copies_s, minutes
 #: The cpu backend runs one process per rank on this machine; more than this is not a useful
 #: picture of anything and would only thrash the cores.
 MAX_CPU_RANKS = 16
+#: The tables the probes fill (discovery alone is not a measurement).
+MEASURED_TABLES = ("p2p", "concurrent", "allreduce")
 
 
 def gpu_count() -> tuple[int, str]:
@@ -259,6 +261,17 @@ class MeasurementSession:
             self._simulate(plan)
         else:
             self._probe(plan)
+
+    def nothing_measured(self) -> str | None:
+        """Why not one probe row of the bundle is `ok` when it has rows (every case failed,
+        hung or was refused), else None: such a run measured nothing (exit 4)."""
+        rows = [(t, str(s)) for t in MEASURED_TABLES
+                for s in self.bundle.read_table(t)["status"].tolist()]
+        if not rows or any(s == "ok" for _, s in rows):
+            return None
+        whys = [f"{t}: {self.bundle.part(t).get('why') or 'no row ok'}"
+                for t in dict.fromkeys(t for t, _ in rows)]
+        return f"no probe measured anything ({len(rows)} case(s), none ok): " + "; ".join(whys)
 
     def _simulate(self, plan: Plan) -> None:
         parts = ["p2p", "concurrent"] * bool(plan.p2p) + ["allreduce"] * bool(plan.allreduce)

@@ -22,7 +22,7 @@ from pcieprof.bundle import Bundle, default_out_dir
 from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.commands.tuning import for_report
-from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
+from pcieprof.errors import BadInput, EnvironmentMissing, ExitCode, PcieprofError
 from pcieprof.measurement import (
     MeasurementSession,
     available_devices,
@@ -234,6 +234,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
         bundle.write_json("plan.json", plan.to_dict())
         progress.info(f"plan: {expected_line(plan)}")
         session.measure(plan)
+        nothing = session.nothing_measured()
     wall = time.monotonic() - t0
     status = bundle.finish()
     if not no_report:  # after finish(): the report shows the bundle as it stays
@@ -248,6 +249,9 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     if bundle.has("report.html"):
         click.echo(f"report: {bundle.path / 'report.html'}")
     click.echo(f"rebuild the report: pcieprof report {bundle.path}")
+    if nothing:
+        raise PcieprofError(f"{nothing}; bundle: {bundle.path}", exit_code=ExitCode.MEASUREMENT,
+                            hint="the logs under logs/ and nccl/ say why each launch failed")
 
 
 def expected_line(plan: Plan) -> str:
