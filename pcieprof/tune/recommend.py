@@ -226,18 +226,13 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
     if write_files:  # before the rules, whose actions name the files
         _write_nccl_files(ctx)
     recs: list[Recommendation] = []
-<<<<<<< HEAD
     for evaluate in RULES:
         recs.extend(evaluate(ctx))
-=======
-    for name in RULES:
-        recs.extend(importlib.import_module(f"pcieprof.tune.rules.{name}").evaluate(ctx))
     # a global setting is offered only when it slows no phase of the card's workload
     base = ctx.curves.default()
     recs = [on_the_workload(r, band, ctx.collectives_per_step, base,
                             ctx.curves.find(r.env) if r.kind == "env" and r.env else None)
             for r in recs]
->>>>>>> main
     recs.sort(key=lambda r: -r.priority)
     env: dict[str, str] = {}
     for r in recs:
