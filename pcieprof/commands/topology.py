@@ -266,6 +266,7 @@ def expected_line(plan: Plan) -> str:
 def _report(bundle: Bundle, card: ModelCard, band: DecodeBand) -> None:
     """report.html of the finished bundle (the tuner's advice computed in memory); a report
     that cannot be written is a warning and a failed `report` part, not a failed run."""
+    why: str | None = None
     try:
         from pcieprof.report import write_report  # heavy: plotly, absent on a bare GPU box
 
@@ -273,14 +274,18 @@ def _report(bundle: Bundle, card: ModelCard, band: DecodeBand) -> None:
         write_report([bundle], bundle.path / "report.html",
                      ctx=ReportContext(band=band, recommendations=recs))
     except PcieprofError as exc:
-        bundle.set_part("report", "failed", why=exc.one_line())
-        progress.warn(f"report: {exc.one_line()}")
-        return
+        why = exc.one_line()
     except ImportError as exc:  # the measurements stand; the page can be drawn elsewhere
         why = (f"the report needs {exc.name or exc}: pip install {exc.name or 'plotly'}, then "
                f"pcieprof report {bundle.path}")
-        bundle.set_part("report", "failed", why=why)
+    except OSError as exc:  # a full disk: the data is written, the page can be drawn later
+        why = (f"cannot write {bundle.path / 'report.html'} ({exc.strerror or exc}); once "
+               f"there is room: pcieprof report {bundle.path}")
+    if why is not None:
         progress.warn(f"report: {why}")
-        return
-    bundle.register("report.html")
-    bundle.set_part("report", "ok")
+    try:
+        if why is None:
+            bundle.register("report.html")
+        bundle.set_part("report", "ok" if why is None else "failed", why=why)
+    except OSError as exc:  # the disk is full: the data stands, the manifest says no more
+        progress.warn(f"report: not recorded in the manifest ({exc.strerror or exc})")

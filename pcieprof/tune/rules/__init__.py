@@ -10,7 +10,7 @@ from __future__ import annotations
 RULES: tuple[str, ...] = (
     "p2p_data_errors", "p2p_asymmetry", "p2p_below_staged", "p2p_support_mismatch", "p2p_levels",
     "nvlink_links",
-    "allreduce_hang", "iommu_acs", "p2p_vs_shm", "p2p_level", "proto_ll", "min_nchannels",
+    "allreduce_hang", "iommu_acs", "vm_enablers", "p2p_vs_shm", "p2p_level", "proto_ll", "min_nchannels",
     "ring_order", "topo_file", "sglang_custom_ar",
 )
 
