@@ -35,10 +35,13 @@ from pcieprof.sim.backend import run_plan
 from pcieprof.sim.fabric import DEFAULT_PROFILE, Fabric, load_profile
 from probes import variants as V
 from probes.plan import Plan, build_plan
+from probes.plan_time import allreduce_case_s, copies_s, minutes
 
 #: The cpu backend runs one process per rank on this machine; more than this is not a useful
 #: picture of anything and would only thrash the cores.
 MAX_CPU_RANKS = 16
+#: The tables the probes fill (discovery alone is not a measurement).
+MEASURED_TABLES = ("p2p", "concurrent", "allreduce")
 
 
 def gpu_count() -> tuple[int, str]:
@@ -259,6 +262,17 @@ class MeasurementSession:
         else:
             self._probe(plan)
 
+    def nothing_measured(self) -> str | None:
+        """Why not one probe row of the bundle is `ok` when it has rows (every case failed,
+        hung or was refused), else None: such a run measured nothing (exit 4)."""
+        rows = [(t, str(s)) for t in MEASURED_TABLES
+                for s in self.bundle.read_table(t)["status"].tolist()]
+        if not rows or any(s == "ok" for _, s in rows):
+            return None
+        whys = [f"{t}: {self.bundle.part(t).get('why') or 'no row ok'}"
+                for t in dict.fromkeys(t for t, _ in rows)]
+        return f"no probe measured anything ({len(rows)} case(s), none ok): " + "; ".join(whys)
+
     def _simulate(self, plan: Plan) -> None:
         parts = ["p2p", "concurrent"] * bool(plan.p2p) + ["allreduce"] * bool(plan.allreduce)
         for part in parts:
@@ -300,7 +314,8 @@ class MeasurementSession:
             self._allreduce(runner)
         if plan.p2p:
             progress.info(f"copies: {len(plan.p2p)} P2P cases, {len(plan.concurrent)} concurrent "
-                          f"patterns over {plan.nranks} {'ranks' if plan.backend == 'cpu' else 'GPUs'}")
+                          f"patterns over {plan.nranks} {'ranks' if plan.backend == 'cpu' else 'GPUs'}"
+                          f", expected {minutes(copies_s(plan))}")
             with progress.task("P2P copies", total=len(plan.p2p)) as t:
                 runner.on_progress = lambda table, n: t.advance(n) if table == "p2p" else None
                 copies = runner.run_copies()
@@ -311,7 +326,17 @@ class MeasurementSession:
             self._allreduce(runner)
 
     def _allreduce(self, runner: ProbeRunner) -> None:
-        ar = runner.run_allreduce()
+        plan = runner.plan
+        launches = 2 if plan.backend == "cuda" else 1
+        steps = sum(len(c.sizes) * len(c.dtypes) * launches for c in plan.allreduce)
+        expected = sum(allreduce_case_s(plan, k) for k in range(len(plan.allreduce)))
+        progress.info(f"all-reduce: {len(plan.allreduce)} cases, {launches * len(plan.allreduce)} "
+                      f"launches, expected {minutes(expected)}")
+        # one step per size and dtype of every launch (each rank 0 `done`), so a case of a
+        # minute is not silent
+        with progress.task("all-reduce sizes", total=steps) as t:
+            runner.on_progress = lambda what, n: t.advance(n) if what == "step" else None
+            ar = runner.run_allreduce()
         extra = {k: ar[k] for k in ("not_run",) if ar.get(k)}
         nodes = NodeLayout.of_manifest(self.bundle.manifest)
         if nodes is not None and nodes.node_rank != 0:

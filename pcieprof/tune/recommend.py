@@ -10,7 +10,6 @@ from the CommandBuilder its caller passes).
 
 from __future__ import annotations
 
-import importlib
 import math
 import shlex
 from typing import Callable
@@ -38,6 +37,7 @@ from pcieprof.tune.ring import Ring, best_ring, ring_of_order
 from pcieprof.tune.rules import FINDING_RULES, RULES
 from pcieprof.tune.rules.base import RuleContext, fixed_rank
 from pcieprof.tune.vm_context import bottleneck_why
+from pcieprof.tune.workload import on_the_workload
 from pcieprof.units import size_label
 
 ENV_FILE = "tune/recommended.env"
@@ -226,8 +226,13 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
     if write_files:  # before the rules, whose actions name the files
         _write_nccl_files(ctx)
     recs: list[Recommendation] = []
-    for name in RULES:
-        recs.extend(importlib.import_module(f"pcieprof.tune.rules.{name}").evaluate(ctx))
+    for evaluate in RULES:
+        recs.extend(evaluate(ctx))
+    # a global setting is offered only when it slows no phase of the card's workload
+    base = ctx.curves.default()
+    recs = [on_the_workload(r, band, ctx.collectives_per_step, base,
+                            ctx.curves.find(r.env) if r.kind == "env" and r.env else None)
+            for r in recs]
     recs.sort(key=lambda r: -r.priority)
     env: dict[str, str] = {}
     for r in recs:

@@ -111,6 +111,23 @@ def test_killed_run_leaves_a_partial_bundle_with_intact_rows(tmp_path: Path, sig
     assert not (out / "p2p.csv").exists()
 
 
+@pytest.mark.slow
+def test_a_run_that_measured_nothing_exits_4(tmp_path: Path) -> None:
+    """Every all-reduce launch dies (the probes' test hook kills rank 0 at the one size swept):
+    the bundle keeps the error rows and the summary, and the exit status says nothing was
+    measured (4), in one line naming the bundle."""
+    out = tmp_path / "b"
+    proc = cli(*TOPOLOGY, "--probes", "allreduce", "--max-size", "8", "--variants", "default",
+               "--no-report", "--out", str(out), process=True, timeout=240,
+               env={"PCIEPROF_TEST_HOOKS": "i-know-this-is-for-tests", "PCIEPROF_TEST_DIE": "0:8"})
+    assert proc.returncode == 4, proc.stderr
+    assert "Traceback" not in proc.stderr
+    line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("pcieprof: "))
+    assert "no probe measured anything" in line and str(out) in line
+    ar = Bundle.open(out).read_table("allreduce")
+    assert len(ar) and (ar["status"] == "error").all()
+
+
 def test_bad_input_gets_one_line_and_a_nonzero_exit(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     r = cli("topology", "--backend", "cpu", "--nranks", "0")

@@ -1,0 +1,95 @@
+"""A global setting priced on the whole workload (issue 22, point 4): decode over the card's
+concurrency range and prefill in the card's chunks. A setting that slows any phase is not
+offered as global (NCCL_PROTO=LL on the bare-metal demo box: faster at decode sizes, slower at
+a 16K-token prefill chunk) and the size-aware route (NCCL's tuner plugin) is offered instead.
+The walk over the demo's bundles and every ../shared/samples import checks that no setting a
+launch line carries slows any phase in pcieprof's own numbers."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from builders.cli import cli
+from tune.test_tune_shared_samples import CASES
+
+from pcieprof.analysis.curves import Curves
+from pcieprof.analysis.decode_band import DecodeBand
+from pcieprof.bundle import Bundle
+from pcieprof.bundle.recommendations import Recommendations
+from pcieprof.cards import load_card
+from pcieprof.commands.tuning import tune
+from pcieprof.tune.launch import launch_line, launch_recommendation
+from pcieprof.tune.recommend import collectives_counter
+from pcieprof.tune.workload import price, slowed
+
+GLM5 = load_card("glm5-nvfp4")
+BAND = DecodeBand.of_card(GLM5)
+
+
+def _settings_slowing_a_phase(b: Bundle, doc: Recommendations) -> list[str]:
+    """Every NCCL setting the recommended environment or a launch line carries that the bundle
+    measured on its own (a curve with exactly that environment) and that slows a phase."""
+    curves = Curves(b.read_table("allreduce"))
+    base = curves.default()
+    if base is None:
+        return []
+    carried: dict[str, str] = dict(doc.env)
+    rec = launch_recommendation(doc)
+    lines = [rec.action.splitlines()[0]] if rec is not None and rec.action else []
+    lines += [launch_line(doc, lay) for lay in doc.layouts if lay.command]
+    for line in lines:
+        for word in line.split():
+            if word.startswith("NCCL_") and "=" in word:
+                k, v = word.split("=", 1)
+                carried.setdefault(k, v)
+    count = collectives_counter(GLM5, base.nranks)
+    bad = []
+    for k, v in carried.items():
+        new = curves.find({k: v})
+        if new is None or new is base:
+            continue
+        for t in slowed(price(BAND, count, base, new)):
+            bad.append(f"{b.path.name}: {k}={v} slows {t.text()}")
+    return bad
+
+
+def test_ll_that_slows_prefill_is_not_global(demo_bundles: dict[str, Path],
+                                             tmp_path: Path) -> None:
+    box = tmp_path / "bare"
+    shutil.copytree(demo_bundles["rtxpro6000-8x-switch"], box)
+    doc = tune(Bundle.open(box), GLM5, BAND, write_files=False)
+    ll = next(r for r in doc.recommendations if r.rule == "proto_ll")
+    assert ll.kind == "info" and ll.env == {} and "NCCL_PROTO" not in doc.env
+    assert "slower in prefill" in ll.title and "tuner plugin" in ll.title
+    assert "allreduce,0," in ll.action and ",ring,ll,-1,1,-1" in ll.action
+    assert ",ring,simple,-1,1,-1" in ll.action and "NCCL_TUNER_CONFIG_FILE" in ll.action
+    assert any("forces the ring algorithm" in c for c in ll.caveats)
+    said = next(e for e in ll.evidence if e.startswith("whole workload"))
+    assert "prefill in chunks of 16384 tokens (192 MiB" in said and "ranked by" in said
+    assert "prefill chunk of 16384 tokens (192 MiB)" in said and "(+" in said  # slower there
+    for rec in doc.recommendations:  # every global setting states the workload it was priced on
+        if rec.kind == "env" and rec.env and Curves(
+                Bundle.open(box).read_table("allreduce")).find(rec.env) is not None:
+            assert any(e.startswith("whole workload") for e in rec.evidence), rec.rule
+    assert all("NCCL_PROTO=LL" not in launch_line(doc, lay) for lay in doc.layouts)
+
+
+def test_no_recommended_setting_slows_a_phase_on_the_demo_boxes(
+        demo_bundles: dict[str, Path]) -> None:
+    bad = []
+    for path in demo_bundles.values():
+        b = Bundle.open(path)
+        bad += _settings_slowing_a_phase(b, tune(b, GLM5, BAND, write_files=False))
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_no_recommended_setting_slows_a_phase_on_the_samples(samples: Path, tmp_path: Path,
+                                                            case: str) -> None:
+    files = CASES[case][0]
+    r = cli("import", *(str(samples / f) for f in files), "--out", str(tmp_path / "b"), "-q")
+    assert r.returncode == 0, r.stderr
+    b = Bundle.open(tmp_path / "b")
+    assert not _settings_slowing_a_phase(b, tune(b, GLM5, BAND, write_files=False))
