@@ -6,6 +6,7 @@ shows the traceback instead.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import sys
 import traceback
@@ -84,6 +85,30 @@ def _interrupted() -> NoReturn:
     sys.exit(ExitCode.INTERRUPTED)
 
 
+#: What the kernel answers a write that cannot be stored: no space, over a file size limit or a
+#: quota, a read-only file system. Wherever it comes from, the --out cannot be written: exit 2.
+CANNOT_WRITE = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS}
+
+
+def _cannot_write(exc: OSError) -> NoReturn:
+    """A write refused by the file system, for every command: each bundle this process started
+    and did not finish is marked partial where that can still be written (the manifest is
+    replaced atomically, so it otherwise stays as it was: partial), then one line, exit 2."""
+    if progress.is_debug():
+        traceback.print_exc()
+    left = bundle.unfinished()
+    for b in left:
+        try:
+            b.interrupted(f"stopped: {exc.strerror}")
+        except OSError:
+            pass
+    what = f"cannot write {exc.filename}" if exc.filename else "cannot write the output"
+    where = f"; partial bundle: {left[0].path}" if left else ""
+    click.echo(redact(f"pcieprof: error: {what}: {exc.strerror or exc}{where} (free space, or "
+                      "choose an --out on another file system)"), err=True)
+    sys.exit(ExitCode.BAD_INPUT)
+
+
 def main(argv: list[str] | None = None) -> Any:
     """Console-script entry point."""
     bundle.forget_unfinished()
@@ -92,8 +117,13 @@ def main(argv: list[str] | None = None) -> Any:
         return cli.main(args=argv, prog_name="pcieprof", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):
         _interrupted()
+    except click.exceptions.UsageError as exc:  # one line, as every other bad input
+        where = exc.ctx.command_path if exc.ctx is not None else "pcieprof"
+        click.echo(f"pcieprof: error: {redact(exc.format_message())} (see {where} --help)",
+                   err=True)
+        sys.exit(ExitCode.BAD_INPUT)
     except click.exceptions.ClickException as exc:
-        exc.show()
+        click.echo(f"pcieprof: error: {redact(exc.format_message())}", err=True)
         sys.exit(ExitCode.BAD_INPUT if exc.exit_code == 2 else exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
@@ -103,6 +133,8 @@ def main(argv: list[str] | None = None) -> Any:
         click.echo(f"pcieprof: error: {redact(exc.one_line())}", err=True)
         sys.exit(int(exc.exit_code))
     except Exception as exc:  # a bug: still one line unless --debug
+        if isinstance(exc, OSError) and exc.errno in CANNOT_WRITE:
+            _cannot_write(exc)
         if progress.is_debug():
             raise
         click.echo(f"pcieprof: internal error: {type(exc).__name__}: {redact(str(exc))} "

@@ -35,6 +35,7 @@ from pcieprof.sim.backend import run_plan
 from pcieprof.sim.fabric import DEFAULT_PROFILE, Fabric, load_profile
 from probes import variants as V
 from probes.plan import Plan, build_plan
+from probes.plan_time import allreduce_case_s, copies_s, minutes
 
 #: The cpu backend runs one process per rank on this machine; more than this is not a useful
 #: picture of anything and would only thrash the cores.
@@ -313,7 +314,8 @@ class MeasurementSession:
             self._allreduce(runner)
         if plan.p2p:
             progress.info(f"copies: {len(plan.p2p)} P2P cases, {len(plan.concurrent)} concurrent "
-                          f"patterns over {plan.nranks} {'ranks' if plan.backend == 'cpu' else 'GPUs'}")
+                          f"patterns over {plan.nranks} {'ranks' if plan.backend == 'cpu' else 'GPUs'}"
+                          f", expected {minutes(copies_s(plan))}")
             with progress.task("P2P copies", total=len(plan.p2p)) as t:
                 runner.on_progress = lambda table, n: t.advance(n) if table == "p2p" else None
                 copies = runner.run_copies()
@@ -324,7 +326,17 @@ class MeasurementSession:
             self._allreduce(runner)
 
     def _allreduce(self, runner: ProbeRunner) -> None:
-        ar = runner.run_allreduce()
+        plan = runner.plan
+        launches = 2 if plan.backend == "cuda" else 1
+        steps = sum(len(c.sizes) * len(c.dtypes) * launches for c in plan.allreduce)
+        expected = sum(allreduce_case_s(plan, k) for k in range(len(plan.allreduce)))
+        progress.info(f"all-reduce: {len(plan.allreduce)} cases, {launches * len(plan.allreduce)} "
+                      f"launches, expected {minutes(expected)}")
+        # one step per size and dtype of every launch (each rank 0 `done`), so a case of a
+        # minute is not silent
+        with progress.task("all-reduce sizes", total=steps) as t:
+            runner.on_progress = lambda what, n: t.advance(n) if what == "step" else None
+            ar = runner.run_allreduce()
         extra = {k: ar[k] for k in ("not_run",) if ar.get(k)}
         nodes = NodeLayout.of_manifest(self.bundle.manifest)
         if nodes is not None and nodes.node_rank != 0:

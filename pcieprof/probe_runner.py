@@ -340,7 +340,9 @@ class ProbeRunner:
         bundle: the bundle to append rows to (its parts are set by the caller).
         plan: what to measure.
         launch: torchrun node/rendezvous options.
-        on_progress: called with a short description after each row batch (progress bars).
+        on_progress: called with (table, rows) after each row batch, and with ("step", 1)
+            after each case step rank 0 finishes (a size of an all-reduce launch, a copy
+            case): progress bars.
         group: the nodes of a multi-node run (pcieprof.node_group), joined; None on one node.
     """
 
@@ -361,6 +363,7 @@ class ProbeRunner:
             progress.warn(f"not passed to the probes: {', '.join(sorted(dropped))} (each variant "
                           "measures its own NCCL settings only; recorded in nccl_choices.json)")
         self._graph_dumps: dict[tuple[int, ...], Path] = {}
+        self._uuids: dict[int, str] | None = None  # NVML index -> UUID (topology.json)
         if self.plan.backend == "cuda" and self.launch.nnodes <= 1:
             for case in self.plan.allreduce:
                 if _is_ring_order(case) and "NCCL_GRAPH_FILE" not in case.env:
@@ -451,6 +454,8 @@ class ProbeRunner:
                             last = item
                         elif item.get("event") == "done":
                             open_cases.pop(item["rank"], None)
+                            if item.get("rank") == 0:
+                                self.on_progress("step", 1)
                         elif item.get("event") == "finished":
                             finished.add(item["rank"])
                         elif item.get("event") == "init" and isinstance(item.get("pid"), int):
@@ -533,7 +538,11 @@ class ProbeRunner:
         if self.plan.backend == "cuda":
             # CUDA ordinals = NVML indices: PCI bus order, every GPU up to the highest one visible
             env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                   "CUDA_VISIBLE_DEVICES": ",".join(map(str, range(max(self.plan.devices) + 1)))}
+                   "CUDA_VISIBLE_DEVICES": self._visible(list(range(max(self.plan.devices) + 1))),
+                   # expandable segments are mapped with the driver's VMM calls, which the copy
+                   # probe's cudaDeviceEnablePeerAccess does not map for peers (issue 23 pt 8):
+                   # the copy buffers come from plain cudaMalloc segments
+                   "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:False"}
         result: dict[str, dict[str, Any]] = {
             p: {"status": "ok", "why": None, "rows": 0, "hangs": 0, "errors": 0, "not_run": 0}
             for p in ("p2p", "concurrent")}
@@ -819,6 +828,21 @@ class ProbeRunner:
             res.update(status=node0["status"], why=f"node 0: {node0.get('why')}")
         return res
 
+    def _visible(self, devices: list[int]) -> str:
+        """CUDA_VISIBLE_DEVICES for GPUs given by NVML index, CUDA ordinal i = devices[i]: their
+        UUIDs from the bundle's topology.json (NVML's, so the CUDA ordinals are those GPUs
+        whatever order CUDA enumerates in), else the indices themselves, which CUDA reads in
+        PCI bus order under CUDA_DEVICE_ORDER=PCI_BUS_ID, the order NVML indexes in on the
+        machines seen so far (an assumption where the UUIDs are unknown)."""
+        if self._uuids is None:
+            topo = self.bundle.read_json("topology.json", {}) if self.bundle.has(
+                "topology.json") else {}
+            self._uuids = {int(g["index"]): str(g["uuid"]) for g in (topo or {}).get("gpus", [])
+                           if g.get("uuid") and g.get("index") is not None}
+        if all(d in self._uuids for d in devices):
+            return ",".join(self._uuids[d] for d in devices)
+        return ",".join(map(str, devices))
+
     def _case_env(self, case: AllReduceCase) -> tuple[dict[str, str], list[int]]:
         """A case's launch environment and the devices its ranks drive, in rank order."""
         cuda = self.plan.backend == "cuda"
@@ -828,7 +852,7 @@ class ProbeRunner:
         devices = sorted(case.ranks) if cuda and "NCCL_GRAPH_FILE" in env else list(case.ranks)
         if cuda:
             env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+            env["CUDA_VISIBLE_DEVICES"] = self._visible(devices)
             env = self._bundle_paths(env)
         return env, devices
 
@@ -856,7 +880,7 @@ class ProbeRunner:
             self.bundle.register(f"nccl/{name}.tuning.log")
             entry["tuning_log"] = f"nccl/{name}.tuning.log"
             tuned = self._parse(f"nccl/{name}.tuning.log", entry)
-            entry["tuner"] = (tuned or {}).get("tuner") or []
+            entry["tuner"] = with_dtypes((tuned or {}).get("tuner") or [], case, entry)
             if _plain_default(case) and self.bundle.has(f"nccl/{name}.graph.xml"):
                 self.bundle.register(f"nccl/{name}.graph.xml")
                 self._graph_dumps[tuple(devices)] = self.bundle.file(f"nccl/{name}.graph.xml")
@@ -955,6 +979,27 @@ class ProbeRunner:
         except Exception as exc:  # noqa: BLE001 - a log we cannot read must not end the sweep
             entry.setdefault("notes", []).append(f"could not parse {log}: {exc}")
             return None
+
+
+def with_dtypes(tuner: list[dict[str, Any]], case: AllReduceCase,
+                entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """NCCL's TUNING choices of an untimed launch, each with the dtype of its all-reduce.
+
+    A TUNING line names the bytes, not the dtype, so the bf16 and fp32 all-reduces of one byte
+    count would merge. The untimed launch runs one all-reduce per dtype and size, dtype by
+    dtype in the case's order, and rank 0 logs them in that order: when the log's all-reduce
+    choices are exactly that sequence of byte counts, each gets its dtype; otherwise they stay
+    as logged and `entry["notes"]` says why."""
+    seq = [(d, s) for d in case.dtypes for s in case.sizes]
+    ar = [t for t in tuner if t.get("coll") in (None, "AllReduce")]
+    if [int(t.get("bytes") or -1) for t in ar] != [s for _, s in seq]:
+        if ar:
+            entry.setdefault("notes", []).append(
+                f"{len(ar)} all-reduce TUNING lines for {len(seq)} all-reduces: dtypes not "
+                "assigned (a TUNING line names bytes, not the dtype)")
+        return tuner
+    dtype_of = {id(t): d for t, (d, _) in zip(ar, seq)}
+    return [{**t, "dtype": dtype_of[id(t)]} if id(t) in dtype_of else t for t in tuner]
 
 
 def _is_ring_order(case: AllReduceCase) -> bool:

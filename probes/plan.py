@@ -295,8 +295,10 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
         quick: the short plan (all-reduce 8 B..64 MiB, fewer trials, quick variant list).
         variants: all-reduce variants (default: `QUICK_VARIANTS[backend]` with quick, else every
             variant).
-        group_kinds: groups each run over besides `all`: `pairs`, `tp4` (default variant only,
-            to keep the launch count sane). Default: none with quick, else pairs and tp4.
+        group_kinds: groups each run over besides `all`: `pairs`, `tp2`, `tp4` (default variant
+            only, to keep the launch count sane). Default: none with quick, else tp2 and tp4,
+            the groups TP2 and TP4 layouts use (every pair, `pairs`, is 28 cases on 8 GPUs: the
+            default plan would take about half an hour, probes/plan_time.py).
         orders: extra ring orders (default variant), e.g. [[0, 2, 1, 3]].
         p2p_sweep: add a uni-directional p2p bandwidth sweep (64 KiB..max, factor 4) per pair.
         timeout_s: deadline per copy / collective, seconds.
@@ -320,9 +322,12 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
     if nnodes < 1:
         raise BadInput(f"nnodes {nnodes}: needs at least 1")
     cpu = backend == "cpu"
-    # Large copies: nvbandwidth uses 512 MiB; we keep to 256 MiB (64 MiB quick). On cpu the
-    # copies are host memcpy through /dev/shm, where 16 MiB already reaches steady state.
-    bw_size = (16 * MiB if quick else 64 * MiB) if cpu else (64 * MiB if quick else 256 * MiB)
+    # Large copies: 64 MiB (nvbandwidth uses 512 MiB buffers, cuda-samples'
+    # p2pBandwidthLatencyTest 10M ints, 40 MB: at 64 MiB a PCIe Gen5 x16 copy takes over 1 ms,
+    # thousands of CUDA event resolutions; 256 MiB made the 8-GPU plan's copies 4x longer for
+    # the same figure, issue 23). On cpu the copies are host memcpy through /dev/shm, where
+    # 16 MiB already reaches steady state.
+    bw_size = (16 * MiB if quick else 64 * MiB) if cpu else 64 * MiB
     trials = 3 if quick else 5
     bw_iters = 2 if (quick or cpu) else 5
     lat_sizes = [8] if quick else [8, 4 * KiB]
@@ -374,7 +379,7 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
         sizes = sorted(set(sizes_pow2(8, top)) | {int(s) for s in extra_sizes if 8 <= s <= top})
         chosen = variants if variants is not None else (
             [V.VARIANTS[v] for v in V.QUICK_VARIANTS[backend]] if quick else list(V.VARIANTS.values()))
-        kinds = group_kinds if group_kinds is not None else ([] if quick else ["pairs", "tp4"])
+        kinds = group_kinds if group_kinds is not None else ([] if quick else ["tp2", "tp4"])
         warmup, iters = (2, 10) if quick else (5, 20)
         if cpu:  # gloo on a few host cores: the harness, not a fabric; fewer repeats suffice
             warmup, iters = (1, 5) if quick else (2, 10)

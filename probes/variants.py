@@ -69,7 +69,7 @@ QUICK_VARIANTS: dict[str, list[str]] = {
     "sim": ["default", "p2p_disable", "proto_ll"],
 }
 
-GROUP_KINDS = ("all", "pairs", "tp4")
+GROUP_KINDS = ("all", "pairs", "tp2", "tp4")
 
 
 def variant(name: str) -> Variant:
@@ -100,9 +100,11 @@ def groups(devices: list[int], kind: str) -> list[list[int]]:
 
     Args:
         devices: the GPUs (or cpu ranks) of the run, in their default order.
-        kind: `all` (one group of every device), `pairs` (every unordered pair), or `tp4` (the
-            consecutive groups of four that a TP4 layout uses: 0-3, 4-7, ...; none under 8 devices
-            would give a single group equal to `all`, so it needs at least 8).
+        kind: `all` (one group of every device), `pairs` (every unordered pair), `tp2` (the
+            consecutive pairs a TP2 layout uses: 0-1, 2-3, ...; needs at least 4 devices, as with
+            2 the pair is `all`), or `tp4` (the consecutive groups of four that a TP4 layout uses:
+            0-3, 4-7, ...; none under 8 devices would give a single group equal to `all`, so it
+            needs at least 8).
 
     Raises:
         BadInput: unknown kind.
@@ -111,6 +113,10 @@ def groups(devices: list[int], kind: str) -> list[list[int]]:
         return [list(devices)]
     if kind == "pairs":
         return [list(p) for p in combinations(devices, 2)]
+    if kind == "tp2":
+        if len(devices) < 4:
+            return []
+        return [list(devices[i:i + 2]) for i in range(0, len(devices) - len(devices) % 2, 2)]
     if kind == "tp4":
         if len(devices) < 8:
             return []

@@ -69,6 +69,29 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
     return vals
 
 
+#: Descriptors this process holds besides the client's connections: the server's pipes and log,
+#: the bundle's files, Python's own (an assumed margin, not a measured count).
+FD_MARGIN = 256
+
+
+def _room_for_connections(concurrency: int) -> None:
+    """Make room for `concurrency` open connections before anything is launched: raise this
+    process's open-file soft limit (RLIMIT_NOFILE) up to its hard limit where needed, or refuse
+    (BadInput) a level the hard limit cannot hold; past it every further request would fail
+    with the client's own "Too many open files"."""
+    import resource  # POSIX only; serve-bench runs on Linux
+
+    need = concurrency + FD_MARGIN
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or need <= soft:
+        return
+    if hard != resource.RLIM_INFINITY and need > hard:
+        raise BadInput(f"--concurrency {concurrency}: needs about {need} open files, more than "
+                       f"this process may open ({hard}: ulimit -Hn)",
+                       hint="lower --concurrency, or raise the limit (ulimit -n, limits.conf)")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+
+
 def _env(pairs: tuple[str, ...]) -> dict[str, str]:
     out = {}
     for p in pairs:
@@ -327,7 +350,11 @@ def _check_values(card: ModelCard, kw: dict[str, Any]) -> None:
             raise BadInput(f"--inject {kw['inject']!r}: {str(exc).split(': ', 1)[-1]}") from None
     if kw["port"] is not None and not 0 < kw["port"] < 65536:
         raise BadInput(f"--port {kw['port']}: give a TCP port, 1-65535")
-    _ints(kw["concurrency"], "--concurrency")
+    levels = _ints(kw["concurrency"], "--concurrency")
+    if not levels:  # `0` or `none` is no level at all, not the default ones
+        raise BadInput(f"--concurrency {kw['concurrency']!r}: give levels of at least 1, e.g. "
+                       "1,4,16,64")
+    _room_for_connections(max(levels))
     _ints(kw["decode_batches"], "--decode-batches")
     rate = kw["request_rate"]
     if rate is not None and not rate > 0:  # NaN fails too

@@ -37,7 +37,8 @@ from pcieprof.schema import source_of
 from pcieprof.sim.fabric import DEFAULT_PROFILE
 from pcieprof.sim.fabric import topology as fabric_topology
 from probes import variants as V
-from probes.plan import build_plan
+from probes.plan import Plan, build_plan
+from probes.plan_time import estimate
 
 
 #: NCCL's system-configuration variables that choose the network between nodes (NCCL user
@@ -122,9 +123,10 @@ def parse_size(text: str | None) -> int | None:
 @click.option("--variants", default=None, metavar="a,b|all",
               help="All-reduce variants: default, p2p_disable, p2p_level_sys, proto_ll, "
               "proto_simple, algo_ring, algo_tree, nch2, nch8, or all.")
-@click.option("--groups", default=None, metavar="pairs,tp4",
-              help="Also run the default variant over sub-groups: every pair, the TP4 groups "
-              "(default: both without --quick, none with it).")
+@click.option("--groups", default=None, metavar="tp2,tp4",
+              help="Also run the default variant over sub-groups: the TP2 pairs (0-1, 2-3, ...), "
+              "the TP4 groups, or every pair (`pairs`: 28 cases on 8 GPUs) (default: tp2,tp4 "
+              "without --quick, none with it).")
 @click.option("--ring-order", "orders", multiple=True, metavar="0,2,1,3",
               help="Also run the default variant over this GPU order (repeatable).")
 @click.option("--p2p-sweep", is_flag=True, help="Add a P2P bandwidth size sweep per pair.")
@@ -199,7 +201,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     kinds = [k.strip() for k in groups.split(",") if k.strip()] if groups else None
     for k in kinds or []:
         if k not in V.GROUP_KINDS:
-            raise BadInput(f"unknown group {k!r}", hint="pairs or tp4")
+            raise BadInput(f"unknown group {k!r}", hint="tp2, tp4 or pairs")
     if orders and nnodes > 1:  # a ring order is a permutation of one node's GPUs
         raise BadInput("--ring-order orders the GPUs of one node", hint="drop --nnodes for it")
     ring_orders = [V.parse_order(o, devs) for o in orders]
@@ -230,6 +232,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
         if "allreduce" not in wanted:
             plan.allreduce = []
         bundle.write_json("plan.json", plan.to_dict())
+        progress.info(f"plan: {expected_line(plan)}")
         session.measure(plan)
         nothing = session.nothing_measured()
     wall = time.monotonic() - t0
@@ -251,9 +254,19 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
                             hint="the logs under logs/ and nccl/ say why each launch failed")
 
 
+def expected_line(plan: Plan) -> str:
+    """What the plan runs and how long it is expected to take (probes.plan_time); for the sim
+    backend, how long the same plan would take on the GPUs (the model itself takes seconds)."""
+    if plan.backend != "sim":
+        return estimate(plan).describe()
+    on_gpus = estimate(Plan.from_dict({**plan.to_dict(), "backend": "cuda"}))
+    return f"simulated in seconds; on these GPUs (cuda): {on_gpus.describe()}"
+
+
 def _report(bundle: Bundle, card: ModelCard, band: DecodeBand) -> None:
     """report.html of the finished bundle (the tuner's advice computed in memory); a report
     that cannot be written is a warning and a failed `report` part, not a failed run."""
+    why: str | None = None
     try:
         from pcieprof.report import write_report  # heavy: plotly, absent on a bare GPU box
 
@@ -261,14 +274,18 @@ def _report(bundle: Bundle, card: ModelCard, band: DecodeBand) -> None:
         write_report([bundle], bundle.path / "report.html",
                      ctx=ReportContext(band=band, recommendations=recs))
     except PcieprofError as exc:
-        bundle.set_part("report", "failed", why=exc.one_line())
-        progress.warn(f"report: {exc.one_line()}")
-        return
+        why = exc.one_line()
     except ImportError as exc:  # the measurements stand; the page can be drawn elsewhere
         why = (f"the report needs {exc.name or exc}: pip install {exc.name or 'plotly'}, then "
                f"pcieprof report {bundle.path}")
-        bundle.set_part("report", "failed", why=why)
+    except OSError as exc:  # a full disk: the data is written, the page can be drawn later
+        why = (f"cannot write {bundle.path / 'report.html'} ({exc.strerror or exc}); once "
+               f"there is room: pcieprof report {bundle.path}")
+    if why is not None:
         progress.warn(f"report: {why}")
-        return
-    bundle.register("report.html")
-    bundle.set_part("report", "ok")
+    try:
+        if why is None:
+            bundle.register("report.html")
+        bundle.set_part("report", "ok" if why is None else "failed", why=why)
+    except OSError as exc:  # the disk is full: the data stands, the manifest says no more
+        progress.warn(f"report: not recorded in the manifest ({exc.strerror or exc})")

@@ -62,3 +62,23 @@ def test_small_collectives_are_timed_as_a_cuda_graph_not_the_hosts_dispatch() ->
     row = allreduce_row(case, "cuda", 1024, "bf16", graph, True, iters=20, eager_s=eager)
     assert row.time_us == pytest.approx(5.0, rel=0.05)
     assert row.time_us_eager == pytest.approx(20.0, rel=0.05)
+
+
+def test_the_data_check_is_exact_in_bf16_whatever_order_the_ring_adds_in() -> None:
+    # issue 23 pt 8: with rank + 1 from each rank, a ring that starts adding at another rank
+    # reaches odd partial sums above 256, which bf16 (8 bits of mantissa) rounds: a false error
+    # from 23 ranks on. Ones from every rank sum exactly in any order.
+    import torch
+
+    from probes.allreduce_worker import check_sum
+
+    def ring_sum(values: list[float], start: int) -> float:
+        acc = torch.zeros(1, dtype=torch.bfloat16)
+        for i in range(len(values)):
+            acc += torch.tensor([values[(start + i) % len(values)]], dtype=torch.bfloat16)
+        return float(acc)
+
+    for world in (2, 8, 23, 64, 256):
+        assert all(ring_sum([1.0] * world, s) == check_sum(world) for s in range(world))
+    old = [float(r + 1) for r in range(23)]
+    assert any(ring_sum(old, s) != 23 * 24 / 2 for s in range(23))

@@ -23,8 +23,12 @@ def test_every_copy_hangs_and_each_class_stops_after_its_first_hangs(tmp_path: P
     runner = ProbeRunner(bundle, plan)
     launches: list[list[str]] = []
 
-    def hang_at_first(module: str, args: list[str], *_a: Any, **_k: Any) -> LaunchResult:
+    envs: list[dict[str, str]] = []
+
+    def hang_at_first(module: str, args: list[str], nproc: int, env: dict[str, str],
+                      *_a: Any, **_k: Any) -> LaunchResult:
         launches.append(args)
+        envs.append(env)
         opt = {k: args[args.index(k) + 1] for k in ("--resume", "--skip") if k in args}
         part, idx = case_order(runner.plan, "both", opt.get("--resume", ""),
                                opt.get("--skip", ""))[0]
@@ -47,6 +51,9 @@ def test_every_copy_hangs_and_each_class_stops_after_its_first_hangs(tmp_path: P
     assert set(cc["status"]) == {"hang", "not_run"}
     assert out["p2p"]["status"] == "partial" and out["p2p"]["not_run"] == len(plan.p2p) - 8
     assert "not run after hangs" in out["p2p"]["why"]
+    # issue 23 pt 8: the copy buffers must not be expandable segments (VMM memory, which the
+    # probe's cudaDeviceEnablePeerAccess does not map for peers)
+    assert all(e["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:False" for e in envs)
 
 
 def test_the_copy_worker_leaves_out_the_classes_it_is_told_to() -> None:

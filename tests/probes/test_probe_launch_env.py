@@ -188,3 +188,23 @@ def test_sizes_where_the_tuner_chose_tree_do_not_claim_the_ring(
     assert "TREE" not in case.detail_at(32) and "TREE" not in case.detail_at(64)
     check = bundle.read_json("nccl_choices.json")["default@2-3-4-1"]["ring_check"]
     assert check["not_ring_sizes"] == {"8": "TREE", "16": "TREE"}
+
+
+def test_gpus_are_named_by_their_nvml_uuid_when_discovery_has_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 23 pt 8: CUDA ordinal = NVML index was assumed (PCI_BUS_ID order); the UUIDs NVML
+    # reported name the same GPUs whatever order CUDA enumerates in
+    launches = Launches()
+    monkeypatch.setattr(probe_runner.subprocess, "Popen", launches)
+    plan = build_plan("cuda", [1, 3], quick=True, max_size=64, variants=[V.VARIANTS["default"]],
+                      group_kinds=[])
+    plan.p2p, plan.concurrent = [], []
+    bundle = Bundle.create(tmp_path / "b", command="topology", source="measured", backend="cuda")
+    bundle.write_json("topology.json", {"gpus": [{"index": i, "uuid": f"GPU-0000000{i}"}
+                                                 for i in range(4)]})
+    runner = ProbeRunner(bundle, plan)
+    try:
+        runner.run_allreduce()
+    finally:
+        runner.cleanup()
+    assert {s["env"]["CUDA_VISIBLE_DEVICES"] for s in launches.seen} == {"GPU-00000001,GPU-00000003"}

@@ -44,6 +44,7 @@ else:  # C stdout on a regular file: 4 KiB blocks, never flushed before os._exit
     for ln in lines:
         out.write(ln)
 with open(f"{rows}/rank{rank}.jsonl", "a") as ev:
+    ev.write(json.dumps({"event": "done", "rank": rank, "size": 8, "t": time.time()}) + "\n")
     ev.write(json.dumps({"event": "finished", "rank": rank, "t": time.time()}) + "\n")
 os._exit(0)
 '''
@@ -79,7 +80,9 @@ def test_every_rank_s_nccl_lines_reach_the_log_whole(tmp_path: Path, samples: Pa
                       variants=[V.VARIANTS["default"]], group_kinds=[])
     plan.p2p, plan.concurrent = [], []
     bundle = Bundle.create(tmp_path / "b", command="topology", source="measured", backend="cuda")
-    runner = ProbeRunner(bundle, plan)
+    steps: list[int] = []
+    runner = ProbeRunner(bundle, plan, on_progress=lambda what, n: steps.append(n)
+                         if what == "step" else None)
     try:
         runner.run_allreduce()
     finally:
@@ -94,6 +97,7 @@ def test_every_rank_s_nccl_lines_reach_the_log_whole(tmp_path: Path, samples: Pa
         assert parsed["rings"] == real["rings"]
     assert len(launches.envs) == 2  # the untimed launch with the tuner log, then the timed one
     assert all("%p" in e["NCCL_DEBUG_FILE"] for e in launches.envs)
+    assert steps == [1, 1]  # rank 0's step of each launch moves the progress bar (issue 24)
     choices = json.loads(bundle.file("nccl_choices.json").read_text())
     assert choices["default"]["parsed"]["rings"] == real["rings"]
 
