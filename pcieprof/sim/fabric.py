@@ -757,12 +757,14 @@ def topology(fabric: Fabric) -> dict[str, Any]:
         return [{"a": a, "b": b, "level": pair_level(fabric, a, b, guest=guest),
                  "p2p": _p2p_status(fabric)} for a in range(n) for b in range(n) if a != b]
 
+    # translated: the kernel's own spelling of it (iommu=nopt; AMD's IOMMU is on when the BIOS
+    # enables it and amd_iommu= has no "on" value, kernel-parameters.txt)
     cmdline = {"off": "amd_iommu=off iommu=off", "passthrough": "iommu=pt",
-               "translated": "amd_iommu=on iommu=on"}[fabric.iommu_mode]
+               "translated": "iommu=nopt"}[fabric.iommu_mode]
     if fabric.virtualization.is_vm:
         # The IOMMU that translates is the host's (VFIO passthrough); the guest's own command
         # line is not part of the model.
-        host = "intel_iommu=on" if fabric.cpu_vendor == "intel" else "amd_iommu=on iommu=on"
+        host = "intel_iommu=on iommu=nopt" if fabric.cpu_vendor == "intel" else "iommu=nopt"
         cmdline = f"(host) {host}" if fabric.translated else f"(host) {cmdline}"
     doc: dict[str, Any] = {
         "source": "simulated",

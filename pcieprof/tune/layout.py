@@ -38,6 +38,7 @@ from pcieprof.errors import BadInput
 from pcieprof.tune import memory
 from pcieprof.tune.communicators import env_for
 from pcieprof.tune.memory import Placement
+from pcieprof.tune.nccl_defaults import two_rank_note
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
 ANCHORS = Path(__file__).with_name("data") / "decode_anchors.toml"
@@ -343,6 +344,8 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
         if c.pp > 1:
             notes.append("PP decode: stages run one after the other for a batch (no micro-batch "
                          "overlap assumed), so compute is summed over stages")
+        if c.tp == 2 and (two := two_rank_note(topology)):
+            notes.append(two)
         if c.dp_attention:
             notes.append("DP attention: attention weights replicated in each attention group; each "
                          "GPU holds the KV of its own requests only")

@@ -61,3 +61,34 @@ def p2p_default_note(topology: Topology) -> str | None:
     return (f"{SOURCE}: by default NCCL uses P2P only up to PXB, so {len(pairs)} pair(s) here "
             f"({shown}) go through host memory (its SHM transport) unless NCCL_P2P_LEVEL=SYS; "
             f"{amd}" + (f"; {vm}" if vm else ""))
+
+
+def cpu_vendor(topology: Topology) -> str | None:
+    """`amd` or `intel` from the root ports' vendor in the PCIe tree (lspci names the CPU's own
+    root ports: "Advanced Micro Devices, Inc. [AMD]"), None when the tree does not tell."""
+    vendors = {str(n.get("vendor") or "").lower() for n in topology.tree_nodes()
+               if n.get("kind") == "root_port"}
+    if any("amd" in v or "advanced micro" in v for v in vendors):
+        return "amd"
+    if any("intel" in v for v in vendors):
+        return "intel"
+    return None
+
+
+def two_rank_note(topology: Topology) -> str | None:
+    """What NCCL does by default in a communicator of two GPUs (a TP2 group) on an AMD CPU: P2P
+    at every distance, since the count in paths.cc is of the communicator's GPUs (its topology
+    holds only the GPUs of its ranks). None on an Intel host; stated as conditional when the
+    CPU is not known."""
+    vendor = cpu_vendor(topology)
+    if vendor == "intel":
+        return None
+    where = "on this AMD host" if vendor == "amd" else "if the host CPU is AMD (not in this bundle)"
+    text = (f"{SOURCE}: a 2-GPU communicator {where} uses P2P at every distance by default "
+            "(the AMD exception counts the communicator's GPUs), so the TP2 groups take the "
+            "P2P path with no NCCL_P2P_LEVEL set")
+    if topology.iommu.translating:
+        text += ("; here that path runs through the translating IOMMU: the P2P hang risk applies "
+                 "without any setting (check with pcieprof recommend --verify, or "
+                 "NCCL_P2P_DISABLE=1)")
+    return text

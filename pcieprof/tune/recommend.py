@@ -10,7 +10,6 @@ from the CommandBuilder its caller passes).
 
 from __future__ import annotations
 
-import importlib
 import math
 import shlex
 from typing import Callable
@@ -227,8 +226,8 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
     if write_files:  # before the rules, whose actions name the files
         _write_nccl_files(ctx)
     recs: list[Recommendation] = []
-    for name in RULES:
-        recs.extend(importlib.import_module(f"pcieprof.tune.rules.{name}").evaluate(ctx))
+    for evaluate in RULES:
+        recs.extend(evaluate(ctx))
     # a global setting is offered only when it slows no phase of the card's workload
     base = ctx.curves.default()
     recs = [on_the_workload(r, band, ctx.collectives_per_step, base,

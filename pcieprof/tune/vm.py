@@ -338,7 +338,8 @@ def host_alternative(cost: VmCost | None, state: KnownState, is_vm: bool) -> str
     """The change only the host can make instead of sending NCCL's P2P through a translating
     IOMMU from the guest, with the model's gain where the bundle carries it."""
     if not is_vm:
-        return ("on this host: boot with amd_iommu=on iommu=pt (Intel: intel_iommu=on iommu=pt) "
+        return ("on this host: boot with iommu=pt (Intel: intel_iommu=on iommu=pt; amd_iommu= has "
+                "no 'on' value) "
                 "so that the GPUs' DMA is not translated, and clear ACS redirect on the bridges "
                 "above them (setpci or BIOS); see the IOMMU/ACS recommendation")
     h = best_host_change(cost) if cost is not None else None

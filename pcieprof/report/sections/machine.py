@@ -180,7 +180,10 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         ("GPUs", (f"{len(topo.gpus)} x {', '.join(sorted({str(g.name) for g in topo.gpus}))}")
          if topo.gpus else "none found"),
         ("driver / CUDA driver", f"{drv.get('driver_version') or 'unknown'} / {drv.get('cuda_driver_version') or 'unknown'}"),
-        ("IOMMU", f"{'on' if iommu.enabled else ('off' if iommu.enabled is False else 'unknown')}, mode {iommu.mode}"),
+        ("IOMMU", f"{'on' if iommu.enabled else ('off' if iommu.enabled is False else 'unknown')}, mode {iommu.mode}"
+         + (" (host view: the hypervisor's, from the fabric model)" if virt.is_vm
+            and str(iommu.cmdline or "").startswith("(host)") else
+            " (guest view: the host's IOMMU is not visible from a guest)" if virt.is_vm else "")),
         ("kernel command line", iommu.cmdline or "unknown"),
         ("virtualization", ("VM" if virt.is_vm else ("bare metal" if virt.is_vm is False else "unknown"))
          + (f" ({virt.hypervisor})" if virt.hypervisor else "")),
@@ -189,8 +192,12 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
     ]
     nodes = topo.tree_nodes()
     acs_on = topo.acs_redirect_bridges()
-    facts.append(("ACS P2P redirect", f"on at {len(acs_on)} bridge(s): {', '.join(acs_on[:8])}"
-                  if acs_on else ("off on every bridge" if nodes else "unknown")))
+    acs = (f"on at {len(acs_on)} bridge(s): {', '.join(acs_on[:8])}" if acs_on
+           else ("off on every bridge" if nodes else "unknown"))
+    if virt.is_vm:  # a guest sees its virtual bridges only: the host's ACS is the host's view
+        acs = (f"guest view: {acs} of the guest's virtual bridges; the host's ACS is not visible "
+               f"from a guest (on the host: sudo lspci -vvv | grep -i acsctl)")
+    facts.append(("ACS P2P redirect", acs))
     sec.blocks.append(Facts("state", facts, provenance=prov))
     several = Nodes.of(view.bundle)
     if several is not None:  # this bundle is one node of several: the layout, and where rows are

@@ -3,8 +3,9 @@
 Bare metal: when P2P is slow (below the host-staged path, or below SLOW_VS_H2D of the same GPUs'
 host-to-device rate, which is what their links carry without the peer path) or broken, and the
 topology shows the IOMMU translating or ACS ReqRedir/CmpltRedir set, the fix is on the host:
-`iommu=pt` (with `amd_iommu=on` / `intel_iommu=on`) passes host DMA through; ACS redirect is
-cleared per bridge with setpci or in the BIOS.
+`iommu=pt` passes host DMA through (AMD: the IOMMU is on whenever the BIOS enables it, and
+`amd_iommu=` has no `on` value, Linux Documentation/admin-guide/kernel-parameters.txt; Intel:
+`intel_iommu=on iommu=pt`); ACS redirect is cleared per bridge with setpci or in the BIOS.
 
 In a VM the guest can change neither, and `iommu=pt` on the host does not help either: a GPU
 bound to vfio-pci gets VFIO's own translating domain (that is its isolation). The card lists the
@@ -80,7 +81,9 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
             evidence=evidence, confidence="advice",
             caveats=["a hang on the first NCCL all-reduce with P2P would point here (see the "
                      "risk of any NCCL_P2P_LEVEL recommendation)"])]
-    action = ("# kernel command line (then reboot): amd_iommu=on iommu=pt   (Intel: intel_iommu=on iommu=pt)\n"
+    # amd_iommu= has no "on" value (kernel-parameters.txt): the AMD IOMMU is on when the BIOS
+    # enables it, so iommu=pt alone sets passthrough there
+    action = ("# kernel command line (then reboot): iommu=pt   (Intel: intel_iommu=on iommu=pt)\n"
               "# or disable the IOMMU in the BIOS if nothing needs it\n")
     if acs:
         action += "# clear ACS redirect on each bridge (as root, until reboot), or disable ACS in the BIOS:\n"
