@@ -880,7 +880,7 @@ class ProbeRunner:
             self.bundle.register(f"nccl/{name}.tuning.log")
             entry["tuning_log"] = f"nccl/{name}.tuning.log"
             tuned = self._parse(f"nccl/{name}.tuning.log", entry)
-            entry["tuner"] = (tuned or {}).get("tuner") or []
+            entry["tuner"] = with_dtypes((tuned or {}).get("tuner") or [], case, entry)
             if _plain_default(case) and self.bundle.has(f"nccl/{name}.graph.xml"):
                 self.bundle.register(f"nccl/{name}.graph.xml")
                 self._graph_dumps[tuple(devices)] = self.bundle.file(f"nccl/{name}.graph.xml")
@@ -979,6 +979,27 @@ class ProbeRunner:
         except Exception as exc:  # noqa: BLE001 - a log we cannot read must not end the sweep
             entry.setdefault("notes", []).append(f"could not parse {log}: {exc}")
             return None
+
+
+def with_dtypes(tuner: list[dict[str, Any]], case: AllReduceCase,
+                entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """NCCL's TUNING choices of an untimed launch, each with the dtype of its all-reduce.
+
+    A TUNING line names the bytes, not the dtype, so the bf16 and fp32 all-reduces of one byte
+    count would merge. The untimed launch runs one all-reduce per dtype and size, dtype by
+    dtype in the case's order, and rank 0 logs them in that order: when the log's all-reduce
+    choices are exactly that sequence of byte counts, each gets its dtype; otherwise they stay
+    as logged and `entry["notes"]` says why."""
+    seq = [(d, s) for d in case.dtypes for s in case.sizes]
+    ar = [t for t in tuner if t.get("coll") in (None, "AllReduce")]
+    if [int(t.get("bytes") or -1) for t in ar] != [s for _, s in seq]:
+        if ar:
+            entry.setdefault("notes", []).append(
+                f"{len(ar)} all-reduce TUNING lines for {len(seq)} all-reduces: dtypes not "
+                "assigned (a TUNING line names bytes, not the dtype)")
+        return tuner
+    dtype_of = {id(t): d for t, (d, _) in zip(ar, seq)}
+    return [{**t, "dtype": dtype_of[id(t)]} if id(t) in dtype_of else t for t in tuner]
 
 
 def _is_ring_order(case: AllReduceCase) -> bool:

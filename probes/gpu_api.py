@@ -53,6 +53,10 @@ class CudaApi(Protocol):
     def synchronize(self, device: int) -> None:
         """Wait for all work on `device` (that device only, as cudaDeviceSynchronize)."""
 
+    def wait(self, stream: Any, event: Any) -> None:
+        """Make work queued on `stream` from now on wait for `event` (which may belong to
+        another device: cudaStreamWaitEvent)."""
+
     def capture(self, device: int, op: Callable[[], object], iters: int) -> Any:
         """`iters` calls of `op` on `device` captured once as a CUDA graph (after one warm-up
         call on a side stream, as torch.cuda.graphs asks before a capture)."""
@@ -100,6 +104,9 @@ class TorchCuda:
 
     def synchronize(self, device: int) -> None:
         torch.cuda.synchronize(device)
+
+    def wait(self, stream: torch.cuda.Stream, event: torch.cuda.Event) -> None:
+        stream.wait_event(event)
 
     def capture(self, device: int, op: Callable[[], object], iters: int) -> torch.cuda.CUDAGraph:
         # torch.cuda.graphs: warm up on a side stream before capturing (lazy initialisation,

@@ -390,19 +390,28 @@ class CudaCopier:
         """Seconds per stream for `iters` rounds of the leg's copies, the (stream, copy) pairs of a
         leg running at once, and whether the start was held.
 
-        As cuda-samples' p2pBandwidthLatencyTest does with its delay kernel: every stream is held
-        by a spin kernel, then gets its start event, its copies and its end event, so the copies
-        start back to back once the host has queued them all and the host's queueing time stays
-        outside the events. If a start event has already fired when the queueing is done, the
+        As cuda-samples' p2pBandwidthLatencyTest does with its delay kernel, the copies are held
+        until the host has queued them all, so they start back to back and the host's queueing
+        time stays outside the events: one spin kernel on the first stream, then a gate event
+        that every other stream of the leg waits for (cudaStreamWaitEvent takes an event of
+        another device), so all the leg's streams are released at one moment. A spin kernel per
+        stream, sized from the clock rate, released each stream at its own moment (an idle GPU's
+        spin can last several times longer), while concurrent totals assume the flows start
+        together (issue 23 pt 7). If the gate has already opened when the queueing is done, the
         hold was too short: the round is repeated with a 4x longer hold.
         """
         hold = max(HOLD_MIN_S, iters * len(leg) * HOLD_PER_COPY_S)
         held = False
         times: list[float] = []
+        first = leg[0][0]
         for _ in range(HOLD_TRIES):
+            self.api.block(first, hold)
+            gate = self.api.event()
+            gate.record(first)
             marks = []
             for stream, _ in leg:
-                self.api.block(stream, hold)
+                if stream is not first:
+                    self.api.wait(stream, gate)
                 e0, e1 = self.api.event(), self.api.event()
                 e0.record(stream)
                 marks.append((e0, e1))
@@ -411,7 +420,7 @@ class CudaCopier:
                     self.api.enqueue(stream, op)
             for (stream, _), (_, e1) in zip(leg, marks):
                 e1.record(stream)
-            held = not any(e0.query() for e0, _ in marks)
+            held = not gate.query()
             for _, e1 in marks:
                 e1.synchronize()
             times = [e0.elapsed_time(e1) / 1e3 for e0, e1 in marks]
@@ -535,7 +544,8 @@ class CudaCopier:
         self._sync_all()
         times, held = self._leg_times(leg, case.iters)
         self._sync_all()
-        # every flow was held until all were queued: each starts at 0, ends after its event time
+        # every flow was released by one gate after all were queued: each starts at 0 (the
+        # gate), ends after its own event time
         spans = [(0.0, t) for t in times]
         ok = [matches(t, s, seed) for t, seed in checks]
         return spans, ok, "" if held else ("the stream hold ended before all copies were "

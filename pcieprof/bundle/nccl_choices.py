@@ -70,7 +70,9 @@ class NcclCase:
             device (the GPUs in PCI order when a ring order goes through NCCL_GRAPH_FILE, else
             `ranks`). Empty where an entry does not say: then `ranks`.
         tuning_log: the untimed launch's log with NCCL's TUNING lines (cuda), or None.
-        tuner: NCCL's algorithm/protocol choice per collective from that log.
+        tuner: NCCL's algorithm/protocol choice per collective from that log (with `dtype`
+            where the launch's sequence of all-reduces assigns it: pcieprof.probe_runner
+            with_dtypes).
         user_env: the user's NCCL_*/TORCH_NCCL_* variables left out of (or kept in) the launch.
         launch_env: what pcieprof set in every launch of the case besides the variant's `env`:
             the loopback interface NCCL and gloo listen on in a one-node launch

@@ -1,6 +1,6 @@
 """`pcieprof import FILE... [--out DIR] [--force]`: other tools' outputs into one bundle.
 
-Formats are recognised by content (see pcieprof.importers.detect); several files of one machine
+Formats are recognised by content (see pcieprof.importers.formats); several files of one machine
 make one bundle. The numbers are labelled `source=imported`, `backend=imported`.
 """
 
@@ -13,12 +13,12 @@ import click
 from pcieprof import bundle as bundle_mod
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.importers.bundle_writer import import_files
-from pcieprof.importers.detect import FORMATS
+from pcieprof.importers.formats import FORMATS
 
 
 @click.command("import", help="Import tool outputs (nvidia-smi topo, p2pBandwidthLatencyTest, "
                "nvbandwidth, nccl-tests, NCCL logs and XML, lspci -vvv, nvidia-smi -q, ...) "
-               "into a bundle. Formats: " + "; ".join(w for _t, w in FORMATS.values()) + ".")
+               "into a bundle. Formats: " + "; ".join(f.what for f in FORMATS.values()) + ".")
 @click.argument("files", nargs=-1, required=True,
                 type=click.Path(path_type=Path))  # checked by the reader: one line, exit 2
 @out_dir

@@ -15,12 +15,13 @@ a documented JSON-able dict:
   /proc/cmdline, dmesg) go through the discovery parsers of `pcieprof.discover`.
 
 `reading.read_input(path)` reads a file, pipe or device with bounds on bytes, time and line
-length; `detect.detect(text)` names the format from the content (bounded, linear);
-`parse.parse_text(text, name)` runs the right parser; `bundle_writer.import_files(...)` writes
+length; `formats.FORMATS` lists every format once (name, content test, parser), in the order they are
+tried; `formats.detect(text)` names the format from the content (bounded, linear) and
+`formats.parse_text(text, name)` runs its parser; `bundle_writer.import_files(...)` writes
 the bundle. A malformed or truncated input
 raises `pcieprof.errors.BadInput` with one line naming the file, the line and what was expected.
 """
 
-from pcieprof.importers.detect import FORMATS, detect
+from pcieprof.importers.formats import FORMATS, detect
 
 __all__ = ["FORMATS", "detect"]

@@ -25,8 +25,7 @@ from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices, NcclParsed
 from pcieprof.bundle.topology import Topology
 from pcieprof.errors import BadInput
 from pcieprof.importers import topology as topo_mod
-from pcieprof.importers.detect import FORMATS, MACHINE_LOGS
-from pcieprof.importers.parse import parse_text
+from pcieprof.importers.formats import FORMATS, MACHINE_LOGS, parse_text
 from pcieprof.importers.reading import read_input
 from pcieprof.importers.records import Parsed
 from pcieprof.schema import Backend, Source, Status
@@ -51,13 +50,13 @@ def parse_files(paths: list[Path]) -> list[ImportedFile]:
     for p in paths:
         raw, text = read_input(p)
         files.append(ImportedFile(p, raw, text, parse_text(text, str(p))))
-        progress.info(f"{p}: {FORMATS[files[-1].parsed.format][1]}")
+        progress.info(f"{p}: {FORMATS[files[-1].parsed.format].what}")
     seen: dict[str, Path] = {}
     for f in files:
         fmt = f.parsed.format
         if fmt in MACHINE_LOGS:
             if fmt in seen:
-                raise BadInput(f"{f.path}: a second {FORMATS[fmt][1]} log (the first is "
+                raise BadInput(f"{f.path}: a second {FORMATS[fmt].what} log (the first is "
                                f"{seen[fmt]}); one bundle holds one machine",
                                hint="import the machines separately")
             seen[fmt] = f.path
@@ -191,7 +190,7 @@ def import_files(paths: list[Path], out: Path, *, force: bool = False,
         progress.warn(msg)
     bundle.set_part("import", Status.OK.value, files=[
         {"file": str(f.path), "stored_as": f.stored_as, "format": f.parsed.format,
-         "tool": FORMATS[f.parsed.format][1], "summary": f.parsed.summary,
+         "tool": FORMATS[f.parsed.format].what, "summary": f.parsed.summary,
          "rows": {"p2p": len(f.parsed.p2p), "concurrent": len(f.parsed.concurrent),
                   "allreduce": len(f.parsed.collectives)},
          "facts": f.parsed.facts} for f in files], rows=counts, warnings=problems)

@@ -1,74 +1,65 @@
-"""Run the right parser on one file's text, the format found by content."""
+"""The parsers that join an importer to its records (NCCL logs mixed into nccl-tests output,
+the XML files, the machine logs through the discovery parsers); pcieprof.importers.formats
+lists which parser each format takes."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 from pcieprof.discover.lspci import parse_lspci
 from pcieprof.discover.smi_query import parse_smi_query
 from pcieprof.discover.topo_matrix import PCIE_ONLY_VIEW, parse_topo_matrix
 from pcieprof.errors import BadInput
 from pcieprof.importers import nccl_log, nccl_tests, nccl_xml, nvbandwidth
-from pcieprof.importers import p2p_bandwidth_latency, simple_p2p, topo_p2p
+from pcieprof.importers import topo_p2p
 from pcieprof.importers._text import fail
-from pcieprof.importers.detect import FORMATS, MACHINE_LOGS, detect
 from pcieprof.importers.records import GpuRecord, Parsed
 
 
-def parse_text(text: str, name: str, fmt: str | None = None) -> Parsed:
-    """Detect the format of `text` (unless `fmt` is given) and parse it.
-
-    Args:
-        text: the file's content.
-        name: the file name, for messages (and, for topo -p2p, the capability letter).
-        fmt: force a format (a key of detect.FORMATS).
-
-    Returns:
-        Parsed; NCCL logs and XML files carry their dict in `documents`.
-
-    Raises:
-        BadInput: an unknown format, or the parser's one-line error.
-    """
-    fmt = fmt or detect(text)
-    if fmt is None:
-        fail(name, None, "the output of one of: " + ", ".join(w for _t, w in FORMATS.values()))
-    if fmt == "nvidia-smi-topo-p2p":
-        return topo_p2p.parse_topo_p2p(text, name)
-    if fmt == "p2pBandwidthLatencyTest":
-        return p2p_bandwidth_latency.parse_p2p_bandwidth_latency(text, name)
-    if fmt == "simpleP2P":
-        return simple_p2p.parse_simple_p2p(text, name)
-    if fmt == "nvbandwidth":
-        return nvbandwidth.parse_nvbandwidth_text(text, name)
-    if fmt == "nvbandwidth-json":
-        return nvbandwidth.parse_nvbandwidth_json(text, name)
-    if fmt == "nccl-tests":
-        parsed = nccl_tests.parse_nccl_tests(text, name)
-        if nccl_log.looks_like(text):  # NCCL_DEBUG=INFO mixed into the nccl-tests output
-            choices = nccl_log.parse_nccl_log(text, name)
-            parsed.documents["nccl_choices"] = choices
-            parsed.summary += "; " + nccl_log.summarize(choices)
-        return parsed
-    if fmt == "nccl-log":
+def nccl_tests_parsed(text: str, name: str) -> Parsed:
+    """nccl-tests output, with what NCCL chose when NCCL_DEBUG=INFO lines are mixed in."""
+    parsed = nccl_tests.parse_nccl_tests(text, name)
+    if nccl_log.looks_like(text):
         choices = nccl_log.parse_nccl_log(text, name)
-        return Parsed(format=fmt, name=name, documents={"nccl_choices": choices},
-                      facts={"nccl_version": choices["nccl_version"]},
-                      summary=nccl_log.summarize(choices))
-    if fmt == "nccl-graph-xml":
-        doc = nccl_xml.parse_graph_xml(text, name)
-        return Parsed(format=fmt, name=name, documents={"nccl_graph": doc},
-                      summary=nccl_xml.summarize_graph(doc))
-    if fmt == "nccl-topo-xml":
-        doc = nccl_xml.parse_topo_xml(text, name)
-        return Parsed(format=fmt, name=name, documents={"nccl_topo": doc},
-                      summary=nccl_xml.summarize_topo(doc))
-    if fmt in MACHINE_LOGS:
+        parsed.documents["nccl_choices"] = choices
+        parsed.summary += "; " + nccl_log.summarize(choices)
+    return parsed
+
+
+def nccl_log_parsed(text: str, name: str) -> Parsed:
+    """An NCCL_DEBUG=INFO log: its nccl_choices document."""
+    choices = nccl_log.parse_nccl_log(text, name)
+    return Parsed(format="nccl-log", name=name, documents={"nccl_choices": choices},
+                  facts={"nccl_version": choices["nccl_version"]},
+                  summary=nccl_log.summarize(choices))
+
+
+def graph_xml_parsed(text: str, name: str) -> Parsed:
+    """An NCCL_GRAPH_FILE."""
+    doc = nccl_xml.parse_graph_xml(text, name)
+    return Parsed(format="nccl-graph-xml", name=name, documents={"nccl_graph": doc},
+                  summary=nccl_xml.summarize_graph(doc))
+
+
+def topo_xml_parsed(text: str, name: str) -> Parsed:
+    """An NCCL_TOPO_FILE."""
+    doc = nccl_xml.parse_topo_xml(text, name)
+    return Parsed(format="nccl-topo-xml", name=name, documents={"nccl_topo": doc},
+                  summary=nccl_xml.summarize_topo(doc))
+
+
+def machine_log(fmt: str, what: str) -> Callable[[str, str], Parsed]:
+    """The parser of one machine log (`fmt`, described as `what`): the discovery parser, its
+    errors naming file and line."""
+
+    def parse(text: str, name: str) -> Parsed:
         try:
-            return _machine_log(text, name, fmt)
+            return _machine_log(text, name, fmt, what)
         except BadInput as exc:
             raise _with_line(exc, name, text) from None
-    fail(name, None, f"a format with an importer (got {fmt!r})")
+
+    return parse
 
 
 def _with_line(exc: BadInput, name: str, text: str) -> BadInput:
@@ -88,7 +79,7 @@ def _check_complete(text: str, name: str, what: str) -> None:
              got=text.splitlines()[-1])
 
 
-def _machine_log(text: str, name: str, fmt: str) -> Parsed:
+def _machine_log(text: str, name: str, fmt: str, what: str) -> Parsed:
     """Check one machine log with the discovery parser (errors name file and line)."""
     facts: dict[str, Any] = {}
     parsed = Parsed(format=fmt, name=name)
@@ -136,7 +127,6 @@ def _machine_log(text: str, name: str, fmt: str) -> Parsed:
                           + ", ".join(f"{v} pairs {k}" for k, v in sorted(counts.items()))
                           + (f"; {p2p_summary}" if parsed.pair_p2p and p2p_summary else ""))
     else:
-        what = FORMATS[fmt][1]
         parsed.summary = f"{what}: {len(text.splitlines())} lines (machine log)"
     parsed.facts = facts
     return parsed

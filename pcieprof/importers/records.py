@@ -145,7 +145,7 @@ class Parsed:
     """Everything one file gave: the records, plus facts kept as JSON.
 
     Attributes:
-        format: the detected format name (see pcieprof.importers.detect.FORMATS).
+        format: the detected format name (see pcieprof.importers.formats.FORMATS).
         name: the file name, as given.
         p2p, concurrent, collectives: table records.
         gpus: GPUs the output lists.

@@ -9,7 +9,6 @@ is named by its own directory name with its provenance (never this machine's hos
 
 from __future__ import annotations
 
-import importlib
 import math
 import os
 from dataclasses import dataclass, field
@@ -25,11 +24,16 @@ from pcieprof.redact import redact
 from pcieprof.report import page
 from pcieprof.report.context import ReportContext
 from pcieprof.report.model import BundleView, Figure, Note, NoteGroup, Section, Table
+from pcieprof.report.sections import (allreduce, attribution, compare, concurrent, machine, p2p,
+                                      recommendations, serve, summary, tables, vm)
 
-#: Section modules in page order. Each has build(view, ctx) -> Section | None.
-SECTION_MODULES: tuple[str, ...] = (
-    "summary", "vm", "machine", "p2p", "concurrent", "allreduce", "serve", "attribution",
-    "recommendations", "tables",
+#: The sections in page order: (id, build(view, ctx) -> Section | None). A new section is a
+#: module of pcieprof.report.sections and a line here.
+SECTIONS: tuple[tuple[str, Callable[[BundleView, ReportContext], Section | None]], ...] = (
+    ("summary", summary.build), ("vm", vm.build), ("machine", machine.build), ("p2p", p2p.build),
+    ("concurrent", concurrent.build), ("allreduce", allreduce.build), ("serve", serve.build),
+    ("attribution", attribution.build), ("recommendations", recommendations.build),
+    ("tables", tables.build),
 )
 #: Sections shown even when empty, with a "not measured" line (the core of issue 2's report).
 ALWAYS_SHOWN = {"machine": "The machine", "p2p": "P2P copies between GPUs",
@@ -86,16 +90,6 @@ def open_views(bundles: Sequence[Path | str | Bundle]) -> list[BundleView]:
     return views
 
 
-def _section_builder(name: str) -> Callable[[BundleView, ReportContext], Section | None] | None:
-    try:
-        module = importlib.import_module(f"pcieprof.report.sections.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"pcieprof.report.sections.{name}":
-            return None
-        raise
-    return getattr(module, "build")
-
-
 def build_sections(views: list[BundleView], ctx: ReportContext) -> list[SectionRow]:
     """Every section in page order, with a column only for the bundles that have it.
 
@@ -103,10 +97,7 @@ def build_sections(views: list[BundleView], ctx: ReportContext) -> list[SectionR
     """
     ctx.views = list(views)
     rows: list[SectionRow] = []
-    for name in SECTION_MODULES:
-        build = _section_builder(name)
-        if build is None:
-            continue
+    for name, build in SECTIONS:
         built = [(v, build(v, ctx)) for v in views]
         cols = [(v, s) for v, s in built if s is not None]
         missing = [v for v, s in built if s is None]
@@ -119,12 +110,10 @@ def build_sections(views: list[BundleView], ctx: ReportContext) -> list[SectionR
             missing = []
         rows.append(SectionRow(name, cols[0][1].title, cols, missing))
     if len(views) > 1:
-        build = _section_builder("compare")
-        if build is not None:
-            shared = build(views, ctx)  # type: ignore[arg-type]
-            if shared is not None:
-                rows.insert(1 if rows and rows[0].id == "summary" else 0,
-                            SectionRow(shared.id, shared.title, [(views[0], shared)]))
+        shared = compare.build(views, ctx)  # one section across the bundles
+        if shared is not None:
+            rows.insert(1 if rows and rows[0].id == "summary" else 0,
+                        SectionRow(shared.id, shared.title, [(views[0], shared)]))
     _finish_blocks(rows)
     return rows
 

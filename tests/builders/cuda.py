@@ -80,8 +80,11 @@ class CudaStandin:
     """`probes.gpu_api.CudaApi` on the CPU (tensors are CPU tensors; devices are labels)."""
 
     def __init__(self, devices: list[int], *, host_us: float = 10.0, gpu_us: float = 2.0,
-                 peers: bool = True) -> None:
+                 peers: bool = True, hold_scale: dict[int, float] | None = None) -> None:
         self.devices = devices
+        # a spin kernel sized from the clock rate lasts longer on a GPU at an idle clock
+        self.hold_scale = hold_scale or {}
+        self.starts: list[tuple[str, float]] = []  # (stream, when a queued op starts), us
         self.host_us_per_call = host_us
         self.gpu_us = gpu_us
         self.peers = peers
@@ -115,15 +118,21 @@ class CudaStandin:
 
     def enqueue(self, stream: Stream, op: Callable[[], object]) -> None:
         self.tick("enqueue", stream.device)
+        self.starts.append((stream.name, self.start_on(stream)))
         end = self.start_on(stream) + self.gpu_us
         stream.ready_us = end
         stream.queue.append((end, op))
 
     def block(self, stream: Stream, seconds: float) -> None:
         self.tick("block", stream.device)
-        end = self.start_on(stream) + seconds * 1e6
+        end = self.start_on(stream) + seconds * 1e6 * self.hold_scale.get(stream.device, 1.0)
         stream.ready_us = end
         stream.queue.append((end, lambda: None))
+
+    def wait(self, stream: Stream, event: StandinEvent) -> None:
+        self.tick("wait", stream.device)
+        assert event.t_us is not None, "waiting for an event never recorded"
+        stream.ready_us = max(stream.ready_us, event.t_us)
 
     def synchronize(self, device: int) -> None:
         self.log.append(("synchronize", device))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pcieprof.importers.detect import detect
+from pcieprof.importers.formats import detect
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "importers"
 
@@ -75,7 +75,7 @@ def test_fixtures_detected(name: str, fmt: str) -> None:
 
 
 def test_detection_ignores_the_file_name(samples: Path, tmp_path: Path) -> None:
-    from pcieprof.importers.parse import parse_text
+    from pcieprof.importers.formats import parse_text
 
     text = (samples / "tool-outputs/topo_p2p_rw_5gpu_5060ti_5070_proxmox_host.txt").read_text()
     misleading = tmp_path / "all_reduce_perf.log"

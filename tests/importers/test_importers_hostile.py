@@ -18,8 +18,8 @@ from builders.cli import cli, pcieprof_argv
 from pcieprof.cli import main
 from pcieprof.errors import BadInput
 from pcieprof.importers import reading
-from pcieprof.importers.detect import FORMATS, detect
-from pcieprof.importers.parse import parse_text
+from pcieprof.importers.formats import FORMATS, detect
+from pcieprof.importers.formats import parse_text
 
 #: Lines that made a backtracking pattern quadratic, or that look like a format's first token
 #: repeated: every detector and every parser must finish on them quickly.

@@ -85,7 +85,7 @@ def test_two_runs_in_one_file(samples: Path) -> None:
 
 def test_mpirun_prefixes_and_nccl_info_lines(samples: Path) -> None:
     """mpirun --tag-output prefixes and NCCL_DEBUG=INFO lines mixed into the output."""
-    from pcieprof.importers.parse import parse_text
+    from pcieprof.importers.formats import parse_text
 
     table = (samples / "tool-outputs/all_reduce_perf_6x4090_tinybox_p2p_patched_driver.txt").read_text()
     log = (samples / "tool-outputs/nccl_debug_info_4x5060ti_p2p_cumem.log").read_text()

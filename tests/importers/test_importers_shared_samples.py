@@ -13,7 +13,7 @@ from builders.cli import cli
 
 from pcieprof.discover.from_logs import topology_from_logs
 from pcieprof.importers.nccl_xml import parse_topo_xml
-from pcieprof.importers.parse import parse_text
+from pcieprof.importers.formats import parse_text
 from pcieprof.importers.simple_p2p import COPY_BYTES, parse_simple_p2p
 from pcieprof.importers.topology import merge_virtualization, skeleton
 

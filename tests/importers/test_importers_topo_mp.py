@@ -17,7 +17,7 @@ from pcieprof.bundle.topology import Topology
 from pcieprof.cards import load_card
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.discover.topo_matrix import parse_topo_matrix
-from pcieprof.importers.parse import parse_text
+from pcieprof.importers.formats import parse_text
 from pcieprof.tune.recommend import recommend
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "importers"

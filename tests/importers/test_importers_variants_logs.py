@@ -16,10 +16,10 @@ from typing import Callable
 import pytest
 
 from pcieprof.errors import BadInput
-from pcieprof.importers.detect import detect
+from pcieprof.importers.formats import detect
 from pcieprof.importers.nccl_log import parse_nccl_log
 from pcieprof.importers.nccl_tests import parse_nccl_tests
-from pcieprof.importers.parse import parse_text
+from pcieprof.importers.formats import parse_text
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "importers"
 LOG = "tool-outputs/nccl_debug_info_4x5060ti_p2p_cumem.log"

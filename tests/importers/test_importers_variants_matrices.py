@@ -8,8 +8,8 @@ from typing import Callable
 
 import pytest
 
-from pcieprof.importers.detect import detect
-from pcieprof.importers.parse import parse_text
+from pcieprof.importers.formats import detect
+from pcieprof.importers.formats import parse_text
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "importers"
 FILES = ["tool-outputs-more/p2pbwlat_4xA100pcie_vm_pci_domains_nvlink_pairs.txt",

@@ -18,8 +18,8 @@ from builders.cli import cli
 
 from pcieprof.discover.topo_matrix import parse_topo_matrix
 from pcieprof.errors import BadInput
-from pcieprof.importers.detect import detect
-from pcieprof.importers.parse import parse_text
+from pcieprof.importers.formats import detect
+from pcieprof.importers.formats import parse_text
 from pcieprof.importers.topo_p2p import STATUS, parse_topo_p2p, status_of
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "importers"

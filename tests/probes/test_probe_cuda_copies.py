@@ -117,3 +117,22 @@ def test_a_pair_whose_peer_enable_fails_is_marked_and_the_rest_runs() -> None:
     spans, ok, why = copier.run_concurrent(0, ConcurrentCase("ring", "write", [(0, 1), (1, 2)],
                                                              64 * KiB, 2))
     assert spans is None and ok == [False, False] and "0->1" in why
+
+
+def test_concurrent_flows_are_released_together_whatever_each_gpus_clock() -> None:
+    # issue 23 pt 7: each flow's stream was held by its own spin kernel sized from the clock
+    # rate; a GPU at an idle clock spins 6x longer, so its flow started later while the totals
+    # assume every flow starts at 0. One hold and a gate event every stream waits for release
+    # them at one moment.
+    case = ConcurrentCase("ring", "write", [(0, 1), (1, 0)], 64 * KiB, 3)
+    copier, api = _copier([0, 1], [])
+    api.hold_scale = {1: 6.0}
+    spans, ok, why = copier.run_concurrent(0, case)
+    assert spans is not None and ok == [True, True], why
+    flow_streams = {name for name, _ in api.starts if name != "default"}
+    first = {}
+    for name, t in api.starts:
+        if name in flow_streams and name not in first:
+            first[name] = t
+    starts = sorted(first.values())[-2:]  # the last round's two flows (after warm-up rounds)
+    assert len(first) == 2 and abs(starts[1] - starts[0]) <= api.gpu_us

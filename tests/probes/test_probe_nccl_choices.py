@@ -44,3 +44,22 @@ def test_cpu_choices_say_nccl_was_not_used(tmp_path: Path) -> None:
     finally:
         runner.cleanup()
     assert entry["parsed"] is None and "gloo ignores NCCL_* settings" in entry["note"]
+
+
+def test_tuning_choices_get_the_dtype_of_their_all_reduce() -> None:
+    # issue 23 pt 8: a TUNING line names bytes only, so bf16 and fp32 of one size merged; the
+    # untimed launch runs dtype by dtype, size by size, and rank 0 logs in that order
+    from pcieprof.probe_runner import with_dtypes
+    from probes.plan import AllReduceCase
+
+    case = AllReduceCase("default", {}, [0, 1], [8, 16], ["bf16", "fp32"], 1, 1)
+    algo = ["TREE", "RING", "RING", "RING"]
+    tuner = [{"coll": "AllReduce", "bytes": b, "algo": a, "proto": "LL"}
+             for b, a in zip([8, 16, 8, 16], algo)]
+    entry: dict[str, object] = {}
+    got = with_dtypes(tuner, case, entry)
+    assert [(t["bytes"], t["dtype"], t["algo"]) for t in got] == [
+        (8, "bf16", "TREE"), (16, "bf16", "RING"), (8, "fp32", "RING"), (16, "fp32", "RING")]
+    # a log that does not match the launch's sequence is left as it was, and says so
+    short = with_dtypes(tuner[:3], case, entry)
+    assert all("dtype" not in t for t in short) and "dtypes not assigned" in str(entry["notes"])
