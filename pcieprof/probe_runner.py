@@ -70,13 +70,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from pcieprof import loopback, progress
+from pcieprof import loopback, proc_group, progress
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.rows import AllReduceRow
 from pcieprof.importers.nccl_log import parse_nccl_log
 from pcieprof.node_group import NodeGroup, NodeLost, free_port
-from pcieprof.parent_death import set_parent_death_signal
 from pcieprof.redact import redact
 from probes.nccl_graph import (GraphHeader, check_ring, header_from_dump, not_ring_sizes,
                                ring_graph_xml)
@@ -99,6 +98,8 @@ NCCL_PREFIXES = ("NCCL_", "TORCH_NCCL_")
 #: Seconds to wait after a kill for the launch's ranks to be gone (a rank stuck in the driver,
 #: e.g. after an IOMMU fault, can hold its GPU); past it the run goes on and says so.
 RANK_EXIT_WAIT_S = 30.0
+#: Seconds a launch gets between SIGTERM and SIGKILL when the watchdog stops it.
+KILL_GRACE_S = 5.0
 #: Hangs in one class of copy cases (Plan.copy_class) after which the rest of the class is not run.
 HANGS_PER_CLASS = 2
 #: NCCL_DEBUG_FILE of a launch, in its rows directory: one file per rank (NCCL puts the pid for %p)
@@ -248,39 +249,6 @@ def loopback_ifnames(base: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in ours.items() if k not in base}
 
 
-def _new_session_with_parent_death(parent: int) -> Callable[[], None]:
-    """preexec for torchrun: own session (killpg reaches all of it), SIGTERM when `parent`
-    (this process) dies, so that torchrun tears its workers down."""
-    def preexec() -> None:
-        os.setsid()
-        set_parent_death_signal(signal.SIGTERM, parent)
-    return preexec
-
-
-def kill_group(proc: subprocess.Popen[Any], grace_s: float = 5.0) -> None:
-    """SIGTERM the launch's process group, then SIGKILL what is left after `grace_s`."""
-    if proc.poll() is not None:
-        _killpg(proc.pid, signal.SIGKILL)  # stray workers of a finished agent
-        return
-    _killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    _killpg(proc.pid, signal.SIGKILL)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _stat(pid: int) -> tuple[int, str, str] | None:
     """(parent pid, state, start time in clock ticks) from /proc/<pid>/stat, or None."""
     try:
@@ -428,13 +396,14 @@ class ProbeRunner:
             # does not reach them, so they are found (as descendants, and by the pids they
             # reported) before the agent goes, and killed and waited for by pid
             procs: dict[int, str | None] = {**ranks, **descendants(p.pid)}
-            kill_group(p)
+            proc_group.stop(p, KILL_GRACE_S)
             stuck[:] = reap(procs, RANK_EXIT_WAIT_S)
 
         with log.open("wb") as logf:
-            self._proc = proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT,
-                                                 stdin=subprocess.DEVNULL, env=full_env,
-                                                 preexec_fn=_new_session_with_parent_death(os.getpid()))
+            # SIGTERM when pcieprof dies, so that torchrun tears its workers down
+            self._proc = proc = proc_group.start(cmd, death_signal=signal.SIGTERM, stdout=logf,
+                                                 stderr=subprocess.STDOUT,
+                                                 stdin=subprocess.DEVNULL, env=full_env)
             last_activity = time.monotonic()
             started = False
             status, why = "ok", ""
@@ -516,7 +485,7 @@ class ProbeRunner:
     def kill(self) -> None:
         """Kill the running launch (signal handlers call this)."""
         if self._proc is not None:
-            kill_group(self._proc, grace_s=2.0)
+            proc_group.stop(self._proc, 2.0)
 
     def cleanup(self) -> None:
         shutil.rmtree(self.work, ignore_errors=True)

@@ -24,15 +24,13 @@ import subprocess
 import threading
 import time
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 from typing import IO, Callable
 
 import aiohttp
 
-from pcieprof import progress
+from pcieprof import proc_group, progress
 from pcieprof.bundle.serve_search import Outcome
-from pcieprof.parent_death import set_parent_death_signal
 from pcieprof.redact import redact, remember_environ, unfinished_at
 from pcieprof.serve.outcomes import ACCESS, PROGRESS, Classified, classify
 from pcieprof.serve.sglang_cmd import ServerCommand, server_env
@@ -109,11 +107,9 @@ class ServerProcess:
         # do on SIGTERM is worth a server left behind); through a prefix (docker run, srun, ssh)
         # SIGTERM, which those forward to what they started.
         death = signal.SIGTERM if self.cmd.prefix else signal.SIGKILL
-        die_with_us = partial(set_parent_death_signal, death, os.getpid())
-        self.proc = subprocess.Popen(self.cmd.exec_argv(), env=self._env, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     start_new_session=True, close_fds=True,
-                                     preexec_fn=die_with_us)
+        self.proc = proc_group.start(self.cmd.exec_argv(), death_signal=death, env=self._env,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, close_fds=True)
         assert self.proc.stdout is not None  # stdout=PIPE
         self._pump = threading.Thread(target=_copy_redacted, args=(self.proc.stdout, self._log),
                                       name=f"server-log-{self.proc.pid}", daemon=True)
@@ -138,35 +134,13 @@ class ServerProcess:
         """
         if self.proc is None:
             return None
-        pgid = self.proc.pid  # leader of its own session: pgid == pid
-        self._signal_group(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None and not _group_alive(pgid):
-                break
-            time.sleep(0.05)
-        if self.proc.poll() is None or _group_alive(pgid):
-            self._signal_group(pgid, signal.SIGKILL)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-            end = time.monotonic() + 5
-            while _group_alive(pgid) and time.monotonic() < end:
-                time.sleep(0.05)
+        rc = proc_group.stop(self.proc, grace_s)
         if self._pump is not None:
             self._pump.join(timeout=5)  # the group is gone: its pipe ends
         if self._log is not None:
             self._log.close()
             self._log = None
-        return self.proc.poll()
-
-    @staticmethod
-    def _signal_group(pgid: int, sig: int) -> None:
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        return rc
 
     # -- log --------------------------------------------------------------------------------------
 
@@ -333,35 +307,6 @@ def _hung(c: Classified, summary: str) -> Classified:
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _BRACKETS = re.compile(r"\[[^\]]*\]")
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # killpg(0) succeeds for zombies too; a group of only zombies of ours is reaped by wait.
-    return _has_live_member(pgid)
-
-
-def _has_live_member(pgid: int) -> bool:
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return True
-    for d in proc.iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        # fields after the command name: state ppid pgrp ...
-        rest = stat[stat.rfind(")") + 2:].split()
-        if len(rest) > 2 and int(rest[2]) == pgid and rest[0] != "Z":
-            return True
-    return False
 
 
 def _last_line(text: str) -> str:
