@@ -122,3 +122,11 @@ def test_concurrency_past_the_open_file_limit_is_refused_before_the_run(tmp_path
               "1,25000"], _limits(nofile=1024))
     _one_line_exit_2(r, "--concurrency 25000", "open files")
     assert not out.exists()  # nothing was started
+
+
+def test_a_bad_rdzv_endpoint_is_exit_2_before_any_bundle(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    r = cli("topology", "--backend", "cpu", "--nnodes", "2", "--node-rank", "1",
+            "--rdzv-endpoint", "127.0.0.1:41303:5", "--out", str(out))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "--rdzv-endpoint" in r.stderr and not out.exists()
