@@ -42,6 +42,7 @@ class Product:
     match: str
     compute_capability: str
     memory_gib: float | None
+    bar1_gib: float | None = None
 
 
 @cache
@@ -49,7 +50,8 @@ def products() -> tuple[Product, ...]:
     """gpus.toml's rows, longest match first (the most specific name wins)."""
     data = tomllib.loads(GPU_TABLE.read_text(encoding="utf-8"))
     rows = [Product(str(r["match"]), str(r["compute_capability"]),
-                    float(r["memory_gib"]) if "memory_gib" in r else None)
+                    float(r["memory_gib"]) if "memory_gib" in r else None,
+                    float(r["bar1_gib"]) if "bar1_gib" in r else None)
             for r in data["gpu"]]
     return tuple(sorted(rows, key=lambda p: -len(p.match)))
 

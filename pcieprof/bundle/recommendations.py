@@ -35,6 +35,13 @@ class Risk:
     sources: list[str] = field(default_factory=list)
 
 
+#: How the scores of `Recommendation.ranked_by` compare (pcieprof.tune.rules.base.ranking and
+#: the rules' fixed keys), said once above the cards.
+SCORE_SCALE = ("a change with a gain scores 10 per ms of mean decode-step gain; fixed scores: "
+               "wrong data and hangs 900-1000, faults of the box 100-500, findings without a "
+               "gain of their own below 100")
+
+
 @dataclass
 class Recommendation:
     """One change (or one warning) with its evidence and its expected gain.
@@ -57,6 +64,9 @@ class Recommendation:
             (from a model of this bundle's numbers), `simulated`, `reported` (a number published
             for another box, its source named in gain_text), `advice` (no number).
         priority: ordering key (larger first).
+        ranked_by: how `priority` was scored, in words with its numbers (`score 22.7 = 10 x the
+            mean decode-step gain over batch 1-64, 2.27 ms`); the report shows it on every card.
+            Empty in files written before it.
         verified: what `recommend --verify` found re-running it (pcieprof.tune.verify), or None.
         risks: known failures of the change on this box (e.g. an NCCL hang with P2P through a
             translating IOMMU), each with its check and the host-side alternative; empty in
@@ -76,6 +86,7 @@ class Recommendation:
     caveats: list[str] = field(default_factory=list)
     confidence: str = "measured"
     priority: float = 0.0
+    ranked_by: str = ""
     verified: dict[str, Any] | None = None
     risks: list[Risk] = field(default_factory=list)
 

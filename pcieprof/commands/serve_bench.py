@@ -22,9 +22,6 @@ duration_s; mean, median, p90, p99 and n of each metric. Warm-up requests are no
 
 from __future__ import annotations
 
-import json
-import re
-import shlex
 import signal
 import subprocess
 from pathlib import Path
@@ -40,66 +37,19 @@ from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
 from pcieprof.commands.launch_plan import SearchPlan
 from pcieprof.commands.options import out_dir, verbosity
+from pcieprof.commands.serve_checks import check_modes, check_values, env_pairs, ints
+from pcieprof.commands.serve_dry_run import print_commands, print_search
 from pcieprof.commands.tuning import the_launch
 from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
-from pcieprof.redact import redact
-from pcieprof.refserver.args import ArgsError, parse_injection
 from pcieprof.schema import source_of
 from pcieprof.serve.launcher import free_port
 from pcieprof.serve.metrics import format_table
 from pcieprof.serve.run import BenchOptions, decode_traces, run
 from pcieprof.serve.served import record
-from pcieprof.serve.sglang_cmd import (LaunchConfig, LaunchPrefix, ParserSpec, ServerCommand,
-                                       build_command, load_parser, load_parser_in, recorded_env)
-from pcieprof.serve.sweep import entries_from
-from pcieprof.tune.learn import RULES
-from pcieprof.tune.search import End, Search, Step
+from pcieprof.serve.sglang_cmd import (LaunchConfig, LaunchPrefix, ParserSpec, load_parser,
+                                       load_parser_in)
+from pcieprof.tune.search import Search
 from pcieprof.tune.space import FLAGS, SearchSpace
-
-
-def _ints(text: str, what: str) -> tuple[int, ...]:
-    if text.strip().lower() in ("", "none", "0"):
-        return ()
-    try:
-        vals = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise BadInput(f"{what} {text!r}: give comma-separated integers, e.g. 1,4,16,64") from None
-    if any(v < 1 for v in vals):
-        raise BadInput(f"{what} values must be at least 1")
-    return vals
-
-
-#: Descriptors this process holds besides the client's connections: the server's pipes and log,
-#: the bundle's files, Python's own (an assumed margin, not a measured count).
-FD_MARGIN = 256
-
-
-def _room_for_connections(concurrency: int) -> None:
-    """Make room for `concurrency` open connections before anything is launched: raise this
-    process's open-file soft limit (RLIMIT_NOFILE) up to its hard limit where needed, or refuse
-    (BadInput) a level the hard limit cannot hold; past it every further request would fail
-    with the client's own "Too many open files"."""
-    import resource  # POSIX only; serve-bench runs on Linux
-
-    need = concurrency + FD_MARGIN
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or need <= soft:
-        return
-    if hard != resource.RLIM_INFINITY and need > hard:
-        raise BadInput(f"--concurrency {concurrency}: needs about {need} open files, more than "
-                       f"this process may open ({hard}: ulimit -Hn)",
-                       hint="lower --concurrency, or raise the limit (ulimit -n, limits.conf)")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
-
-
-def _env(pairs: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for p in pairs:
-        if "=" not in p:
-            raise BadInput(f"--env {p!r}: use KEY=VALUE")
-        k, v = p.split("=", 1)
-        out[k] = v
-    return out
 
 
 @click.command("serve-bench", help=__doc__, context_settings={"ignore_unknown_options": False})
@@ -203,7 +153,7 @@ def command(**kw: Any) -> None:
     tiny = card.sglang.is_reference
     if kw["inject"] and not tiny:
         raise BadInput("--inject is for the reference server (--model tiny-cpu)")
-    _check_values(card, kw)
+    check_values(card, kw)
     port = kw["port"] if kw["port"] is not None else free_port(kw["host"] if kw["host"] not in
                                                                ("0.0.0.0", "::") else "127.0.0.1")
     base = LaunchConfig(
@@ -213,10 +163,10 @@ def command(**kw: Any) -> None:
         fp8_gemm_backend=kw["fp8_gemm_backend"], fp4_gemm_backend=kw["fp4_gemm_backend"],
         moe_runner_backend=kw["moe_runner_backend"], kv_cache_dtype=kw["kv_cache_dtype"],
         cuda_graph=not kw["disable_cuda_graph"], extra_args=tuple(kw["server_args"]),
-        env=_env(kw["env"]), inject=kw["inject"], model_path=kw["model_path"], host=kw["host"],
+        env=env_pairs(kw["env"]), inject=kw["inject"], model_path=kw["model_path"], host=kw["host"],
         port=port, nnodes=kw["nnodes"], node_rank=kw["node_rank"],
         dist_init_addr=kw["dist_init_addr"])
-    _check_modes(kw)
+    check_modes(kw)
     prefix = LaunchPrefix.parse(kw["launch_prefix"])
     if not (tiny or kw["dry_run"] or kw["url"] or prefix) and not _sglang_runs_here():
         raise EnvironmentMissing("sglang is not installed for python3 on this machine, so it "
@@ -231,9 +181,9 @@ def command(**kw: Any) -> None:
         notes = [*notes, *said]
     if kw["dry_run"]:
         if search is not None:
-            _dry_run_search(card, base, search, parser, prefix, notes)
+            print_search(card, base, search, parser, prefix, notes)
         else:
-            _dry_run(card, base, kw, parser, prefix, notes)
+            print_commands(card, base, kw["sweep_file"], parser, prefix, notes)
         return
     out = kw["out"] or default_out_dir("serve-bench")
     if kw["resume"]:
@@ -324,75 +274,6 @@ def _versions() -> dict[str, str | None]:
         return {"torch": None}
 
 
-def _check_modes(kw: dict[str, Any]) -> None:
-    if kw["sweep"] and kw["sweep_file"] is not None:
-        raise BadInput("--sweep (the launch search) and --sweep-file (a fixed list) exclude "
-                       "each other")
-    if kw["resume"] and not kw["sweep"]:
-        raise BadInput("--resume continues a launch search: give --sweep too")
-    if kw["resume"] and not kw["out"]:
-        raise BadInput("--resume needs --out: the bundle of the search to continue")
-    if kw["url"] and (kw["sweep"] or kw["sweep_file"]):
-        raise BadInput("--url attaches to a running server: nothing to launch or search")
-    if kw["max_attempts"] < 1:
-        raise BadInput("--max-attempts must be at least 1")
-    if kw["arch"] is not None and not re.fullmatch(r"sm\d{2,3}", kw["arch"]):
-        raise BadInput(f"--arch {kw['arch']!r}: give a compute capability as smXY (sm120 for "
-                       f"RTX PRO 6000 Blackwell, sm100 for B200, sm90 for H100/H200)")
-
-
-def _check_values(card: ModelCard, kw: dict[str, Any]) -> None:
-    """Option values that would only fail after a launch (or measure nothing), checked first."""
-    if kw["inject"]:
-        try:
-            parse_injection(kw["inject"])
-        except ArgsError as exc:
-            raise BadInput(f"--inject {kw['inject']!r}: {str(exc).split(': ', 1)[-1]}") from None
-    if kw["port"] is not None and not 0 < kw["port"] < 65536:
-        raise BadInput(f"--port {kw['port']}: give a TCP port, 1-65535")
-    levels = _ints(kw["concurrency"], "--concurrency")
-    if not levels:  # `0` or `none` is no level at all, not the default ones
-        raise BadInput(f"--concurrency {kw['concurrency']!r}: give levels of at least 1, e.g. "
-                       "1,4,16,64")
-    _room_for_connections(max(levels))
-    _ints(kw["decode_batches"], "--decode-batches")
-    rate = kw["request_rate"]
-    if rate is not None and not rate > 0:  # NaN fails too
-        raise BadInput(f"--request-rate {rate}: must be > 0 requests/s (inf sends all at once)")
-    for name in ("input_len", "output_len", "decode_output_len", "probe_tokens", "profile_steps"):
-        if kw[name] < 1:
-            raise BadInput(f"--{name.replace('_', '-')} must be at least 1")
-    if kw["num_requests"] is not None and kw["num_requests"] < 1:
-        raise BadInput("--num-requests must be at least 1")
-    if kw["warmup"] < 0:
-        raise BadInput("--warmup must be 0 or more")
-    for name in ("request_timeout", "startup_timeout", "probe_timeout"):
-        if kw[name] is not None and not kw[name] > 0:
-            raise BadInput(f"--{name.replace('_', '-')} must be > 0 seconds")
-    if kw["stall_timeout"] is not None and not kw["stall_timeout"] >= 0:
-        raise BadInput("--stall-timeout must be 0 (off) or more seconds")
-    if kw["url"]:
-        return  # the attached server's context is its own
-    context = _context_length(card, kw["server_args"])
-    need = kw["input_len"] + kw["output_len"]
-    if context and need > context:
-        raise BadInput(f"--input-len {kw['input_len']} + --output-len {kw['output_len']} = "
-                       f"{need} tokens exceed {card.name}'s context of {context} tokens: every "
-                       f"request would be refused",
-                       hint="shorten them, or raise the server's --context-length after --")
-
-
-def _context_length(card: ModelCard, server_args: tuple[str, ...]) -> int:
-    """The context the server will have: `--context-length N` after `--`, else the card's."""
-    args = list(server_args)
-    for i, a in enumerate(args):
-        value = a.split("=", 1)[1] if a.startswith("--context-length=") else (
-            args[i + 1] if a == "--context-length" and i + 1 < len(args) else None)
-        if value is not None:
-            return int(value) if value.isdigit() else 0
-    return card.max_context
-
-
 def _sglang_runs_here() -> bool:
     """Whether `python3` here (what the command runs) can import sglang; bounded to 60 s."""
     try:
@@ -478,10 +359,10 @@ def _options(card: ModelCard, base: LaunchConfig, kw: dict[str, Any], parser: Pa
                         sglang=parser.version if parser else None) if search else None,
         resume=kw["resume"], sweep_file=kw["sweep_file"],
         prefix=prefix, fresh_port=kw["port"] is None, url=kw["url"], api=kw["api"],
-        concurrencies=_ints(kw["concurrency"], "--concurrency") or (1,),
+        concurrencies=ints(kw["concurrency"], "--concurrency") or (1,),
         request_rate=kw["request_rate"], num_requests=kw["num_requests"], warmup=kw["warmup"],
         input_len=kw["input_len"], output_len=kw["output_len"], seed=kw["seed"],
-        decode_batches=_ints(kw["decode_batches"], "--decode-batches"),
+        decode_batches=ints(kw["decode_batches"], "--decode-batches"),
         decode_output_len=kw["decode_output_len"], profile=not kw["no_profile"],
         profile_steps=kw["profile_steps"], trace_dir=kw["trace_dir"],
         startup_timeout_s=kw["startup_timeout"] or facts.startup_timeout_s,
@@ -491,114 +372,6 @@ def _options(card: ModelCard, base: LaunchConfig, kw: dict[str, Any], parser: Pa
         # Prompt token ids: the tiny model's whole vocabulary; for real models a range of ids
         # every tokenizer of that size has (prompts are random ids either way).
         vocab_high=vocab)
-
-
-def _dry_run(card: ModelCard, base: LaunchConfig, kw: dict[str, Any], parser: ParserSpec | None,
-             prefix: LaunchPrefix | None, notes: list[str]) -> None:
-    configs = entries_from(base, kw["sweep_file"]) if kw["sweep_file"] else None
-    items = [(e.config, e.why) for e in configs] if configs else [(base, "")]
-    for note in notes:
-        click.echo(f"# {note}")
-    for i, (cfg, why) in enumerate(items):
-        cmd = build_command(card, cfg, parser=parser, prefix=prefix)
-        if len(items) > 1:
-            click.echo(f"# attempt {i}: {cfg.name}" + (f" - {why}" if why else ""))
-        _echo_command(cmd)
-        if i + 1 < len(items):
-            click.echo("")
-
-
-def _echo_command(cmd: ServerCommand) -> None:
-    checked = (f"checked against SGLang {cmd.checked_against}'s own parser"
-               if cmd.checked_against else "")
-    click.echo(f"# {'reference server' if cmd.reference else 'SGLang'} command"
-               + (f" ({checked})" if checked else ""))
-    for note in cmd.notes:
-        click.echo(f"# {note}")
-    click.echo("# environment set for the server (secrets shown as ***):")
-    for k, v in sorted(redact(cmd.env).items()):
-        click.echo(f"export {k}={_q(v)}")
-    inherited = {k: v for k, v in recorded_env(cmd).items() if k not in cmd.env}
-    for k, v in inherited.items():
-        click.echo(f"# inherited: {k}={v}")
-    if cmd.prefix:
-        click.echo(f"# through the launch prefix: {redact(cmd.prefix.text())}")
-        click.echo(" ".join(_q(a) for a in redact(cmd.exec_argv())))
-    else:
-        click.echo(" ".join(_q(a) for a in redact(cmd.argv)))
-    click.echo("# argv: " + json.dumps(redact(cmd.argv)))
-
-
-def _dry_run_search(card: ModelCard, base: LaunchConfig, search: Search,
-                    parser: ParserSpec | None, prefix: LaunchPrefix | None,
-                    notes: list[str]) -> None:
-    """Print the search: its order (each step with reason and sources), the value ranking per
-    axis with the claims behind it, the rules, the commands, the sources."""
-    sp = search.space
-    plan = search.plan(min(search.max_attempts, 12))
-    checked = (f"flags checked against SGLang {parser.version}'s own parser" if parser
-               else "flags not checked (no SGLang parser here)")
-    like = f", playing {sp.like}'s search" if sp.like else ""
-    click.echo(f"# launch search: {card.name} on {sp.arch}{like}; {checked}")
-    click.echo("# the order if every attempt failed without a recognised cause; a classified "
-               "failure changes what follows (rules below). attempt: configuration [rule] "
-               "what it sets, verdict (evidence, sources)")
-    steps = [st for st in plan if isinstance(st, Step)]
-    for i, st in enumerate(steps):
-        click.echo(f"# {i}: {sp.label(st.config)} [{st.rule}] {_what(sp, st)}")
-    last = plan[-1] if plan else None
-    if isinstance(last, End):
-        click.echo(f"# then: {last.why}")
-    for note in [*notes, *sp.notes]:
-        click.echo(f"# {note}")
-    click.echo("")
-    click.echo("# values by axis: works, then unknown, then fails; per value the strongest "
-               "evidence decides (own stack > report > SGLang source > docs > assumed):")
-    for a in sp.axes:
-        when = (" (only with " + ", ".join(f"{k}={'|'.join(v)}" for k, v in a.only_when.items())
-                + ")") if a.only_when else ""
-        click.echo(f"# {a.name}{when}:")
-        for r in sp.ranked(a.name):
-            click.echo(f"#   {r.value}: {r.why}")
-    for req in sp.requirements:
-        click.echo(f"# SGLang refuses: {req.text()}")
-    click.echo("")
-    click.echo("# what a failure teaches (the first rule that matches decides):")
-    for rule in RULES:
-        on = "|".join(rule.outcomes) + (f" and {rule.when}" if rule.when else "")
-        axes = f" {', '.join(rule.axes)}" if rule.axes else ""
-        click.echo(f"#   {rule.name}: {on} -> {rule.action}{axes}: {rule.why}")
-    for i, st in enumerate(steps):
-        click.echo("")
-        click.echo(f"# attempt {i} [{st.rule}]: {st.why}")
-        for change in st.changes:
-            click.echo(f"#   {change}")
-        cmd = build_command(card, base.with_axes(st.config, sp.label(st.config)),
-                            parser=parser, prefix=prefix)
-        _echo_command(cmd)
-    click.echo("")
-    for key, text in card.sources.items():
-        click.echo(f"# {key}: {text}")
-
-
-def _what(space: SearchSpace, step: Step) -> str:
-    """The step in a few words: what it sets (the first) or changes, and why."""
-    if step.rule == "first":
-        said = []
-        for a, v in step.config.items():
-            if v and a in ("dsa_decode_backend", "attention_backend"):
-                r = space.rank_of(a, v)
-                said.append(f"{a}={v}" + (f" {r.short()}" if r else ""))
-        return step.why + ": " + ", ".join(said)
-    parts = []
-    for axis in step.varied:
-        r = space.rank_of(axis, step.config.get(axis, ""))
-        parts.append(f"{axis} -> {step.config.get(axis) or '-'}" + (f" {r.short()}" if r else ""))
-    return "; ".join(parts) or (step.changes[0][:160] if step.changes else "")
-
-
-def _q(s: str) -> str:
-    return shlex.quote(s)
 
 
 __all__ = ["command"]

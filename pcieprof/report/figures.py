@@ -40,7 +40,7 @@ def plot_text(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def figure(fig: go.Figure, title: str, provenance: str, *, height: int = 320) -> Figure:
+def figure(fig: go.Figure, title: str, provenance: str, *, height: int = 300) -> Figure:
     """A report Figure of `fig`, its title and provenance shown as page text above it.
 
     Args:

@@ -165,7 +165,10 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
         rule=RULE, kind="launch" if line else "info", title=title, action=line,
         gain_text=choice.label, evidence=evidence,
         caveats=caveats, confidence="measured" if choice.served else "advice",
-        priority=PRIORITY_SERVED if choice.served else PRIORITY_UNSERVED)
+        priority=PRIORITY_SERVED if choice.served else PRIORITY_UNSERVED,
+        ranked_by=(f"score {PRIORITY_SERVED:g}, fixed: served correct tokens (above every "
+                   "speed-up)" if choice.served else
+                   f"score {PRIORITY_UNSERVED:g}, fixed: not yet served on this box"))
     result.recommendations = [r for r in result.recommendations if r.rule != RULE]
     result.recommendations.append(rec)
     result.recommendations.sort(key=lambda r: -r.priority)

@@ -17,10 +17,12 @@ and clouds ship (../shared/samples/tool-outputs/nccl_graph_azure_ncv4_4xA100pcie
   every attribute left out (sm, rank, gdr, CPU affinity/arch/vendor) from the running system
   (the "if unset" branches of ncclTopoGetXmlFromGpu / ncclTopoGetXmlFromCpu), so only what the VM
   hides is written: which GPUs share a switch and which CPU (NUMA node) each switch hangs off.
+  Only from a tree pcieprof has seen (`seen_tree`), never one inferred from bandwidth levels.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 from xml.sax.saxutils import quoteattr
@@ -97,43 +99,80 @@ def _link_attrs(gpu: Gpu) -> dict[str, Any]:
             "link_width": int(width) if width else 0}
 
 
-def topo_xml(inferred: InferredTopology, topology: Topology) -> str:
-    """The NCCL_TOPO_FILE text for the inferred tree: one <cpu> per socket-level group, one
-    synthetic switch per switch-level group (only when the group has more than one GPU).
+#: Where the real tree of a simulated VM comes from (topology.json sim.real_pcie_tree).
+SEEN_IN_PROFILE = ("the host's PCIe tree as the fabric profile records it (the real box's "
+                   "lspci -vvv), topology.json sim.real_pcie_tree")
 
-    With only two measured levels, sockets follow the GPUs' NUMA nodes; where those are unknown
-    (typical in a VM) every switch goes under one CPU, so NCCL sees PHB between switches rather
-    than an invented socket boundary.
+
+@dataclass(frozen=True)
+class SeenTree:
+    """The real PCIe tree behind the GPUs, as pcieprof has seen it (never inferred).
+
+    Attributes:
+        switches: GPU groups behind one switch (a GPU on a root port is a group of one).
+        sockets: GPU groups per CPU socket (NUMA node), with `numa` their node ids.
+        numa: the NUMA node of each socket group, in order.
+        source: where the tree was seen.
+    """
+
+    switches: list[list[int]]
+    sockets: list[list[int]]
+    numa: list[int]
+    source: str
+
+
+def seen_tree(topology: Topology) -> SeenTree | None:
+    """The real tree behind a VM's flat one when pcieprof has seen it: the simulated VM's
+    host tree (from the profile, itself read from the real box's lspci). A measured guest
+    cannot see its host's tree, so a measured VM bundle has none; never inferred from
+    bandwidth levels (issue 22 pt 5: NCCL would trust an invented tree)."""
+    tree = (topology.sim or {}).get("real_pcie_tree") if topology.sim else None
+    if not isinstance(tree, dict):
+        return None
+    nodes = {n["bdf"]: n for n in tree.get("nodes", []) if isinstance(n, dict) and "bdf" in n}
+    paths = tree.get("gpu_paths") or {}
+    switch_of: dict[int, str] = {}
+    numa_of: dict[int, int] = {}
+    for idx, path in paths.items():
+        kinds = [(b, nodes.get(b, {}).get("kind")) for b in path[1:]]
+        up = next((b for b, k in kinds if k == "switch_upstream"), path[0])
+        switch_of[int(idx)] = up
+        numa_of[int(idx)] = int(nodes.get(path[-1], {}).get("numa_node") or 0)
+    if not switch_of:
+        return None
+    switches: dict[str, list[int]] = {}
+    for g in sorted(switch_of):
+        switches.setdefault(switch_of[g], []).append(g)
+    sockets: dict[int, list[int]] = {}
+    for g in sorted(numa_of):
+        sockets.setdefault(numa_of[g], []).append(g)
+    return SeenTree(switches=list(switches.values()), sockets=list(sockets.values()),
+                    numa=list(sockets), source=SEEN_IN_PROFILE)
+
+
+def topo_xml(tree: SeenTree, topology: Topology) -> str:
+    """The NCCL_TOPO_FILE text for a tree pcieprof has seen: one <cpu> per socket, one switch
+    per group of more than one GPU (synthetic bus ids: the guest has no such bridge), each GPU
+    under its guest bus id (NCCL matches GPUs by bus id).
 
     Args:
-        inferred: the inferred hierarchy.
-        topology: topology.json (GPU bus ids, links, NUMA nodes).
+        tree: the real tree (seen_tree).
+        topology: topology.json (the guest's GPU bus ids and links).
 
     Raises:
-        ValueError: when a GPU has no bus id (NCCL matches GPUs by bus id).
+        ValueError: when a GPU has no bus id.
     """
     gpus = {g.index: g for g in topology.gpus}
-    missing = [i for i in inferred.gpus if i not in gpus or not gpus[i].bus_id]
+    every = [g for grp in tree.switches for g in grp]
+    missing = [i for i in every if i not in gpus or not gpus[i].bus_id]
     if missing:
         raise ValueError(f"GPU(s) {missing} have no PCI bus id in topology.json")
-    used = {str(gpus[i].bus_id).lower() for i in inferred.gpus}
-    switches = inferred.switch_groups()
-    if len(inferred.pcie_levels()) >= 3:
-        sockets = inferred.socket_groups()
-    else:
-        # two levels cannot tell "through the root complex" from "across sockets": split by the
-        # NUMA nodes the OS reports, and keep everything under one CPU when those are unknown
-        by_numa: dict[Any, list[int]] = {}
-        for grp in switches:
-            by_numa.setdefault(_numa_of(grp, gpus, -1), []).extend(grp)
-        sockets = [sorted(v) for _, v in sorted(by_numa.items(), key=lambda kv: kv[1][0])] \
-            if -1 not in by_numa else [sorted(inferred.gpus)]
+    used = {str(gpus[i].bus_id).lower() for i in every}
     synthetic = _synthetic_busids(used)
     lines = ['<system version="1">']
-    for s_idx, sock in enumerate(sockets):
-        numa = _numa_of(sock, gpus, s_idx)
+    for numa, sock in zip(tree.numa, tree.sockets):
         lines.append(f"  <cpu {_attrs(numaid=numa)}>")
-        for grp in [g for g in switches if set(g) <= set(sock)]:
+        for grp in [g for g in tree.switches if set(g) <= set(sock)]:
             indent = "    "
             if len(grp) > 1:
                 first = gpus[grp[0]]
@@ -151,11 +190,6 @@ def topo_xml(inferred: InferredTopology, topology: Topology) -> str:
     return "\n".join(lines)
 
 
-def _numa_of(group: list[int], gpus: dict[int, Gpu], default: int) -> int:
-    nodes = {int(n) for g in group if (n := gpus[g].numa_node) is not None and n != -1}
-    return nodes.pop() if len(nodes) == 1 else default
-
-
 def _synthetic_busids(used: set[str]) -> Iterator[str]:
     """Bus ids for switches the VM hides, chosen not to collide with any real device seen."""
     for bus in range(0xF0, 0xFF):
@@ -166,17 +200,18 @@ def _synthetic_busids(used: set[str]) -> Iterator[str]:
 
 def write_files(bundle: Bundle, ring: Ring, inferred: InferredTopology | None,
                 topology: Topology | None, *, nchannels: int = 2) -> dict[str, Path]:
-    """Write GRAPH_FILE (always) and TOPO_FILE (when the tree can be described) into the bundle.
+    """Write GRAPH_FILE (always) and TOPO_FILE (when the bundle holds a tree pcieprof has seen)
+    into the bundle.
 
     Returns:
         {"graph": path, "topo": path?}
     """
     paths = {"graph": bundle.write_text(GRAPH_FILE, graph_xml(ring, nchannels=nchannels,
                                                                inferred=inferred))}
-    if inferred is not None and topology is not None and topology.gpus \
-            and len(inferred.pcie_levels()) > 1:
+    tree = seen_tree(topology) if topology is not None and topology.gpus else None
+    if tree is not None and topology is not None:
         try:
-            paths["topo"] = bundle.write_text(TOPO_FILE, topo_xml(inferred, topology))
+            paths["topo"] = bundle.write_text(TOPO_FILE, topo_xml(tree, topology))
         except ValueError:  # a GPU without a bus id: NCCL could not match the file
             pass
     return paths

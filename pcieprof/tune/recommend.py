@@ -35,7 +35,7 @@ from pcieprof.tune.layout import CommandBuilder, rank_layouts
 from pcieprof.tune.nccl_files import GRAPH_FILE, TOPO_FILE, write_files
 from pcieprof.tune.ring import Ring, best_ring, ring_of_order
 from pcieprof.tune.rules import FINDING_RULES, RULES
-from pcieprof.tune.rules.base import RuleContext
+from pcieprof.tune.rules.base import RuleContext, fixed_rank
 from pcieprof.tune.vm_context import bottleneck_why
 from pcieprof.tune.workload import on_the_workload
 from pcieprof.units import size_label
@@ -270,6 +270,8 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
     if layout_rec is not None:
         recs.append(layout_rec)
         recs.sort(key=lambda r: -r.priority)
+    for r in recs:  # rules with a fixed ordering key say so on their card
+        r.ranked_by = r.ranked_by or fixed_rank(r.priority)
     return Recommendations(model=card.name, bottleneck=principal_bottleneck(ctx, recs),
                            provenance=ctx.provenance, recommendations=recs,
                            needs_measuring=list(dict.fromkeys(ctx.needs_measuring)),
@@ -374,7 +376,9 @@ def layout_recommendation(layouts: list[LayoutAdvice], card: ModelCard) -> Recom
                    f"tokens of context"),
         evidence=[top.why, f"compute: {top.compute_source}", f"communication: {top.comm_source}"],
         caveats=list(top.notes)[:4], confidence="predicted",
-        priority=10.0 * gain)
+        priority=10.0 * gain,
+        ranked_by=f"score {10.0 * gain:.1f} = 10 x predicted peak throughput gain, "
+                  f"{gain * 100:+.0f}% (each 10% counts as 1 ms of step gain)")
 
 
 def _write_nccl_files(ctx: RuleContext) -> None:

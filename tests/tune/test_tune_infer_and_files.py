@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -7,9 +8,10 @@ import pytest
 from builders.bundles import two_switch, write_matrix_bundle
 
 from pcieprof.analysis.infer import infer
+from pcieprof.bundle import Bundle
 from pcieprof.bundle.topology import Topology
 from pcieprof.analysis.matrices import gpu_indices, pair_matrix
-from pcieprof.tune.nccl_files import graph_xml, topo_xml, write_files
+from pcieprof.tune.nccl_files import seen_tree, topo_xml, write_files
 from pcieprof.tune.ring import best_ring
 
 SAMPLE_GRAPH = "tool-outputs/nccl_graph_azure_ncv4_4xA100pcie_vm.xml"
@@ -65,7 +67,7 @@ def test_sample_graph_passes_our_nccl_check(samples: Path) -> None:
     assert len(_check_graph_like_nccl(root, 4)) == 10
 
 
-def test_emitted_graph_and_topo_parse_as_nccl_files(vm_bundle, tmp_path: Path, samples: Path) -> None:
+def test_emitted_graph_parses_as_nccl_files_and_no_topo_is_invented(vm_bundle) -> None:
     ring, inferred = _ring_and_inference(vm_bundle)
     paths = write_files(vm_bundle, ring, inferred, vm_bundle.read_doc(Topology))
     root = ET.parse(paths["graph"]).getroot()
@@ -74,39 +76,40 @@ def test_emitted_graph_and_topo_parse_as_nccl_files(vm_bundle, tmp_path: Path, s
     assert chans[1] == [ring.order[0], *reversed(ring.order[1:])]
     g = root.find("graph")
     assert g.get("pattern") == "4" and g.get("id") == "0"
-    # topo: same element vocabulary as the cloud-shipped file, GPUs nested under inferred switches
+    nccl_xml = pytest.importorskip("pcieprof.importers.nccl_xml")
+    (graph,) = nccl_xml.parse_graph_xml(paths["graph"].read_text())["graphs"]
+    assert graph["pattern"] == 4 and graph["channels"][0]["gpus"] == ring.order
+    # the switches of this VM are only inferred from bandwidth: no NCCL_TOPO_FILE (issue 22 pt 5)
+    assert "topo" not in paths and not vm_bundle.has("tune/nccl_topo.xml")
+
+
+def test_topo_of_the_seen_tree_parses_as_nccl_files(sim_vm_bundle: Path, tmp_path: Path,
+                                                    samples: Path) -> None:
+    """The simulated VM's host tree (its profile, read from the real box's lspci): two sockets,
+    four switches of two GPUs, every GPU under its guest bus id."""
+    box = tmp_path / "vm"
+    shutil.copytree(sim_vm_bundle, box)
+    b = Bundle.open(box)
+    ring, inferred = _ring_and_inference(b)
+    paths = write_files(b, ring, inferred, b.read_doc(Topology))
     topo = ET.parse(paths["topo"]).getroot()
     sample = ET.parse(samples / SAMPLE_TOPO).getroot()
     assert topo.tag == "system" and topo.get("version") == "1"
     assert {e.tag for e in topo.iter()} <= {e.tag for e in sample.iter()}
+    assert [c.get("numaid") for c in topo.findall("cpu")] == ["0", "1"]
     switches = [p for p in topo.iter("pci") if p.get("class") == "0x060400"]
-    assert len(switches) == 2
-    for sw in switches:
-        assert len(sw.findall("pci/gpu")) == 4
+    assert [[int(x.get("dev")) for x in sw.findall("pci/gpu")] for sw in switches] == \
+        [[0, 1], [2, 3], [4, 5], [6, 7]]
     busids = [p.get("busid") for p in topo.iter("pci")]
     assert len(busids) == len(set(busids))
     gpu_busids = {p.get("busid") for p in topo.iter("pci") if p.find("gpu") is not None}
-    assert gpu_busids == {g["bus_id"] for g in vm_bundle.read_json("topology.json")["gpus"]}
-
-
-def test_emitted_files_parse_with_the_importer(vm_bundle, tmp_path: Path) -> None:
+    assert gpu_busids == {g["bus_id"] for g in b.read_json("topology.json")["gpus"]}
     nccl_xml = pytest.importorskip("pcieprof.importers.nccl_xml")
-    ring, inferred = _ring_and_inference(vm_bundle)
-    paths = write_files(vm_bundle, ring, inferred, vm_bundle.read_doc(Topology))
-    doc = nccl_xml.parse_graph_xml(paths["graph"].read_text())
-    (graph,) = doc["graphs"]
-    assert graph["pattern"] == 4 and graph["channels"][0]["gpus"] == ring.order
-    topo = nccl_xml.parse_topo_xml(paths["topo"].read_text())
-    assert sorted(g["dev"] for g in topo["gpus"]) == list(range(8))
-    # every GPU sits under one of two inferred switches
-    parents = {g["pci_path"][1] for g in topo["gpus"]}
-    assert len(parents) == 2
-
-
-def test_topo_needs_bus_ids(vm_bundle) -> None:
-    ring, inferred = _ring_and_inference(vm_bundle)
-    topo = vm_bundle.read_doc(Topology)
-    topo.gpus[0].bus_id = None
+    parsed = nccl_xml.parse_topo_xml(paths["topo"].read_text())
+    assert sorted(g["dev"] for g in parsed["gpus"]) == list(range(8))
+    topology = b.read_doc(Topology)
+    topology.gpus[0].bus_id = None
+    tree = seen_tree(topology)
+    assert tree is not None and tree.source.startswith("the host's PCIe tree")
     with pytest.raises(ValueError):
-        topo_xml(inferred, topo)
-    assert "<graphs" in graph_xml(ring, inferred=inferred)
+        topo_xml(tree, topology)

@@ -123,14 +123,16 @@ def test_iommu_rule_in_vm_points_to_the_host(tmp_path: Path) -> None:
     assert "not known from this bundle" in rec.gain_text and "pcieprof compare" in rec.gain_text
 
 
-def test_hidden_switches_give_topo_file_and_ring(tmp_path: Path) -> None:
+def test_hidden_switches_give_a_ring_and_no_invented_topo_file(tmp_path: Path) -> None:
     groups = ([0, 2, 4, 6], [1, 3, 5, 7])
     bw, lat = two_switch(groups, seed=9)
     b = write_matrix_bundle(tmp_path / "vm", bw, lat, flat_vm=True)
     add_allreduce(b, "default", {}, TURIN_DEFAULT)
     res = recommend(b, GLM5, layouts=False)
     rules = _rules(res)
-    assert "topo_file" in rules and b.has("tune/nccl_topo.xml")
+    # switches only inferred from bandwidth: no topology file is invented (issue 22 pt 5)
+    assert "topo_file" not in rules and not b.has("tune/nccl_topo.xml")
+    assert any(m.startswith("NCCL_TOPO_FILE: ") for m in res.needs_measuring)
     ring = rules["ring_order"]
     assert ring.confidence == "predicted"
     assert "NCCL_GRAPH_FILE" in ring.env and b.has("tune/nccl_graph.xml")

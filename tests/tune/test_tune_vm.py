@@ -223,8 +223,11 @@ def test_every_iommu_path_recommendation_carries_its_risk_and_the_host_alternati
     for rec in path_recs:
         assert rec.risks, rec.rule
         if rec.rule == "iommu_acs":  # the host-side card: the risk of each change that helps
-            assert rec.kind == "host" and {k.id for k in rec.risks} == {"serve_on_host",
-                                                                        "guest_real_topology"}
+            # the real topology leaves the best setting's step as it is (9.88 ms) and NCCL's
+            # defaults slower: named apart, never listed as a change (issue 24)
+            assert rec.kind == "host" and {k.id for k in rec.risks} == {"serve_on_host"}
+            assert ("no faster decode step here (the model's numbers: 'What the VM costs'): "
+                    "Give the guest the real topology") in rec.action
             assert "no change for the guest's GPUs: Host kernel: IOMMU passthrough" in rec.action
             assert "blocked on this box: Clear ACS redirect" in rec.action
             assert all(k.sources for k in rec.risks)

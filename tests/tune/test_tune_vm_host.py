@@ -32,15 +32,22 @@ def _rec(vm: Bundle, rule: str):  # type: ignore[no-untyped-def]
     return next((r for r in doc.recommendations if r.rule == rule), None), doc
 
 
-def test_a_vm_gets_the_clique_and_the_mmio_window_with_their_checks(vm: Bundle) -> None:
+def test_a_vm_whose_checks_pass_in_the_guest_is_told_nothing(vm: Bundle) -> None:
+    """The sim VM's guest sees P2P OK on every pair and the full 128 GiB BAR1s."""
     rec, _ = _rec(vm, "vm_enablers")
-    assert rec is not None and rec.kind == "host"
-    assert "host view, not visible from this guest" in rec.gain_text
+    assert rec is None
+
+
+def test_a_small_bar1_in_the_guest_gets_the_mmio_window_and_the_clique(vm: Bundle) -> None:
+    topo = vm.read_doc(Topology)
+    assert topo is not None
+    for g in topo.gpus:
+        g.bar1_bytes = 256 << 20  # what a guest with a small 64-bit window gets
+    rec, = vm_enablers.evaluate(dataclasses.replace(_ctx(vm), topology=topo))
+    assert rec.kind == "host" and "host view, not visible from this guest" in rec.gain_text
     assert "x-nv-gpudirect-clique=0" in rec.action and "nvidia-smi topo -p2p r" in rec.action
-    # 8 x 128 GiB BAR1 = 1 TiB: the window is the next power of two in MiB
-    assert "8 x 128.0 GiB BAR1 = 1024.0 GiB" in rec.action
-    assert "X-PciMmio64Mb,string=2097152" in rec.action and "host-phys-bits=on" in rec.action
-    assert "reports P2P OK on every pair" in rec.gain_text
+    assert "8 x 0.2 GiB BAR1" in rec.action and "host-phys-bits=on" in rec.action
+    assert "X-PciMmio64Mb,string=4096" in rec.action  # the next power of two above 2 GiB
 
 
 def test_a_guest_whose_driver_reports_no_p2p_is_told_to_set_the_clique(vm: Bundle) -> None:
@@ -50,6 +57,9 @@ def test_a_guest_whose_driver_reports_no_p2p_is_told_to_set_the_clique(vm: Bundl
         p.p2p = {"read": "NS", "write": "NS"}
     rec, = vm_enablers.evaluate(dataclasses.replace(_ctx(vm), topology=topo))
     assert rec.priority > 100 and "reports P2P unsupported on 28 pair(s)" in rec.gain_text
+    # 8 x 128 GiB BAR1 = 1 TiB: the window is the next power of two in MiB
+    assert "8 x 128.0 GiB BAR1 = 1024.0 GiB" in rec.action
+    assert "X-PciMmio64Mb,string=2097152" in rec.action
 
 
 def _ctx(vm: Bundle):  # type: ignore[no-untyped-def]

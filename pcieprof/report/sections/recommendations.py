@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from pcieprof.analysis.infer import value_text
 from pcieprof.analysis.provenance import obtained
 from pcieprof.analysis.box import GIB
-from pcieprof.bundle.recommendations import LayoutAdvice, LayoutPoint, Recommendation
+from pcieprof.bundle.recommendations import SCORE_SCALE, LayoutAdvice, LayoutPoint, Recommendation
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
 from pcieprof.report.model import BundleView, Facts, Note, Section, Table
@@ -78,6 +78,7 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         return None
     sec = Section("recommendations", "Recommendations")
     prov = doc.provenance
+    sec.blocks.append(Note(f"Highest score first ({SCORE_SCALE})."))
     sec.blocks.append(RecsBlock(items=doc.recommendations, needs_measuring=doc.needs_measuring))
     verified = [r for r in doc.recommendations if r.verified]
     if verified:
@@ -129,7 +130,8 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         # A command is a paragraph: folded in its own table, the numbers above stay one line a row.
         sec.blocks.append(Table("SGLang command per layout that fits", ["layout", "SGLang command"],
                                 [[lay.label, lay.command] for lay in layouts if lay.fits],
-                                provenance=lprov, collapsed=True))
+                                provenance="predicted: the layouts of the table above",
+                                collapsed=True))
         notes = sorted({n for lay in layouts for n in lay.notes})
         for n in notes:
             sec.blocks.append(Note(n, "missing"))

@@ -62,8 +62,8 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         sec.blocks.append(vm)
     recs = [r for r in doc.recommendations if r.kind != "info"][:TOP]
     if recs:
-        sec.blocks.append(Note(f"Top {len(recs)} change(s), most valuable first "
-                               f"(numbers: {doc.provenance}):"))
+        sec.blocks.append(Note(f"Top {len(recs)} change(s), highest score first (each card says "
+                               f"how it was scored; numbers: {doc.provenance}):"))
         sec.blocks.append(RecsBlock(items=recs, needs_measuring=[], compact=True))
     else:
         sec.blocks.append(Note("No change is supported by the measurements in this bundle."))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import pandas as pd
 
@@ -112,13 +112,29 @@ class RuleContext:
         return per_ar, per_step, (sum(rel) / len(rel) if rel else 0.0)
 
 
-def priority_of(per_step: dict[int, float], rel: float, weight: float = 1.0) -> float:
-    """Ordering key: mean ms saved per decode step over the band (when collectives are counted),
-    else the relative gain; `weight` scales rules whose gain is partly off the decode path."""
+def ranking(per_step: dict[int, float], rel: float, weight: float = 1.0) -> dict[str, Any]:
+    """A gain rule's ordering key and how it was scored, as Recommendation keywords
+    (`priority`, `ranked_by`): 10 x the mean ms saved per decode step over the band (when
+    collectives are counted), else 100 x the relative gain; `weight` scales rules whose gain is
+    partly off the decode path."""
     vals = [v for v in per_step.values() if math.isfinite(v)]
+    scaled = f", x {weight:g} (its gain is mostly at large messages)" if weight != 1.0 else ""
     if vals and any(vals):
-        return weight * 10.0 * sum(vals) / len(vals)
-    return weight * 100.0 * rel
+        mean = sum(vals) / len(vals)
+        batches = sorted(b for b, v in per_step.items() if math.isfinite(v))
+        priority = weight * 10.0 * mean
+        return {"priority": priority,
+                "ranked_by": f"score {priority:.1f} = 10 x mean decode-step gain over batch "
+                             f"{batches[0]}-{batches[-1]}, {mean:.2f} ms{scaled}"}
+    priority = weight * 100.0 * rel
+    return {"priority": priority,
+            "ranked_by": f"score {priority:.1f} = 100 x its relative gain at decode sizes, "
+                         f"{rel * 100:.0f}%{scaled}"}
+
+
+def fixed_rank(priority: float) -> str:
+    """How a rule's fixed ordering key reads on its card."""
+    return f"score {priority:g}, fixed for this kind of finding"
 
 
 def fmt_gain(per_ar: dict[int, float], per_step: dict[int, float], base: Curve | None = None,

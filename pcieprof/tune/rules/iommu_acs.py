@@ -21,7 +21,7 @@ import numpy as np
 from pcieprof.analysis.matrices import gpu_indices, pair_matrix
 from pcieprof.analysis.virtualization import known_state
 from pcieprof.bundle.recommendations import Recommendation, Risk
-from pcieprof.tune.rules.base import RuleContext
+from pcieprof.tune.rules.base import RuleContext, fixed_rank
 from pcieprof.tune.vm import (best_host_change, host_change_line, known_words, step_gain,
                               what_to_measure)
 from pcieprof.tune.vm_context import vm_cost
@@ -116,9 +116,15 @@ def _vm_host_card(ctx: RuleContext, evidence: list[str], slow: bool, broken: boo
         lines = [f"# on the hypervisor host ({cost.source}, all-reduces of a decode step at batch "
                  f"{cost.batches[0]}; each change in the report's 'What the VM costs'):"]
         # how, each risk, why some are blocked: the report's VM section
-        lines += [f"# - {host_change_line(h)}" for h in cost.host_changes
-                  if h.feasible and h.changes_anything]
-        for what, group in (("no change for the guest's GPUs",
+        # Listed as a change only where it makes the step faster: one that leaves the best
+        # setting's step as it is (and NCCL's defaults slower) is named apart, never as a gain.
+        helps = [h for h in cost.host_changes if h.feasible and h.changes_anything
+                 and h.step_best_safe_us[1] < h.step_best_safe_us[0]]
+        lines += [f"# - {host_change_line(h)}" for h in helps]
+        for what, group in (("no faster decode step here (the model's numbers: 'What the VM costs')",
+                             [h for h in cost.host_changes if h.feasible and h.changes_anything
+                              and h not in helps]),
+                            ("no change for the guest's GPUs",
                              [h for h in cost.host_changes if h.feasible and not h.changes_anything]),
                             ("blocked on this box", [h for h in cost.host_changes if not h.feasible])):
             if group:
@@ -131,10 +137,14 @@ def _vm_host_card(ctx: RuleContext, evidence: list[str], slow: bool, broken: boo
                       check=("after the change, run `pcieprof topology` where the GPUs are "
                              f"served and `pcieprof compare {ctx.bundle.path.name} NEW`"),
                       sources=list(h.sources))
-                 for h in cost.host_changes if h.feasible and h.changes_anything]
+                 for h in helps]
         saved_ms = (best.step_best_safe_us[0] - best.step_best_safe_us[1]) / 1e3 if best else 0.0
+        priority = 500 if broken else max(10.0 * saved_ms, 1.0)
         return Recommendation(
-            rule="iommu_acs", kind="host", priority=500 if broken else max(10.0 * saved_ms, 1.0),
+            rule="iommu_acs", kind="host", priority=priority,
+            ranked_by=(fixed_rank(priority) if broken else
+                       f"score {priority:.1f} = 10 x the best host change's {cost.source} step "
+                       f"gain at batch {cost.batches[0] if cost.batches else 1}, {saved_ms:.2f} ms"),
             title="Only the hypervisor host can take the IOMMU and ACS redirect out of the GPUs' path",
             action="\n".join(lines), gain_text=gain,
             evidence=evidence + ([copies] if copies else []) + [

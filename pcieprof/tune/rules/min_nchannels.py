@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pcieprof.units import size_label
 from pcieprof.bundle.recommendations import Recommendation
-from pcieprof.tune.rules.base import MIN_GAIN, RuleContext, priority_of
+from pcieprof.tune.rules.base import MIN_GAIN, RuleContext, ranking
 
 
 def evaluate(ctx: RuleContext) -> list[Recommendation]:
@@ -32,7 +32,7 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
     n = best.env["NCCL_MIN_NCHANNELS"]
     return [Recommendation(
         rule="min_nchannels", kind="env", env={"NCCL_MIN_NCHANNELS": n},
-        action=f"export NCCL_MIN_NCHANNELS={n}", priority=priority_of(per_step, 0.3 * rel, 0.3),
+        action=f"export NCCL_MIN_NCHANNELS={n}", **ranking(per_step, 0.3 * rel, 0.3),
         title=f"Give NCCL at least {n} channels for large all-reduces",
         gain_fraction=rel, gain_us_per_allreduce=per_ar, gain_ms_per_step=per_step,
         gain_text=(f"busbw at {size_label(big)} {b0:.1f} -> {b1:.1f} GB/s ({rel * 100:+.0f}%, "

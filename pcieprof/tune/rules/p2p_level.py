@@ -12,7 +12,7 @@ host-side alternative (pcieprof.tune.vm, pcieprof.tune.vm_context).
 from __future__ import annotations
 
 from pcieprof.bundle.recommendations import Recommendation
-from pcieprof.tune.rules.base import MIN_GAIN, RuleContext, fmt_gain, priority_of
+from pcieprof.tune.rules.base import MIN_GAIN, RuleContext, fmt_gain, ranking
 from pcieprof.tune.vm_context import iommu_path_risk, vm_cost
 
 
@@ -48,7 +48,7 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
                   f"({best.bare.setting}) at {best.size_bytes >> 10} KiB")
     return [Recommendation(
         rule="p2p_level", kind="env", env={"NCCL_P2P_LEVEL": "SYS"},
-        action="export NCCL_P2P_LEVEL=SYS", priority=priority_of(per_step, max(rel, 0.3 * large)),
+        action="export NCCL_P2P_LEVEL=SYS", **ranking(per_step, max(rel, 0.3 * large)),
         title="NCCL refuses P2P that works here: allow it at every distance (NCCL_P2P_LEVEL=SYS)",
         gain_us_per_allreduce=per_ar, gain_ms_per_step=per_step, gain_fraction=rel,
         gain_text=(fmt_gain(per_ar, per_step, base, ctx.band) if rel >= MIN_GAIN else

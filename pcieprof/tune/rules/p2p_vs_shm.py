@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pcieprof.units import size_label
 from pcieprof.bundle.recommendations import Recommendation
-from pcieprof.tune.rules.base import MIN_GAIN, RuleContext, fmt_gain, priority_of
+from pcieprof.tune.rules.base import MIN_GAIN, RuleContext, fmt_gain, ranking
 
 
 def evaluate(ctx: RuleContext) -> list[Recommendation]:
@@ -26,7 +26,7 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
     if rel >= MIN_GAIN:
         return [Recommendation(
             rule="p2p_vs_shm", kind="env", env={"NCCL_P2P_DISABLE": "1"},
-            action="export NCCL_P2P_DISABLE=1", priority=priority_of(per_step, rel),
+            action="export NCCL_P2P_DISABLE=1", **ranking(per_step, rel),
             title="All-reduce is faster through host memory than over P2P: disable NCCL's P2P transport",
             gain_us_per_allreduce=per_ar, gain_ms_per_step=per_step, gain_fraction=rel,
             gain_text=fmt_gain(per_ar, per_step, base, ctx.band),

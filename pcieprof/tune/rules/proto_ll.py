@@ -10,7 +10,7 @@ from __future__ import annotations
 from pcieprof.units import size_label
 from pcieprof.analysis.curves import Curve
 from pcieprof.bundle.recommendations import Recommendation
-from pcieprof.tune.rules.base import MIN_GAIN, RuleContext, fmt_gain, priority_of
+from pcieprof.tune.rules.base import MIN_GAIN, RuleContext, fmt_gain, ranking
 
 
 def crossover(base: Curve, ll: Curve) -> int | None:
@@ -56,7 +56,7 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         evidence.append(f"nccl_choices.json: {nch} channel(s) by default")
     return [Recommendation(
         rule="proto_ll", kind="env", env={"NCCL_PROTO": "LL"}, action="export NCCL_PROTO=LL",
-        priority=priority_of(per_step, rel),
+        **ranking(per_step, rel),
         title="Use NCCL's LL protocol for decode-sized all-reduces",
         gain_us_per_allreduce=per_ar, gain_ms_per_step=per_step, gain_fraction=rel,
         gain_text=fmt_gain(per_ar, per_step, base, ctx.band),

@@ -21,7 +21,7 @@ from pcieprof.tune.communicators import GRAPH_ENV, SOURCES, covered_layouts
 from pcieprof.tune.ring import Ring
 from pcieprof.tune.nccl_files import GRAPH_FILE
 from pcieprof.bundle.recommendations import Recommendation
-from pcieprof.tune.rules.base import MIN_GAIN, RuleContext, fmt_gain, priority_of
+from pcieprof.tune.rules.base import MIN_GAIN, RuleContext, fmt_gain, ranking
 
 
 def crossings(order: list[int], inferred: InferredTopology | None) -> int:
@@ -119,7 +119,7 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
               f"{only})",
         gain_us_per_allreduce=per_ar, gain_ms_per_step=per_step,
         gain_fraction=max(big_gain, rel_decode), gain_text="; ".join(text_parts),
-        priority=priority_of(per_step, max(rel_decode, 0.3 * big_gain)), evidence=ev, confidence=confidence,
+        **ranking(per_step, max(rel_decode, 0.3 * big_gain)), evidence=ev, confidence=confidence,
         caveats=[f"NCCL reads the file in every communicator, SGLang's sub-groups included, and "
                  f"a communicator lacking a GPU the file names does not start ('XML Import "
                  f"Channel : dev N not found'): it covers the layouts whose every communicator "

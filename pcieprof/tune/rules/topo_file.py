@@ -1,9 +1,11 @@
-"""NCCL_TOPO_FILE: tell NCCL the real tree when a VM shows a flat one."""
+"""NCCL_TOPO_FILE: tell NCCL the real tree when a VM shows a flat one, only from a tree
+pcieprof has seen (pcieprof.tune.nccl_files.seen_tree: the host's tree, never one inferred from
+bandwidth levels: NCCL trusts the file, and an invented switch makes it put pairs on P2P)."""
 
 from __future__ import annotations
 
-from pcieprof.tune.nccl_files import TOPO_FILE
 from pcieprof.bundle.recommendations import Recommendation
+from pcieprof.tune.nccl_files import TOPO_FILE, seen_tree
 from pcieprof.tune.rules.base import RuleContext
 from pcieprof.tune.vm_context import iommu_path_risk
 
@@ -12,7 +14,15 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
     t = ctx.inferred
     if t is None or not t.hidden_structure or len(t.levels) < 2 or not ctx.topology.gpus:
         return []
-    groups = " | ".join(",".join(map(str, g)) for g in t.switch_groups())
+    tree = seen_tree(ctx.topology)
+    if tree is None:
+        ctx.needs_measuring.append(
+            "NCCL_TOPO_FILE: the bandwidth levels suggest switches the VM hides, but this bundle "
+            "holds no tree pcieprof has seen (a guest cannot see its host's); pcieprof writes "
+            "none from bandwidth levels. The hypervisor host's `lspci -tv` and `nvidia-smi topo "
+            "-m` show the real one")
+        return []
+    groups = " | ".join(",".join(map(str, g)) for g in tree.switches)
     path = ctx.bundle.path / TOPO_FILE
     # NCCL then sees same-switch pairs as PXB and puts them on P2P: through the IOMMU, if it
     # translates (the model cannot price the file, but the known issue applies all the same)
@@ -23,11 +33,12 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
                                                   "   # written by: pcieprof recommend BUNDLE"),
         priority=20, confidence="predicted",
         title="Describe the real PCIe tree to NCCL (the VM hides the switches)",
-        gain_text=("NCCL's own ring/tree search and P2P-level decisions then see the switches "
-                   f"({groups}); the gain has to be measured (rerun pcieprof topology with it)"),
-        evidence=t.evidence[-3:],
-        caveats=["switch nodes in the file are synthetic (bus ids 0000:f0.. not used by any "
-                 "device); NCCL fills GPU attributes from the running system"]
+        gain_text=(f"NCCL's own ring/tree search and P2P-level decisions then see the "
+                   f"{len(tree.sockets)} socket(s) and the switches ({groups}); the gain has to "
+                   f"be measured (rerun pcieprof topology with it)"),
+        evidence=[f"the tree: {tree.source}", *t.evidence[-2:]],
+        caveats=["switch nodes in the file carry synthetic bus ids (0000:f0.. not used by any "
+                 "guest device); NCCL fills GPU attributes from the running system"]
                 + (["with it NCCL puts the pairs of one switch on its P2P transport, through the "
                     "translating IOMMU"] if risk else []),
         risks=[risk] if risk else [])]

@@ -9,14 +9,16 @@ host's settings; the guest can only check them.
 - 64-bit MMIO window: every GPU's BAR1 must fit the guest firmware's 64-bit PCI window. OVMF sizes
   it from the guest's physical address width (QEMU `-cpu host,host-phys-bits=on`, libvirt
   `<maxphysaddr mode='passthrough'/>`) or from `-fw_cfg name=opt/ovmf/X-PciMmio64Mb,string=MiB`.
-  Check: the BAR1 total NVML reports in the guest (topology.json `bar1_bytes`).
+  Check: the BAR1 total NVML reports in the guest (topology.json `bar1_bytes`) against the card's
+  own (analysis/gpus.toml `bar1_gib`).
+Where both checks pass in the guest the rule says nothing: the host has set both.
 
 The host's own IOMMU and ACS are pcieprof.tune.rules.iommu_acs.
 """
 
 from __future__ import annotations
 
-from pcieprof.analysis.box import GIB, gib
+from pcieprof.analysis.box import GIB, gib, product
 from pcieprof.bundle.recommendations import Recommendation
 from pcieprof.tune.rules.base import RuleContext
 
@@ -42,6 +44,11 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         clique = "the guest's driver reports P2P OK on every pair: a clique (or equal) is set"
     n = len(topo.gpus)
     bars = [g.bar1_bytes for g in topo.gpus if g.bar1_bytes]
+    full = [product(g.name) for g in topo.gpus]
+    bar_ok = len(bars) == n and all(p is not None and p.bar1_gib for p in full) and all(
+        (g.bar1_bytes or 0) >= (p.bar1_gib or 0) * GIB for g, p in zip(topo.gpus, full) if p)
+    if states and not bad and not unknown and bar_ok:
+        return []  # both checks pass in this guest: the host has set both
     total = float(sum(bars)) if len(bars) == n else None
     # the next power of two above the BARs' sum: room for the other BARs and their alignment
     mib = 1 << int(total / (1 << 20)).bit_length() if total else None
