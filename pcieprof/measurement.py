@@ -32,7 +32,8 @@ from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
 from pcieprof.node_group import Member, NodeGroup, NodeLost
 from pcieprof.probe_runner import Launch, ProbeRunner
 from pcieprof.sim.backend import run_plan
-from pcieprof.sim.fabric import DEFAULT_PROFILE, Fabric, load_profile
+from pcieprof.sim.fabric import DEFAULT_PROFILE, load_profile
+from pcieprof.sim.fabric import topology as fabric_topology
 from probes import variants as V
 from probes.plan import Plan, build_plan
 from probes.plan_time import allreduce_case_s, copies_s, minutes
@@ -72,8 +73,9 @@ def resolve_backend(backend: str) -> str:
     return "cpu"
 
 
-def available_devices(backend: str, sim_profile: str | None = None) -> tuple[int, Fabric | None]:
-    """How many devices a backend can run on (cpu: the rank limit), and the sim fabric.
+def available_devices(backend: str, sim_profile: str | None = None) -> int:
+    """How many devices a backend can run on (cuda: GPUs NVML and torch see; sim: the profile's;
+    cpu: the rank limit).
 
     Raises:
         EnvironmentMissing: `cuda` without usable GPUs.
@@ -84,11 +86,10 @@ def available_devices(backend: str, sim_profile: str | None = None) -> tuple[int
         if not n:
             raise EnvironmentMissing(f"--backend cuda: {why}",
                                      hint="use --backend cpu to run without GPUs")
-        return n, None
+        return n
     if backend == "sim":
-        fabric = load_profile(sim_profile or DEFAULT_PROFILE)
-        return len(fabric.gpus), fabric
-    return MAX_CPU_RANKS, None
+        return len(load_profile(sim_profile or DEFAULT_PROFILE).gpus)
+    return MAX_CPU_RANKS
 
 
 def resolve_devices(backend: str, devices: list[int] | None, nranks: int | None,
@@ -201,6 +202,13 @@ class MeasurementSession:
             if self._runner is not None:
                 self._runner.cleanup()
                 self._runner = None
+
+    def machine(self, backend: str) -> dict[str, Any]:
+        """What the plan is built on: the fabric profile's own tree for `sim` (its shared-uplink
+        flows come from it; run_plan writes topology.json), discovery of this machine else."""
+        if backend == "sim":
+            return fabric_topology(load_profile(self.sim_profile))
+        return self.discover().to_json()
 
     def discover(self) -> Topology:
         """Discovery (pcieprof.discover) into topology.json and the manifest's versions; a

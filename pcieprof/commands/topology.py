@@ -35,7 +35,6 @@ from pcieprof.report.context import ReportContext
 from pcieprof.report.console import summarize
 from pcieprof.schema import source_of
 from pcieprof.sim.fabric import DEFAULT_PROFILE
-from pcieprof.sim.fabric import topology as fabric_topology
 from probes import variants as V
 from probes.plan import Plan, build_plan
 from probes.plan_time import estimate
@@ -195,7 +194,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     if backend == "sim" and nnodes > 1:
         raise BadInput("--backend sim models one box", hint="drop --nnodes")
     devs = parse_devices(devices)
-    available, fabric = available_devices(backend, sim_profile)
+    available = available_devices(backend, sim_profile)
     devs = resolve_devices(backend, devs, nranks, available)
     chosen = V.parse_variants(variants)
     kinds = [k.strip() for k in groups.split(",") if k.strip()] if groups else None
@@ -220,8 +219,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     with MeasurementSession(bundle, sim_profile=sim_profile, launch=launch,
                             card=card) as session:
         session.join(devs, backend)  # several nodes: once, before anything is measured
-        # sim: the fabric's own tree picks the shared-uplink flows (run_plan writes it)
-        topo = fabric_topology(fabric) if fabric is not None else session.discover().to_json()
+        topo = session.machine(backend)
         plan = build_plan(backend, devs, quick=quick, variants=chosen, group_kinds=kinds,
                           orders=ring_orders, p2p_sweep=p2p_sweep, timeout_s=timeout_s,
                           topology=topo, max_size=cap, extra_sizes=band.sizes(), nnodes=nnodes)
