@@ -130,3 +130,12 @@ def test_a_bad_rdzv_endpoint_is_exit_2_before_any_bundle(tmp_path: Path) -> None
             "--rdzv-endpoint", "127.0.0.1:41303:5", "--out", str(out))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "--rdzv-endpoint" in r.stderr and not out.exists()
+
+
+def test_nccl_xml_nested_1000_deep_is_one_line_exit_2(tmp_path: Path) -> None:
+    f = tmp_path / "topo.xml"
+    f.write_text('<system version="1">' + "<pci busid='0000:01:00.0'>" * 1000
+                 + "</pci>" * 1000 + "</system>\n")
+    r = cli("import", str(f), "--out", str(tmp_path / "b"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    assert "nested at most" in r.stderr and "internal error" not in r.stderr
