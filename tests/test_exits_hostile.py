@@ -139,3 +139,18 @@ def test_nccl_xml_nested_1000_deep_is_one_line_exit_2(tmp_path: Path) -> None:
     r = cli("import", str(f), "--out", str(tmp_path / "b"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
     assert "nested at most" in r.stderr and "internal error" not in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["bz2", "xz", "zst"])
+def test_a_trace_compressed_other_than_gzip_is_named_so(tmp_path: Path, kind: str) -> None:
+    import bz2
+    import lzma
+
+    body = b'{"traceEvents": []}'
+    data = {"bz2": bz2.compress(body), "xz": lzma.compress(body),
+            "zst": b"\x28\xb5\x2f\xfd" + b"\x00" * 16}[kind]  # a zstd frame's magic (RFC 8878)
+    f = tmp_path / f"rank0.trace.json.{kind}"
+    f.write_bytes(data)
+    r = cli("attribute", str(f), "--out", str(tmp_path / "b"), "-q")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    assert "gzipped" in r.stderr and "malformed" not in r.stderr, r.stderr
