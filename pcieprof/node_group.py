@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import socket
 import threading
 import time
@@ -75,6 +76,10 @@ class Member:
         return cls(node_rank, socket.gethostname(), os.getpid(), bundle, list(devices), backend)
 
 
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+_V6 = re.compile(r"[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?")
+
+
 def parse_endpoint(text: str) -> tuple[str, int]:
     """`HOST:PORT` (or `[v6]:PORT`) -> (host, port).
 
@@ -82,9 +87,13 @@ def parse_endpoint(text: str) -> tuple[str, int]:
         BadInput: no port, or a port out of range.
     """
     host, sep, port = text.strip().rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise BadInput(f"--rdzv-endpoint {text!r}: expected HOST:PORT (e.g. 10.0.0.1:29400)")
+    bracketed = len(host) > 2 and host[0] == "[" and host[-1] == "]"
+    host = host[1:-1] if bracketed else host
+    # a name or IPv4 address; an IPv6 address only in brackets (`h:1:2` is no HOST:PORT)
+    shape = _V6 if bracketed else _HOST
+    if not sep or not shape.fullmatch(host) or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadInput(f"--rdzv-endpoint {text!r}: expected HOST:PORT (e.g. 10.0.0.1:29400, "
+                       "[fd00::1]:29400)")
     return host, int(port)
 
 

@@ -122,3 +122,35 @@ def test_concurrency_past_the_open_file_limit_is_refused_before_the_run(tmp_path
               "1,25000"], _limits(nofile=1024))
     _one_line_exit_2(r, "--concurrency 25000", "open files")
     assert not out.exists()  # nothing was started
+
+
+def test_a_bad_rdzv_endpoint_is_exit_2_before_any_bundle(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    r = cli("topology", "--backend", "cpu", "--nnodes", "2", "--node-rank", "1",
+            "--rdzv-endpoint", "127.0.0.1:41303:5", "--out", str(out))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "--rdzv-endpoint" in r.stderr and not out.exists()
+
+
+def test_nccl_xml_nested_1000_deep_is_one_line_exit_2(tmp_path: Path) -> None:
+    f = tmp_path / "topo.xml"
+    f.write_text('<system version="1">' + "<pci busid='0000:01:00.0'>" * 1000
+                 + "</pci>" * 1000 + "</system>\n")
+    r = cli("import", str(f), "--out", str(tmp_path / "b"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    assert "nested at most" in r.stderr and "internal error" not in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["bz2", "xz", "zst"])
+def test_a_trace_compressed_other_than_gzip_is_named_so(tmp_path: Path, kind: str) -> None:
+    import bz2
+    import lzma
+
+    body = b'{"traceEvents": []}'
+    data = {"bz2": bz2.compress(body), "xz": lzma.compress(body),
+            "zst": b"\x28\xb5\x2f\xfd" + b"\x00" * 16}[kind]  # a zstd frame's magic (RFC 8878)
+    f = tmp_path / f"rank0.trace.json.{kind}"
+    f.write_bytes(data)
+    r = cli("attribute", str(f), "--out", str(tmp_path / "b"), "-q")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    assert "gzipped" in r.stderr and "malformed" not in r.stderr, r.stderr

@@ -163,7 +163,8 @@ def test_endpoints(text: str, want: tuple[str, int]) -> None:
     assert parse_endpoint(text) == want
 
 
-@pytest.mark.parametrize("text", ["host", ":80", "h:0", "h:70000", "h:x"])
+@pytest.mark.parametrize("text", ["host", ":80", "h:0", "h:70000", "h:x", "127.0.0.1:41303:5",
+                                  "[]:80", "a b:80", "-h:80"])
 def test_bad_endpoints(text: str) -> None:
     with pytest.raises(BadInput, match="expected HOST:PORT"):
         parse_endpoint(text)

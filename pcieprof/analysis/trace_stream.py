@@ -632,11 +632,28 @@ def _open(path: Path) -> IO[bytes]:
         f = open(path, "rb")
     except OSError as exc:
         raise BadInput(f"{path}: cannot read trace ({exc.strerror})") from None
-    magic = f.read(2)
+    magic = f.read(6)
     f.seek(0)
-    if magic == b"\x1f\x8b":
+    if magic[:2] == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=f, mode="rb")  # type: ignore[return-value]
+    for head, kind, tool in _OTHER_COMPRESSION:
+        if magic.startswith(head):
+            f.close()
+            raise BadInput(f"{path}: a {kind} file; pcieprof reads traces plain or gzipped",
+                           hint=f"decompress it first: {tool} {path.name}")
     return f
+
+
+#: Magic numbers of the compressions a trace is not read from: (first bytes, name, the command
+#: that undoes it). From each format's specification: bzip2 "BZh", zstd frame 0xFD2FB528 (RFC 8878,
+#: little-endian), xz (xz file format 1.0.4), LZ4 frame 0x184D2204, zip local header "PK\3\4".
+_OTHER_COMPRESSION = (
+    (b"BZh", "bzip2", "bunzip2"),
+    (b"\x28\xb5\x2f\xfd", "zstd", "zstd -d"),
+    (b"\xfd7zXZ\x00", "xz", "unxz"),
+    (b"\x04\x22\x4d\x18", "lz4", "lz4 -d"),
+    (b"PK\x03\x04", "zip", "unzip"),
+)
 
 
 def rank_from_name(path: Path) -> int | None:

@@ -50,6 +50,12 @@ _GRAPH_INT = ("id", "pattern", "crossnic", "nchannels", "samechannels")
 _GRAPH_FLOAT = ("speedintra", "speedinter")
 
 
+#: Deepest element nesting accepted. NCCL's own files nest system > cpu > pci (one level per PCIe
+#: switch) > gpu/nic > net/nvlink: under a dozen levels on real machines; 64 is an assumed bound
+#: far above that and far below Python's recursion limit.
+MAX_DEPTH = 64
+
+
 @dataclass
 class Node:
     """An XML element with the line it starts on."""
@@ -67,6 +73,9 @@ def parse_xml(text: str, name: str) -> Node:
     parser = xml.parsers.expat.ParserCreate()
 
     def start(tag: str, attrs: dict[str, str]) -> None:
+        if len(stack) >= MAX_DEPTH:  # the walks over the tree below recurse: bound it here
+            fail(name, parser.CurrentLineNumber, f"elements nested at most {MAX_DEPTH} deep",
+                 got=f"<{tag}> inside {len(stack)} others")
         node = Node(tag, dict(attrs), parser.CurrentLineNumber)
         if stack:
             stack[-1].children.append(node)
