@@ -1,6 +1,7 @@
 """The CUDA calls the probes make, behind one small interface.
 
-`TorchCuda` is the real thing (torch.cuda). The interface exists so that the timing and
+`TorchCuda` is the real thing (torch.cuda); `Cudart` the few CUDA runtime calls torch does not
+expose, from the libcudart torch has loaded (the one place libcudart is opened). The interface exists so that the timing and
 synchronisation logic of the probes, which this project's CI cannot run on a GPU, can be run on a
 CPU against a stand-in that keeps CUDA's ordering rules (tests/builders/cuda.py): work on
 one stream is ordered, streams are not ordered with each other (torch's streams are created
@@ -10,7 +11,10 @@ has completed, and `synchronize(device)` waits for that device alone.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -145,3 +149,41 @@ class TorchCuda:
             return None
         domain, bus, dev = ids
         return f"{domain:04x}:{bus:02x}:{dev:02x}.0"
+
+
+def find_cudart(maps: Path = Path("/proc/self/maps")) -> str | None:
+    """The libcudart this process has mapped (torch's), or None."""
+    with open(maps, encoding="utf-8") as f:
+        for line in f:
+            if "libcudart" in line:
+                return line.split()[-1]
+    return None
+
+
+class Cudart:
+    """The few CUDA runtime calls torch does not expose, from the libcudart torch has loaded."""
+
+    def __init__(self, maps: Path = Path("/proc/self/maps")) -> None:
+        path = find_cudart(maps)
+        if path is None:
+            path = ctypes.util.find_library("cudart")
+        if path is None:
+            raise OSError("libcudart not found in this process nor on the library path")
+        self.lib = ctypes.CDLL(path)
+        self.lib.cudaMemcpyPeerAsync.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                                 ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p]
+
+    def memcpy_peer(self, dst: torch.Tensor, src: torch.Tensor, nbytes: int,
+                    stream: torch.cuda.Stream) -> None:
+        err = self.lib.cudaMemcpyPeerAsync(dst.data_ptr(), dst.device.index, src.data_ptr(),
+                                           src.device.index, nbytes, stream.cuda_stream)
+        if err != 0:
+            raise RuntimeError(f"cudaMemcpyPeerAsync failed with cudaError {err}")
+
+    def enable_peer(self, device: int, peer: int) -> None:
+        torch.cuda.set_device(device)
+        err = self.lib.cudaDeviceEnablePeerAccess(peer, 0)
+        self.lib.cudaGetLastError()  # the failure is not sticky: leave no error behind
+        if err not in (0, 704):  # 704 = cudaErrorPeerAccessAlreadyEnabled
+            raise RuntimeError(f"cudaDeviceEnablePeerAccess({device}->{peer}) failed with "
+                               f"cudaError {err} although the driver reports peer access")

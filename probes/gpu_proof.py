@@ -458,8 +458,7 @@ def install_wheels(wheels: Path | None, target: Path) -> dict[str, Any]:
 def one_gpu(device: int) -> dict[str, Any]:
     """What one GPU proves of the paths that need two (see the module docstring, step 3)."""
     from probes.allreduce_worker import time_back_to_back, time_graph
-    from probes.gpu_api import TorchCuda
-    from probes.p2p_worker import Cudart
+    from probes.gpu_api import Cudart, TorchCuda
     from probes.pattern import matches, pattern, poison
 
     res: dict[str, Any] = {}

@@ -28,8 +28,6 @@ status=error with no bandwidth.
 from __future__ import annotations
 
 import argparse
-import ctypes
-import ctypes.util
 import datetime
 import os
 import statistics
@@ -42,7 +40,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from probes.gpu_api import CudaApi, TorchCuda
+from probes.gpu_api import CudaApi, Cudart, TorchCuda
 from probes.numa import SYSFS, on_numa_node, pci_numa_node
 from probes.pattern import HOST_END, case_seed, matches, pattern, poison
 from probes.plan import ConcurrentCase, P2PCase, Plan
@@ -276,44 +274,6 @@ class CpuCopier:
 
 # ------------------------------------------------------------------------------------------------
 # cuda backend: one process, every GPU
-
-
-def find_cudart(maps: Path = Path("/proc/self/maps")) -> str | None:
-    """The libcudart this process has mapped (torch's), or None."""
-    with open(maps, encoding="utf-8") as f:
-        for line in f:
-            if "libcudart" in line:
-                return line.split()[-1]
-    return None
-
-
-class Cudart:
-    """The few CUDA runtime calls torch does not expose, from the libcudart torch has loaded."""
-
-    def __init__(self, maps: Path = Path("/proc/self/maps")) -> None:
-        path = find_cudart(maps)
-        if path is None:
-            path = ctypes.util.find_library("cudart")
-        if path is None:
-            raise OSError("libcudart not found in this process nor on the library path")
-        self.lib = ctypes.CDLL(path)
-        self.lib.cudaMemcpyPeerAsync.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                                                 ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p]
-
-    def memcpy_peer(self, dst: torch.Tensor, src: torch.Tensor, nbytes: int,
-                    stream: torch.cuda.Stream) -> None:
-        err = self.lib.cudaMemcpyPeerAsync(dst.data_ptr(), dst.device.index, src.data_ptr(),
-                                           src.device.index, nbytes, stream.cuda_stream)
-        if err != 0:
-            raise RuntimeError(f"cudaMemcpyPeerAsync failed with cudaError {err}")
-
-    def enable_peer(self, device: int, peer: int) -> None:
-        torch.cuda.set_device(device)
-        err = self.lib.cudaDeviceEnablePeerAccess(peer, 0)
-        self.lib.cudaGetLastError()  # the failure is not sticky: leave no error behind
-        if err not in (0, 704):  # 704 = cudaErrorPeerAccessAlreadyEnabled
-            raise RuntimeError(f"cudaDeviceEnablePeerAccess({device}->{peer}) failed with "
-                               f"cudaError {err} although the driver reports peer access")
 
 
 #: Holding a stream before timing (see CudaCopier._leg_times): at least this long, plus this much

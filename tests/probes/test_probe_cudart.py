@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from probes.p2p_worker import Cudart, find_cudart
+from probes.gpu_api import Cudart, find_cudart
 
 # The shape of a real /proc/self/maps line of a process that imported a CUDA build of torch
 # (address range, perms, offset, dev, inode, path).
