@@ -472,23 +472,25 @@ def one_gpu(device: int) -> dict[str, Any]:
     Cudart().memcpy_peer(dst, src, n, stream)
     stream.synchronize()
     res["same_device_peer_copy"] = {"bytes": n, "data_check": matches(dst, n, seed)}
-    # NVML's P2P status of the device with itself, every capability it knows
-    import pynvml
+    # NVML's P2P status of the device with itself, every capability it knows (through the
+    # one NVML wrapper: a call NVML refuses is recorded as its status)
+    from pcieprof.discover.nvml import Missing, Nvml
 
-    pynvml.nvmlInit()
-    try:
-        h = pynvml.nvmlDeviceGetHandleByIndex(device)
-        caps = {k: getattr(pynvml, k) for k in dir(pynvml) if k.startswith("NVML_P2P_CAPS_INDEX_")
-                and k != "NVML_P2P_CAPS_INDEX_UNKNOWN"}
-        status: dict[str, Any] = {}
-        for name, idx in sorted(caps.items(), key=lambda kv: kv[1]):
-            try:
-                status[name] = int(pynvml.nvmlDeviceGetP2PStatus(h, h, idx))
-            except pynvml.NVMLError as exc:
-                status[name] = f"error: {exc}"
-        res["nvml_p2p_status_self"] = status
-    finally:
-        pynvml.nvmlShutdown()
+    nvml = Nvml()
+    status: dict[str, Any] = {}
+    if nvml.init() != "ok":
+        status["nvml"] = nvml.status
+    else:
+        try:
+            h = nvml.handle(device)
+            caps = {k: getattr(nvml.lib, k) for k in dir(nvml.lib)
+                    if k.startswith("NVML_P2P_CAPS_INDEX_") and k != "NVML_P2P_CAPS_INDEX_UNKNOWN"}
+            for name, idx in sorted(caps.items(), key=lambda kv: kv[1]):
+                v = nvml.call("nvmlDeviceGetP2PStatus", h, h, idx)
+                status[name] = v.status if isinstance(v, Missing) else int(v)
+        finally:
+            nvml.shutdown()
+    res["nvml_p2p_status_self"] = status
     # the all-reduce timing loop, eager and captured in a CUDA graph (one rank: an empty sum)
     import datetime
 
