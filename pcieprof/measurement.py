@@ -29,7 +29,8 @@ from pcieprof.discover import versions
 from pcieprof.discover.nvml import device_count
 from pcieprof.discover.topology import discover
 from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
-from pcieprof.node_group import Member, NodeGroup, NodeLost
+from pcieprof.node_group import Member, NodeGroup, NodeLost, read_token
+from pcieprof.peer_plan import accept_cases
 from pcieprof.probe_runner import Launch, ProbeRunner
 from pcieprof.sim.backend import run_plan
 from pcieprof.sim.fabric import DEFAULT_PROFILE, load_profile
@@ -252,7 +253,8 @@ class MeasurementSession:
         self.bundle.set_nodes(layout)  # a run that never joins still says what it tried
         me = Member.here(la.node_rank, str(self.bundle.path.resolve()), devices, backend)
         self.group = group = NodeGroup.join(str(la.rdzv_endpoint), la.nnodes, la.node_rank, me,
-                                            la.rdzv_timeout_s)
+                                            la.rdzv_timeout_s,
+                                            token=read_token(la.rdzv_token_file))
         layout.nodes = [NodeInfo(node_rank=r, host=m.host, pid=m.pid, bundle=m.bundle,
                                  devices=list(m.devices),
                                  gpus=[r * stride + d for d in m.devices])
@@ -305,7 +307,12 @@ class MeasurementSession:
             theirs = Plan.from_dict(group.plan(self.launch.rdzv_timeout_s + 300.0))
         except NodeLost as exc:
             raise EnvironmentMissing(f"rendezvous {group.endpoint}: {exc}") from None
-        plan.allreduce, plan.timeout_s = theirs.allreduce, theirs.timeout_s
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BadInput(f"rendezvous {group.endpoint}: node 0's plan is malformed ({exc})") \
+                from None
+        # only what this node's own command line could give: its deadlines and environment
+        # stay its own, node 0 only picks (and orders) known variants over its devices
+        plan.allreduce = accept_cases(plan, theirs.allreduce)
         if self.bundle.has("plan.json"):
             self.bundle.write_json("plan.json", plan.to_dict())
 

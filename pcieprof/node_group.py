@@ -19,10 +19,20 @@ listens at HOST:PORT, the others connect to it, and each node keeps that one TCP
   lost; the remaining cross-node cases stop at once.
 
 Every wait here has a bound. The messages carry no secrets (host names, paths, device lists).
+
+Trust: the nodes share a token (PCIEPROF_RDZV_TOKEN, or --rdzv-token-file; at least
+MIN_TOKEN bytes) and prove it before anything is accepted: node 0 sends a fresh nonce on
+accepting, a node's hello carries HMAC-SHA256(token, its nonce and node 0's), node 0's welcome
+one over both nonces the other way. The token itself never crosses the wire. A hello that is
+malformed or unproven is refused with one warning on node 0, which goes on waiting. Even then
+a node takes from node 0's plan only what its own command line could give
+(pcieprof.measurement: variants by name, its own sizes, deadlines and environment).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import queue
@@ -45,6 +55,61 @@ LOST_AFTER_S = 20.0
 MAX_LINE = 1 << 22
 #: Seconds between connection attempts of a node waiting for node 0.
 RETRY_S = 0.5
+#: Fewest bytes of a rendezvous token (128 bits).
+MIN_TOKEN = 16
+#: Where the token is read from when no --rdzv-token-file is given.
+TOKEN_ENV = "PCIEPROF_RDZV_TOKEN"
+
+
+def read_token(path: str | None) -> bytes:
+    """The shared rendezvous token: the file `path` (stripped), else $PCIEPROF_RDZV_TOKEN.
+
+    Raises:
+        BadInput: none given, unreadable, or shorter than MIN_TOKEN bytes.
+    """
+    where = f"--rdzv-token-file {path}" if path else f"${TOKEN_ENV}"
+    if path:
+        try:
+            token = open(path, "rb").read(1 << 16).strip()
+        except OSError as exc:
+            raise BadInput(f"--rdzv-token-file {path}: cannot read it ({exc.strerror or exc})") \
+                from None
+    else:
+        token = os.environ.get(TOKEN_ENV, "").strip().encode()
+    if len(token) < MIN_TOKEN:
+        raise BadInput(f"several nodes need a shared rendezvous token of at least {MIN_TOKEN} "
+                       f"bytes ({where} holds {len(token)})",
+                       hint=f"the same secret on every node: export {TOKEN_ENV}=$(openssl rand "
+                            "-hex 16), or --rdzv-token-file on a file both nodes can read")
+    return token
+
+
+def _proof(token: bytes, what: str, n0: str, n1: str) -> str:
+    return hmac.new(token, f"pcieprof-rdzv|{what}|{n0}|{n1}".encode(), hashlib.sha256).hexdigest()
+
+
+def _member_of(hello: dict[str, Any]) -> tuple["Member", int]:
+    """The Member and --nnodes of a hello, its fields checked for type.
+
+    Raises:
+        ValueError: a field missing or of the wrong type (the text says which).
+    """
+    m = hello.get("member")
+    if not isinstance(m, dict):
+        raise ValueError("no member")
+    nnodes = hello.get("nnodes")
+    ints = {"nnodes": nnodes, "node_rank": m.get("node_rank"), "pid": m.get("pid")}
+    for k, v in ints.items():
+        if type(v) is not int:  # bool is an int too
+            raise ValueError(f"{k} {v!r} is not an integer")
+    for k in ("host", "bundle", "backend"):
+        if not isinstance(m.get(k), str):
+            raise ValueError(f"{k} {m.get(k)!r} is not a string")
+    devs = m.get("devices")
+    if not isinstance(devs, list) or any(type(d) is not int for d in devs):
+        raise ValueError(f"devices {devs!r} is not a list of integers")
+    return Member(m["node_rank"], m["host"], m["pid"], m["bundle"], list(devs),
+                  m["backend"]), int(ints["nnodes"] or 0)
 
 
 class NodeLost(Exception):
@@ -114,6 +179,8 @@ class _Peer:
         self.inbox: queue.Queue[dict[str, Any]] = queue.Queue()
         self.lost: str | None = None
         self.left = False  # said goodbye: a close is not a loss
+        self.nonce = ""  # node 0: the challenge sent to this peer
+        self.hello_nonce = ""  # node 0: the nonce of this peer's hello
         self._lock = threading.Lock()
         self._ended = threading.Event()  # the reader thread has stopped
         sock.settimeout(LOST_AFTER_S)
@@ -187,7 +254,9 @@ class NodeGroup:
         members: every node's `Member`, by rank (after the join).
     """
 
-    def __init__(self, endpoint: str, nnodes: int, node_rank: int, timeout_s: float) -> None:
+    def __init__(self, endpoint: str, nnodes: int, node_rank: int, timeout_s: float,
+                 token: bytes = b"") -> None:
+        self.token = token
         self.endpoint = endpoint
         self.host, self.port = parse_endpoint(endpoint)
         self.nnodes = nnodes
@@ -207,15 +276,17 @@ class NodeGroup:
 
     @classmethod
     def join(cls, endpoint: str, nnodes: int, node_rank: int, me: Member,
-             timeout_s: float) -> "NodeGroup":
-        """Meet the other nodes within `timeout_s` seconds.
+             timeout_s: float, *, token: bytes) -> "NodeGroup":
+        """Meet the other nodes within `timeout_s` seconds, each proving `token` (read_token).
 
         Raises:
             EnvironmentMissing: a node did not join (or node 0 did not answer) in time, or the
                 endpoint cannot be listened on.
             BadInput: the nodes disagree (node ranks, number of nodes, backend, devices).
         """
-        group = cls(endpoint, nnodes, node_rank, timeout_s)
+        if len(token) < MIN_TOKEN:
+            raise BadInput(f"rendezvous token shorter than {MIN_TOKEN} bytes")
+        group = cls(endpoint, nnodes, node_rank, timeout_s, token)
         if group.leader:
             group._lead(me)
         else:
@@ -251,7 +322,10 @@ class NodeGroup:
                         f"that it reaches {self.endpoint}"))
                 try:
                     conn, _ = server.accept()
-                    waiting.append(_Peer(conn))
+                    fresh = _Peer(conn)
+                    fresh.nonce = os.urandom(16).hex()
+                    fresh.send({"op": "challenge", "nonce": fresh.nonce})
+                    waiting.append(fresh)
                 except (socket.timeout, TimeoutError):
                     pass
                 for peer in list(waiting):
@@ -263,22 +337,34 @@ class NodeGroup:
                         self._admit(peer, msg)
         finally:
             server.close()
-        welcome = {"op": "welcome", "members": [asdict(m) for _, m in sorted(self.members.items())]}
+        members = [asdict(m) for _, m in sorted(self.members.items())]
         for peer in self.peers.values():
-            peer.send(welcome)
+            peer.send({"op": "welcome", "members": members,
+                       "proof": _proof(self.token, "welcome", peer.nonce, peer.hello_nonce)})
         progress.info(f"rendezvous {self.endpoint}: {self.nnodes} nodes joined")
 
     def _admit(self, peer: _Peer, hello: dict[str, Any]) -> None:
-        """Check one node's hello; a disagreement ends the run on every node (BadInput)."""
+        """Check one node's hello: one that is malformed or does not prove the token is refused
+        with a warning (node 0 goes on waiting); a proven node that disagrees ends the run on
+        every node (BadInput)."""
+        nonce = hello.get("nonce")
+        proof = hello.get("proof")
         try:
-            m = Member(**hello["member"])
-        except (KeyError, TypeError):
-            peer.close()  # not a pcieprof node: ignore it
+            if not isinstance(nonce, str) or not isinstance(proof, str) or not hmac.compare_digest(
+                    proof, _proof(self.token, "hello", peer.nonce, nonce)):
+                raise ValueError("it does not hold this run's rendezvous token")
+            m, nnodes = _member_of(hello)
+        except ValueError as exc:
+            why: str | None = f"refused a hello: {exc}"
+            progress.warn(f"rendezvous {self.endpoint}: {why}")
+            peer.send({"op": "refused", "why": why, "setup": False})
+            peer.close(0.5)
             return
+        peer.hello_nonce = nonce
         me = self.members[0]
         why = None
-        if int(hello.get("nnodes", 0)) != self.nnodes:
-            why = f"node {m.node_rank} was started with --nnodes {hello.get('nnodes')}, node 0 with {self.nnodes}"
+        if nnodes != self.nnodes:
+            why = f"node {m.node_rank} was started with --nnodes {nnodes}, node 0 with {self.nnodes}"
         elif not 0 < m.node_rank < self.nnodes:
             why = f"node rank {m.node_rank} is not in 1..{self.nnodes - 1}"
         elif m.node_rank in self.members:
@@ -322,8 +408,16 @@ class NodeGroup:
             except OSError:
                 time.sleep(min(RETRY_S, max(0.0, deadline - time.monotonic())))
         peer = self.peers[0] = _Peer(sock, 0)
+        nonce = os.urandom(16).hex()
+        try:
+            challenge = self._wait(0, ("challenge",), max(0.0, deadline - time.monotonic()),
+                                   f"{self.endpoint} sent no rendezvous challenge")
+        except NodeLost as exc:
+            raise EnvironmentMissing(f"rendezvous {self.endpoint}: {exc}") from None
+        n0 = str(challenge.get("nonce", ""))
         peer.send({"op": "hello", "nnodes": self.nnodes, "version": __version__,
-                   "member": asdict(me)})
+                   "member": asdict(me), "nonce": nonce,
+                   "proof": _proof(self.token, "hello", n0, nonce)})
         try:  # node 0 decides, by its own deadline: at most one more timeout from now
             msg = self._wait(0, ("welcome", "refused"),
                              max(0.0, deadline - time.monotonic()) + self.timeout_s,
@@ -335,7 +429,22 @@ class NodeGroup:
             if msg.get("setup"):
                 raise EnvironmentMissing(str(msg["why"]))
             raise BadInput(f"rendezvous {self.endpoint}: {msg['why']}")
-        self.members = {int(m["node_rank"]): Member(**m) for m in msg["members"]}
+        proof = msg.get("proof")
+        if not isinstance(proof, str) or not hmac.compare_digest(
+                proof, _proof(self.token, "welcome", n0, nonce)):
+            peer.close(0.5)
+            raise BadInput(f"rendezvous {self.endpoint}: the node there does not hold this "
+                           "run's rendezvous token", hint=f"give every node the same "
+                           f"${TOKEN_ENV} or --rdzv-token-file")
+        try:
+            self.members = {}
+            for m in msg.get("members") or []:
+                member, _ = _member_of({"member": m, "nnodes": self.nnodes})
+                self.members[member.node_rank] = member
+        except (ValueError, AttributeError) as exc:
+            peer.close(0.5)
+            raise BadInput(f"rendezvous {self.endpoint}: node 0's welcome is malformed ({exc})") \
+                from None
         progress.info(f"rendezvous {self.endpoint}: joined ({self.nnodes} nodes)")
 
     def _beat(self) -> None:

@@ -75,6 +75,7 @@ from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.rows import AllReduceRow
 from pcieprof.importers.nccl_log import parse_nccl_log
+from pcieprof.errors import BadInput
 from pcieprof.node_group import NodeGroup, NodeLost, free_port
 from pcieprof.redact import redact
 from probes.nccl_graph import (GraphHeader, check_ring, header_from_dump, not_ring_sizes,
@@ -140,6 +141,7 @@ class Launch:
             listens (pcieprof.node_group); for one launch, where node 0's torchrun agent does.
         rdzv_id: the job id every node passes.
         rdzv_timeout_s: how long the nodes wait for each other, seconds.
+        rdzv_token_file: where the nodes' shared token is (None: $PCIEPROF_RDZV_TOKEN).
     """
 
     nnodes: int = 1
@@ -147,6 +149,7 @@ class Launch:
     rdzv_endpoint: str | None = None
     rdzv_id: str = "pcieprof"
     rdzv_timeout_s: float = 120.0
+    rdzv_token_file: str | None = None
 
     def args(self, scratch: Path) -> list[str]:
         """torchrun's node and rendezvous options; on one node its rendezvous is a FileStore in
@@ -758,7 +761,13 @@ class ProbeRunner:
             if msg["op"] == "end":
                 out["from_node0"] = msg.get("summary")
                 break
-            k, stage, step = int(msg["k"]), str(msg["stage"]), str(msg["step"])
+            k, stage, step, port = msg.get("k"), msg.get("stage"), str(msg.get("step")), \
+                msg.get("port")
+            if type(k) is not int or not 0 <= k < len(self.plan.allreduce) or \
+                    stage not in ("untimed", "timed") or type(port) is not int or \
+                    not 0 < port < 65536:
+                raise BadInput(f"node 0 asked for launch {str(msg)[:200]}: no case of this "
+                               "node's plan")
             started.add(k)
             case = self.plan.allreduce[k]
             name = self._name(case)
@@ -773,7 +782,7 @@ class ProbeRunner:
                 args, log = ["--case", str(k)], f"nccl/{name}.log"
                 env = {**env, **NCCL_DEBUG_ENV} if cuda else env
                 out["cases"] += 1
-            launch = Launch(group.nnodes, group.node_rank, f"{group.host}:{msg['port']}",
+            launch = Launch(group.nnodes, group.node_rank, f"{group.host}:{port}",
                             f"{self.launch.rdzv_id}-ar{k}-{stage}", self.launch.rdzv_timeout_s)
             r = self._run("probes.allreduce_worker", args, len(case.ranks), env,
                           self.bundle.file(log), launch, abort=lambda: group.failed_peer(step))

@@ -38,6 +38,7 @@ LAYER_OF = {
     "pcieprof.sim": "measure", "pcieprof.serve": "measure", "pcieprof.refserver": "measure",
     "pcieprof.probe_runner": "measure", "pcieprof.measurement": "measure",
     "pcieprof.node_group": "measure", "pcieprof.selftest": "measure",
+    "pcieprof.peer_plan": "measure",
     "pcieprof.analysis": "analysis",
     "pcieprof.tune": "tune",
     "pcieprof.report": "report",

@@ -4,15 +4,22 @@ once."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
+from dataclasses import asdict
 from typing import Any
 
 import pytest
 
 from pcieprof.errors import BadInput, EnvironmentMissing
-from pcieprof.node_group import Member, NodeGroup, NodeLost, free_port, parse_endpoint
+from pcieprof.node_group import (TOKEN_ENV, Member, NodeGroup, NodeLost, free_port,
+                                 parse_endpoint, read_token)
+
+
+#: The shared rendezvous token of these tests.
+TOKEN = b"test-token-0123456789abcdef"
 
 
 def _endpoint() -> str:
@@ -31,14 +38,14 @@ def _join_both(endpoint: str, follower: Member, timeout_s: float = 10.0
 
     def lead() -> None:
         try:
-            got["0"] = NodeGroup.join(endpoint, 2, 0, _member(0), timeout_s)
+            got["0"] = NodeGroup.join(endpoint, 2, 0, _member(0), timeout_s, token=TOKEN)
         except BaseException as exc:  # noqa: BLE001 - handed to the test
             got["0"] = exc
 
     t = threading.Thread(target=lead)
     t.start()
     try:
-        one: NodeGroup | BaseException = NodeGroup.join(endpoint, 2, 1, follower, timeout_s)
+        one: NodeGroup | BaseException = NodeGroup.join(endpoint, 2, 1, follower, timeout_s, token=TOKEN)
     except BaseException as exc:  # noqa: BLE001
         one = exc
     t.join(timeout_s + 10)
@@ -114,7 +121,7 @@ def test_node0_alone_names_the_missing_node_within_its_deadline() -> None:
     endpoint = _endpoint()
     t0 = time.monotonic()
     with pytest.raises(EnvironmentMissing) as exc:
-        NodeGroup.join(endpoint, 3, 0, _member(0), 0.5)
+        NodeGroup.join(endpoint, 3, 0, _member(0), 0.5, token=TOKEN)
     assert time.monotonic() - t0 < 3
     assert exc.value.one_line().startswith(
         f"rendezvous {endpoint}: nodes 1, 2 of 3 did not join within 0.5 s")
@@ -126,7 +133,7 @@ def test_a_node_alone_names_node0() -> None:
     t0 = time.monotonic()
     with pytest.raises(EnvironmentMissing, match=f"rendezvous {endpoint}: node 0 did not answer "
                                                  "within 0.5 s"):
-        NodeGroup.join(endpoint, 2, 1, _member(1), 0.5)
+        NodeGroup.join(endpoint, 2, 1, _member(1), 0.5, token=TOKEN)
     assert time.monotonic() - t0 < 5
 
 
@@ -136,7 +143,7 @@ def test_node0_cannot_listen_on_a_port_in_use() -> None:
         busy.listen()
         endpoint = f"127.0.0.1:{busy.getsockname()[1]}"
         with pytest.raises(EnvironmentMissing, match="node 0 cannot listen there"):
-            NodeGroup.join(endpoint, 2, 0, _member(0), 0.5)
+            NodeGroup.join(endpoint, 2, 0, _member(0), 0.5, token=TOKEN)
 
 
 def test_a_node_whose_connection_closes_is_lost_at_once() -> None:
@@ -168,3 +175,86 @@ def test_endpoints(text: str, want: tuple[str, int]) -> None:
 def test_bad_endpoints(text: str) -> None:
     with pytest.raises(BadInput, match="expected HOST:PORT"):
         parse_endpoint(text)
+
+
+def _hello(sock: socket.socket, hello: dict[str, Any]) -> dict[str, Any]:
+    """Read node 0's challenge, send `hello` (a hostile node 1), and return node 0's answer."""
+    f = sock.makefile("rb")
+    challenge = json.loads(f.readline())
+    assert challenge["op"] == "challenge"
+    sock.sendall((json.dumps(hello) + "\n").encode())
+    while True:
+        msg = json.loads(f.readline())
+        if msg.get("op") != "beat":
+            return dict(msg)
+
+
+@pytest.mark.parametrize("bad", [
+    {"nnodes": 2, "member": {**asdict(_member(1)), "node_rank": "1"}},
+    {"nnodes": None, "member": asdict(_member(1))},
+    {"nnodes": 2},
+    {"nnodes": 2, "member": asdict(_member(1)), "nonce": "x", "proof": "0" * 64},
+])
+def test_bad_hellos_are_refused_and_node0_goes_on(bad: dict[str, Any],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    endpoint = _endpoint()
+    host, port = parse_endpoint(endpoint)
+    got: dict[str, Any] = {}
+
+    def lead() -> None:
+        try:
+            got["0"] = NodeGroup.join(endpoint, 2, 0, _member(0), 10.0, token=TOKEN)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            got["0"] = exc
+
+    t = threading.Thread(target=lead)
+    t.start()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            sock = socket.create_connection((host, port), timeout=10)
+            break
+        except OSError:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    with sock:
+        answer = _hello(sock, {"op": "hello", **bad})
+    assert answer["op"] == "refused" and "refused a hello" in answer["why"]
+    one = NodeGroup.join(endpoint, 2, 1, _member(1), 10.0, token=TOKEN)  # node 0 still waits
+    t.join(20)
+    assert isinstance(got["0"], NodeGroup), got["0"]
+    assert "refused a hello" in capsys.readouterr().err
+    one.leave()
+    got["0"].close()
+
+
+def test_a_node0_without_the_token_is_not_believed() -> None:
+    """A fake node 0 (another token) gets node 1's hello but cannot forge the welcome: node 1
+    ends with one line, having taken nothing from it."""
+    endpoint = _endpoint()
+    got: dict[str, Any] = {}
+
+    def fake_lead() -> None:
+        try:
+            got["0"] = NodeGroup.join(endpoint, 2, 0, _member(0), 5.0, token=b"another-token-" * 2)
+        except BaseException as exc:  # noqa: BLE001
+            got["0"] = exc
+
+    t = threading.Thread(target=fake_lead)
+    t.start()
+    with pytest.raises(BadInput, match="rendezvous token"):
+        NodeGroup.join(endpoint, 2, 1, _member(1), 5.0, token=TOKEN)
+    t.join(15)
+
+
+def test_no_token_or_a_short_one_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                            tmp_path: Any) -> None:
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    with pytest.raises(BadInput, match="shared rendezvous token"):
+        read_token(None)
+    monkeypatch.setenv(TOKEN_ENV, "short")
+    with pytest.raises(BadInput, match="holds 5"):
+        read_token(None)
+    f = tmp_path / "tok"
+    f.write_text("x" * 16 + "\n")
+    assert read_token(str(f)) == b"x" * 16

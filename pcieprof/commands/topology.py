@@ -29,7 +29,7 @@ from pcieprof.measurement import (
     resolve_backend,
     resolve_devices,
 )
-from pcieprof.node_group import parse_endpoint
+from pcieprof.node_group import parse_endpoint, read_token
 from pcieprof.probe_runner import Launch
 from pcieprof.report.context import ReportContext
 from pcieprof.report.console import summarize
@@ -49,12 +49,12 @@ NETWORK_ENV = ("NCCL_SOCKET_IFNAME", "NCCL_SOCKET_FAMILY", "NCCL_IB_HCA", "NCCL_
 
 
 def node_launch(nnodes: int, node_rank: int | None, endpoint: str | None,
-                timeout_s: float) -> Launch:
+                timeout_s: float, token_file: str | None = None) -> Launch:
     """The run's node options, checked.
 
     Raises:
         BadInput: --nnodes below 1, several nodes without --node-rank or --rdzv-endpoint, a
-            node rank out of range, a bad endpoint or timeout.
+            node rank out of range, a bad endpoint or timeout, no shared token (read_token).
     """
     if nnodes < 1:
         raise BadInput(f"--nnodes {nnodes}: needs at least 1")
@@ -72,8 +72,9 @@ def node_launch(nnodes: int, node_rank: int | None, endpoint: str | None,
     parse_endpoint(endpoint)
     if timeout_s <= 0:
         raise BadInput(f"--rdzv-timeout {timeout_s:g}: must be positive")
+    read_token(token_file)  # checked before the bundle exists; read again at the join
     return Launch(nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=endpoint.strip(),
-                  rdzv_timeout_s=timeout_s)
+                  rdzv_timeout_s=timeout_s, rdzv_token_file=token_file)
 
 
 def parse_devices(text: str | None) -> list[int] | None:
@@ -146,6 +147,10 @@ def parse_size(text: str | None) -> int | None:
 @click.option("--rdzv-timeout", "rdzv_timeout_s", type=float, default=120.0, show_default=True,
               help="Seconds the nodes wait for each other to join; past it the run ends with one "
               "line naming the missing node (exit 3).")
+@click.option("--rdzv-token-file", default=None, metavar="PATH",
+              help="File holding the secret every node shares (several nodes; at least 16 bytes; "
+              "default: $PCIEPROF_RDZV_TOKEN): a node proves it before the others accept "
+              "anything from it.")
 @click.option("--probes", "probe_set", default="copies,allreduce", show_default=True,
               metavar="copies,allreduce", help="Which probes to run: the copy probes (P2P matrix, "
               "h2d/d2h, concurrent traffic) and/or the all-reduce sweep.")
@@ -161,7 +166,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
             quick: bool, variants: str | None, groups: str | None, orders: tuple[str, ...],
             p2p_sweep: bool, timeout_s: float, max_size: str | None, nnodes: int,
             node_rank: int | None, rdzv_endpoint: str | None, rdzv_timeout_s: float,
-            probe_set: str, model: str, no_report: bool, out: Path | None, force: bool) -> None:
+            rdzv_token_file: str | None, probe_set: str, model: str, no_report: bool, out: Path | None, force: bool) -> None:
     """Discover GPUs, PCIe tree, IOMMU/ACS/VM; probe P2P copies, concurrent traffic and the
     all-reduce sweep; write a bundle and report.html.
 
@@ -189,7 +194,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
         raise BadInput(f"--timeout {timeout_s:g}: must be positive")
     if sim_profile and backend != "sim":
         raise BadInput("--sim-profile goes with --backend sim")
-    launch = node_launch(nnodes, node_rank, rdzv_endpoint, rdzv_timeout_s)
+    launch = node_launch(nnodes, node_rank, rdzv_endpoint, rdzv_timeout_s, rdzv_token_file)
     backend = resolve_backend(backend)
     if backend == "sim" and nnodes > 1:
         raise BadInput("--backend sim models one box", hint="drop --nnodes")

@@ -23,6 +23,12 @@ RUN = pcieprof_argv("topology", "--backend", "cpu", "--quick", "--probes", "allr
                     "--max-size", "64", "--no-report")
 
 
+@pytest.fixture(autouse=True)
+def _token(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every node of these runs shares one rendezvous token (the nodes inherit it)."""
+    monkeypatch.setenv("PCIEPROF_RDZV_TOKEN", "multinode-test-token-0123456789")
+
+
 def _node(rank: int, out: Path, endpoint: str, *extra: str) -> subprocess.Popen[str]:
     return subprocess.Popen(RUN + ["--nnodes", "2", "--node-rank", str(rank),
                                    "--rdzv-endpoint", endpoint, "--out", str(out), *extra],
@@ -181,6 +187,8 @@ def test_a_node_killed_mid_sweep_stops_the_cross_node_cases_at_once(tmp_path: Pa
     (["--nnodes", "2", "--node-rank", "1"], "--nnodes 2 needs --rdzv-endpoint"),
     (["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "nohost"], "expected HOST:PORT"),
     (["--node-rank", "1"], "--node-rank 1 needs --nnodes above 1"),
+    (["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "127.0.0.1:1",
+      "--rdzv-token-file", "/nonexistent/tok"], "--rdzv-token-file /nonexistent/tok: cannot read"),
     (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1", "--ring-order",
       "1,0"], "--ring-order orders the GPUs of one node"),
     (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1", "--backend", "sim"],
@@ -190,3 +198,12 @@ def test_bad_node_options_get_one_line(tmp_path: Path, argv: list[str], says: st
     r = cli("topology", "--backend", "cpu", "--out", str(tmp_path / "b"), *argv)
     assert r.returncode == 2
     assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_several_nodes_without_a_shared_token_stop_before_the_bundle(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PCIEPROF_RDZV_TOKEN")
+    r = cli("topology", "--backend", "cpu", "--out", str(tmp_path / "b"), "--nnodes", "2",
+            "--node-rank", "1", "--rdzv-endpoint", "127.0.0.1:1")
+    assert r.returncode == 2 and "shared rendezvous token" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "b").exists()
