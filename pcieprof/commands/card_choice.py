@@ -22,7 +22,8 @@ def card_for(model: str | None, bundles: Sequence[Bundle]) -> ModelCard:
 
     Args:
         model: --model as given, or None.
-        bundles: the bundles read; the first that records a card decides when --model is None.
+        bundles: the bundles read; the first decides when --model is None (its recorded card,
+            or the default card where it records none).
 
     Raises:
         BadInput: an unknown --model, or a bundle whose recorded card cannot be found here and
@@ -38,6 +39,16 @@ def card_for(model: str | None, bundles: Sequence[Bundle]) -> ModelCard:
         return card
     if not records:
         return load_card(DEFAULT_CARD)
+    if bundles[0].model() is None:
+        # A bundle made before cards were recorded was read with the default card then: the
+        # first bundle decides, so a search bundle's stand-in card given after it does not.
+        card = load_card(DEFAULT_CARD)
+        others = sorted({r.short() for _, r in records if r.hash != card.content_hash})
+        if others:
+            progress.info(f"model: {card.name} (the default; {bundles[0].path} records no card); "
+                          f"the other bundles were made for {', '.join(others)} (pass --model "
+                          "to choose)")
+        return card
     b, r = records[0]
     card = _reload(b, r)
     others = sorted({o.short() for _, o in records[1:] if o.hash != r.hash})

@@ -15,6 +15,7 @@ from pcieprof.bundle import Bundle
 from pcieprof.cards import load_card
 
 CONFIGS = Path(__file__).resolve().parents[1] / "data" / "cards"
+OLD = Path(__file__).resolve().parents[1] / "data" / "bundle_schema2" / "sim_vm_4gpu"  # no card
 ARCHITECTURES = ("glm-5", "qwen3-235b-a22b", "gpt-oss-120b", "llama-3.1-70b")
 
 
@@ -80,6 +81,12 @@ def test_readers_use_the_recorded_card_and_say_when_told_another(tmp_path: Path)
     assert r.returncode == 0, r.stderr
     assert "time_us@8KiB" in r.stdout  # hidden 4096 x bf16 at batch 1: qwen's, the first bundle's
     assert "glm5-nvfp4" in r.stderr  # the other bundle's card is named
+    # a bundle that records no card was made for the default one: given first, it decides
+    r = cli("compare", str(OLD), str(other.path), "--all")
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("model:")]
+    assert len(lines) == 1 and "records no card" in lines[0] and "qwen3-235b-a22b" in lines[0]
+    assert "time_us@12KiB" in r.stdout  # hidden 6144 x bf16 at batch 1: the default card's
 
 
 def test_a_recorded_card_that_is_gone(tmp_path: Path) -> None:
