@@ -32,7 +32,7 @@ LAYER_OF = {
     "pcieprof.progress": "foundation", "pcieprof.units": "foundation",
     "pcieprof.cards": "foundation", "pcieprof.redact": "foundation",
     "pcieprof.parent_death": "foundation", "pcieprof.loopback": "foundation",
-    "pcieprof.proc_group": "foundation",
+    "pcieprof.proc_group": "foundation", "pcieprof.aio": "foundation",
     "pcieprof.bundle": "bundle",
     "probes": "measure", "pcieprof.discover": "measure", "pcieprof.importers": "measure",
     "pcieprof.sim": "measure", "pcieprof.serve": "measure", "pcieprof.refserver": "measure",

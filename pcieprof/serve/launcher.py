@@ -29,7 +29,7 @@ from typing import IO, Callable
 
 import aiohttp
 
-from pcieprof import proc_group, progress
+from pcieprof import aio, proc_group, progress
 from pcieprof.bundle.serve_search import Outcome
 from pcieprof.redact import redact, remember_environ, unfinished_at
 from pcieprof.serve.outcomes import ACCESS, PROGRESS, Classified, classify
@@ -55,7 +55,7 @@ def http_get(url: str, timeout_s: float = 5.0, max_bytes: int = 1 << 20) -> tupl
     drips bytes is cut off at the deadline); (status, body of at most `max_bytes`), status 0 when
     nothing usable answered (no connection, garbage or truncated HTTP, the deadline)."""
     try:
-        return asyncio.run(_get(url, timeout_s, max_bytes))
+        return aio.run(_get(url, timeout_s, max_bytes))
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
         return 0, b""
 

@@ -13,7 +13,6 @@ analysis: the serve-bench command does it after this pipeline (pcieprof.analysis
 
 from __future__ import annotations
 
-import asyncio
 import json
 import platform
 import time
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from pcieprof import progress
+from pcieprof import aio, progress
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.rows import DecodeCurveRow
 from pcieprof.bundle.serve_search import NOT_A_RESULT, Outcome, SearchEnd
@@ -362,7 +361,7 @@ def _benchmark(bundle: Bundle, opts: BenchOptions, base_url: str, server: Server
             bar.advance(1, description=f"load {r.run}")
 
         for spec in specs:
-            recs, dur = asyncio.run(run_load(base_url, spec, on_done=on_done))
+            recs, dur = aio.run(run_load(base_url, spec, on_done=on_done))
             s = summarize(recs, label=spec.label, concurrency=spec.concurrency,
                           request_rate=spec.request_rate, duration_s=dur)
             summary.runs.append(s)
@@ -377,7 +376,7 @@ def _benchmark(bundle: Bundle, opts: BenchOptions, base_url: str, server: Server
             progress.info(f"decode curve: batch {row.batch_size}: "
                           f"{row.step_time_ms:.2f} ms/step ({row.window})")
 
-        asyncio.run(decode_curve.measure_curve(
+        aio.run(decode_curve.measure_curve(
             base_url, batch_sizes=opts.decode_batches, api=opts.api, input_len=16,
             output_len=opts.decode_output_len, seed=opts.seed, vocab_high=opts.vocab_high,
             backend=backend, timeout_s=opts.request_timeout_s, on_row=on_row))
@@ -447,7 +446,7 @@ def _profile(bundle: Bundle, opts: BenchOptions, base_url: str, nranks: int) -> 
                     num_requests=16, concurrency=8, warmup=0, seed=opts.seed + 99,
                     vocab_high=opts.vocab_high, timeout_s=opts.request_timeout_s)
     progress.info(f"profiling {opts.profile_steps} steps on {nranks} rank(s) via /start_profile")
-    record = asyncio.run(profiling.capture(base_url, staging, dest, nranks=nranks,
+    record = aio.run(profiling.capture(base_url, staging, dest, nranks=nranks,
                                            num_steps=opts.profile_steps, profile_by_stage=True,
                                            load=load, timeout_s=min(300.0, opts.request_timeout_s)))
     profiling.write_index(dest, record)

@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import aiohttp
 
+from pcieprof import aio
 from pcieprof.bundle.serve_search import Outcome
 from pcieprof.errors import BadInput
 from pcieprof.redact import redact
@@ -255,7 +256,7 @@ def _ready_and_probe(att: Attempt, server: ServerProcess, base_url: str, t0: flo
         return
     att.time_to_ready_s = round(time.monotonic() - t0, 3)
     try:
-        att.probe = asyncio.run(probe_tokens(base_url, tokens=probe_tokens_n, n=probe_requests,
+        att.probe = aio.run(probe_tokens(base_url, tokens=probe_tokens_n, n=probe_requests,
                                              timeout_s=probe_timeout_s, vocab_high=vocab_high))
     except OSError as exc:
         att.probe = {"ok": False, "errors": [str(exc)]}
