@@ -27,6 +27,7 @@ import csv
 import io
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from pcieprof.analysis.trace_stream import IJSON_BACKEND, READER, RankTrace, rea
 from pcieprof.bundle.attribution import StepAttribution
 from pcieprof.bundle.document import decode as decode_doc, encode
 from pcieprof.errors import BadInput
+from pcieprof.parent_death import set_parent_death_signal
 
 ATTRIBUTION_VERSION = 1
 _BIT_CLASS = {v: k for k, v in CLASS_BIT.items() if v}
@@ -402,11 +404,17 @@ def attribute_traces(paths: list[Path], bundle: Any | None = None, classes: Path
                 results.append(analyze_rank(*a))
                 bar.advance()
         else:
-            with ProcessPoolExecutor(max_workers=n) as pool:
+            with worker_pool(n) as pool:
                 futs = [pool.submit(analyze_rank, *a) for a in args]
-                for f in futs:
-                    results.append(f.result())
-                    bar.advance()
+                try:
+                    for f in futs:
+                        results.append(f.result())
+                        bar.advance()
+                except BaseException:
+                    # Ctrl-C, SIGTERM or a failed rank: the other workers' files are not
+                    # wanted any more; stop them now rather than wait out their parse
+                    _kill_workers(pool)
+                    raise
     _settle_ranks(results)
     results.sort(key=lambda r: r["rank"])
     for r in results:
@@ -417,6 +425,27 @@ def attribute_traces(paths: list[Path], bundle: Any | None = None, classes: Path
     if bundle is not None:
         write_bundle(bundle, doc)
     return doc
+
+
+def _worker_start(parent: int) -> None:
+    """In each worker: die with pcieprof (SIGKILL, even when pcieprof is SIGKILLed: a worker
+    holds only its own parse), and leave Ctrl-C to the parent, which stops the workers."""
+    set_parent_death_signal(signal.SIGKILL, parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def worker_pool(n: int) -> ProcessPoolExecutor:
+    """The pool of `n` attribute workers, none of which outlives this process."""
+    return ProcessPoolExecutor(max_workers=n, initializer=_worker_start,
+                               initargs=(os.getpid(),))
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _settle_ranks(results: list[dict[str, Any]]) -> None:

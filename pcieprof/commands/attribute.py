@@ -3,6 +3,8 @@ is communication, from traces and from the analytic model, side by side."""
 
 from __future__ import annotations
 
+import signal
+
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +109,9 @@ def command(traces: tuple[Path, ...], classes: Path | None, drop_last_step: bool
                            source="measured", backend="imported", force=force,
                            inputs=[*traces, *(p for p in (classes, topology, serve_dir) if p)])
     doc: dict[str, Any] | None = None
+    # SIGTERM and SIGHUP end the run as Ctrl-C does: workers stopped, the bundle partial, one
+    # line, exit 130 (a SIGKILL leaves no worker either: pcieprof.analysis.attribution)
+    previous = {sig: signal.signal(sig, _as_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         if paths:
             doc = attribute_traces(paths, bundle, classes, drop_last_step=drop_last_step,
@@ -116,9 +121,15 @@ def command(traces: tuple[Path, ...], classes: Path | None, drop_last_step: bool
         if model and topo_b:
             rows = _model_table(bundle, model, topo_b, serve_b, doc, tp, ep, pp, dp_attention,
                                 deepep, mtp, variant, _batches(batches))
+    except KeyboardInterrupt:
+        bundle.interrupted("interrupted")  # the CLI names the partial bundle (pcieprof.cli)
+        raise
     except BaseException as exc:
         bundle.interrupted(f"{type(exc).__name__}: {exc}")
         raise
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
     bundle.finish()
     if doc:
         _summary(doc)
@@ -126,6 +137,10 @@ def command(traces: tuple[Path, ...], classes: Path | None, drop_last_step: bool
         _model_summary(rows)
     progress.info(f"bundle: {bundle.path}  (report: pcieprof report {bundle.path})")
     click.echo(f"wrote {bundle.path}")
+
+
+def _as_interrupt(_sig: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _model_table(bundle: Bundle, model: str, topology: Bundle, serve: Bundle | None,
