@@ -57,6 +57,10 @@ class CudaApi(Protocol):
     def synchronize(self, device: int) -> None:
         """Wait for all work on `device` (that device only, as cudaDeviceSynchronize)."""
 
+    def device_of(self, stream: Any) -> int:
+        """The device `stream` belongs to (events of two devices cannot be timed against each
+        other: torch.cuda.Event.elapsed_time)."""
+
     def wait(self, stream: Any, event: Any) -> None:
         """Make work queued on `stream` from now on wait for `event` (which may belong to
         another device: cudaStreamWaitEvent)."""
@@ -108,6 +112,9 @@ class TorchCuda:
 
     def synchronize(self, device: int) -> None:
         torch.cuda.synchronize(device)
+
+    def device_of(self, stream: torch.cuda.Stream) -> int:
+        return int(stream.device_index)
 
     def wait(self, stream: torch.cuda.Stream, event: torch.cuda.Event) -> None:
         stream.wait_event(event)

@@ -276,7 +276,7 @@ class CpuCopier:
 # cuda backend: one process, every GPU
 
 
-#: Holding a stream before timing (see CudaCopier._leg_times): at least this long, plus this much
+#: Holding a stream before timing (see CudaCopier._leg_spans): at least this long, plus this much
 #: per queued copy (torch's copy_ and cudaMemcpyPeerAsync take a few us of host time each), and
 #: if the start event still fired before the host had queued everything, up to this many tries,
 #: each hold 4x longer.
@@ -346,9 +346,10 @@ class CudaCopier:
         """Work on `device`'s default stream (fills, poison); _sync_all orders it before copies."""
         self.api.enqueue(self.api.current_stream(device), op)
 
-    def _leg_times(self, leg: Leg, iters: int) -> tuple[list[float], bool]:
-        """Seconds per stream for `iters` rounds of the leg's copies, the (stream, copy) pairs of a
-        leg running at once, and whether the start was held.
+    def _leg_spans(self, leg: Leg, iters: int) -> tuple[list[tuple[float, float]], bool]:
+        """Each stream's (start, end) in seconds after the release, for `iters` rounds of the
+        leg's copies (the (stream, copy) pairs of a leg running at once), and whether the start
+        was held.
 
         As cuda-samples' p2pBandwidthLatencyTest does with its delay kernel, the copies are held
         until the host has queued them all, so they start back to back and the host's queueing
@@ -356,46 +357,57 @@ class CudaCopier:
         that every other stream of the leg waits for (cudaStreamWaitEvent takes an event of
         another device), so all the leg's streams are released at one moment. A spin kernel per
         stream, sized from the clock rate, released each stream at its own moment (an idle GPU's
-        spin can last several times longer), while concurrent totals assume the flows start
-        together (issue 23 pt 7). If the gate has already opened when the queueing is done, the
-        hold was too short: the round is repeated with a 4x longer hold.
+        spin can last several times longer; issue 23 pt 7). If the gate has already opened when
+        the queueing is done, the hold was too short: the round is repeated with a 4x longer hold.
+
+        Each flow's own start and end are timed, not assumed: a stream can still start late
+        (work queued on it before, a late wake on the gate). torch's Event.elapsed_time takes two
+        events of one device, so each device has an anchor, the moment its first stream of the
+        leg passed the gate (on the gate's own device, the gate itself), and every stream is
+        timed from its device's anchor. The anchors of different devices are taken as one moment,
+        the gate's: they are released by the same event.
         """
         hold = max(HOLD_MIN_S, iters * len(leg) * HOLD_PER_COPY_S)
         held = False
-        times: list[float] = []
+        spans: list[tuple[float, float]] = []
         first = leg[0][0]
         for _ in range(HOLD_TRIES):
             self.api.block(first, hold)
             gate = self.api.event()
             gate.record(first)
+            anchors: dict[int, Any] = {self.api.device_of(first): gate}
             marks = []
             for stream, _ in leg:
                 if stream is not first:
                     self.api.wait(stream, gate)
+                dev = self.api.device_of(stream)
+                if dev not in anchors:
+                    anchors[dev] = self.api.event()
+                    anchors[dev].record(stream)
                 e0, e1 = self.api.event(), self.api.event()
                 e0.record(stream)
-                marks.append((e0, e1))
+                marks.append((anchors[dev], e0, e1))
             for _ in range(iters):
                 for stream, op in leg:
                     self.api.enqueue(stream, op)
-            for (stream, _), (_, e1) in zip(leg, marks):
+            for (stream, _), (_, _, e1) in zip(leg, marks):
                 e1.record(stream)
             held = not gate.query()
-            for _, e1 in marks:
+            for _, _, e1 in marks:
                 e1.synchronize()
-            times = [e0.elapsed_time(e1) / 1e3 for e0, e1 in marks]
+            spans = [(a.elapsed_time(e0) / 1e3, a.elapsed_time(e1) / 1e3) for a, e0, e1 in marks]
             if held:
                 break
             hold *= 4
-        return times, held
+        return spans, held
 
     def _timed(self, legs: list[Leg], iters: int) -> tuple[float, bool]:
-        """Run legs one after the other. Returns (seconds: the sum over legs of the slowest
-        stream's event time, every leg held)."""
+        """Run legs one after the other. Returns (seconds: the sum over legs of each leg's span,
+        its first stream's start to its last stream's end, every leg held)."""
         total, held = 0.0, True
         for leg in legs:
-            times, ok = self._leg_times(leg, iters)
-            total += max(times)
+            spans, ok = self._leg_spans(leg, iters)
+            total += max(t1 for _, t1 in spans) - min(t0 for t0, _ in spans)
             held &= ok
         return total, held
 
@@ -502,11 +514,10 @@ class CudaCopier:
             leg.append((st, partial(self._peer, dst, src, s, st)))
             checks.append((dst, seed))
         self._sync_all()
-        times, held = self._leg_times(leg, case.iters)
+        # each flow's own (start, end) from the release: concurrent_rows prices the total over
+        # the first start to the last end, each flow over its own span
+        spans, held = self._leg_spans(leg, case.iters)
         self._sync_all()
-        # every flow was released by one gate after all were queued: each starts at 0 (the
-        # gate), ends after its own event time
-        spans = [(0.0, t) for t in times]
         ok = [matches(t, s, seed) for t, seed in checks]
         return spans, ok, "" if held else ("the stream hold ended before all copies were "
                                            "queued: the time includes host queueing")

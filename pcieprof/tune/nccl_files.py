@@ -17,6 +17,8 @@ and clouds ship (../shared/samples/tool-outputs/nccl_graph_azure_ncv4_4xA100pcie
   every attribute left out (sm, rank, gdr, CPU affinity/arch/vendor) from the running system
   (the "if unset" branches of ncclTopoGetXmlFromGpu / ncclTopoGetXmlFromCpu), so only what the VM
   hides is written: which GPUs share a switch and which CPU (NUMA node) each switch hangs off.
+  In a VM the link speed is left out too (`_link_attrs`: the guest's maximum generation can be
+  its virtual root port's).
   Only from a tree pcieprof has seen (`seen_tree`), never one inferred from bandwidth levels.
 """
 
@@ -91,12 +93,20 @@ def graph_xml(ring: Ring, *, nchannels: int = 2, inferred: InferredTopology | No
     return "\n".join(lines)
 
 
-def _link_attrs(gpu: Gpu) -> dict[str, Any]:
+def _link_attrs(gpu: Gpu, vm: bool) -> dict[str, Any]:
+    """link_speed/link_width of a pci node. In a VM the link speed is left out (NCCL then reads
+    it itself, as for any attribute the file leaves unset): NVML's maximum link generation
+    (nvmlDeviceGetMaxPcieLinkGeneration, "possible with this device and system") is bounded by
+    the guest's virtual root port, which a KVM guest may show as an older generation than the
+    real slot, and the current generation drops at idle, so neither is the real link's speed
+    and pcieprof does not write a guess into NCCL_TOPO_FILE as fact (issue 23 pt 8)."""
     pcie = gpu.pcie or {}
-    gen = pcie.get("gen_max") or pcie.get("gen_current")
     width = pcie.get("width_max") or pcie.get("width_current")
-    return {"link_speed": _PCI_GEN_SPEED.get(int(gen), "") if gen else "",
-            "link_width": int(width) if width else 0}
+    attrs: dict[str, Any] = {"link_width": int(width) if width else 0}
+    if not vm:
+        gen = pcie.get("gen_max") or pcie.get("gen_current")
+        attrs = {"link_speed": _PCI_GEN_SPEED.get(int(gen), "") if gen else "", **attrs}
+    return attrs
 
 
 #: Where the real tree of a simulated VM comes from (topology.json sim.real_pcie_tree).
@@ -168,6 +178,7 @@ def topo_xml(tree: SeenTree, topology: Topology) -> str:
     if missing:
         raise ValueError(f"GPU(s) {missing} have no PCI bus id in topology.json")
     used = {str(gpus[i].bus_id).lower() for i in every}
+    vm = bool(topology.virtualization.is_vm)
     synthetic = _synthetic_busids(used)
     lines = ['<system version="1">']
     for numa, sock in zip(tree.numa, tree.sockets):
@@ -176,11 +187,11 @@ def topo_xml(tree: SeenTree, topology: Topology) -> str:
             indent = "    "
             if len(grp) > 1:
                 first = gpus[grp[0]]
-                lines.append(f"    <pci {_attrs(busid=next(synthetic), **{'class': '0x060400'}, **_link_attrs(first))}>")
+                lines.append(f"    <pci {_attrs(busid=next(synthetic), **{'class': '0x060400'}, **_link_attrs(first, vm))}>")
                 indent = "      "
             for g in grp:
                 gpu = gpus[g]
-                lines.append(f"{indent}<pci {_attrs(busid=str(gpu.bus_id).lower(), **{'class': '0x030000'}, **_link_attrs(gpu))}>")
+                lines.append(f"{indent}<pci {_attrs(busid=str(gpu.bus_id).lower(), **{'class': '0x030000'}, **_link_attrs(gpu, vm))}>")
                 lines.append(f"{indent}  <gpu {_attrs(dev=g)}/>")
                 lines.append(f"{indent}</pci>")
             if len(grp) > 1:

@@ -73,6 +73,10 @@ class StandinEvent:
             raise RuntimeError("CUDA error: device not ready (elapsed_time on an event that "
                                "has not completed)")
         assert self.t_us is not None and end_event.t_us is not None
+        # the probe times only events of one device against each other (the use
+        # torch.cuda.Event.elapsed_time is written for); the stand-in holds it to that
+        assert self.stream is not None and end_event.stream is not None
+        assert self.stream.device == end_event.stream.device, "elapsed_time across devices"
         return (end_event.t_us - self.t_us) / 1e3  # ms, as torch returns it
 
 
@@ -128,6 +132,9 @@ class CudaStandin:
         end = self.start_on(stream) + seconds * 1e6 * self.hold_scale.get(stream.device, 1.0)
         stream.ready_us = end
         stream.queue.append((end, lambda: None))
+
+    def device_of(self, stream: Stream) -> int:
+        return stream.device
 
     def wait(self, stream: Stream, event: StandinEvent) -> None:
         self.tick("wait", stream.device)

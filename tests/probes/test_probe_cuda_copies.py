@@ -7,7 +7,7 @@ import pytest
 
 from probes.p2p_worker import CudaCopier, concurrent_rows, p2p_result_row, p2p_row
 from probes.plan import KiB, ConcurrentCase, P2PCase, Plan, build_plan
-from builders.cuda import CudaStandin, PeerCopies
+from builders.cuda import CudaStandin, PeerCopies, StandinEvent, Stream
 
 
 def _copier(devices: list[int], cases: list[P2PCase], **kw: float) -> tuple[CudaCopier, CudaStandin]:
@@ -136,3 +136,28 @@ def test_concurrent_flows_are_released_together_whatever_each_gpus_clock() -> No
             first[name] = t
     starts = sorted(first.values())[-2:]  # the last round's two flows (after warm-up rounds)
     assert len(first) == 2 and abs(starts[1] - starts[0]) <= api.gpu_us
+
+
+def test_a_flow_that_starts_late_widens_the_concurrent_total() -> None:
+    # issue 23 pt 7: spans were (0, own event time) for every flow, so a flow that started late
+    # still counted as starting at 0 and the total, first start to last end, came out short.
+    # Each flow's start and end are now timed from the release.
+    case = ConcurrentCase("fan", "write", [(0, 1), (0, 2)], 64 * KiB, 3)
+    copier, api = _copier([0, 1, 2], [])
+    late_us = 500.0
+    waits = api.wait
+
+    def late_wake(stream: Stream, event: StandinEvent) -> None:
+        waits(stream, event)
+        stream.ready_us += late_us  # this stream passes the gate late
+
+    api.wait = late_wake  # type: ignore[method-assign]
+    spans, ok, why = copier.run_concurrent(0, case)
+    assert spans is not None and ok == [True, True], why
+    (a0, a1), (b0, b1) = spans
+    assert b0 - a0 == pytest.approx(late_us / 1e6)  # the late flow's start is its own
+    assert (a1 - a0) == pytest.approx(b1 - b0)  # each flow's own duration is unchanged
+    rows = concurrent_rows(case, "cuda", spans, ok)
+    total = next(r for r in rows if r["flow"] == -1)
+    moved = 2 * case.size_bytes * case.iters
+    assert total["bandwidth_gbps"] == pytest.approx(moved / (b1 - a0) / 1e9)

@@ -113,3 +113,25 @@ def test_topo_of_the_seen_tree_parses_as_nccl_files(sim_vm_bundle: Path, tmp_pat
     assert tree is not None and tree.source.startswith("the host's PCIe tree")
     with pytest.raises(ValueError):
         topo_xml(tree, topology)
+
+
+def test_a_vm_topo_file_does_not_state_the_virtual_ports_link_generation(
+        sim_vm_bundle: Path, tmp_path: Path) -> None:
+    """Issue 23 pt 8: in a KVM guest NVML's maximum link generation can be the virtual root
+    port's; it was written into NCCL_TOPO_FILE as the link's speed. In a VM it is left out (NCCL
+    reads it itself); on bare metal it stays."""
+    box = tmp_path / "vm"
+    shutil.copytree(sim_vm_bundle, box)
+    b = Bundle.open(box)
+    topology = b.read_doc(Topology)
+    for g in topology.gpus:
+        g.pcie = {**(g.pcie or {}), "gen_max": 3, "gen_current": 1, "width_max": 16}
+    tree = seen_tree(topology)
+    assert tree is not None
+    topology.virtualization.is_vm = True
+    vm_nodes = list(ET.fromstring(topo_xml(tree, topology)).iter("pci"))
+    assert vm_nodes and all(p.get("link_speed") is None for p in vm_nodes)
+    assert all(p.get("link_width") == "16" for p in vm_nodes)
+    topology.virtualization.is_vm = False
+    metal = list(ET.fromstring(topo_xml(tree, topology)).iter("pci"))
+    assert {p.get("link_speed") for p in metal} == {"8.0 GT/s PCIe"}
