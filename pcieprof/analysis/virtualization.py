@@ -34,6 +34,7 @@ from pcieprof.analysis.provenance import obtained
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.topology import Topology
+from pcieprof.bundle.vm_mechanism import Mechanism
 from pcieprof.cards import DEFAULT_CARD, load_card
 from pcieprof.cards.step import step_allreduces
 
@@ -98,16 +99,6 @@ class Row:
     def bare_faster(self) -> bool:
         """True when bare metal is faster on this row (by more than 0.05 us)."""
         return self.vm_minus_bare_us > 0.05
-
-
-@dataclass(frozen=True)
-class Mechanism:
-    """Why a VM costs what it costs, in words, with its sources (the VM profile's `[[mechanism]]`)."""
-
-    id: str
-    title: str
-    text: str = ""
-    sources: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -227,9 +218,7 @@ def from_topology(topo: Topology | None) -> VmCost | None:
                   count=int(rec.get("count", 1)), vm=_side(rec, "vm"), bare=_side(rec, "bare"),
                   why=tuple(rec.get("why") or ()))
         (step if rec.get("table") == "step" else per_size).append(row)
-    mech = {k: Mechanism(id=k, title=str(m.get("title", "")), text=str(m.get("text", "")),
-                         sources=tuple(m.get("sources") or ()))
-            for k, m in (vm.get("mechanisms") or {}).items()}
+    mech = {k: Mechanism.from_json(k, m) for k, m in (vm.get("mechanisms") or {}).items()}
     changes = [HostChange(
         id=str(h["id"]), title=str(h.get("title", "")), how=str(h.get("how", "")),
         effect=str(h.get("effect", "")), risk=str(h.get("risk", "")),

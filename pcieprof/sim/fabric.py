@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from pcieprof.bundle.vm_mechanism import Mechanism
 from pcieprof.errors import BadInput
 
 PROFILE_DIR = "profiles"
@@ -146,21 +147,6 @@ class Virtualization:
     hypervisor: str | None
     guest_view: str  # "real": the guest sees the real tree; "flat": every GPU on one root bus
     bare_metal_twin: str | None = None  # the profile of the same box without the hypervisor
-
-
-@dataclass(frozen=True)
-class Mechanism:
-    """Why a deployment costs what the model says: a named effect, in words, with its sources.
-
-    `model` names the parameters or rules of the model that carry it, so that a reader can go
-    from the sentence to the number.
-    """
-
-    id: str
-    title: str
-    text: str
-    model: str
-    sources: tuple[str, ...]
 
 
 @dataclass(frozen=True)

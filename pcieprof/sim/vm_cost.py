@@ -26,12 +26,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from pcieprof.bundle.vm_mechanism import Mechanism
 from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
 from pcieprof.cards.step import message_bytes, step_allreduces
 from pcieprof.errors import BadInput
 from pcieprof.sim import collectives, model
-from pcieprof.sim.fabric import (DEFAULT_PROFILE, Fabric, HostChange, KnownIssue, Mechanism,
-                                  apply_changes, load_profile)
+from pcieprof.sim.fabric import (DEFAULT_PROFILE, Fabric, HostChange, KnownIssue, apply_changes,
+                                  load_profile)
 
 #: Decode batches priced (the message of each is the card's, `decode_sizes`).
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64)
