@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from builders.anchor_comm import anchor_comm_ms
-from builders.cli import cli
 
 from pcieprof.analysis.comm_model import Pricer
 from pcieprof.bundle import Bundle
@@ -27,13 +26,10 @@ def test_the_anchor_communication_is_the_fabric_models_price_of_the_published_bo
                                                       batch), abs=0.01), (key, batch)
 
 
-@pytest.fixture(scope="module")
-def vm(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
-    out = tmp_path_factory.mktemp("vm") / "b"
-    r = cli("topology", "--backend", "sim", "--sim-profile", "rtxpro6000-8x-vm", "--no-report",
-            "--out", str(out), "-q")
-    assert r.returncode == 0, r.stderr
-    return Bundle.open(out)
+@pytest.fixture
+def vm(demo_bundles: dict[str, Path]) -> Bundle:
+    """The demo's simulated VM box (made once per session; read only here)."""
+    return Bundle.open(demo_bundles["rtxpro6000-8x-vm"])
 
 
 def test_a_slower_box_is_not_predicted_as_fast_as_the_published_one(vm: Bundle) -> None:

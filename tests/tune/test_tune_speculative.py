@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+from pathlib import Path
 
 import pytest
-from builders.cli import cli
 
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.bundle import Bundle
@@ -20,13 +20,10 @@ from pcieprof.tune import speculative
 GLM5 = load_card("glm5-nvfp4")
 
 
-@pytest.fixture(scope="module")
-def vm(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
-    out = tmp_path_factory.mktemp("vm") / "b"
-    r = cli("topology", "--backend", "sim", "--sim-profile", "rtxpro6000-8x-vm", "--no-report",
-            "--out", str(out), "-q")
-    assert r.returncode == 0, r.stderr
-    return Bundle.open(out)
+@pytest.fixture
+def vm(demo_bundles: dict[str, Path]) -> Bundle:
+    """The demo's simulated VM box (made once per session; read only here)."""
+    return Bundle.open(demo_bundles["rtxpro6000-8x-vm"])
 
 
 def _mtp(vm: Bundle, card=GLM5):  # type: ignore[no-untyped-def]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 from builders.cli import cli
@@ -18,13 +19,10 @@ from pcieprof.tune.rules.iommu_acs import evaluate as iommu_acs
 GLM5 = load_card("glm5-nvfp4")
 
 
-@pytest.fixture(scope="module")
-def vm(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
-    out = tmp_path_factory.mktemp("vm") / "b"
-    r = cli("topology", "--backend", "sim", "--sim-profile", "rtxpro6000-8x-vm", "--no-report",
-            "--out", str(out), "-q")
-    assert r.returncode == 0, r.stderr
-    return Bundle.open(out)
+@pytest.fixture
+def vm(demo_bundles: dict[str, Path]) -> Bundle:
+    """The demo's simulated VM box (made once per session; read only here)."""
+    return Bundle.open(demo_bundles["rtxpro6000-8x-vm"])
 
 
 def _rec(vm: Bundle, rule: str):  # type: ignore[no-untyped-def]
