@@ -16,6 +16,7 @@ the ranks and exit; and the ranks die with rank 0 (procs.die_with_parent).
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import json
 import os
 import signal
@@ -62,8 +63,8 @@ class _Ranks:
             for rank, p in enumerate(self.procs, start=1):
                 rc = p.poll()
                 if rc is not None and not self.exiting:
-                    server_log.error(f"{SIGQUIT_LINE} (TP{rank}, pid {p.pid}, exited with "
-                                     f"status {rc})")
+                    how = (f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc}")
+                    server_log.error(f"{SIGQUIT_LINE} (TP{rank}, pid {p.pid}, {how})")
                     die(1)
             time.sleep(0.1)
 
@@ -103,6 +104,7 @@ def _bind(host: str, port: int) -> socket.socket:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the reference server until it is killed; returns an exit status on early failure."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    faulthandler.enable()  # a native crash leaves its Python stack in the log
     logs.configure(0)
     try:
         args = parse_args(argv)

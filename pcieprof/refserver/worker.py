@@ -7,6 +7,7 @@ anything goes wrong.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import signal
@@ -27,6 +28,9 @@ def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     rank, world, parent = int(spec["rank"]), int(spec["world_size"]), int(spec["parent_pid"])
     die_with_parent()
+    # A native crash (a SIGSEGV in the profiler's stop, say) leaves its Python stack in the
+    # server log instead of only a peer's "Connection reset" on rank 0.
+    faulthandler.enable()
     if os.getppid() != parent:
         return 1
     # Rank 0 decides when the server stops: a SIGTERM/SIGINT sent to the whole process group
