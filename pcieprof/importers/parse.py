@@ -96,8 +96,11 @@ def _machine_log(text: str, name: str, fmt: str, what: str) -> Parsed:
         _check_complete(text, name, "a complete last line")
         q = parse_smi_query(text, source=name)
         if q["attached_gpus"] and len(q["gpus"]) < q["attached_gpus"]:
+            # `nvidia-smi -q -i N` prints 'Attached GPUs : 8' and one GPU: its place in the
+            # index order is not in the text, so a partial log is refused like a cut one.
             fail(name, len(text.splitlines()), f"{q['attached_gpus']} GPU sections ('Attached "
-                 f"GPUs : {q['attached_gpus']}'), found {len(q['gpus'])}: the file looks truncated")
+                 f"GPUs : {q['attached_gpus']}'), found {len(q['gpus'])}: the file is cut short "
+                 f"or nvidia-smi was run with -i/--id; pass the whole output of `nvidia-smi -q`")
         facts.update(driver_version=q["driver_version"], cuda_version=q["cuda_version"],
                      gpus=len(q["gpus"]))
         parsed.gpus = [GpuRecord(g["index"], g.get("name"), g.get("bus_id")) for g in q["gpus"]]
