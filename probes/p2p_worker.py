@@ -33,6 +33,7 @@ import os
 import statistics
 import threading
 import time
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
@@ -40,7 +41,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from probes.gpu_api import CudaApi, Cudart, TorchCuda
+from probes.gpu_api import CudaApi, Cudart, HostFlag, TorchCuda
+from probes.host_flag import FlagError
 from probes.numa import SYSFS, on_numa_node, pci_numa_node
 from probes.pattern import HOST_END, case_seed, matches, pattern, poison
 from probes.plan import ConcurrentCase, P2PCase, Plan
@@ -76,13 +78,20 @@ def p2p_row(case: P2PCase, backend: str, times_s: list[float] | None, *, status:
 
 
 def concurrent_rows(case: ConcurrentCase, backend: str, spans_s: list[tuple[float, float]] | None,
-                    ok: list[bool] | None, detail: str = "", *, status: str = "ok"
-                    ) -> list[dict[str, Any]]:
+                    ok: list[bool] | None, detail: str = "", *, status: str = "ok",
+                    timing: Round | None = None) -> list[dict[str, Any]]:
     """Per-flow rows and the aggregate (flow=-1) from each flow's (start, end) in seconds.
 
-    With `status` other than ok (hang, not_supported) every row gets it and no bandwidth."""
-    base = {"backend": backend, "pattern": case.pattern, "op": case.op,
-            "size_bytes": case.size_bytes, "iters": case.iters}
+    With `status` other than ok (hang, not_supported) every row gets it and no bandwidth.
+    `timing` (cuda): how the flows were released; a flow's row gets its device's bound on the
+    anchor's lag after the host's release, the aggregate the largest (how far apart the anchors
+    of its devices can be)."""
+    base: dict[str, Any] = {"backend": backend, "pattern": case.pattern, "op": case.op,
+                            "size_bytes": case.size_bytes, "iters": case.iters}
+    lag: dict[int, float | None] = {}
+    if timing is not None:
+        base["release"] = timing.release
+        lag = timing.anchor_us
     if status != "ok" or spans_s is None or ok is None:
         return [{**base, "flow": i, "src": a, "dst": b, "status": status, "detail": detail}
                 for i, (a, b) in enumerate(case.flows)] + \
@@ -92,12 +101,16 @@ def concurrent_rows(case: ConcurrentCase, backend: str, spans_s: list[tuple[floa
     for i, ((src, dst), (t0, t1), good) in enumerate(zip(case.flows, spans_s, ok)):
         r = {**base, "flow": i, "src": src, "dst": dst, "detail": detail,
              "status": "ok" if good else "error"}
+        if (b := lag.get(src if case.op == "write" else dst)) is not None:
+            r["release_to_anchor_us_max"] = b
         if good:
             r["bandwidth_gbps"] = moved / (t1 - t0) / 1e9
         else:
             r["detail"] = "copied bytes do not match the pattern"
         rows.append(r)
     agg = {**base, "flow": -1, "src": -1, "dst": -1, "detail": detail}
+    if lag and all(v is not None for v in lag.values()):
+        agg["release_to_anchor_us_max"] = max(v for v in lag.values() if v is not None)
     if all(ok):
         span = max(t1 for _, t1 in spans_s) - min(t0 for t0, _ in spans_s)
         agg.update(status="ok", bandwidth_gbps=moved * len(case.flows) / span / 1e9)
@@ -283,8 +296,29 @@ class CpuCopier:
 HOLD_MIN_S = 1e-4
 HOLD_PER_COPY_S = 20e-6
 HOLD_TRIES = 4
+#: Seconds after which a timer thread writes the host flag itself if the host is still queueing:
+#: a stream's queue can fill while it waits, and a host blocked on it would never write the flag
+#: (nvbandwidth's spin kernel on its host latch has a timeout for the same reason). The round
+#: then says the hold ended before all copies were queued.
+RELEASE_TIMEOUT_S = 5.0
+HOLD_SHORT = "the stream hold ended before all copies were queued: the time includes host queueing"
 
 Leg = list[tuple[Any, Callable[[], object]]]
+
+
+@dataclass
+class Round:
+    """One timed round of a leg (CudaCopier._leg_spans)."""
+
+    #: each stream's (start, end), seconds from its device's anchor
+    spans: list[tuple[float, float]]
+    #: the streams were still held when the host had queued everything
+    held: bool
+    #: host_flag | gate_event: what released the streams
+    release: str
+    #: device -> upper bound (us) on how long after the host's release its anchor fired (host
+    #: flag only; None where the device's acknowledgement was not seen)
+    anchor_us: dict[int, float | None] = field(default_factory=dict)
 
 
 class CudaCopier:
@@ -335,6 +369,37 @@ class CudaCopier:
                         except RuntimeError as exc:
                             ok, self.peer_failed[(a, b)] = False, str(exc)
                     self.peer_ok[(a, b)] = ok
+        # the release of timed rounds: a host flag every device waits on where the driver can
+        # map host memory and wait on it, else a gate event (recorded in the rows either way)
+        self.anchor_streams = {d: self.api.new_stream(d) for d in plan.devices}
+        self.flag: HostFlag | None = None
+        self.flag_why = ""
+        self.generation = 0
+        try:
+            self.flag = self.api.host_flag(list(plan.devices))
+        except (FlagError, OSError) as exc:
+            self.flag_why = f"no host flag ({exc})"
+
+    @property
+    def release(self) -> str:
+        """What releases the streams of a timed round now: host_flag or gate_event."""
+        return "host_flag" if self.flag is not None else "gate_event"
+
+    def release_note(self, devices: set[int]) -> str:
+        """What a row must say about its release (empty where nothing is assumed)."""
+        if self.flag is not None:
+            return ""
+        why = f"streams released by a gate event: {self.flag_why}" if self.flag_why else ""
+        if len(devices) > 1:
+            why = "; ".join(x for x in (why, "the anchors of different devices are assumed "
+                                             "simultaneous (released by the same event)") if x)
+        return why
+
+    def close(self) -> None:
+        """Wait for every GPU, then free the host flag."""
+        self._sync_all()
+        if self.flag is not None:
+            self.flag.close()
 
     def _sync_all(self) -> None:
         """Wait for every GPU of the plan: synchronize() without a device waits for the current
@@ -346,27 +411,80 @@ class CudaCopier:
         """Work on `device`'s default stream (fills, poison); _sync_all orders it before copies."""
         self.api.enqueue(self.api.current_stream(device), op)
 
-    def _leg_spans(self, leg: Leg, iters: int) -> tuple[list[tuple[float, float]], bool]:
-        """Each stream's (start, end) in seconds after the release, for `iters` rounds of the
-        leg's copies (the (stream, copy) pairs of a leg running at once), and whether the start
-        was held.
+    def _leg_spans(self, leg: Leg, iters: int) -> Round:
+        """One timed round of `iters` rounds of the leg's copies (the (stream, copy) pairs of a
+        leg running at once): each stream's (start, end) and how it was released.
 
-        As cuda-samples' p2pBandwidthLatencyTest does with its delay kernel, the copies are held
-        until the host has queued them all, so they start back to back and the host's queueing
-        time stays outside the events: one spin kernel on the first stream, then a gate event
-        that every other stream of the leg waits for (cudaStreamWaitEvent takes an event of
-        another device), so all the leg's streams are released at one moment. A spin kernel per
-        stream, sized from the clock rate, released each stream at its own moment (an idle GPU's
-        spin can last several times longer; issue 23 pt 7). If the gate has already opened when
-        the queueing is done, the hold was too short: the round is repeated with a 4x longer hold.
+        As cuda-samples' p2pBandwidthLatencyTest and nvbandwidth do, the copies are held until the
+        host has queued them all, so that they start back to back and the host's queueing time
+        stays outside the events. Every stream of the round waits on the host flag
+        (`_flag_round`), which the host writes once everything is queued: all devices are
+        released at one host moment. Where the devices cannot wait on host memory, one spin
+        kernel and a gate event every other stream waits for release them (`_gate_round`). A spin
+        kernel per stream, sized from the clock rate, had released each stream at its own moment
+        (an idle GPU's spin can last several times longer; issue 23 pt 7).
 
         Each flow's own start and end are timed, not assumed: a stream can still start late
-        (work queued on it before, a late wake on the gate). torch's Event.elapsed_time takes two
-        events of one device, so each device has an anchor, the moment its first stream of the
-        leg passed the gate (on the gate's own device, the gate itself), and every stream is
-        timed from its device's anchor. The anchors of different devices are taken as one moment,
-        the gate's: they are released by the same event.
+        (work queued on it before, a late wake). torch's Event.elapsed_time takes two events of
+        one device, so each device has an anchor, the moment it was released, and every stream
+        is timed from its device's anchor. With the host flag each anchor's lag after the host's
+        write is bounded by the device's acknowledgement (Round.anchor_us); with the gate event
+        the anchors of different devices are taken as one moment.
         """
+        if self.flag is not None:
+            try:
+                return self._flag_round(self.flag, leg, iters)
+            except FlagError as exc:  # a call the driver refused: the gate from now on
+                self._sync_all()
+                self.flag.close()
+                self.flag, self.flag_why = None, f"the host flag failed ({exc})"
+        return self._gate_round(leg, iters)
+
+    def _flag_round(self, flag: HostFlag, leg: Leg, iters: int) -> Round:
+        self.generation += 1
+        g = self.generation
+        devices = list(dict.fromkeys(self.api.device_of(s) for s, _ in leg))
+        # if queueing blocks (a full queue behind a wait), a thread writes the flag (torch's
+        # bindings and ctypes release the GIL around their calls)
+        timer = threading.Timer(RELEASE_TIMEOUT_S, flag.write, (g,))
+        timer.start()
+        try:
+            anchors: dict[int, Any] = {}
+            for d in devices:  # each device's anchor on a stream of its own, then its ack
+                st = self.anchor_streams[d]
+                flag.wait(st, g)
+                anchors[d] = self.api.event()
+                anchors[d].record(st)
+                flag.ack(st, g)
+            marks = []
+            for stream, _ in leg:
+                flag.wait(stream, g)
+                e0, e1 = self.api.event(), self.api.event()
+                e0.record(stream)
+                marks.append((anchors[self.api.device_of(stream)], e0, e1))
+            for _ in range(iters):
+                for stream, op in leg:
+                    self.api.enqueue(stream, op)
+            for (stream, _), (_, _, e1) in zip(leg, marks):
+                e1.record(stream)
+        except BaseException:
+            flag.write(g)  # streams already waiting must not stay blocked
+            raise
+        finally:
+            timer.cancel()
+        held = not any(e0.query() for _, e0, _ in marks)
+        bounds = flag.release(g)
+        for ev in [*anchors.values(), *(e1 for _, _, e1 in marks)]:
+            ev.synchronize()  # the anchors are on streams of their own
+        spans = [(a.elapsed_time(e0) / 1e3, a.elapsed_time(e1) / 1e3) for a, e0, e1 in marks]
+        return Round(spans, held, "host_flag", {d: bounds.get(d) for d in devices})
+
+    def _gate_round(self, leg: Leg, iters: int) -> Round:
+        """The release without a host flag: one spin kernel on the first stream, then a gate
+        event every other stream waits for (cudaStreamWaitEvent takes an event of another
+        device); on another device the anchor is the first event after the gate. If the gate has
+        already opened when the queueing is done, the hold was too short: the round is repeated
+        with a 4x longer hold."""
         hold = max(HOLD_MIN_S, iters * len(leg) * HOLD_PER_COPY_S)
         held = False
         spans: list[tuple[float, float]] = []
@@ -399,16 +517,16 @@ class CudaCopier:
             if held:
                 break
             hold *= 4
-        return spans, held
+        return Round(spans, held, "gate_event")
 
     def _timed(self, legs: list[Leg], iters: int) -> tuple[float, bool]:
         """Run legs one after the other. Returns (seconds: the sum over legs of each leg's span,
         its first stream's start to its last stream's end, every leg held)."""
         total, held = 0.0, True
         for leg in legs:
-            spans, ok = self._leg_spans(leg, iters)
-            total += max(t1 for _, t1 in spans) - min(t0 for t0, _ in spans)
-            held &= ok
+            r = self._leg_spans(leg, iters)
+            total += max(t1 for _, t1 in r.spans) - min(t0 for t0, _ in r.spans)
+            held &= r.held
         return total, held
 
     def _failed(self, pairs: list[tuple[int, int]]) -> str:
@@ -483,25 +601,27 @@ class CudaCopier:
         self._sync_all()
         ok = all(matches(t, s, seed) for t, seed in checks)
         if not held:
-            notes.append("the stream hold ended before all copies were queued: the time "
-                         "includes host queueing")
-        return times, ok, "; ".join(dict.fromkeys(notes))
+            notes.append(HOLD_SHORT)
+        notes.append(self.release_note({d for a, b in dirs for d in (a, b) if d >= 0}))
+        return times, ok, "; ".join(x for x in dict.fromkeys(notes) if x)
 
     def _peer(self, dst: torch.Tensor, src: torch.Tensor, nbytes: int, stream: Any) -> None:
         assert self.rt is not None  # peer_ok is False without the runtime
         self.rt.memcpy_peer(dst, src, nbytes, stream)
 
     def run_concurrent(self, idx: int, case: ConcurrentCase
-                       ) -> tuple[list[tuple[float, float]] | None, list[bool] | None, str]:
-        """One concurrent case: ((start, end) seconds per flow, bytes correct per flow, detail);
-        spans None: not run (bytes-correct None: not supported; all False: peer access failed)."""
+                       ) -> tuple[list[tuple[float, float]] | None, list[bool] | None, str,
+                                  Round | None]:
+        """One concurrent case: ((start, end) seconds per flow, bytes correct per flow, detail,
+        the timed round); spans None: not run (bytes-correct None: not supported; all False: peer
+        access failed)."""
         s = case.size_bytes
         if failed := self._failed(list(case.flows)):
-            return None, [False] * len(case.flows), failed
+            return None, [False] * len(case.flows), failed, None
         missing = [f"{a}->{b}" for a, b in case.flows if not self.peer_ok[(a, b)]]
         if missing:  # without peer access the driver would stage through the host: not P2P
             return None, None, self.rt_why or (f"no peer access {','.join(missing)} "
-                                               "(can_device_access_peer)")
+                                               "(can_device_access_peer)"), None
         checks: list[tuple[torch.Tensor, int]] = []
         leg: Leg = []
         for i, (a, b) in enumerate(case.flows):
@@ -516,11 +636,12 @@ class CudaCopier:
         self._sync_all()
         # each flow's own (start, end) from the release: concurrent_rows prices the total over
         # the first start to the last end, each flow over its own span
-        spans, held = self._leg_spans(leg, case.iters)
+        r = self._leg_spans(leg, case.iters)
         self._sync_all()
         ok = [matches(t, s, seed) for t, seed in checks]
-        return spans, ok, "" if held else ("the stream hold ended before all copies were "
-                                           "queued: the time includes host queueing")
+        notes = ["" if r.held else HOLD_SHORT,
+                 self.release_note({self.api.device_of(st) for st, _ in leg})]
+        return r.spans, ok, "; ".join(x for x in notes if x), r
 
 
 # ------------------------------------------------------------------------------------------------
@@ -584,11 +705,13 @@ def main(argv: list[str] | None = None) -> int:
                 res = copier.run_concurrent(idx, case)
                 spans, ok = res[0], res[1]
                 why = res[2] if len(res) > 2 else ""
+                timing = res[3] if len(res) > 3 else None
                 if rank == 0:
                     d = "; ".join(x for x in (detail, case.detail, why) if x)
                     st = "ok" if spans is not None else (
                         "error" if ok is not None and not any(ok) else "not_supported")
-                    for row in concurrent_rows(case, backend, spans, ok, d, status=st):
+                    for row in concurrent_rows(case, backend, spans, ok, d, status=st,
+                                               timing=timing):
                         out.row("concurrent", row)
             out.event("done", part=part, case=idx)
         out.event("finished")  # teardown from here on is not a hang

@@ -24,10 +24,9 @@ from typing import Any
 from pcieprof.analysis.matrices import gpu_indices
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.topology import Topology
+from pcieprof.units import GIB as GIB  # the analysis layer's callers import it from here
 
 GPU_TABLE = Path(__file__).with_name("gpus.toml")
-#: Bytes in one GiB: the one unit memory is shown in.
-GIB = float(1 << 30)
 
 
 def gib(nbytes: float) -> str:

@@ -1,4 +1,4 @@
-"""Parser of `lspci -vvv` text (with or without `-nn`, `-D`): one PciDevice per function.
+"""Parser of `lspci -vvv` text (with or without `-nn`, `-D`; `-v` too): one PciDevice per function.
 
 What it reads per device: the header (address, class, vendor, device), `NUMA node`,
 `IOMMU group`, the bridge bus range (`Bus: primary=, secondary=, subordinate=`), the PCIe port
@@ -27,6 +27,12 @@ _SPEED = re.compile(r"Speed\s+([\d.]+)GT/s")
 _WIDTH = re.compile(r"Width\s+x(\d+)")
 _BUS = re.compile(r"primary=([0-9a-fA-F]+),\s*secondary=([0-9a-fA-F]+),\s*subordinate=([0-9a-fA-F]+)")
 _ACS = re.compile(r"(\w+)([+-])")
+# A shell prompt pasted with the output: "$ lspci -vvv", "[root@host ~]# lspci -v",
+# "user@host:~$" (tests/data/host_logs).
+_PROMPT = re.compile(r"^(?:\S*@\S*?[$#]|\[[^\]]*\][$#]|[$#])")
+# `lspci -v` (one v) puts NUMA node and IOMMU group in its Flags line.
+_FLAG_NUMA = re.compile(r"\bNUMA node (-?\d+)")
+_FLAG_GROUP = re.compile(r"\bIOMMU group (\d+)")
 
 # "Express (v2) Root Port (Slot+), MSI 00" -> port type; longest names first.
 _PORT_TYPES: tuple[tuple[str, str], ...] = (
@@ -105,8 +111,11 @@ def parse_lspci(text: str, *, source: str = "lspci -vvv") -> list[PciDevice]:
                 cur = _parse_header(m)
                 devices.append(cur)
                 continue
-            if line.startswith(("lspci:", "pcilib:", "Warning", "WARNING")):
-                continue  # lspci's own warnings (e.g. "Unable to load libkmod resources")
+            if (line.startswith(("lspci:", "pcilib:", "Warning", "WARNING")) or _PROMPT.match(line)
+                    or line.strip() in ("...", "…")):
+                # lspci's own warnings (e.g. "Unable to load libkmod resources"), the prompt of a
+                # paste, or the "..." with which its poster left devices out
+                continue
             raise BadInput(f"{where}: expected an lspci device header like "
                            f"'06:00.0 3D controller: ...', got {line[:60]!r}",
                            hint="pass the output of `lspci -vvv`")
@@ -120,6 +129,12 @@ def parse_lspci(text: str, *, source: str = "lspci -vvv") -> list[PciDevice]:
             cur.numa_node = int(value) if value.lstrip("-").isdigit() else None
         elif key == "IOMMU group":
             cur.iommu_group = int(value) if value.isdigit() else None
+        elif key == "Flags" and (value.startswith(("bus master", "fast devsel", "medium devsel",
+                                                   "slow devsel", "66MHz"))):
+            if fm := _FLAG_NUMA.search(value):
+                cur.numa_node = int(fm.group(1)) if int(fm.group(1)) >= 0 else None
+            if fm := _FLAG_GROUP.search(value):
+                cur.iommu_group = int(fm.group(1))
         elif key == "Bus" and "secondary=" in value:
             bm = _BUS.search(value)
             if not bm:

@@ -96,8 +96,11 @@ def _machine_log(text: str, name: str, fmt: str, what: str) -> Parsed:
         _check_complete(text, name, "a complete last line")
         q = parse_smi_query(text, source=name)
         if q["attached_gpus"] and len(q["gpus"]) < q["attached_gpus"]:
+            # `nvidia-smi -q -i N` prints 'Attached GPUs : 8' and one GPU: its place in the
+            # index order is not in the text, so a partial log is refused like a cut one.
             fail(name, len(text.splitlines()), f"{q['attached_gpus']} GPU sections ('Attached "
-                 f"GPUs : {q['attached_gpus']}'), found {len(q['gpus'])}: the file looks truncated")
+                 f"GPUs : {q['attached_gpus']}'), found {len(q['gpus'])}: the file is cut short "
+                 f"or nvidia-smi was run with -i/--id; pass the whole output of `nvidia-smi -q`")
         facts.update(driver_version=q["driver_version"], cuda_version=q["cuda_version"],
                      gpus=len(q["gpus"]))
         parsed.gpus = [GpuRecord(g["index"], g.get("name"), g.get("bus_id")) for g in q["gpus"]]
@@ -123,8 +126,10 @@ def _machine_log(text: str, name: str, fmt: str, what: str) -> Parsed:
                 if t["view"] == "pcie_only" else "nvidia-smi topo -m")
         if t["view"] == "pcie_only":
             facts.setdefault("warnings", []).append(f"{name}: {PCIE_ONLY_VIEW}")
-        parsed.summary = (f"{what}: {t['gpus']} GPUs, "
-                          + ", ".join(f"{v} pairs {k}" for k, v in sorted(counts.items()))
+        # One GPU (a 1-GPU VM, sglang.check_env of a small box) has no pair to count.
+        pairs = (", ".join(f"{v} pairs {k}" for k, v in sorted(counts.items()))
+                 or "no GPU pairs")
+        parsed.summary = (f"{what}: {t['gpus']} GPU{'s' if t['gpus'] != 1 else ''}, " + pairs
                           + (f"; {p2p_summary}" if parsed.pair_p2p and p2p_summary else ""))
     else:
         parsed.summary = f"{what}: {len(text.splitlines())} lines (machine log)"

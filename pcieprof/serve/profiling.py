@@ -123,8 +123,13 @@ async def capture(base_url: str, staging: Path, dest: Path, *, nranks: int, num_
     load = load or LoadSpec(input_len=16, output_len=256, num_requests=16, concurrency=8,
                             warmup=0, seed=12345)
     prefix = f"pcieprof{int(time.time() * 1000)}"
+    # with_stack off: attribution reads step spans and kernels, not Python frames, and stopping a
+    # with_stack profiler under load is where SGLang's scheduler has crashed (SIGSEGV after "Stop
+    # profiling": sgl-project/sglang#11232; vllm-project/vllm-ascend#15697). SGLang's default is
+    # on (io_struct.py ProfileReqInput.with_stack None -> True); False is honoured as given.
     body: dict[str, Any] = {"output_dir": str(staging.resolve()), "num_steps": num_steps,
-                            "profile_by_stage": profile_by_stage, "profile_prefix": prefix}
+                            "profile_by_stage": profile_by_stage, "profile_prefix": prefix,
+                            "with_stack": False}
     if activities:
         body["activities"] = activities
     load_task = asyncio.create_task(run_load(base_url, load))

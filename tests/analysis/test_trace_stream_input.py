@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,43 @@ def test_duplicate_ranks_and_missing_files(tmp_path: Path, samples: Path) -> Non
         attribute_traces([tmp_path / "nope.json"])
     with pytest.raises(BadInput, match="no trace files"):
         attribute_traces([])
+
+
+def _zero_blocks(n: int) -> Iterator[bytes]:
+    from pcieprof.analysis.trace_stream import _BLOCK
+    for _ in range(n):
+        yield bytes(_BLOCK)
+
+
+def test_no_trace_events_key_is_refused_after_64_mb_read() -> None:
+    """Issue 25 pt 9: the key is looked for in each new block only, and no further than 64 MB
+    in (the stream is bounded here so that a reader without that cap ends too)."""
+    from pcieprof.analysis.trace_stream import _BLOCK, _KEY_WITHIN, _Builder, _NotTrace, _read_blocks
+    meta: dict = {}
+    with pytest.raises(_NotTrace, match='no "traceEvents" in the first 64 MB'):
+        _read_blocks(_zero_blocks(_KEY_WITHIN // _BLOCK + 8), _Builder(Classifier()), meta, True)
+    assert meta["_bytes"] <= _KEY_WITHIN + _BLOCK
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 13, 4096])
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_key_is_found_wherever_a_block_ends(size: int, fast: bool) -> None:
+    """Blocks that end inside the key's name, its blanks or its colon still find it once."""
+    from pcieprof.analysis.trace_stream import _Builder, _read_blocks
+    events = [_kernel(0, 10, "gemm_kernel"), _kernel(20, 5, "gemm_kernel", corr=2)]
+    text = ('{"schemaVersion": 1, "traceEvents"  :\n  %s, "distributedInfo": {"rank": 3}}'
+            % json.dumps(events)).encode()
+    b, meta = _Builder(Classifier()), {}
+    assert _read_blocks([text[i:i + size] for i in range(0, len(text), size)], b, meta, fast)
+    assert (b.n_gpu, meta["schemaVersion"], meta["distributedInfo"]) == (2, 1, {"rank": 3})
+
+
+def test_two_gb_of_gzipped_zeros_is_one_line_exit_2(tmp_path: Path) -> None:
+    """Issue 25 pt 9: 2 GB of zeros (gzip members of 1 MB each) ended exit 2 only after reading
+    it all, rescanning the whole text per block (a 200 MB one took 54 s, 2 GB never ended)."""
+    from builders.cli import cli
+    f = tmp_path / "rank0.trace.json.gz"
+    f.write_bytes(gzip.compress(bytes(1 << 20), 1) * 2048)
+    r = cli("attribute", str(f), "--out", str(tmp_path / "b"), "-q", process=True, timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    assert 'no "traceEvents" in the first 64 MB' in r.stderr, r.stderr

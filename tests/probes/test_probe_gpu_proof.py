@@ -37,8 +37,9 @@ def test_check_mode_imports_plans_and_attributes_on_the_cpu(tmp_path: Path) -> N
                           capture_output=True, text=True, timeout=DEADLINE_S, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     plan = json.loads((tmp_path / "plan.json").read_text())
-    assert [s["name"] for s in plan] == ["deps", "nvml", "selftest", "one_gpu", "topology",
-                                         "copies_vs_torch", "decode_trace", "attribute"]
+    assert [s["name"] for s in plan] == ["deps", "nvml", "selftest", "one_gpu", "host_flag",
+                                         "topology", "copies_vs_torch", "decode_trace",
+                                         "attribute"]
     topo = next(s for s in plan if s["name"] == "topology")["argv"]
     assert topo[1:6] == ["-m", "pcieprof", "topology", "--backend", "cuda"] and "--quick" in topo
     proof = json.loads((tmp_path / "proof.json").read_text())

@@ -86,3 +86,22 @@ def test_port_in_use_is_one_line_and_exit_1(start_server) -> None:
         assert s.wait_exit(60) == 1
     assert "address already in use" in s.log()
     assert READY not in s.log()
+
+
+def test_a_rank_that_crashes_natively_leaves_its_stack_and_signal_in_the_log(start_server) -> None:
+    # A SIGSEGV in a worker rank (as a with_stack profiler stop can cause) must be readable in
+    # the log: the rank's Python stack (faulthandler) and how it ended, not only rank 0's
+    # "Connection reset by peer".
+    s = start_server(tp=2)
+    s.wait_ready()
+    ranks = s.ranks
+    assert len(ranks) == 1
+    rank = next(iter(ranks))
+    # a member of rank 0's group: the launcher's group stop reaches it too
+    assert os.getpgid(rank) == s.proc.pid
+    os.kill(rank, signal.SIGSEGV)
+    assert s.wait_exit(30) == 1
+    log = s.log()
+    assert "Fatal Python error: Segmentation fault" in log, log[-2000:]
+    assert f"{SIGQUIT} (TP1, pid {rank}, killed by signal 11 (SIGSEGV))" in log, log[-2000:]
+    assert s.all_gone(ranks)

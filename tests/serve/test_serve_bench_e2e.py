@@ -5,6 +5,7 @@ These launch `python -m pcieprof.refserver` (TP=2 over gloo) through the CLI, as
 
 from __future__ import annotations
 
+import gzip
 import json
 import signal
 import subprocess
@@ -55,6 +56,14 @@ def test_tiny_cpu_tp2_writes_a_complete_bundle(tmp_path: Path) -> None:
     assert curve[0].startswith("backend,batch_size,step_time_ms") and len(curve) == 4
     traces = sorted((out / "serve" / "traces").glob("*.trace.json.gz"))
     assert {t.name.split("-TP-")[1][0] for t in traces} == {"0", "1"}
+    # Asked without Python stacks (the stop of a with_stack profiler is where servers crash):
+    # the traces hold step spans and collectives, no python_function events.
+    index = json.loads((out / "serve" / "traces" / "index.json").read_text())
+    assert index["request"]["with_stack"] is False
+    for t in traces:
+        with gzip.open(t, "rt") as f:
+            cats = {e.get("cat") for e in json.load(f)["traceEvents"]}
+        assert "python_function" not in cats and "user_annotation" in cats, (t.name, cats)
     assert (out / "serve" / "server-0.log").read_text().count("fired up") == 1
     assert "c=64" in p.stdout and "bundle (ok)" in p.stdout
     _assert_gone(_attempts(out))
