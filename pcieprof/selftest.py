@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.document import encode
 from pcieprof.discover.nvml import LinkSampler, gpu_facts
 from pcieprof.discover.pci import normalize_bdf
 from pcieprof.measurement import MeasurementSession
@@ -92,9 +93,9 @@ def allreduce(index: int, out: Path) -> tuple[list[dict[str, Any]], dict[str, An
         session.measure(plan)
     bundle.finish()
     rows = bundle.read_table("allreduce").to_dict("records")
-    return rows, {"result": bundle.part("allreduce"),
+    return rows, {"result": encode(bundle.part("allreduce")) or {},
                   "choices": bundle.read_json("nccl_choices.json", {}),
-                  "nccl": bundle.manifest["versions"].get("nccl")}
+                  "nccl": bundle.manifest.versions.get("nccl")}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -252,7 +252,7 @@ def profile_of(bundle: Bundle) -> str | None:
     """The fabric profile a simulated bundle was made with, else None."""
     if bundle.backend != "sim":
         return None
-    return (bundle.manifest.get("versions") or {}).get("sim_profile")
+    return bundle.manifest.versions.get("sim_profile")
 
 
 def is_vm(bundle: Bundle) -> bool:

@@ -116,7 +116,7 @@ def command(traces: tuple[Path, ...], classes: Path | None, drop_last_step: bool
         if paths:
             doc = attribute_traces(paths, bundle, classes, drop_last_step=drop_last_step,
                                    workers=workers)
-            bundle.manifest["backend"] = bundle.part("attribution").get("backend", "imported")
+            bundle.manifest.backend = getattr(bundle.part("attribution"), "backend", None) or "imported"
         rows = None
         if model and topo_b:
             rows = _model_table(bundle, model, topo_b, serve_b, doc, tp, ep, pp, dp_attention,

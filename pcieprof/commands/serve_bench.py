@@ -189,7 +189,7 @@ def command(**kw: Any) -> None:
     if kw["resume"]:
         bundle = Bundle.open(out)
         outdir.lock(Path(out))  # one writer at a time, as for a new bundle
-        if bundle.manifest.get("command") != "serve-bench" or \
+        if bundle.manifest.command != "serve-bench" or \
                 (bundle.read_json("serve/card.json", {}) or {}).get("name") != card.name:
             raise BadInput(f"{out} is not a serve-bench bundle of {card.name} to resume",
                            hint="--resume takes the --out of an interrupted serve-bench --sweep")
