@@ -253,7 +253,7 @@ def _attribute(bundle: Bundle, summary: ServeSummary) -> None:
         return
     try:
         doc = attribute_traces(decode_traces(files), bundle)
-        profile["attribution"] = {"status": "ok", "keys": sorted(doc)[:12]}
+        profile["attribution"] = {"status": "ok", "keys": sorted(doc.to_json())[:12]}
     except PcieprofError as exc:
         bundle.set_part("attribution", "failed", why=exc.one_line())
         profile["attribution"] = {"status": "failed", "why": exc.one_line()}
