@@ -85,6 +85,30 @@ def _acs_bits(text: str, where: str) -> dict[str, bool]:
     return {b: bits[b] for b in ACS_BITS}
 
 
+# Shortest line a terminal or a mailer wraps (mail wraps at 72-78 columns, terminals at 80).
+_WRAP_WIDTH = 60
+
+
+def _unwrapped(text: str) -> list[tuple[int, str]]:
+    """(line number, line) with hard-wrapped lines joined back.
+
+    Output pasted from a terminal or sent by mail arrives wrapped: the rest of a long line starts
+    at column 0 ("Packet Switch (rev 01) ...", "EgressCtrl- DirectTrans-"). Such a line is no
+    device header, follows a long line and is appended to it as it is: a mailer keeps the space
+    it broke at on the first part, a terminal breaks mid-word, so plain concatenation restores
+    both (tests/data/host_logs, the Pericom switch mail).
+    """
+    out: list[tuple[int, str]] = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        if (out and raw and not raw[0].isspace() and len(out[-1][1]) >= _WRAP_WIDTH
+                and out[-1][1].strip() and not _HEADER.match(raw.rstrip())
+                and not _PROMPT.match(raw)):
+            out[-1] = (out[-1][0], out[-1][1] + raw)
+        else:
+            out.append((lineno, raw))
+    return out
+
+
 def parse_lspci(text: str, *, source: str = "lspci -vvv") -> list[PciDevice]:
     """Parse `lspci -vvv` output.
 
@@ -100,7 +124,7 @@ def parse_lspci(text: str, *, source: str = "lspci -vvv") -> list[PciDevice]:
     """
     devices: list[PciDevice] = []
     cur: PciDevice | None = None
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    for lineno, raw in _unwrapped(text):
         line = raw.rstrip()
         if not line.strip():
             continue

@@ -152,3 +152,23 @@ def test_lspci_vv_pasted_with_spaces_prompt_and_ellipsis() -> None:
 def test_lspci_prose_line_is_still_an_error() -> None:
     with pytest.raises(BadInput, match="expected an lspci device header"):
         parse_lspci("00:01.0 PCI bridge: X\n\tNUMA node: 0\nsee the output above\n", source="x")
+
+
+def test_lspci_mail_wrapped_at_78_columns_keeps_the_acs_bits() -> None:
+    # a mailer wrapped the header, the LnkCap line and both ACS lines onto column 0
+    text = _text("lspci_vvvv_mail_wrapped_pericom_switch_downstream_acs.txt")
+    assert detect(text) == "lspci"
+    (d,) = parse_lspci(text, source="x")
+    assert d.bdf == "0000:02:01.0" and d.port_type == "downstream"
+    assert d.device == "Pericom Semiconductor PI7C9X2G404 EV/SV PCIe2 4-Port/4-Lane Packet Switch"
+    assert (d.secondary_bus, d.speed_gts, d.width, d.cap_speed_gts, d.cap_width) == (3, 2.5, 1, 2.5, 1)
+    assert d.acs_cap == dict.fromkeys(d.acs_cap, True)
+    assert d.acs_ctl == {"SrcValid": True, "TransBlk": False, "ReqRedir": True, "CmpltRedir": True,
+                         "UpstreamFwd": True, "EgressCtrl": False, "DirectTrans": False}
+
+
+def test_lspci_terminal_wrapped_at_80_columns_mid_word() -> None:
+    (d,) = parse_lspci(_text("lspci_vvv_terminal_wrapped_80_qemu_root_port_proxmox_guest.txt"),
+                       source="x")
+    assert (d.bdf, d.vendor, d.device) == ("0000:00:02.0", "Red Hat, Inc.", "QEMU PCIe Root port")
+    assert (d.port_type, d.secondary_bus, d.subordinate_bus) == ("root_port", 1, 1)

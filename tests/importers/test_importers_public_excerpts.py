@@ -3,18 +3,22 @@ test per variant: the values are checked against the text, not only that the imp
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from builders.cli import cli
+
 from pcieprof.importers.formats import detect, parse_text
+from pcieprof.importers.records import CollectiveRecord, Parsed
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "importers"
 
 
-def parse(name: str):  # type: ignore[no-untyped-def]
+def parse(name: str) -> Parsed:
     return parse_text((DATA / name).read_text(), name)
 
 
-def by_key(parsed, place: str):  # type: ignore[no-untyped-def]
+def by_key(parsed: Parsed, place: str) -> dict[int, CollectiveRecord]:
     return {c.size_bytes: c for c in parsed.collectives if c.variant.endswith(place)}
 
 
@@ -163,3 +167,62 @@ def test_transport_lines_with_bus_ids_in_brackets() -> None:
     t = {(x["channel"], x["src"], x["dst"]): x for x in doc["comms"][0]["transports"]}
     assert (t[(23, 2, 3)]["src_dev"], t[(23, 2, 3)]["dst_dev"]) == ("201c0", "201d0")
     assert len(t[(22, 5, 6)]) and t[(0, 7, 6)]["via"] == "P2P/IPC/read"
+
+
+# --- more nvidia-smi topo -m ------------------------------------------------------------------
+
+def test_sxm_box_pasted_without_nvlink_or_gpu_numa_id_is_not_called_pcie_only() -> None:
+    p = parse("topo_m_8xA100sxm4_no_nv_no_gpu_numa_id_nvb53.txt")
+    t = p.documents["topo_m"]
+    assert p.facts["levels"] == {"PXB": 8, "NODE": 16, "SYS": 32}
+    assert t["matrix"]["GPU1"]["GPU0"] == "PXB" and t["matrix"]["GPU6"]["GPU7"] == "PXB"
+    assert t["cpu_affinity"][4] == "32-63,96-127" and t["numa_affinity"][4] == 1
+    assert set(t["gpu_numa_id"].values()) == {None}  # no such column
+    # no legend, no command, no NV#: whether NVLink exists is not known from this paste
+    assert t["view"] == "unknown"
+
+
+def test_header_line_quoted_in_prose_before_the_real_matrix() -> None:
+    p = parse("env_report_4xA4000_threadripper_topo_header_twice.md")
+    t = p.documents["topo_m"]
+    assert p.format == "nvidia-smi-topo-m" and p.facts["levels"] == {"NODE": 12}
+    assert t["header_line"] == 37 and t["legend"] is True
+    assert t["cpu_affinity"] == {g: "0-31" for g in range(4)}
+
+
+# --- NCCL topology XML ------------------------------------------------------------------------
+
+def test_cloud_topology_file_places_gpus_and_nics_by_pci_class() -> None:
+    p = parse("nccl_topo_azure_ndv4_8xA100_vm_pci_class_only.xml")
+    doc = p.documents["nccl_topo"]
+    # NCCL adds <gpu>/<net> at run time: the file itself names them only by PCI class
+    assert doc["gpus"] == [] and doc["nics"] == []
+    gpus = {g["busid"]: g["numaid"] for g in doc["pci_gpus"]}
+    assert gpus == {"0003:00:00.0": 0, "0004:00:00.0": 0, "0001:00:00.0": 1, "0002:00:00.0": 1,
+                    "000d:00:00.0": 2, "000e:00:00.0": 2, "000b:00:00.0": 3, "000c:00:00.0": 3}
+    assert [n["busid"] for n in doc["pci_nics"]][:2] == ["0103:00:00.0", "0104:00:00.0"]
+    assert {n["class"] for n in doc["pci_nics"]} == {"0x020700"} and len(doc["pci_nics"]) == 8
+    assert doc["pci_gpus"][0]["pci_path"] == ["0003:00:00.0", "ffff:ff:01.0"]
+    # was "0 GPUs, 0 NICs" and no word on the VM
+    assert "8 GPUs and 8 NICs placed by PCI class" in p.summary
+    assert doc["virtual_tree"]["flat"] is True
+    assert "each in a PCI domain of its own" in doc["virtual_tree"]["evidence"][0]
+    assert [c["cpus"] for c in doc["cpus"]] == ["0-23", "24-47", "48-71", "72-95"]
+
+
+def test_cloud_topology_file_without_bridges() -> None:
+    p = parse("nccl_topo_azure_ndv2_8xV100_vm_pci_class_only.xml")
+    doc = p.documents["nccl_topo"]
+    assert [g["numaid"] for g in doc["pci_gpus"]] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [n["busid"] for n in doc["pci_nics"]] == ["0101:00:00.0"]
+    assert doc["virtual_tree"]["flat"] is True
+    assert any("no PCI bridge" in e for e in doc["virtual_tree"]["evidence"])
+
+
+def test_cloud_topology_file_makes_the_bundle_a_vm(tmp_path: Path) -> None:
+    out = tmp_path / "b"
+    r = cli("import", str(DATA / "nccl_topo_azure_ndv4_8xA100_vm_pci_class_only.xml"),
+            "--out", str(out), "-q")
+    assert r.returncode == 0
+    virt = json.loads((out / "topology.json").read_text())["virtualization"]
+    assert (virt["is_vm"], virt["flat_pcie_tree"]) == (True, True)  # was unknown
