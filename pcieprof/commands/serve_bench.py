@@ -197,7 +197,7 @@ def command(**kw: Any) -> None:
     if kw["resume"]:
         bundle = Bundle.open(out)
         outdir.lock(Path(out))  # one writer at a time, as for a new bundle
-        if bundle.manifest.get("command") != "serve-bench" or \
+        if bundle.manifest.command != "serve-bench" or \
                 (bundle.read_json("serve/card.json", {}) or {}).get("name") != card.name:
             raise BadInput(f"{out} is not a serve-bench bundle of {card.name} to resume",
                            hint="--resume takes the --out of an interrupted serve-bench --sweep")
@@ -261,7 +261,7 @@ def _attribute(bundle: Bundle, summary: ServeSummary) -> None:
         return
     try:
         doc = attribute_traces(decode_traces(files), bundle)
-        profile["attribution"] = {"status": "ok", "keys": sorted(doc)[:12]}
+        profile["attribution"] = {"status": "ok", "keys": sorted(doc.to_json())[:12]}
     except PcieprofError as exc:
         bundle.set_part("attribution", "failed", why=exc.one_line())
         profile["attribution"] = {"status": "failed", "why": exc.one_line()}

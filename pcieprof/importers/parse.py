@@ -126,8 +126,10 @@ def _machine_log(text: str, name: str, fmt: str, what: str) -> Parsed:
                 if t["view"] == "pcie_only" else "nvidia-smi topo -m")
         if t["view"] == "pcie_only":
             facts.setdefault("warnings", []).append(f"{name}: {PCIE_ONLY_VIEW}")
-        parsed.summary = (f"{what}: {t['gpus']} GPUs, "
-                          + ", ".join(f"{v} pairs {k}" for k, v in sorted(counts.items()))
+        # One GPU (a 1-GPU VM, sglang.check_env of a small box) has no pair to count.
+        pairs = (", ".join(f"{v} pairs {k}" for k, v in sorted(counts.items()))
+                 or "no GPU pairs")
+        parsed.summary = (f"{what}: {t['gpus']} GPU{'s' if t['gpus'] != 1 else ''}, " + pairs
                           + (f"; {p2p_summary}" if parsed.pair_p2p and p2p_summary else ""))
     else:
         parsed.summary = f"{what}: {len(text.splitlines())} lines (machine log)"

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pcieprof.discover.lspci import parse_lspci
+from pcieprof.discover.pcie_tree import build_tree
 from pcieprof.discover.smi_query import parse_smi_query
 from pcieprof.discover.system import iommu_state, numa_nodes
 from pcieprof.errors import BadInput
@@ -117,3 +119,56 @@ def test_dmesg_interrupt_remapping_alone_is_not_an_enabled_iommu() -> None:
     s = iommu_state(None, dmesg=_text("dmesg_grep_dmar_no_iommu_on_cmdline_empty_grep.txt"))
     assert (s["enabled"], s["mode"]) == (None, "unknown")
     assert "interrupt remapping only" in s["evidence"][-1]
+
+
+def test_lspci_v_of_a_qemu_guest_numa_and_iommu_groups_from_flags() -> None:
+    # `lspci -v` prints "Flags: ..., NUMA node 1, IOMMU group 6" instead of own lines
+    text = _text("lspci_v_qemu_q35_guest_pxb_pcie_2_numa_viommu_prompt.txt")
+    assert detect(text) == "lspci"
+    devs = {d.bdf: d for d in parse_lspci(text, source="x")}
+    assert len(devs) == 23
+    roots = sorted(b for b, d in devs.items() if d.port_type == "root_port")
+    assert roots == ["0000:02:00.0", "0000:02:01.0", "0000:02:02.0",
+                     "0000:80:00.0", "0000:80:01.0", "0000:80:02.0"]
+    # expander bridges (pxb-pcie) put bus 02 on node 0 and bus 80 on node 1
+    assert {devs[b].numa_node for b in roots[:3]} == {0} and {devs[b].numa_node for b in roots[3:]} == {1}
+    assert (devs["0000:81:00.0"].parent, devs["0000:81:00.0"].numa_node) == ("0000:80:00.0", 1)
+    assert devs["0000:81:00.0"].iommu_group == 9 and devs["0000:02:00.0"].iommu_group == 12
+    assert devs["0000:00:1d.7"].iommu_group == 4 and devs["0000:00:00.0"].numa_node is None
+    tree = build_tree(list(devs.values()), all_devices=True)
+    kinds = {n["bdf"]: n["kind"] for n in tree["nodes"]}
+    assert kinds["0000:80:02.0"] == "root_port" and kinds["0000:83:00.0"] == "endpoint"
+
+
+def test_lspci_vv_pasted_with_spaces_prompt_and_ellipsis() -> None:
+    text = _text("lspci_vv_aws_nitro_root_port_spaces_sudo_prompt_ellipsis.txt")
+    assert detect(text) == "lspci"  # spaces where lspci prints tabs
+    (d,) = parse_lspci(text, source="x")
+    assert (d.bdf, d.port_type, d.numa_node, d.driver) == ("0000:01:00.0", "root_port", 0, "pcieport")
+    assert (d.secondary_bus, d.subordinate_bus) == (0x02, 0x43)
+    assert (d.speed_gts, d.width, d.cap_speed_gts, d.cap_width, d.downgraded) == (16.0, 16, 16.0, 16, False)
+
+
+def test_lspci_prose_line_is_still_an_error() -> None:
+    with pytest.raises(BadInput, match="expected an lspci device header"):
+        parse_lspci("00:01.0 PCI bridge: X\n\tNUMA node: 0\nsee the output above\n", source="x")
+
+
+def test_lspci_mail_wrapped_at_78_columns_keeps_the_acs_bits() -> None:
+    # a mailer wrapped the header, the LnkCap line and both ACS lines onto column 0
+    text = _text("lspci_vvvv_mail_wrapped_pericom_switch_downstream_acs.txt")
+    assert detect(text) == "lspci"
+    (d,) = parse_lspci(text, source="x")
+    assert d.bdf == "0000:02:01.0" and d.port_type == "downstream"
+    assert d.device == "Pericom Semiconductor PI7C9X2G404 EV/SV PCIe2 4-Port/4-Lane Packet Switch"
+    assert (d.secondary_bus, d.speed_gts, d.width, d.cap_speed_gts, d.cap_width) == (3, 2.5, 1, 2.5, 1)
+    assert d.acs_cap == dict.fromkeys(d.acs_cap, True)
+    assert d.acs_ctl == {"SrcValid": True, "TransBlk": False, "ReqRedir": True, "CmpltRedir": True,
+                         "UpstreamFwd": True, "EgressCtrl": False, "DirectTrans": False}
+
+
+def test_lspci_terminal_wrapped_at_80_columns_mid_word() -> None:
+    (d,) = parse_lspci(_text("lspci_vvv_terminal_wrapped_80_qemu_root_port_proxmox_guest.txt"),
+                       source="x")
+    assert (d.bdf, d.vendor, d.device) == ("0000:00:02.0", "Red Hat, Inc.", "QEMU PCIe Root port")
+    assert (d.port_type, d.secondary_bus, d.subordinate_bus) == ("root_port", 1, 1)
