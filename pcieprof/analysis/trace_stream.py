@@ -68,6 +68,11 @@ _KEY_CUT = re.compile(rb'"traceEvents"\s*(?::\s*)?')  # what of a key a block's 
 # KB to a few MB; past 64 MB the file is taken not to be a trace, rather than read to its end.
 _KEY_WITHIN = 64 << 20
 _HINT_TRACE = "pass the files torch.profiler / SGLang /start_profile wrote"
+_TWO_DOCUMENTS = "holds more than one JSON document (concatenated traces?)"
+_HINT_SPLIT = "give each trace its own file"
+# How ijson's backends name data after the document: yajl's "trailing garbage" (yajl_parser.c,
+# the C backends) and ijson/backends/python.py's "Additional data found".
+_IJSON_TRAILING = ("trailing garbage", "Additional data found")
 
 # Step markers: SGLang `step[...]`, torch.profiler `ProfilerStep#N`, vLLM's per-iteration
 # `execute_context_<n>(<tokens>)_generation_<n>(<tokens>)` (vllm/v1/worker/gpu_worker.py,
@@ -571,9 +576,15 @@ class _Runs:
     def add(self, padded: bytes) -> None:
         if self.carry:
             padded = self.carry + b"," + padded
-        sc = scan(padded) if self.fast else None
+        sc = scan(padded) if self.fast else None  # declines a run holding "traceEvents"
         if sc is not None:
             self.b.add_scanned(sc, padded)
+        elif _EVENTS_KEY.search(padded):
+            # A second "traceEvents" key after the first: a second document (two traces
+            # concatenated, e.g. two gzip members each holding a whole trace, which gzip reads
+            # as one stream) or a repeated key; either way whose events are whose is lost. (A
+            # gzip whose members split one document, as bgzip and pigz write, is one document.)
+            raise _NotTrace(_TWO_DOCUMENTS, _HINT_SPLIT)
         elif not _add_run(self.b, padded[:-len(PAD)]):
             if len(padded) > _MAX_EVENT:
                 raise _Malformed(f"no readable event in {len(padded) >> 20} MB")
@@ -603,7 +614,8 @@ def _read_blocks(blocks: Iterable[bytes], b: _Builder, meta: dict[str, Any], fas
     fill `meta` with the other top-level keys. False when the document has no traceEvents.
 
     Raises:
-        _NotTrace: no "traceEvents" key in the first _KEY_WITHIN bytes.
+        _NotTrace: no "traceEvents" key in the first _KEY_WITHIN bytes, a second one, or data
+            after the document (two documents in one file).
         _Malformed: bytes that are not a complete JSON trace.
     """
     buf = bytearray()  # the head; appended in place (a bytes += would copy it per block)
@@ -657,15 +669,29 @@ def _read_blocks(blocks: Iterable[bytes], b: _Builder, meta: dict[str, Any], fas
         body = bytearray(data[data.find(b"{", cut):])
     carry = runs.carry
     # the last events, the end of the array and the keys after it
+    tail = b'{"traceEvents":[' + (carry + b"," if carry else b"") + body
     try:
-        doc = orjson.loads(b'{"traceEvents":[' + (carry + b"," if carry else b"") + body)
+        doc = orjson.loads(tail)
     except orjson.JSONDecodeError as exc:
+        if _data_after_document(tail):
+            raise _NotTrace(_TWO_DOCUMENTS, _HINT_SPLIT) from None
         raise _Malformed(str(exc)) from None
     if not isinstance(doc, dict):
         raise _Malformed("not a JSON object")
     _add_dicts(b, doc.pop("traceEvents", []))
     meta.update(doc)
     return True
+
+
+def _data_after_document(text: bytes) -> bool:
+    """True when `text` is a whole JSON document followed by more than blanks (checked only
+    once orjson has refused it, to tell that from a damaged document)."""
+    s = text.decode("utf-8", "replace")
+    try:
+        _, end = _JSON.raw_decode(s)
+    except ValueError:
+        return False
+    return bool(s[end:].strip())
 
 
 def _open(path: Path) -> IO[bytes]:
@@ -735,6 +761,10 @@ def _read_ijson(path: Path, b: _Builder) -> tuple[bool, dict[str, Any] | None, i
                 batch = []
         _add_dicts(b, batch)
         return found, tap.info, tap.nbytes
+    except ijson.common.JSONError as exc:
+        if any(t in str(exc) for t in _IJSON_TRAILING):
+            raise _NotTrace(_TWO_DOCUMENTS, _HINT_SPLIT) from None
+        raise
     finally:
         raw.close()
 

@@ -51,8 +51,8 @@ def test_gzip_and_plain_give_the_same_numbers(tmp_path: Path, samples: Path) -> 
     plain = tmp_path / "r.json"
     with gzip.open(samples / SAMPLE, "rb") as f, plain.open("wb") as g:
         shutil.copyfileobj(f, g)
-    a = attribute_traces([samples / SAMPLE], workers=1)["ranks"][0]["totals"]
-    b = attribute_traces([plain], workers=1)["ranks"][0]["totals"]
+    a = attribute_traces([samples / SAMPLE], workers=1).ranks[0].totals
+    b = attribute_traces([plain], workers=1).ranks[0].totals
     assert a == b
 
 
@@ -124,3 +124,42 @@ def test_two_gb_of_gzipped_zeros_is_one_line_exit_2(tmp_path: Path) -> None:
     r = cli("attribute", str(f), "--out", str(tmp_path / "b"), "-q", process=True, timeout=120)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
     assert 'no "traceEvents" in the first 64 MB' in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("reader", ["scan", "chunked", "ijson"])
+def test_a_gzip_holding_one_trace_twice_is_refused(tmp_path: Path, samples: Path,
+                                                   monkeypatch: pytest.MonkeyPatch, reader: str) -> None:
+    """Issue 25 pt 11: two gzip members, each a whole trace (`cat a.gz a.gz`), were read as one
+    trace with twice the events."""
+    from pcieprof.analysis import trace_stream
+    monkeypatch.setattr(trace_stream, "READER", reader)
+    p = tmp_path / "rank1.trace.json.gz"
+    p.write_bytes((samples / SAMPLE).read_bytes() * 2)
+    with pytest.raises(BadInput, match=r"more than one JSON document \(concatenated traces\?\)") as e:
+        read_trace(p, Classifier())
+    assert "\n" not in e.value.one_line()
+
+
+def test_data_after_the_document_is_refused(tmp_path: Path) -> None:
+    text = json.dumps({"traceEvents": [_kernel(0, 10, "gemm_kernel")]}) + '\n{"traceName": "x"}\n'
+    with pytest.raises(BadInput, match="more than one JSON document"):
+        read_trace(_write(tmp_path / "t.json", text), Classifier())
+
+
+def test_one_document_over_many_gzip_members_reads_as_one(tmp_path: Path, samples: Path) -> None:
+    """bgzip and pigz -i write one document over many members (64 KB each, cut anywhere):
+    the same numbers as the single-member file."""
+    text = gzip.decompress((samples / SAMPLE).read_bytes())
+    p = tmp_path / "rank1.trace.json.gz"
+    p.write_bytes(b"".join(gzip.compress(text[i:i + 65280], 1) for i in range(0, len(text), 65280)))
+    a = attribute_traces([samples / SAMPLE], workers=1)["ranks"][0]["totals"]
+    assert attribute_traces([p], workers=1)["ranks"][0]["totals"] == a
+
+
+def test_a_doubled_trace_is_one_line_exit_2(tmp_path: Path, samples: Path) -> None:
+    from builders.cli import cli
+    p = tmp_path / "rank1.trace.json.gz"
+    p.write_bytes((samples / SAMPLE).read_bytes() * 2)
+    r = cli("attribute", str(p), "--out", str(tmp_path / "b"), "-q")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    assert "more than one JSON document" in r.stderr, r.stderr

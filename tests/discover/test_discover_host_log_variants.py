@@ -172,3 +172,18 @@ def test_lspci_terminal_wrapped_at_80_columns_mid_word() -> None:
                        source="x")
     assert (d.bdf, d.vendor, d.device) == ("0000:00:02.0", "Red Hat, Inc.", "QEMU PCIe Root port")
     assert (d.port_type, d.secondary_bus, d.subordinate_bus) == ("root_port", 1, 1)
+
+
+def test_cmdline_acs_override_is_evidence() -> None:
+    text = _text("cmdline_proxmox_zfs_amd_iommu_on_pt_acs_override.txt")
+    assert detect(text) == "cmdline"
+    s = iommu_state(None, cmdline=text)
+    # the cmdline alone cannot say the IOMMU came up (amd_iommu=on is no proof); it says what
+    # was asked and that the groups are the override's
+    assert (s["enabled"], s["mode"]) == (None, "unknown")
+    assert "cmdline: iommu=pt" in s["evidence"]
+    (acs,) = [e for e in s["evidence"] if "pcie_acs_override" in e]
+    assert acs.startswith("cmdline: pcie_acs_override=downstream,multifunction (")
+    # with the groups of a dmesg the same cmdline reads as passthrough
+    s = iommu_state(None, cmdline=text, dmesg=_text("dmesg_adding_to_iommu_group_amd_host.txt"))
+    assert (s["enabled"], s["mode"]) == (True, "passthrough")
