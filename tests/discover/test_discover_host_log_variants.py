@@ -199,3 +199,14 @@ def test_guest_logs_make_a_vm_topology_with_two_numa_nodes() -> None:
     # the guest's virtual IOMMU (-device intel-iommu) made the groups lspci prints
     assert t["iommu"]["enabled"] is True and "23 devices have IOMMU groups" in t["iommu"]["evidence"][-1]
     assert t["gpus"] == []  # virtio GPUs are no NVIDIA GPUs
+
+
+def test_display_filtered_output_reads_gpus_and_warns_of_no_pci_section() -> None:
+    p = parse_text(_text("smi_q_d_clock_2gpu_kepler_470.txt"), "clock.txt")
+    assert [(g.index, g.bus_id, g.name) for g in p.gpus] == [(0, "0000:06:00.0", None),
+                                                           (1, "0000:07:00.0", None)]
+    (w,) = p.facts["warnings"]
+    assert "0000:06:00.0, 0000:07:00.0 has no PCI section" in w
+    # a vGPU guest has a PCI section whose link fields are all N/A: no such warning
+    assert "warnings" not in parse_text(_text("smi_q_vgpu_guest_rtxa6000_24q_535_link_na.txt"),
+                                        "g.txt").facts
