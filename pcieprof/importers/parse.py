@@ -125,6 +125,13 @@ def _machine_log(text: str, name: str, fmt: str, what: str) -> Parsed:
                  f"or nvidia-smi was run with -i/--id; pass the whole output of `nvidia-smi -q`")
         facts.update(driver_version=q["driver_version"], cuda_version=q["cuda_version"],
                      gpus=len(q["gpus"]))
+        bare = [g["bus_id"] for g in q["gpus"] if g["pci_device_id"] is None
+                and all(v is None for v in g["pcie"].values())]
+        if bare:
+            # `nvidia-smi -q -d CLOCK` (a display filter) or `-q | head` keep only some sections
+            facts.setdefault("warnings", []).append(
+                f"{name}: GPU {', '.join(bare)} has no PCI section (made with -d, or cut "
+                f"short?): its PCIe link is unknown")
         parsed.gpus = [GpuRecord(g["index"], g.get("name"), g.get("bus_id")) for g in q["gpus"]]
         parsed.summary = (f"nvidia-smi -q: {len(q['gpus'])} GPUs, driver {q['driver_version']}, "
                           f"CUDA {q['cuda_version']}")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pcieprof.discover.from_logs import topology_from_logs
 from pcieprof.discover.lspci import parse_lspci
 from pcieprof.discover.pcie_tree import build_tree
 from pcieprof.discover.smi_query import parse_smi_query
@@ -187,3 +188,25 @@ def test_cmdline_acs_override_is_evidence() -> None:
     # with the groups of a dmesg the same cmdline reads as passthrough
     s = iommu_state(None, cmdline=text, dmesg=_text("dmesg_adding_to_iommu_group_amd_host.txt"))
     assert (s["enabled"], s["mode"]) == (True, "passthrough")
+
+
+def test_guest_logs_make_a_vm_topology_with_two_numa_nodes() -> None:
+    t = topology_from_logs(lspci=_text("lspci_v_qemu_q35_guest_pxb_pcie_2_numa_viommu_prompt.txt"),
+                           numa=_text("numactl_hardware_qemu_q35_guest_2_nodes.txt"))
+    assert (t["virtualization"]["is_vm"], t["virtualization"]["hypervisor"]) == (True, "QEMU/KVM")
+    assert "QEMU PCIe Expander bridge" in t["virtualization"]["evidence"][0]
+    assert t["numa"] == {"nodes": [{"id": 0, "cpus": "0-3"}, {"id": 1, "cpus": "4-7"}], "status": "ok"}
+    # the guest's virtual IOMMU (-device intel-iommu) made the groups lspci prints
+    assert t["iommu"]["enabled"] is True and "23 devices have IOMMU groups" in t["iommu"]["evidence"][-1]
+    assert t["gpus"] == []  # virtio GPUs are no NVIDIA GPUs
+
+
+def test_display_filtered_output_reads_gpus_and_warns_of_no_pci_section() -> None:
+    p = parse_text(_text("smi_q_d_clock_2gpu_kepler_470.txt"), "clock.txt")
+    assert [(g.index, g.bus_id, g.name) for g in p.gpus] == [(0, "0000:06:00.0", None),
+                                                           (1, "0000:07:00.0", None)]
+    (w,) = p.facts["warnings"]
+    assert "0000:06:00.0, 0000:07:00.0 has no PCI section" in w
+    # a vGPU guest has a PCI section whose link fields are all N/A: no such warning
+    assert "warnings" not in parse_text(_text("smi_q_vgpu_guest_rtxa6000_24q_535_link_na.txt"),
+                                        "g.txt").facts
