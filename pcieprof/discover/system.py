@@ -52,6 +52,28 @@ def cmdline_params(cmdline: str) -> dict[str, str]:
     return out
 
 
+def _acs_params(params: dict[str, str]) -> list[str]:
+    """Evidence lines for the kernel parameters that change what ACS means on this host.
+
+    `pcie_acs_override=` is the out-of-tree ACS override patch (Proxmox, Zen and CachyOS kernels
+    carry it; lf-edge/eve#790 quotes its commit message): the kernel treats the named ports as if
+    they isolated their devices, so IOMMU groups are split, while the ports' ACSCtl bits (and so the
+    path peer traffic takes) stay as lspci shows them. `pci=disable_acs_redir=` and
+    `pci=config_acs=` (NVIDIA/NV-Kernels#20 "PCI: Extend ACS configurability") do change the bits
+    at boot.
+    """
+    out = []
+    if "pcie_acs_override" in params:
+        out.append(f"cmdline: pcie_acs_override={params['pcie_acs_override']} (IOMMU groups split "
+                   "by the ACS override patch, not by ACS: a group no longer proves isolation; "
+                   "ACSCtl bits unchanged)")
+    pci = params.get("pci", "")
+    for opt in ("disable_acs_redir", "config_acs"):
+        if f"{opt}=" in pci:
+            out.append(f"cmdline: pci={pci} (the kernel rewrites ACS bits at boot: {opt})")
+    return out
+
+
 def iommu_state(root: str | Path | None = "/", *, cmdline: str | None = None,
                 dmesg: str | None = None) -> dict[str, Any]:
     """IOMMU on or off, and its mode, with evidence.
@@ -112,6 +134,7 @@ def iommu_state(root: str | Path | None = "/", *, cmdline: str | None = None,
     for k in ("iommu", "amd_iommu", "intel_iommu", "iommu.passthrough", "iommu.strict"):
         if k in params:
             evidence.append(f"cmdline: {k}={params[k]}")
+    evidence.extend(_acs_params(params))
 
     enabled: bool | None
     if units:
