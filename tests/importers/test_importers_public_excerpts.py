@@ -255,3 +255,26 @@ def test_rows_before_the_failure_are_kept_and_the_failure_said() -> None:
     assert p.facts["failures"][1]["text"] == ".. HCA-128 pid 757466: Test failure common.cu:915"
     assert any("sizes after the last row were not run" in w for w in p.facts["warnings"])
     assert "failed: HCA-128: Test NCCL failure common.cu:1204" in p.summary
+
+
+def test_old_output_without_hashes_wrong_data_and_topo_in_one_paste() -> None:
+    p = parse("all_gather_perf_8xV100_oob_failed_then_topo_m_dgx1_nccltests37.txt")
+    out, inp = p.collectives
+    assert out.collective == "all_gather"  # from the command line
+    assert (out.size_bytes, out.time_us, out.algbw_gbps, out.busbw_gbps) == (
+        4294967296, 29122.0, 129.05, 129.05)
+    # max error 1 on float data is wrong data (nccl-tests' bound 1e-5): was status ok
+    assert (out.status, inp.status) == ("error", "error") and "wrong data" in out.detail
+    run = p.facts["runs"][0]
+    assert (run["avg_busbw_gbps"], run["out_of_bounds"]) == (128.942, 2)  # lines without '#'
+    assert any("2 values written outside" in w for w in p.facts["warnings"])
+    # the topo -m pasted after it is read too (was dropped)
+    assert p.facts["topo_m"] == {"gpus": 8, "levels": {"NV1": 16, "NV2": 16, "SYS": 24}}
+    assert (p.pair_levels[(0, 3)], p.pair_levels[(0, 4)], p.pair_levels[(7, 6)]) == (
+        "NV2", "SYS", "NV1")
+    assert p.documents["topo_m"]["cpu_affinity"][7] == "0-95"
+
+
+def test_error_column_within_bounds_stays_ok() -> None:
+    p = parse("nccl1_all_reduce_test_4x_titanx_ms_readme.txt")
+    assert {c.status for c in p.collectives} == {"ok"}  # 4e-03 on half, 5e-07 on float
