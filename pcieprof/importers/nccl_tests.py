@@ -54,14 +54,15 @@ _DEVICE = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+(\d+)\s+
 #: `Device 0 -> 0 [0x0a] name` (rank, then CUDA device).
 _DEVICE_NO_HOST = re.compile(r"^#?\s*(?:Rank\s+(\d+)\s+uses device|Device\s+(\d+)\s+->)\s+(\d+)\s+"
                              r"\[([^\]]*)\]\s*(.*)$")
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
+_AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(\S+)")
 #: How a test stops (src/common.h NCCLCHECK/CUDACHECK/TESTCHECK; NCCL 1's `NCCL failure`):
 #: `host: Test NCCL failure common.cu:1204 'unhandled cuda error ...'`, ` .. host pid N: Test
 #: failure common.cu:915`, `Test CUDA failure common.cu:730 'unknown error'`.
 _FAILURE = re.compile(r"(?:^|\s|:)(?:Test (?:NCCL |CUDA )?failure|NCCL failure) \S+:\d+")
 #: The end-of-run count of values written outside the result buffers (`OK` or `FAILED`).
-_OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(\w+)")
-_COLUMNS = re.compile(r"^#\s+(?:size\s+count|bytes\s+N)\s+type\b")
+_OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)\s+(\w+)")
+#: The column header; versions of 2019-2020 printed it (and the trailer) without the `#`.
+_COLUMNS = re.compile(r"^#?\s+(?:size\s+count|bytes\s+N)\s+type\b")
 #: The old header's names -> today's (`op` was the reduction, `res` the max error).
 _OLD_NAMES = {"bytes": "size", "N": "count", "op": "redop", "res": "error"}
 #: A command line that starts a test: the binary (`*_perf` of nccl-tests, `*_test` of NCCL 1)
@@ -79,6 +80,10 @@ DTYPES = {"float": "fp32", "half": "fp16", "bfloat16": "bf16", "double": "fp64",
 _TYPE_BYTES = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1, "uint8": 1,
                "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "int": 4, "char": 1,
                "f8e4m3": 1, "f8e5m2": 1}
+#: The largest `error` (max deviation) nccl-tests accepted per type before it counted #wrong
+#: (DeltaMaxValue in src/common.cu of those versions: half 1e-2 or 5e-2, bfloat16 1e-2, float
+#: 1e-5, double 1e-12, integers 1e-200 i.e. none); the lenient value is kept.
+_ERROR_BOUND = {"fp16": 5e-2, "bf16": 1e-2, "fp32": 1e-5, "fp64": 1e-12}
 #: Reduction names (test_opnames) and `none` of the collectives that do not reduce.
 REDOPS = ("sum", "prod", "max", "min", "avg", "mulsum", "premulsum", "none")
 #: busbw = algbw * factor(n) (nccl-tests doc/PERFORMANCE.md) for the collectives whose factor
@@ -375,6 +380,12 @@ def _rows_of(run: _Run, n: int, nruns: int, name: str, result: Parsed, last_cont
                     status = "error" if wrong > 0 else "ok"
             else:
                 extra = f"; max error {wrong_tok}"
+                if wrong_tok.upper() != "N/A":
+                    dtype = DTYPES.get(tok[2], tok[2])
+                    bound = _ERROR_BOUND.get(dtype, 0.0)
+                    if parse_float(wrong_tok, name, lineno, "the max error") > bound:
+                        status = "error"
+                        extra += f", above nccl-tests' bound {bound:g} for {dtype}: wrong data"
             variant = ("imported:" + (f"{collective}:" if collective != "all_reduce" else "")
                        + place + (f":{redop}" if redop not in (None, "sum", "none") else "")
                        + (f":run{n}" if nruns > 1 else ""))
