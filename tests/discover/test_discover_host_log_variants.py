@@ -210,3 +210,15 @@ def test_display_filtered_output_reads_gpus_and_warns_of_no_pci_section() -> Non
     # a vGPU guest has a PCI section whose link fields are all N/A: no such warning
     assert "warnings" not in parse_text(_text("smi_q_vgpu_guest_rtxa6000_24q_535_link_na.txt"),
                                         "g.txt").facts
+
+
+def test_lspci_in_a_quoted_printable_mail_indented_with_a_pci_domain() -> None:
+    # a raw linux-pci message: `=3D` for `=`, `=` ending a line that goes on; all indented by 2
+    text = _text("lspci_vv_mail_quoted_printable_indented_amd_gpu_domain_000d_arm64.txt")
+    assert detect(text) == "lspci"
+    (d,) = parse_lspci(text, source="x")
+    assert (d.bdf, d.vendor_id, d.port_type) == ("000d:03:00.0", "1002", "legacy_endpoint")
+    assert d.device == "Navi 33 [Radeon RX 7600/7600 XT/7600M XT/7600S/7700S / PRO W7600]"
+    assert (d.numa_node, d.iommu_group, d.driver) == (0, 21, "amdgpu")
+    assert (d.speed_gts, d.width, d.cap_speed_gts, d.cap_width) == (16.0, 8, 16.0, 8)
+    assert d.acs_ctl == dict.fromkeys(d.acs_ctl, False) and len(d.acs_ctl) == 7
