@@ -53,7 +53,7 @@ def nccl_log_parsed(text: str, name: str) -> Parsed:
     """An NCCL_DEBUG=INFO log: its nccl_choices document."""
     choices = nccl_log.parse_nccl_log(text, name)
     return Parsed(format="nccl-log", name=name, documents={"nccl_choices": choices},
-                  facts={"nccl_version": choices["nccl_version"]},
+                  facts={"nccl_version": choices.nccl_version},
                   summary=nccl_log.summarize(choices))
 
 
