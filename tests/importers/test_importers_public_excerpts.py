@@ -292,3 +292,12 @@ def test_old_simplep2p_capable_lines_and_a_cut_pair_list() -> None:
     # 3->1 and 3->2 are not in the file: said, not guessed
     assert "3->1" not in access
     assert "10 of the 12 ordered GPU pairs" in p.facts["warnings"][0]
+
+
+def test_empty_affinity_cells_are_not_filled_from_the_gpu_numa_id() -> None:
+    p = parse("vllm_collect_env_2gpu_nv12_8nic_empty_affinity_vllm19607.txt")
+    t = p.documents["topo_m"]
+    assert p.pair_levels == {(0, 1): "NV12", (1, 0): "NV12"}
+    assert t["matrix"]["GPU0"]["NIC6"] == "PXB" and t["matrix"]["NIC7"]["NIC6"] == "PIX"
+    # only "N/A" follows the levels: it is the GPU NUMA ID, the affinities are unknown
+    assert t["cpu_affinity"] == {0: None, 1: None} and t["numa_affinity"] == {0: None, 1: None}
