@@ -26,7 +26,8 @@ def is_smi_q(text: str) -> bool:
     return False
 
 
-_LSPCI_DEV = re.compile(r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] \S")
+# A device header; a paste may indent the whole output a little (a list item, a quoted mail).
+_LSPCI_DEV = re.compile(r"^ {0,4}(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] \S")
 # A device's first indented lines; pasted output often has spaces where lspci prints tabs.
 _LSPCI_FIELD = re.compile(r"^\s+(?:Subsystem|Physical Slot|Control|Flags|Status|Latency|NUMA node"
                           r"|IOMMU group|Kernel driver in use|Capabilities):")

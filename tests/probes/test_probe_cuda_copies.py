@@ -297,3 +297,17 @@ def test_a_concurrent_flow_that_drops_a_middle_iteration_is_the_only_error() -> 
     assert "iteration(s) 2 of 3 did not land in GPU 0 (flow 1)" in why
     rows = concurrent_rows(case, "cuda", spans, ok, why, timing=timing)
     assert [r["status"] for r in rows] == ["ok", "error", "error"]
+
+
+def test_a_flag_that_did_not_hold_bounds_no_anchor_and_says_so() -> None:
+    # as when the timer wrote the flag because queueing blocked: the streams ran before the
+    # host's own write, so the acknowledgements after that write bound nothing
+    case = ConcurrentCase("ring", "write", [(0, 1), (1, 0)], 64 * KiB, 3)
+    copier, api = _copier([0, 1], [])
+    api.flags[0].value = 1 << 20  # already past every round's value: no stream waits
+    spans, ok, why, timing = copier.run_concurrent(0, case)
+    assert spans is not None and all(ok) and timing is not None
+    assert timing.release == "host_flag" and not timing.held
+    assert timing.anchor_us == {0: None, 1: None} and "includes host queueing" in why
+    rows = concurrent_rows(case, "cuda", spans, ok, why, timing=timing)
+    assert all("release_to_anchor_us_max" not in r for r in rows)
