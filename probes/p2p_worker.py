@@ -132,7 +132,8 @@ def p2p_result_row(case: P2PCase, backend: str, res: tuple[Any, ...], detail: st
                        status="not_supported" if ok else "error")
     if not ok:
         return p2p_row(case, backend, None, status="error",
-                       detail="copied bytes do not match the pattern")
+                       detail="; ".join(x for x in ("copied bytes do not match the pattern", why)
+                                        if x))
     return p2p_row(case, backend, times, detail="; ".join(x for x in (detail, why) if x))
 
 
@@ -303,7 +304,44 @@ HOLD_TRIES = 4
 RELEASE_TIMEOUT_S = 5.0
 HOLD_SHORT = "the stream hold ended before all copies were queued: the time includes host queueing"
 
-Leg = list[tuple[Any, Callable[[], object]]]
+#: The (stream, copy) pairs of a leg, run at once; copy(k) is iteration k's copy, into slot k.
+Leg = list[tuple[Any, Callable[[int], object]]]
+
+
+def _slots(t: torch.Tensor, size: int, n: int) -> list[torch.Tensor]:
+    """`n` consecutive views of `size` bytes of `t` (slot k is iteration k's)."""
+    return [t[k * size:(k + 1) * size] for k in range(n)]
+
+
+@dataclass
+class Landing:
+    """A buffer that iteration k of a round writes into at slot k, and what it must then hold.
+
+    Why slots (issue 23 pt 8): with one source and one destination every iteration wrote the same
+    bytes over the same bytes, so the check after the copies proved that one copy landed, not
+    each; a middle copy dropped (a peer write a VM's IOMMU discards) left the buffer right. Now
+    iteration k copies slot k of a source holding one long pattern into slot k of a destination
+    that was poisoned before the round, so each iteration moves bytes no other moves and leaves
+    its own slot to check. The copies stay what is timed: the same size, engine and stream, back
+    to back; only their addresses differ (a bandwidth copy is far larger than the L2, so no
+    iteration found the last one's bytes cached anyway; a latency case's slots share a page).
+    The poison and the check run between rounds, outside the events, so nothing is added to the
+    timed span. Slot contents differ between iterations (the pattern's words run on across them).
+    """
+
+    where: str  # "GPU 1" or "host (GPU 1's buffer)", for the detail
+    device: int | None  # None: host memory, written by the CPU
+    buf: torch.Tensor  # iters * size bytes
+    seed: int
+    #: host buffers: pattern(iters * size, seed) made once (the CPU's pattern costs ~1 s per
+    #: 320 MiB); on a GPU it is made when needed, so as not to hold a second copy of every buffer
+    host_expected: torch.Tensor | None = None
+
+    def expected(self) -> torch.Tensor:
+        """What `buf` must hold after a round."""
+        if self.host_expected is not None:
+            return self.host_expected
+        return pattern(self.buf.numel(), self.seed, self.buf.device)
 
 
 @dataclass
@@ -343,7 +381,8 @@ class CudaCopier:
                 rt, self.rt_why = None, f"peer copies need libcudart: {exc}"
         self.rt = rt
         self.streams = {d: self.api.new_stream(d) for d in plan.devices}
-        big = max([c.size_bytes for c in plan.p2p] + [8])
+        # every iteration has a slot of its own (Landing)
+        big = max([c.size_bytes * c.iters for c in plan.p2p] + [8])
         self.src = {d: self.api.empty(big, d) for d in plan.devices}
         self.dst = {d: self.api.empty(big, d) for d in plan.devices}
         self.host: dict[int, torch.Tensor] = {}
@@ -462,9 +501,9 @@ class CudaCopier:
                 e0, e1 = self.api.event(), self.api.event()
                 e0.record(stream)
                 marks.append((anchors[self.api.device_of(stream)], e0, e1))
-            for _ in range(iters):
+            for k in range(iters):
                 for stream, op in leg:
-                    self.api.enqueue(stream, op)
+                    self.api.enqueue(stream, partial(op, k))
             for (stream, _), (_, _, e1) in zip(leg, marks):
                 e1.record(stream)
         except BaseException:
@@ -477,7 +516,9 @@ class CudaCopier:
         for ev in [*anchors.values(), *(e1 for _, _, e1 in marks)]:
             ev.synchronize()  # the anchors are on streams of their own
         spans = [(a.elapsed_time(e0) / 1e3, a.elapsed_time(e1) / 1e3) for a, e0, e1 in marks]
-        return Round(spans, held, "host_flag", {d: bounds.get(d) for d in devices})
+        # released before this write (the timer's): the acknowledgements bound nothing
+        return Round(spans, held, "host_flag",
+                     {d: bounds.get(d) if held else None for d in devices})
 
     def _gate_round(self, leg: Leg, iters: int) -> Round:
         """The release without a host flag: one spin kernel on the first stream, then a gate
@@ -505,9 +546,9 @@ class CudaCopier:
                 e0, e1 = self.api.event(), self.api.event()
                 e0.record(stream)
                 marks.append((anchors[dev], e0, e1))
-            for _ in range(iters):
+            for k in range(iters):
                 for stream, op in leg:
-                    self.api.enqueue(stream, op)
+                    self.api.enqueue(stream, partial(op, k))
             for (stream, _), (_, _, e1) in zip(leg, marks):
                 e1.record(stream)
             held = not gate.query()
@@ -533,11 +574,42 @@ class CudaCopier:
         """Why peer access could not be enabled on any of `pairs` ("" when it could)."""
         return "; ".join(self.peer_failed[p] for p in pairs if p in self.peer_failed)
 
+    def _landing(self, where: str, device: int | None, buf: torch.Tensor, seed: int) -> Landing:
+        return Landing(where, device, buf, seed,
+                       pattern(buf.numel(), seed) if device is None else None)
+
+    def _poison(self, landings: list[Landing]) -> None:
+        """Fill every landing buffer with the complement of what it must receive (after the
+        last round's copies: the host's buffers are written by the CPU)."""
+        self._sync_all()
+        for t in landings:
+            if t.device is None:
+                torch.bitwise_not(t.expected(), out=t.buf)
+            else:
+                self._on(t.device, partial(poison, t.buf, t.buf.numel(), t.seed))
+        self._sync_all()
+
+    def _landed(self, landings: list[Landing], size: int, n: int) -> str:
+        """After a round: "" when every iteration's slot holds its bytes, else which did not."""
+        self._sync_all()
+        bad = []
+        for t in landings:
+            want = t.expected()
+            if not torch.equal(t.buf, want):
+                ks = [k for k, (g, w) in enumerate(zip(_slots(t.buf, size, n),
+                                                       _slots(want, size, n)))
+                      if not torch.equal(g, w)]
+                bad.append(f"iteration(s) {','.join(str(k + 1) for k in ks)} of {n} did not "
+                           f"land in {t.where}")
+        return "; ".join(bad)
+
     def run_p2p(self, idx: int, case: P2PCase) -> tuple[list[float] | None, bool, str]:
         """One case: (seconds per trial or None when not run, bytes correct, detail). None with
         False: the case failed (peer access advertised but not enabled: status error); None with
-        True: not supported."""
-        s = case.size_bytes
+        True: not supported. Bytes are correct when every iteration of every trial landed
+        (Landing); otherwise the detail says which did not."""
+        s, n = case.size_bytes, case.iters
+        total = s * n
         dirs = [(case.src, case.dst)] + ([(case.dst, case.src)] if case.direction == "bi" else [])
         if case.path == "p2p":
             if failed := self._failed(dirs):
@@ -546,64 +618,80 @@ class CudaCopier:
             if missing:
                 return None, True, self.rt_why or (f"no peer access {','.join(missing)} "
                                                    "(can_device_access_peer)")
-        # every check below reads a buffer first filled with the complement of what it expects,
+        # every landing is poisoned before each round with the complement of what it expects,
         # with a seed no other case uses: stale or unwritten bytes cannot pass
-        checks: list[tuple[torch.Tensor, int]] = []
+        landings: list[Landing] = []
         legs: list[Leg]
         notes: list[str] = []
         if case.path == "h2d":
             seed = case_seed("p2p", idx, HOST_END)
-            h, d = self.host[case.dst][:s], self.dst[case.dst][:s]
-            h.copy_(pattern(s, seed))
-            self._on(case.dst, partial(poison, d, s, seed))
-            legs = [[(self.streams[case.dst], partial(d.copy_, h, non_blocking=True))]]
-            checks.append((d, seed))
+            h, d = self.host[case.dst][:total], self.dst[case.dst][:total]
+            h.copy_(pattern(total, seed))
+            hs, ds = _slots(h, s, n), _slots(d, s, n)
+            legs = [[(self.streams[case.dst],
+                      lambda k: ds[k].copy_(hs[k], non_blocking=True))]]
+            landings.append(self._landing(f"GPU {case.dst}", case.dst, d, seed))
             notes.append(self.host_note[case.dst])
         elif case.path == "d2h":
             seed = case_seed("p2p", idx, case.src)
-            d, h = self.src[case.src][:s], self.host[case.src][:s]
-            self._on(case.src, partial(d.copy_, pattern(s, seed, d.device)))
-            poison(h, s, seed)
-            legs = [[(self.streams[case.src], partial(h.copy_, d, non_blocking=True))]]
-            checks.append((h, seed))
+            d, h = self.src[case.src][:total], self.host[case.src][:total]
+            self._on(case.src, partial(d.copy_, pattern(total, seed, d.device)))
+            ds, hs = _slots(d, s, n), _slots(h, s, n)
+            legs = [[(self.streams[case.src],
+                      lambda k: hs[k].copy_(ds[k], non_blocking=True))]]
+            landings.append(self._landing(f"host (GPU {case.src}'s buffer)", None, h, seed))
             notes.append(self.host_note[case.src])
         elif case.path == "p2p":
             leg: Leg = []
             for a, b in dirs:
                 seed = case_seed("p2p", idx, a)
-                sa, db = self.src[a][:s], self.dst[b][:s]
-                self._on(a, partial(sa.copy_, pattern(s, seed, sa.device)))
-                self._on(b, partial(poison, db, s, seed))
-                leg.append((self.streams[a], partial(self._peer, db, sa, s, self.streams[a])))
-                checks.append((db, seed))
+                sa, db = self.src[a][:total], self.dst[b][:total]
+                self._on(a, partial(sa.copy_, pattern(total, seed, sa.device)))
+                leg.append((self.streams[a], partial(self._peer_slot, _slots(db, s, n),
+                                                     _slots(sa, s, n), s, self.streams[a])))
+                landings.append(self._landing(f"GPU {b}", b, db, seed))
             legs = [leg]
         else:  # host_staged: GPU -> pinned host (source's stream), then host -> GPU (destination's)
             down: Leg = []
             up: Leg = []
             for a, b in dirs:
                 seed = case_seed("p2p", idx, a)
-                sa, h, db = self.src[a][:s], self.host[a][:s], self.dst[b][:s]
-                self._on(a, partial(sa.copy_, pattern(s, seed, sa.device)))
-                self._on(b, partial(poison, db, s, seed))
-                down.append((self.streams[a], partial(h.copy_, sa, non_blocking=True)))
-                up.append((self.streams[b], partial(db.copy_, h, non_blocking=True)))
-                checks.append((db, seed))
+                sa, h, db = self.src[a][:total], self.host[a][:total], self.dst[b][:total]
+                self._on(a, partial(sa.copy_, pattern(total, seed, sa.device)))
+                sas, hs, dbs = _slots(sa, s, n), _slots(h, s, n), _slots(db, s, n)
+                down.append((self.streams[a],
+                             partial(lambda hs, sas, k: hs[k].copy_(sas[k], non_blocking=True),
+                                     hs, sas)))
+                up.append((self.streams[b],
+                           partial(lambda dbs, hs, k: dbs[k].copy_(hs[k], non_blocking=True),
+                                   dbs, hs)))
+                # the bounce buffer too: a dropped down-copy would otherwise pass on the bytes
+                # the last round left there
+                landings.append(self._landing(f"host (GPU {a}'s bounce buffer)", None, h, seed))
+                landings.append(self._landing(f"GPU {b}", b, db, seed))
                 notes.append(self.host_note[a])
             legs = [down, up]
-        self._sync_all()  # fills and poison (default streams) are done before any copy stream runs
+        self._sync_all()  # fills (default streams) are done before any copy stream runs
         self._timed(legs, 1)  # untimed warm-up
         held = True
         times = []
-        for _ in range(case.trials):
-            t, ok = self._timed(legs, case.iters)
+        lost = ""
+        for trial in range(case.trials):
+            self._poison(landings)
+            t, ok = self._timed(legs, n)
             times.append(t)
             held &= ok
+            if not lost and (why := self._landed(landings, s, n)):
+                lost = f"trial {trial + 1}: {why}"
         self._sync_all()
-        ok = all(matches(t, s, seed) for t, seed in checks)
         if not held:
             notes.append(HOLD_SHORT)
         notes.append(self.release_note({d for a, b in dirs for d in (a, b) if d >= 0}))
-        return times, ok, "; ".join(x for x in dict.fromkeys(notes) if x)
+        return times, not lost, "; ".join(x for x in dict.fromkeys([lost, *notes]) if x)
+
+    def _peer_slot(self, dsts: list[torch.Tensor], srcs: list[torch.Tensor], nbytes: int,
+                   stream: Any, k: int) -> None:
+        self._peer(dsts[k], srcs[k], nbytes, stream)
 
     def _peer(self, dst: torch.Tensor, src: torch.Tensor, nbytes: int, stream: Any) -> None:
         assert self.rt is not None  # peer_ok is False without the runtime
@@ -622,26 +710,25 @@ class CudaCopier:
         if missing:  # without peer access the driver would stage through the host: not P2P
             return None, None, self.rt_why or (f"no peer access {','.join(missing)} "
                                                "(can_device_access_peer)"), None
-        checks: list[tuple[torch.Tensor, int]] = []
+        n = case.iters
+        landings: list[Landing] = []
         leg: Leg = []
         for i, (a, b) in enumerate(case.flows):
             seed = case_seed("concurrent", idx, i)
-            src, dst = self.api.empty(s, a), self.api.empty(s, b)
-            self._on(a, partial(src.copy_, pattern(s, seed, src.device)))
-            self._on(b, partial(poison, dst, s, seed))
+            src, dst = self.api.empty(s * n, a), self.api.empty(s * n, b)
+            self._on(a, partial(src.copy_, pattern(s * n, seed, src.device)))
             # each flow its own stream: on the source for a write, on the destination for a read
             st = self.api.new_stream(a if case.op == "write" else b)
-            leg.append((st, partial(self._peer, dst, src, s, st)))
-            checks.append((dst, seed))
-        self._sync_all()
+            leg.append((st, partial(self._peer_slot, _slots(dst, s, n), _slots(src, s, n), s, st)))
+            landings.append(self._landing(f"GPU {b} (flow {i})", b, dst, seed))
+        self._poison(landings)  # with the fills: every iteration's slot checked (Landing)
         # each flow's own (start, end) from the release: concurrent_rows prices the total over
         # the first start to the last end, each flow over its own span
-        r = self._leg_spans(leg, case.iters)
-        self._sync_all()
-        ok = [matches(t, s, seed) for t, seed in checks]
-        notes = ["" if r.held else HOLD_SHORT,
+        r = self._leg_spans(leg, n)
+        lost = [self._landed([t], s, n) for t in landings]
+        notes = [*lost, "" if r.held else HOLD_SHORT,
                  self.release_note({self.api.device_of(st) for st, _ in leg})]
-        return r.spans, ok, "; ".join(x for x in notes if x), r
+        return r.spans, [not x for x in lost], "; ".join(x for x in notes if x), r
 
 
 # ------------------------------------------------------------------------------------------------

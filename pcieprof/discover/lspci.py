@@ -9,6 +9,7 @@ whose secondary bus is B.
 
 from __future__ import annotations
 
+import quopri
 import re
 import shutil
 import subprocess
@@ -85,21 +86,33 @@ def _acs_bits(text: str, where: str) -> dict[str, bool]:
     return {b: bits[b] for b in ACS_BITS}
 
 
+_QP_SOFT_BREAK = re.compile(r"=\r?\n")
 # Shortest line a terminal or a mailer wraps (mail wraps at 72-78 columns, terminals at 80).
 _WRAP_WIDTH = 60
 
 
 def _unwrapped(text: str) -> list[tuple[int, str]]:
-    """(line number, line) with hard-wrapped lines joined back.
+    """(line number, line) of the output as lspci printed it, undoing what pasting did to it.
 
-    Output pasted from a terminal or sent by mail arrives wrapped: the rest of a long line starts
-    at column 0 ("Packet Switch (rev 01) ...", "EgressCtrl- DirectTrans-"). Such a line is no
-    device header, follows a long line and is appended to it as it is: a mailer keeps the space
-    it broke at on the first part, a terminal breaks mid-word, so plain concatenation restores
-    both (tests/data/host_logs, the Pericom switch mail).
+    - Mail sent quoted-printable (a raw linux-pci message: `=3D` for `=`, a line ending in `=`
+      continued on the next) is decoded first; line numbers are then those of the decoded text.
+    - A paste indented as a whole (a Markdown list item, a quoted mail) loses the indentation
+      of its first device header.
+    - Output pasted from a terminal or sent by mail arrives wrapped: the rest of a long line
+      starts at column 0 ("Packet Switch (rev 01) ...", "EgressCtrl- DirectTrans-"). Such a line
+      is no device header, follows a long line and is appended to it as it is: a mailer keeps
+      the space it broke at on the first part, a terminal breaks mid-word, so plain
+      concatenation restores both (tests/data/host_logs, the Pericom switch mail).
     """
+    if _QP_SOFT_BREAK.search(text) or "=3D" in text:  # lspci itself never prints either
+        text = quopri.decodestring(text.encode()).decode("utf-8", errors="replace")
+    lines = text.splitlines()
+    margin = next((len(l) - len(l.lstrip()) for l in lines if l[:1].isspace()
+                   and _HEADER.match(l.strip())), 0)
     out: list[tuple[int, str]] = []
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    for lineno, raw in enumerate(lines, 1):
+        if margin and raw[:margin].isspace():
+            raw = raw[margin:]
         if (out and raw and not raw[0].isspace() and len(out[-1][1]) >= _WRAP_WIDTH
                 and out[-1][1].strip() and not _HEADER.match(raw.rstrip())
                 and not _PROMPT.match(raw)):

@@ -10,7 +10,8 @@ Layouts handled (NVIDIA/nccl-tests src/common.cu over the years):
   floating-point `error` column), out-of-place then in-place;
 - the oldest header `#  bytes  N  type  op  [root]  time  algbw  busbw  res` (nccl-tests of the
   NCCL 2.0-2.4 years and NCCL 1's `*_test`): its time column is in milliseconds (the code printed
-  `deltaSec * 1.0E3`), turned into microseconds here; its device lines are
+  `deltaSec * 1.0E3`; NVIDIA/nccl issue #25, a maintainer: "10M should be done in 1.6
+  milliseconds (not microseconds)"), turned into microseconds here; its device lines are
   `#   Rank  0 on host device  0 [0x05] ...` (no Pid), `#   Rank  0 uses device  0 [0x05] ...`
   or NCCL 1's `#   Device  0 ->  0 [0x0a] ...`;
 - `# Avg bus bandwidth    : 24.5413` closing each run.
@@ -35,14 +36,15 @@ NCCL INFO lines mixed into the output are ignored here (the importer hands them 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pcieprof.importers._text import clean_lines, fail, head_lines, parse_float, parse_int
 from pcieprof.importers.records import CollectiveRecord, GpuRecord, Parsed
+from pcieprof.importers.topology import flat_tree_evidence
 
 _LINE_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
-_HEADER = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\b(.*)$")
+_HEADER = re.compile(r"^#?\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\b(.*)$")
 _ITERS = re.compile(r"(?<!warmup )(?<!agg )\biters:\s*(\d+)")
 _STARTING = re.compile(r"^#\s*Collective test starting:\s*(\w+)")
 _VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)")
@@ -53,8 +55,15 @@ _DEVICE = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+(\d+)\s+
 #: `Device 0 -> 0 [0x0a] name` (rank, then CUDA device).
 _DEVICE_NO_HOST = re.compile(r"^#?\s*(?:Rank\s+(\d+)\s+uses device|Device\s+(\d+)\s+->)\s+(\d+)\s+"
                              r"\[([^\]]*)\]\s*(.*)$")
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
-_COLUMNS = re.compile(r"^#\s+(?:size\s+count|bytes\s+N)\s+type\b")
+_AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(\S+)")
+#: How a test stops (src/common.h NCCLCHECK/CUDACHECK/TESTCHECK; NCCL 1's `NCCL failure`):
+#: `host: Test NCCL failure common.cu:1204 'unhandled cuda error ...'`, ` .. host pid N: Test
+#: failure common.cu:915`, `Test CUDA failure common.cu:730 'unknown error'`.
+_FAILURE = re.compile(r"(?:^|\s|:)(?:Test (?:NCCL |CUDA )?failure|NCCL failure) \S+:\d+")
+#: The end-of-run count of values written outside the result buffers (`OK` or `FAILED`).
+_OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)\s+(\w+)")
+#: The column header; versions of 2019-2020 printed it (and the trailer) without the `#`.
+_COLUMNS = re.compile(r"^#?\s+(?:size\s+count|bytes\s+N)\s+type\b")
 #: The old header's names -> today's (`op` was the reduction, `res` the max error).
 _OLD_NAMES = {"bytes": "size", "N": "count", "op": "redop", "res": "error"}
 #: A command line that starts a test: the binary (`*_perf` of nccl-tests, `*_test` of NCCL 1)
@@ -72,6 +81,10 @@ DTYPES = {"float": "fp32", "half": "fp16", "bfloat16": "bf16", "double": "fp64",
 _TYPE_BYTES = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1, "uint8": 1,
                "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "int": 4, "char": 1,
                "f8e4m3": 1, "f8e5m2": 1}
+#: The largest `error` (max deviation) nccl-tests accepted per type before it counted #wrong
+#: (DeltaMaxValue in src/common.cu of those versions: half 1e-2 or 5e-2, bfloat16 1e-2, float
+#: 1e-5, double 1e-12, integers 1e-200 i.e. none); the lenient value is kept.
+_ERROR_BOUND = {"fp16": 5e-2, "bf16": 1e-2, "fp32": 1e-5, "fp64": 1e-12}
 #: Reduction names (test_opnames) and `none` of the collectives that do not reduce.
 REDOPS = ("sum", "prod", "max", "min", "avg", "mulsum", "premulsum", "none")
 #: busbw = algbw * factor(n) (nccl-tests doc/PERFORMANCE.md) for the collectives whose factor
@@ -107,6 +120,7 @@ class _Run:
     rows: list[tuple[int, list[str]]] = field(default_factory=list)
     #: microseconds per unit of the time column (1000 for the old milliseconds layout)
     time_scale: float = 1.0
+    out_of_bounds: int | None = None
     avg_busbw: float | None = None
     header_line: int = 0
     dropped: list[int] = field(default_factory=list)
@@ -152,6 +166,7 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>") -> Parsed:
     run: _Run | None = None
     facts: dict[str, Any] = {}
     pending: str | None = None  # the collective of a command line, for the run that follows
+    failures: list[dict[str, Any]] = []
 
     def start(**kw: Any) -> _Run:
         nonlocal pending
@@ -163,6 +178,12 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>") -> Parsed:
 
     for i, line in enumerate(lines, start=1):
         s = line.rstrip()
+        if _FAILURE.search(s):
+            failures.append({"line": i, "text": s.strip()[:200]})
+            continue
+        if (m := _OOB.match(s)) and run is not None:
+            run.out_of_bounds = int(m.group(1))
+            continue
         if not s.lstrip().startswith("#") and (m := _COMMAND.search(s)) \
                 and not _NOT_COMMAND.search(s):
             pending = m.group(1)
@@ -223,8 +244,11 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>") -> Parsed:
             run.rows.append((i, tokens))
         elif run is not None and run.rows and i == last_content:
             run.dropped.append(i)  # the start of a row, cut where the file ends
-    runs = [r for r in runs if r.columns or r.rows]
-    if not runs:
+    devices = next((r for r in runs if r.ranks), None)
+    # A test that stopped with an error may leave a column header without rows (nothing was
+    # cut: the failure line says why); only the runs with rows are kept then.
+    runs = [r for r in runs if r.rows or (r.columns and not failures)]
+    if not runs and not failures:
         fail(name, None, "an nccl-tests result table (the '#  size  count  type ...' header or "
              "rows like '1024  256  float  sum  -1  61.09  0.02 ...')")
     result = Parsed(format="nccl-tests", name=name)
@@ -233,9 +257,11 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>") -> Parsed:
     for n, r in enumerate(runs, start=1):
         _rows_of(r, n, len(runs), name, result, last_content, missing)
         run_facts.append({"collective": r.collective or "unknown", "nranks": _nranks(r),
-                          "rows": len(r.rows), "avg_busbw_gbps": r.avg_busbw, "iters": r.iters})
-    first = runs[0]
-    if first.ranks:
+                          "rows": len(r.rows), "avg_busbw_gbps": r.avg_busbw, "iters": r.iters}
+                         | ({"out_of_bounds": r.out_of_bounds}
+                            if r.out_of_bounds is not None else {}))
+    first = next((r for r in runs if r.ranks), devices)
+    if first is not None and first.ranks:
         host0 = first.ranks[min(first.ranks)][0]
         seen: set[int] = set()
         for rank in sorted(first.ranks):
@@ -243,19 +269,41 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>") -> Parsed:
             if host == host0 and dev not in seen:
                 seen.add(dev)
                 result.gpus.append(GpuRecord(dev, gpu or None, _bus_id(bus)))
+        ids = [g.bus_id for g in result.gpus]
+        flat = flat_tree_evidence(ids, name)
+        if flat:
+            facts["flat_pcie_tree"] = flat
+        # `[0x00]` is the bus number alone: GPUs of one host sharing it sit on one bus (a VM's
+        # root bus) at device numbers the line does not give, so no bus id is known for them.
+        shared = {b for b in ids if b and ids.count(b) > 1}
+        result.gpus = [replace(g, bus_id=None) if g.bus_id in shared else g for g in result.gpus]
         hosts = sorted({v[0] for v in first.ranks.values() if v[0]})
         if hosts:
             facts["hosts"] = hosts
     facts["runs"] = run_facts
+    warnings: list[str] = []
     if missing:
         kept = sum(len(r.rows) for r in runs)
-        facts["warnings"] = [f"{name}: {kept} complete rows kept; not in the file: "
-                             + "; ".join(dict.fromkeys(missing))]
+        warnings.append(f"{name}: {kept} complete rows kept; not in the file: "
+                        + "; ".join(dict.fromkeys(missing)))
+    if failures:
+        facts["failures"] = failures[:20]
+        after = "sizes after the last row were not run" if runs else "no size was run"
+        warnings.append(f"{name}:{failures[0]['line']}: the test stopped with an error "
+                        f"({failures[0]['text'][:120]}); {after}")
+    for r in runs:
+        if r.out_of_bounds:
+            warnings.append(f"{name}: nccl-tests counted {r.out_of_bounds} values written outside "
+                            f"the result buffers (Out of bounds values: FAILED) in the "
+                            f"{r.collective or 'unknown'} run")
+    if warnings:
+        facts["warnings"] = warnings
     result.facts = facts
-    result.summary = "nccl-tests: " + "; ".join(
+    result.summary = "nccl-tests: " + ("; ".join(
         f"{f['collective']} x{f['nranks'] or '?'} ranks, {f['rows']} sizes"
         + (f", avg busbw {f['avg_busbw_gbps']} GB/s" if f["avg_busbw_gbps"] is not None else "")
-        for f in run_facts)
+        for f in run_facts) or "no result rows") + (
+        f"; failed: {failures[0]['text'][:80]}" if failures else "")
     return result
 
 
@@ -333,6 +381,12 @@ def _rows_of(run: _Run, n: int, nruns: int, name: str, result: Parsed, last_cont
                     status = "error" if wrong > 0 else "ok"
             else:
                 extra = f"; max error {wrong_tok}"
+                if wrong_tok.upper() != "N/A":
+                    dtype = DTYPES.get(tok[2], tok[2])
+                    bound = _ERROR_BOUND.get(dtype, 0.0)
+                    if parse_float(wrong_tok, name, lineno, "the max error") > bound:
+                        status = "error"
+                        extra += f", above nccl-tests' bound {bound:g} for {dtype}: wrong data"
             variant = ("imported:" + (f"{collective}:" if collective != "all_reduce" else "")
                        + place + (f":{redop}" if redop not in (None, "sum", "none") else "")
                        + (f":run{n}" if nruns > 1 else ""))

@@ -51,8 +51,8 @@ def test_gzip_and_plain_give_the_same_numbers(tmp_path: Path, samples: Path) -> 
     plain = tmp_path / "r.json"
     with gzip.open(samples / SAMPLE, "rb") as f, plain.open("wb") as g:
         shutil.copyfileobj(f, g)
-    a = attribute_traces([samples / SAMPLE], workers=1)["ranks"][0]["totals"]
-    b = attribute_traces([plain], workers=1)["ranks"][0]["totals"]
+    a = attribute_traces([samples / SAMPLE], workers=1).ranks[0].totals
+    b = attribute_traces([plain], workers=1).ranks[0].totals
     assert a == b
 
 

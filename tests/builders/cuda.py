@@ -39,6 +39,7 @@ class Stream:
     name: str
     ready_us: float = 0.0  # when the GPU finishes what is queued so far
     queue: list[tuple[float, Callable[[], object]]] = field(default_factory=list)  # (end, effect)
+    enqueued: int = 0  # ops issued on it so far
 
     def drain(self, until_us: float = float("inf")) -> None:
         """Apply the effects of queued work that ends by `until_us`, in issue order."""
@@ -105,6 +106,9 @@ class CudaStandin:
         self.flag_lag_us = flag_lag_us or {}
         self.ack_us = ack_us
         self.flags: list[StandinFlag] = []
+        #: stream name -> numbers (1-based, in issue order) of the ops on it whose effect is lost,
+        #: as a copy a DMA engine or a VM's IOMMU silently drops
+        self.drop: dict[str, set[int]] = {}
         self.recorded: list[StandinEvent] = []
         # a spin kernel sized from the clock rate lasts longer on a GPU at an idle clock
         self.hold_scale = hold_scale or {}
@@ -142,6 +146,9 @@ class CudaStandin:
 
     def enqueue(self, stream: Stream, op: Callable[[], object]) -> None:
         self.tick("enqueue", stream.device)
+        stream.enqueued += 1
+        if stream.enqueued in self.drop.get(stream.name, ()):
+            op = lambda: None  # noqa: E731 - the op's effect is lost
         self.starts.append((stream.name, self.start_on(stream)))
         end = self.start_on(stream) + self.gpu_us
         stream.ready_us = end
@@ -285,12 +292,18 @@ class PeerCopies:
     its stream's work is applied. `drop` bytes at the end of every copy are silently not written,
     as a write that a VM's IOMMU discards."""
 
-    def __init__(self, drop: int = 0, refuse: tuple[tuple[int, int], ...] = ()) -> None:
+    def __init__(self, drop: int = 0, refuse: tuple[tuple[int, int], ...] = (),
+                 lose: tuple[int, ...] = ()) -> None:
         self.drop = drop
+        self.lose = set(lose)  # calls (1-based) whose copy is silently not made at all
+        self.calls = 0
         self.refuse = set(refuse)  # pairs whose peer enable fails, as Cudart.enable_peer raises
         self.enabled: list[tuple[int, int]] = []
 
     def memcpy_peer(self, dst: torch.Tensor, src: torch.Tensor, nbytes: int, stream: Any) -> None:
+        self.calls += 1
+        if self.calls in self.lose:
+            return
         n = nbytes - self.drop
         dst[:n].copy_(src[:n])
 

@@ -240,3 +240,74 @@ def test_a_refused_wait_releases_the_waiting_streams_and_falls_back_to_the_gate(
     assert timing.release == "gate_event" and flag.closed
     assert flag.written_at and not flag.held  # the waiting anchor streams were released
     assert "the host flag failed" in why and "CUresult 801" in why
+
+
+def test_a_dropped_middle_iteration_is_caught() -> None:
+    # issue 23 pt 8: every iteration copied the same source over the same destination, so the
+    # check after the round proved only that some copy landed. Call 9 is trial 2's third copy
+    # (call 1 is the warm-up, 2-6 trial 1): later copies used to rewrite the same bytes over it.
+    case = P2PCase(0, 1, "p2p", "uni", "bandwidth", 64 * KiB, 5, 2)
+    rt = PeerCopies(lose=(9,))
+    copier = CudaCopier(Plan(backend="cuda", devices=[0, 1], p2p=[case]), CudaStandin([0, 1]), rt)
+    times, ok, detail = copier.run_p2p(0, case)
+    assert rt.calls == 11 and times is not None
+    assert not ok, "a round that lost its third copy was recorded ok"
+    assert "trial 2: iteration(s) 3 of 5 did not land in GPU 1" in detail
+    row = p2p_result_row(case, "cuda", (times, ok, detail))
+    assert row["status"] == "error" and "iteration(s) 3 of 5" in row["detail"]
+
+
+def test_every_iteration_of_a_clean_round_lands_in_its_own_slot() -> None:
+    case = P2PCase(0, 1, "p2p", "bi", "latency", 8, 50, 3)
+    copier, _ = _copier([0, 1], [case])
+    times, ok, detail = copier.run_p2p(0, case)
+    assert ok and times and "did not land" not in detail
+
+
+def test_a_dropped_down_copy_of_a_host_staged_round_is_caught_in_the_bounce_buffer() -> None:
+    # the bounce buffer held the right bytes from the round before: the up copy would have
+    # carried them on and the destination passed
+    case = P2PCase(0, 1, "host_staged", "uni", "bandwidth", 64 * KiB, 4, 2)
+    copier, api = _copier([0, 1], [case])
+    api.drop = {copier.streams[0].name: {1 + 4 + 2}}  # trial 2 (after warm-up and trial 1), copy 2
+    times, ok, detail = copier.run_p2p(0, case)
+    assert not ok
+    assert "trial 2: iteration(s) 2 of 4 did not land in host (GPU 0's bounce buffer)" in detail
+    assert "iteration(s) 2 of 4 did not land in GPU 1" in detail
+
+
+@pytest.mark.parametrize("path", ["h2d", "d2h"])
+def test_a_dropped_middle_host_copy_is_caught(path: str) -> None:
+    case = (P2PCase(-1, 0, "h2d", "uni", "latency", 8, 20, 2) if path == "h2d"
+            else P2PCase(0, -1, "d2h", "uni", "latency", 8, 20, 2))
+    copier, api = _copier([0], [case])
+    api.drop = {copier.streams[0].name: {1 + 10}}  # trial 1's tenth copy
+    times, ok, detail = copier.run_p2p(0, case)
+    assert not ok and "trial 1: iteration(s) 10 of 20 did not land" in detail
+
+
+def test_a_concurrent_flow_that_drops_a_middle_iteration_is_the_only_error() -> None:
+    # the stand-in makes the copies when the host waits for them, stream by stream: calls 1-3
+    # are flow 0's, call 5 is flow 1's second
+    case = ConcurrentCase("ring", "write", [(0, 1), (1, 0)], 64 * KiB, 3)
+    copier = CudaCopier(Plan(backend="cuda", devices=[0, 1]), CudaStandin([0, 1]),
+                        PeerCopies(lose=(5,)))
+    spans, ok, why, timing = copier.run_concurrent(0, case)
+    assert spans is not None and ok == [True, False]
+    assert "iteration(s) 2 of 3 did not land in GPU 0 (flow 1)" in why
+    rows = concurrent_rows(case, "cuda", spans, ok, why, timing=timing)
+    assert [r["status"] for r in rows] == ["ok", "error", "error"]
+
+
+def test_a_flag_that_did_not_hold_bounds_no_anchor_and_says_so() -> None:
+    # as when the timer wrote the flag because queueing blocked: the streams ran before the
+    # host's own write, so the acknowledgements after that write bound nothing
+    case = ConcurrentCase("ring", "write", [(0, 1), (1, 0)], 64 * KiB, 3)
+    copier, api = _copier([0, 1], [])
+    api.flags[0].value = 1 << 20  # already past every round's value: no stream waits
+    spans, ok, why, timing = copier.run_concurrent(0, case)
+    assert spans is not None and all(ok) and timing is not None
+    assert timing.release == "host_flag" and not timing.held
+    assert timing.anchor_us == {0: None, 1: None} and "includes host queueing" in why
+    rows = concurrent_rows(case, "cuda", spans, ok, why, timing=timing)
+    assert all("release_to_anchor_us_max" not in r for r in rows)

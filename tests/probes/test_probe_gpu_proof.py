@@ -27,7 +27,7 @@ def test_union_of_overlapping_and_nested_intervals() -> None:
                                    "tracelens_b200_vllm_tp8/tracelens_b200_vllm_tp8_gptoss_eager_rank0.json.gz"])
 def test_attribution_agrees_with_an_independent_union_on_real_traces(samples: Path, trace: str) -> None:
     path = samples / "traces" / trace
-    check = check_attribution(path, attribute_traces([path]))
+    check = check_attribution(path, attribute_traces([path]).to_json())
     assert check["gpu_events"] > 100
     assert check["problems"] == [], check
 
