@@ -15,6 +15,7 @@ from pcieprof.bundle import rows
 from pcieprof.bundle.attribution import Attribution
 from pcieprof.bundle.comm_model import CommModel
 from pcieprof.bundle.document import Document
+from pcieprof.bundle.manifest import Manifest
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.serve_search import ServeSearch
@@ -58,7 +59,7 @@ def _doc(cls: type[Document] | type[NcclChoices], written_by: str, what: str) ->
 FILES: tuple[BundleFile, ...] = (
     BundleFile("manifest.json", "manifest", "every writer (pcieprof.bundle)",
                "schema_version, command, provenance (source, backend), versions, per-part status, "
-               "the files listed here"),
+               "the files listed here", Manifest),
     _doc(Topology, "topology (discovery), import, sim",
          "GPUs, pairwise levels and P2P status, PCIe tree, IOMMU, ACS, virtualization, NUMA"),
     BundleFile("plan.json", "json", "topology, recommend --verify",
@@ -119,7 +120,10 @@ FILES: tuple[BundleFile, ...] = (
          "gains, the ring, the inferred fabric, the parallel layouts, what needs measuring"),
     BundleFile("tune/nccl_graph.xml", "text", "recommend", "NCCL_GRAPH_FILE with the searched ring"),
     BundleFile("tune/nccl_topo.xml", "text", "recommend",
-               "NCCL_TOPO_FILE describing the inferred tree (when a VM hides it)"),
+               "NCCL_TOPO_FILE describing the real tree pcieprof has seen, when a VM hides it "
+               "(a simulated VM's host tree, or tune/host_pcie_tree.json)"),
+    BundleFile("tune/host_pcie_tree.json", "json", "recommend --host-lspci",
+               "the PCIe tree of the user's lspci -vvv of the GPUs' host (source, tree)"),
     BundleFile("tune/recommended.env", "text", "recommend",
                "the recommended environment, each line with its reason"),
     BundleFile("tune/sglang_command.sh", "text", "recommend",

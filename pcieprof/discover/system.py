@@ -52,6 +52,28 @@ def cmdline_params(cmdline: str) -> dict[str, str]:
     return out
 
 
+def _acs_params(params: dict[str, str]) -> list[str]:
+    """Evidence lines for the kernel parameters that change what ACS means on this host.
+
+    `pcie_acs_override=` is the out-of-tree ACS override patch (Proxmox, Zen and CachyOS kernels
+    carry it; lf-edge/eve#790 quotes its commit message): the kernel treats the named ports as if
+    they isolated their devices, so IOMMU groups are split, while the ports' ACSCtl bits (and so the
+    path peer traffic takes) stay as lspci shows them. `pci=disable_acs_redir=` and
+    `pci=config_acs=` (NVIDIA/NV-Kernels#20 "PCI: Extend ACS configurability") do change the bits
+    at boot.
+    """
+    out = []
+    if "pcie_acs_override" in params:
+        out.append(f"cmdline: pcie_acs_override={params['pcie_acs_override']} (IOMMU groups split "
+                   "by the ACS override patch, not by ACS: a group no longer proves isolation; "
+                   "ACSCtl bits unchanged)")
+    pci = params.get("pci", "")
+    for opt in ("disable_acs_redir", "config_acs"):
+        if f"{opt}=" in pci:
+            out.append(f"cmdline: pci={pci} (the kernel rewrites ACS bits at boot: {opt})")
+    return out
+
+
 def iommu_state(root: str | Path | None = "/", *, cmdline: str | None = None,
                 dmesg: str | None = None) -> dict[str, Any]:
     """IOMMU on or off, and its mode, with evidence.
@@ -89,7 +111,8 @@ def iommu_state(root: str | Path | None = "/", *, cmdline: str | None = None,
             dm_default = m.group(1)
             evidence.append(f"dmesg: {line.strip()}")
         elif re.search(r"AMD-Vi: (Found IOMMU|Interrupt remapping enabled|IOMMU performance)"
-                       r"|DMAR: IOMMU enabled|Intel\(R\) Virtualization Technology "
+                       r"|DMAR: IOMMU enabled|DMAR: Intel-IOMMU force enabled"
+                       r"|Intel\(R\) Virtualization Technology "
                        r"for Directed I/O|iommu: Adding device|: Adding to iommu group \d", line):
             # "Adding to iommu group" (kernels since 5.x, one line per device) means an IOMMU
             # driver made groups; older kernels print "iommu: Adding device ... to group".
@@ -112,6 +135,7 @@ def iommu_state(root: str | Path | None = "/", *, cmdline: str | None = None,
     for k in ("iommu", "amd_iommu", "intel_iommu", "iommu.passthrough", "iommu.strict"):
         if k in params:
             evidence.append(f"cmdline: {k}={params[k]}")
+    evidence.extend(_acs_params(params))
 
     enabled: bool | None
     if units:
@@ -172,15 +196,27 @@ def hypervisor_state(root: str | Path | None = "/", *, lscpu: str | None = None,
     if cpuinfo:
         m = re.search(r"^flags\s*:\s*(.*)$", cpuinfo, re.M)
         flags = set(m.group(1).split()) if m else None
+    flags_text: str | None = None
+    flags_col = 0
     for line in (lscpu or "").splitlines():
+        if flags_text is not None and flags_col and len(line) > flags_col \
+                and line[:flags_col].isspace():
+            # lscpu in a terminal wraps the Flags value at the screen width, mid-word, and goes
+            # on under its column ("... pge m" / "ca cmov ..."): the rest of the same value
+            flags_text += line[flags_col:]
+            continue
+        flags_col = 0
         key, _, value = line.partition(":")
         key, value = key.strip(), value.strip()
-        if key == "Flags" and flags is None:
-            flags = set(value.split())
+        if key == "Flags" and flags is None and flags_text is None:
+            flags_text = value
+            flags_col = len(line) - len(line.partition(":")[2].lstrip())
         elif key == "Hypervisor vendor" and value:
             hyper = value
             vm_signs += 1
             evidence.append(f"lscpu: Hypervisor vendor: {value}")
+    if flags is None and flags_text is not None:
+        flags = set(flags_text.split())
     if flags is not None:
         judged = True
         if "hypervisor" in flags:

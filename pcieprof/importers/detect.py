@@ -26,13 +26,17 @@ def is_smi_q(text: str) -> bool:
     return False
 
 
-_LSPCI_DEV = re.compile(r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] \S")
+# A device header; a paste may indent the whole output a little (a list item, a quoted mail).
+_LSPCI_DEV = re.compile(r"^ {0,4}(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] \S")
+# A device's first indented lines; pasted output often has spaces where lspci prints tabs.
+_LSPCI_FIELD = re.compile(r"^\s+(?:Subsystem|Physical Slot|Control|Flags|Status|Latency|NUMA node"
+                          r"|IOMMU group|Kernel driver in use|Capabilities):")
 
 
 def is_lspci(text: str) -> bool:
     lines = head_lines(text)
     devs = sum(1 for l in lines[:5000] if _LSPCI_DEV.match(l))
-    return devs >= 1 and any(l.startswith("\t") for l in lines[:200])
+    return devs >= 1 and any(_LSPCI_FIELD.match(l) for l in lines[:200])
 
 
 def is_cmdline(text: str) -> bool:
@@ -51,7 +55,15 @@ def is_lscpu(text: str) -> bool:
             and any(l.startswith("CPU(s):") for l in lines))
 
 
+# The kernel log as the tools print it: `dmesg` ("[    4.507087] "), `dmesg -T`
+# ("[Sat Oct 16 18:15:30 2021] "), `journalctl -k` ("Jul 19 23:11:56 host kernel: ").
+_KERNEL_LOG_LINE = re.compile(
+    r"\[\s*\d+\.\d+\] "
+    r"|\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\] "
+    r"|[A-Z][a-z]{2,8} [ \d]?\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ kernel: ")
+
+
 def is_dmesg(text: str) -> bool:
     lines = [l for l in head_lines(text)[:200] if l.strip()]
-    stamped = sum(1 for l in lines if re.match(r"\[\s*\d+\.\d+\] ", l))
+    stamped = sum(1 for l in lines if _KERNEL_LOG_LINE.match(l))
     return bool(lines) and stamped >= max(1, len(lines) // 2)
