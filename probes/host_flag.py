@@ -74,6 +74,8 @@ class DriverHostFlag:
     def __init__(self, devices: list[int], lib: Any = None) -> None:
         self.lib = lib if lib is not None else ctypes.CDLL("libcuda.so.1")
         self.devices = list(devices)
+        # torch has initialised the driver when it made its first tensor; cuInit again is a no-op
+        self._check(self.lib.cuInit(ctypes.c_uint(0)), "cuInit")
         self.wait_fn, self.write_fn, self.version = self._memops()
         for d in self.devices:
             if self._attribute(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, d) != 1:

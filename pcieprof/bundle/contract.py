@@ -121,7 +121,10 @@ FILES: tuple[BundleFile, ...] = (
          "gains, the ring, the inferred fabric, the parallel layouts, what needs measuring"),
     BundleFile("tune/nccl_graph.xml", "text", "recommend", "NCCL_GRAPH_FILE with the searched ring"),
     BundleFile("tune/nccl_topo.xml", "text", "recommend",
-               "NCCL_TOPO_FILE describing the inferred tree (when a VM hides it)"),
+               "NCCL_TOPO_FILE describing the real tree pcieprof has seen, when a VM hides it "
+               "(a simulated VM's host tree, or tune/host_pcie_tree.json)"),
+    BundleFile("tune/host_pcie_tree.json", "json", "recommend --host-lspci",
+               "the PCIe tree of the user's lspci -vvv of the GPUs' host (source, tree)"),
     BundleFile("tune/recommended.env", "text", "recommend",
                "the recommended environment, each line with its reason"),
     BundleFile("tune/sglang_command.sh", "text", "recommend",

@@ -10,7 +10,8 @@ Layouts handled (NVIDIA/nccl-tests src/common.cu over the years):
   floating-point `error` column), out-of-place then in-place;
 - the oldest header `#  bytes  N  type  op  [root]  time  algbw  busbw  res` (nccl-tests of the
   NCCL 2.0-2.4 years and NCCL 1's `*_test`): its time column is in milliseconds (the code printed
-  `deltaSec * 1.0E3`), turned into microseconds here; its device lines are
+  `deltaSec * 1.0E3`; NVIDIA/nccl issue #25, a maintainer: "10M should be done in 1.6
+  milliseconds (not microseconds)"), turned into microseconds here; its device lines are
   `#   Rank  0 on host device  0 [0x05] ...` (no Pid), `#   Rank  0 uses device  0 [0x05] ...`
   or NCCL 1's `#   Device  0 ->  0 [0x0a] ...`;
 - `# Avg bus bandwidth    : 24.5413` closing each run.

@@ -278,3 +278,26 @@ def test_old_output_without_hashes_wrong_data_and_topo_in_one_paste() -> None:
 def test_error_column_within_bounds_stays_ok() -> None:
     p = parse("nccl1_all_reduce_test_4x_titanx_ms_readme.txt")
     assert {c.status for c in p.collectives} == {"ok"}  # 4e-03 on half, 5e-07 on float
+
+
+# --- simpleP2P --------------------------------------------------------------------------------
+
+def test_old_simplep2p_capable_lines_and_a_cut_pair_list() -> None:
+    p = parse("simpleP2P_4xK40m_capable_lines_cut_tf2145.txt")
+    assert p.facts["p2p_capable"] == {"0": True, "1": True, "2": True, "3": True}
+    assert p.facts["device_count"] == 4 and [g.name for g in p.gpus] == ["Tesla K40m"] * 4
+    access = p.facts["peer_access"]
+    assert (access["0->1"], access["1->0"], access["2->3"]) == (True, True, True)
+    assert (access["0->2"], access["3->0"]) == (False, False)
+    # 3->1 and 3->2 are not in the file: said, not guessed
+    assert "3->1" not in access
+    assert "10 of the 12 ordered GPU pairs" in p.facts["warnings"][0]
+
+
+def test_empty_affinity_cells_are_not_filled_from_the_gpu_numa_id() -> None:
+    p = parse("vllm_collect_env_2gpu_nv12_8nic_empty_affinity_vllm19607.txt")
+    t = p.documents["topo_m"]
+    assert p.pair_levels == {(0, 1): "NV12", (1, 0): "NV12"}
+    assert t["matrix"]["GPU0"]["NIC6"] == "PXB" and t["matrix"]["NIC7"]["NIC6"] == "PIX"
+    # only "N/A" follows the levels: it is the GPU NUMA ID, the affinities are unknown
+    assert t["cpu_affinity"] == {0: None, 1: None} and t["numa_affinity"] == {0: None, 1: None}
