@@ -383,7 +383,7 @@ def _benchmark(bundle: Bundle, opts: BenchOptions, base_url: str, server: Server
         bundle.write_doc(summary)
         _check_alive(server, att, "during the decode curve")
     if opts.profile:
-        summary.profile = _profile(bundle, opts, base_url, nranks)
+        summary.profile = _profile(bundle, opts, base_url, nranks, server)
         bundle.write_doc(summary)
         _check_alive(server, att, "during profiling")
     summary.status = "ok"
@@ -439,7 +439,8 @@ def _check_alive(server: ServerProcess | None, att: Attempt, when: str) -> None:
     raise _Stop(att)
 
 
-def _profile(bundle: Bundle, opts: BenchOptions, base_url: str, nranks: int) -> dict[str, Any]:
+def _profile(bundle: Bundle, opts: BenchOptions, base_url: str, nranks: int,
+             server: ServerProcess | None) -> dict[str, Any]:
     dest = bundle.path / "serve" / "traces"
     staging = opts.trace_dir or (dest / ".incoming")
     load = LoadSpec(api=opts.api, input_len=16, output_len=max(64, opts.profile_steps * 16),
@@ -448,11 +449,11 @@ def _profile(bundle: Bundle, opts: BenchOptions, base_url: str, nranks: int) -> 
     progress.info(f"profiling {opts.profile_steps} steps on {nranks} rank(s) via /start_profile")
     record = aio.run(profiling.capture(base_url, staging, dest, nranks=nranks,
                                            num_steps=opts.profile_steps, profile_by_stage=True,
-                                           load=load, timeout_s=min(300.0, opts.request_timeout_s)))
-    profiling.write_index(dest, record)
+                                           load=load, timeout_s=min(300.0, opts.request_timeout_s),
+                                           alive=server.alive if server is not None else None))
     for f in record["files"]:
         bundle.register(f)  # files moved in, not written through the bundle
-    bundle.register("serve/traces/index.json")
+    bundle.write_json("serve/traces/index.json", record)  # what was asked and found
     if opts.trace_dir is None:
         try:
             staging.rmdir()
