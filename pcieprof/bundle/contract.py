@@ -20,6 +20,7 @@ from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import ServeSummary
+from pcieprof.bundle.served_card import ServedCard
 from pcieprof.bundle.topology import Topology
 
 
@@ -89,7 +90,7 @@ FILES: tuple[BundleFile, ...] = (
     BundleFile("model_card.json", "json", "topology, serve-bench, recommend, attribute --model",
                "the model card the bundle is for, in full (a card file's tables as JSON; the "
                "manifest's `model` names it), so the bundle reads the same card anywhere"),
-    BundleFile("serve/card.json", "json", "serve-bench", "the model card served: name and file"),
+    _doc(ServedCard, "serve-bench", "the model card served: name and file"),
     BundleFile("serve/command.json", "json", "serve-bench",
                "the first launch's argv, environment, notes and the recorded environment"),
     BundleFile("serve/server_info.json", "json", "serve-bench --url",

@@ -111,7 +111,8 @@ def iommu_state(root: str | Path | None = "/", *, cmdline: str | None = None,
             dm_default = m.group(1)
             evidence.append(f"dmesg: {line.strip()}")
         elif re.search(r"AMD-Vi: (Found IOMMU|Interrupt remapping enabled|IOMMU performance)"
-                       r"|DMAR: IOMMU enabled|Intel\(R\) Virtualization Technology "
+                       r"|DMAR: IOMMU enabled|DMAR: Intel-IOMMU force enabled"
+                       r"|Intel\(R\) Virtualization Technology "
                        r"for Directed I/O|iommu: Adding device|: Adding to iommu group \d", line):
             # "Adding to iommu group" (kernels since 5.x, one line per device) means an IOMMU
             # driver made groups; older kernels print "iommu: Adding device ... to group".

@@ -261,6 +261,8 @@ def test_old_output_without_hashes_wrong_data_and_topo_in_one_paste() -> None:
     p = parse("all_gather_perf_8xV100_oob_failed_then_topo_m_dgx1_nccltests37.txt")
     out, inp = p.collectives
     assert out.collective == "all_gather"  # from the command line
+    # no device lines: `-g 8` without a launcher is 8 ranks (was 0, unknown)
+    assert out.nranks == 8 and "8 ranks from the command line" in out.detail
     assert (out.size_bytes, out.time_us, out.algbw_gbps, out.busbw_gbps) == (
         4294967296, 29122.0, 129.05, 129.05)
     # max error 1 on float data is wrong data (nccl-tests' bound 1e-5): was status ok
@@ -292,3 +294,12 @@ def test_old_simplep2p_capable_lines_and_a_cut_pair_list() -> None:
     # 3->1 and 3->2 are not in the file: said, not guessed
     assert "3->1" not in access
     assert "10 of the 12 ordered GPU pairs" in p.facts["warnings"][0]
+
+
+def test_empty_affinity_cells_are_not_filled_from_the_gpu_numa_id() -> None:
+    p = parse("vllm_collect_env_2gpu_nv12_8nic_empty_affinity_vllm19607.txt")
+    t = p.documents["topo_m"]
+    assert p.pair_levels == {(0, 1): "NV12", (1, 0): "NV12"}
+    assert t["matrix"]["GPU0"]["NIC6"] == "PXB" and t["matrix"]["NIC7"]["NIC6"] == "PIX"
+    # only "N/A" follows the levels: it is the GPU NUMA ID, the affinities are unknown
+    assert t["cpu_affinity"] == {0: None, 1: None} and t["numa_affinity"] == {0: None, 1: None}
