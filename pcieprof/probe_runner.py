@@ -74,6 +74,7 @@ from pcieprof import loopback, proc_group, progress
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices, NcclParsed
 from pcieprof.bundle.rows import AllReduceRow
+from pcieprof.bundle.topology import Topology
 from pcieprof.importers.nccl_log import parse_nccl_log
 from pcieprof.errors import BadInput
 from pcieprof.node_group import NodeGroup, NodeLost, free_port
@@ -813,10 +814,8 @@ class ProbeRunner:
         PCI bus order under CUDA_DEVICE_ORDER=PCI_BUS_ID, the order NVML indexes in on the
         machines seen so far (an assumption where the UUIDs are unknown)."""
         if self._uuids is None:
-            topo = self.bundle.read_json("topology.json", {}) if self.bundle.has(
-                "topology.json") else {}
-            self._uuids = {int(g["index"]): str(g["uuid"]) for g in (topo or {}).get("gpus", [])
-                           if g.get("uuid") and g.get("index") is not None}
+            topo = self.bundle.read_doc(Topology)
+            self._uuids = {g.index: g.uuid for g in (topo.gpus if topo else []) if g.uuid}
         if all(d in self._uuids for d in devices):
             return ",".join(self._uuids[d] for d in devices)
         return ",".join(map(str, devices))

@@ -112,6 +112,11 @@ def _machine_log(text: str, name: str, fmt: str, what: str) -> Parsed:
             facts.setdefault("warnings", []).append(
                 f"{name}: no blank line after the last device; it may be cut short")
         devices = parse_lspci(text, source=name)
+        first = next((l for l in text.splitlines() if l.strip()), "")
+        if first[:1].isspace() and not re.match(r"\s+(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:", first):
+            facts.setdefault("warnings", []).append(
+                f"{name}: starts inside a device (its header is not in the file); the lines "
+                "before the first header are left out")
         facts["pci_devices"] = len(devices)
         parsed.summary = f"lspci -vvv: {len(devices)} PCI devices"
     elif fmt == "nvidia-smi-q":

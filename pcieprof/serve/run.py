@@ -25,6 +25,7 @@ from pcieprof.bundle import Bundle
 from pcieprof.bundle.rows import DecodeCurveRow
 from pcieprof.bundle.serve_search import NOT_A_RESULT, Outcome, SearchEnd
 from pcieprof.bundle.serve_summary import ServeSummary
+from pcieprof.bundle.served_card import ServedCard
 from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput, ExitCode, PcieprofError
 from pcieprof.redact import redact
@@ -93,7 +94,8 @@ def run(bundle: Bundle, opts: BenchOptions) -> ServeSummary | None:
         PcieprofError: no config served (exit 1), or the server crashed during the benchmark.
     """
     bundle.set_part("serve", "running", model=opts.card.name)
-    bundle.write_json("serve/card.json", {"name": opts.card.name, "path": str(opts.card.path)})
+    bundle.write_doc(ServedCard(name=opts.card.name,
+                                path=str(opts.card.path) if opts.card.path else None))
     if opts.url:
         return _attached(bundle, opts)
     if opts.base.node_rank > 0:
@@ -174,7 +176,8 @@ def _resumed(bundle: Bundle) -> list[Attempt]:
 
 
 def _finished(bundle: Bundle) -> bool:
-    return (bundle.read_json("serve/summary.json", {}) or {}).get("status") == "ok"
+    summary = bundle.read_doc(ServeSummary)
+    return summary is not None and summary.status == "ok"
 
 
 def _attempt_all(bundle: Bundle, opts: BenchOptions, plan: Plan,

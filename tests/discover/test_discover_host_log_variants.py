@@ -243,3 +243,13 @@ def test_kernel_logs_with_other_timestamps(name: str, evidence: str) -> None:
     s = iommu_state(None, dmesg=text)
     assert (s["enabled"], s["mode"]) == (True, "unknown")
     assert s["evidence"][-1].endswith(evidence)
+
+
+def test_lspci_paste_that_begins_inside_a_device() -> None:
+    # the ACS lines at the top belong to a device whose header the poster left out
+    text = _text("lspci_vvv_fragment_from_mid_device_plx_pex8725_acs_rk3588.txt")
+    (d,) = parse_lspci(text, source="x")
+    assert (d.bdf, d.vendor_id, d.secondary_bus, d.acs_ctl) == ("0000:02:08.0", "10b5", 0x82, None)
+    assert d.device.startswith("PEX 8725 24-Lane, 10-Port PCI Express Gen 3")
+    p = parse_text(text, "frag.txt")
+    assert any("starts inside a device" in w for w in p.facts["warnings"])

@@ -261,6 +261,8 @@ def test_old_output_without_hashes_wrong_data_and_topo_in_one_paste() -> None:
     p = parse("all_gather_perf_8xV100_oob_failed_then_topo_m_dgx1_nccltests37.txt")
     out, inp = p.collectives
     assert out.collective == "all_gather"  # from the command line
+    # no device lines: `-g 8` without a launcher is 8 ranks (was 0, unknown)
+    assert out.nranks == 8 and "8 ranks from the command line" in out.detail
     assert (out.size_bytes, out.time_us, out.algbw_gbps, out.busbw_gbps) == (
         4294967296, 29122.0, 129.05, 129.05)
     # max error 1 on float data is wrong data (nccl-tests' bound 1e-5): was status ok

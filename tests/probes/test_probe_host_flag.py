@@ -94,14 +94,13 @@ class FakeDriver:
 
 
 @pytest.fixture
-def driver(monkeypatch: pytest.MonkeyPatch) -> FakeDriver:
-    fake = FakeDriver()
-    monkeypatch.setattr(torch.cuda, "set_device", lambda d: setattr(fake, "current", d))
-    return fake
+def driver() -> FakeDriver:
+    return FakeDriver()
 
 
 def _flag(fake: FakeDriver, monkeypatch: pytest.MonkeyPatch, devices: list[int]) -> DriverHostFlag:
     monkeypatch.setattr(torch.cuda, "set_device", lambda d: setattr(fake, "current", d))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
     return DriverHostFlag(devices, lib=fake)
 
 
