@@ -75,7 +75,7 @@ def _interrupted() -> NoReturn:
     left = bundle.unfinished()
     for b in left:
         try:
-            if b.manifest.get("end_time") is None:  # its command did not mark it itself
+            if b.manifest.end_time is None:  # its command did not mark it itself
                 b.interrupted("interrupted (Ctrl-C); what was written so far is kept")
         except OSError:
             pass  # the path is still worth printing; the manifest says partial already

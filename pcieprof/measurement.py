@@ -279,7 +279,7 @@ class MeasurementSession:
                 for s in self.bundle.read_table(t)["status"].tolist()]
         if not rows or any(s == "ok" for _, s in rows):
             return None
-        whys = [f"{t}: {self.bundle.part(t).get('why') or 'no row ok'}"
+        whys = [f"{t}: {getattr(self.bundle.part(t), 'why', None) or 'no row ok'}"
                 for t in dict.fromkeys(t for t, _ in rows)]
         return f"no probe measured anything ({len(rows)} case(s), none ok): " + "; ".join(whys)
 
@@ -289,7 +289,7 @@ class MeasurementSession:
             self.bundle.set_part(part, "running", source="simulated", backend="sim")
         run_plan(plan, self.sim_profile, self.bundle, self.card)
         for part in parts:
-            if self.bundle.part(part).get("status") == "running":
+            if getattr(self.bundle.part(part), "status", None) == "running":
                 self.bundle.set_part(part, "ok")
 
     def _share_plan(self, plan: Plan) -> None:
@@ -353,7 +353,7 @@ class MeasurementSession:
             runner.on_progress = lambda what, n: t.advance(n) if what == "step" else None
             ar = runner.run_allreduce()
         extra = {k: ar[k] for k in ("not_run",) if ar.get(k)}
-        nodes = NodeLayout.of_manifest(self.bundle.manifest)
+        nodes = self.bundle.nodes()
         if nodes is not None and nodes.node_rank != 0:
             extra["rows_in"] = nodes.collective_rows
         self.bundle.set_part("allreduce", ar["status"], why=ar["why"], cases=ar["cases"],

@@ -7,6 +7,10 @@ agent or a probe worker never outlives pcieprof, even when pcieprof is SIGKILLed
 Each caller picks its signal: SIGTERM for a process that tears down its own children (torchrun,
 a server's process group), SIGKILL for a leaf (a worker rank), 0 to clear it (a test hook that
 must outlive its parent). Elsewhere than Linux it does nothing.
+
+`watch_parent(pid)` is the second tie, from the child's side: a thread that ends the process
+once its parent is no longer `pid` (for a parent that died before the request took effect, or
+where there is no prctl).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
+import time
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -38,3 +44,16 @@ def set_parent_death_signal(sig: int, parent: int | None = None) -> None:
         return
     if sig and parent is not None and os.getppid() != parent:
         os.kill(os.getpid(), int(sig))
+
+
+def watch_parent(parent_pid: int, interval_s: float = 0.5) -> threading.Thread:
+    """Exit this process (status 1, at once) as soon as `parent_pid` is no longer its parent."""
+    def run() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(1)
+            time.sleep(interval_s)
+
+    t = threading.Thread(target=run, name="parent-watchdog", daemon=True)
+    t.start()
+    return t

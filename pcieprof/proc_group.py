@@ -6,6 +6,14 @@ pcieprof by a parent-death signal (pcieprof.parent_death), so it never outlives 
 was SIGKILLed. Stopping is SIGTERM to the group, a grace period for a clean shutdown, then SIGKILL
 to whatever is left; a group whose leader already ended holds only strays, which get SIGKILL at
 once.
+
+A process that is a part of the caller's own launch rather than a launch of its own (the worker
+ranks a server starts, as SGLang's scheduler processes are children in the server's group) is a
+*member*: `start_member` leaves it in the caller's process group, so whoever stops that group
+(serve/launcher's `stop`) reaches it with its SIGKILL and waits until it is gone, and ties it to
+the caller by a parent-death signal. The caller ends its members itself (`kill_members`), by pid:
+a signal to the group would reach the caller too, and the group need not be the caller's (a
+server run from a shell is in the shell job's group).
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ import subprocess
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from pcieprof.parent_death import set_parent_death_signal
 
@@ -101,3 +109,51 @@ def stop(proc: subprocess.Popen[Any], grace_s: float) -> int | None:
         while alive(pgid) and time.monotonic() < end:
             time.sleep(0.05)
     return proc.poll()
+
+
+def start_member(argv: list[str], *, death_signal: int, **popen: Any) -> subprocess.Popen[Any]:
+    """Start `argv` in the caller's own process group, tied to the caller by `death_signal`.
+
+    The signal is sent when the thread that calls this ends (PR_SET_PDEATHSIG follows the
+    parent thread): call it from the thread that lives as long as the process, the main one.
+
+    Args:
+        argv: the command.
+        death_signal: what it gets when the caller dies (SIGKILL for a worker rank).
+        popen: the other subprocess.Popen arguments.
+    """
+    return subprocess.Popen(argv, preexec_fn=partial(set_parent_death_signal, death_signal,
+                                                     os.getpid()), **popen)
+
+
+def kill_members(procs: Sequence[subprocess.Popen[Any]], wait_s: float) -> list[int]:
+    """SIGKILL each of `procs` still running and reap them, all within one `wait_s` deadline.
+
+    Popen.kill does nothing to a process already reaped, so a reused pid is never signalled.
+
+    Returns:
+        The pids still running after `wait_s`.
+    """
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    deadline = time.monotonic() + wait_s
+    left: list[int] = []
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            left.append(p.pid)
+    return left
+
+
+def exit_text(returncode: int) -> str:
+    """How a process ended, from its Popen.returncode: "exited with status 1", "killed by
+    signal 11 (SIGSEGV)"."""
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    try:
+        name = f" ({signal.Signals(-returncode).name})"
+    except ValueError:
+        name = ""
+    return f"killed by signal {-returncode}{name}"

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.document import encode
 from pcieprof.discover.nvml import LinkSampler, gpu_facts
 from pcieprof.discover.pci import normalize_bdf
 from pcieprof.measurement import MeasurementSession
@@ -64,7 +65,7 @@ def cuda_ordinal(bus_id: str | None, api: CudaApi, count: int) -> tuple[int | No
 
 def copies(ordinal: int, n_gpus: int) -> list[dict[str, Any]]:
     """h2d/d2h (and p2p with a second GPU) rows from the probe's own CudaCopier."""
-    from probes.p2p_worker import CudaCopier, p2p_row  # heavy: imports torch (CUDA)
+    from probes.p2p_worker import CudaCopier, p2p_result_row  # heavy: imports torch (CUDA)
 
     devices = [ordinal] + ([1 if ordinal == 0 else 0] if n_gpus > 1 else [])
     cases = [P2PCase(-1, ordinal, "h2d", "uni", "bandwidth", 64 * MiB, 5, 3),
@@ -77,16 +78,8 @@ def copies(ordinal: int, n_gpus: int) -> list[dict[str, Any]]:
                   P2PCase(a, b, "host_staged", "uni", "bandwidth", 64 * MiB, 5, 3)]
     plan = Plan(backend="cuda", devices=devices, p2p=cases)
     copier = CudaCopier(plan)
-    rows = []
-    for i, case in enumerate(cases):
-        times, ok, why = copier.run_p2p(i, case)
-        if times is None:
-            rows.append(p2p_row(case, "cuda", None, status="not_supported", detail=why))
-        elif not ok:
-            rows.append(p2p_row(case, "cuda", None, status="error", detail="wrong bytes"))
-        else:
-            rows.append(p2p_row(case, "cuda", times, detail=why))
-    return rows
+    # the probe's own row (a copy that did not land names its trial and iterations)
+    return [p2p_result_row(case, "cuda", copier.run_p2p(i, case)) for i, case in enumerate(cases)]
 
 
 def allreduce(index: int, out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -100,9 +93,9 @@ def allreduce(index: int, out: Path) -> tuple[list[dict[str, Any]], dict[str, An
         session.measure(plan)
     bundle.finish()
     rows = bundle.read_table("allreduce").to_dict("records")
-    return rows, {"result": bundle.part("allreduce"),
+    return rows, {"result": encode(bundle.part("allreduce")) or {},
                   "choices": bundle.read_json("nccl_choices.json", {}),
-                  "nccl": bundle.manifest["versions"].get("nccl")}
+                  "nccl": bundle.manifest.versions.get("nccl")}
 
 
 def main(argv: list[str] | None = None) -> int:

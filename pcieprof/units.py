@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+#: Bytes in one GiB: the one unit memory is shown in.
+GIB = float(1 << 30)
+
 
 def size_label(n: float) -> str:
     """Bytes as `8 B`, `12 KiB`, `1.5 KiB`, `64 MiB`."""

@@ -35,6 +35,26 @@ class Event(Protocol):
     def elapsed_time(self, end_event: Any) -> float: ...
 
 
+class HostFlag(Protocol):
+    """A 32-bit word of pinned host memory the GPUs of the plan wait on (probes.host_flag)."""
+
+    def wait(self, stream: Any, value: int) -> None:
+        """Hold work queued on `stream` from now on until the word is `value` or more."""
+
+    def ack(self, stream: Any, value: int) -> None:
+        """When `stream` gets here, its device writes `value` where the host can read it."""
+
+    def write(self, value: int) -> None:
+        """The host's store of `value` into the word (releases every stream waiting for it)."""
+
+    def release(self, value: int) -> dict[int, float | None]:
+        """`write(value)`, then per device that was to acknowledge it, microseconds from the
+        write to the host reading its acknowledgement (None: not seen in time)."""
+
+    def close(self) -> None:
+        """Free the word."""
+
+
 class CudaApi(Protocol):
     """What the probes ask of CUDA. Devices are CUDA ordinals."""
 
@@ -83,6 +103,10 @@ class CudaApi(Protocol):
 
     def bus_id(self, device: int) -> str | None:
         """The PCI bus id ("0000:1b:00.0") of `device`, or None when unknown."""
+
+    def host_flag(self, devices: list[int]) -> HostFlag:
+        """A release flag every device of `devices` can wait on; probes.host_flag.FlagError or
+        OSError (with the reason) where they cannot."""
 
 
 class TorchCuda:
@@ -156,6 +180,11 @@ class TorchCuda:
             return None
         domain, bus, dev = ids
         return f"{domain:04x}:{bus:02x}:{dev:02x}.0"
+
+    def host_flag(self, devices: list[int]) -> HostFlag:
+        from probes.host_flag import DriverHostFlag
+
+        return DriverHostFlag(devices)
 
 
 def find_cudart(maps: Path = Path("/proc/self/maps")) -> str | None:

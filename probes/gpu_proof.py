@@ -29,6 +29,11 @@ not stop the others; exit 0 only when every step passed):
    in a CUDA graph (warm-up on a side stream, as torch.cuda.graphs asks) timed against its eager
    form. With one rank NCCL takes its one-rank path (an in-place sum is a no-op), so those times
    are of an empty operation: they prove the capture and the timing, not a fabric.
+3b. `host_flag`: the release of timed copy rounds (issue 23 pt 7; probes/host_flag.py): a stream
+   waits on the pinned host word (cuStreamWaitValue32), an event behind the wait must still be
+   pending 50 ms later and complete once the host writes the word, with the device's
+   acknowledgement bounding the anchor's lag; then the probe's CudaCopier times an h2d latency
+   case released by the flag (host_flag.json; `release` must be host_flag, the data check pass).
 4. `topology`: `pcieprof topology --backend cuda --quick` on the GPU -> topology/ (NVML
    discovery of a real device, h2d/d2h copies; one GPU has no all-reduce in that plan).
 5. `copies_vs_torch`: the same h2d/d2h copies as a plain torch loop timed the same way (pinned
@@ -326,6 +331,9 @@ def plan(out: Path, device: int) -> list[dict[str, Any]]:
         {"name": "one_gpu", "what": "same-device peer copy with the data check, "
                                     "nvmlDeviceGetP2PStatus(h, h), the all-reduce loop as a CUDA "
                                     "graph vs eager", "files": ["one_gpu.json"]},
+        {"name": "host_flag", "what": "a stream held by the pinned host flag until the host "
+                                      "writes it; the copier's rounds released by it",
+         "files": ["host_flag.json"]},
         {"name": "topology", "argv": _python(["-m", "pcieprof", "topology", "--backend", "cuda",
                                               "--quick", "--devices", str(device), "--out",
                                               str(out / "topology"), "--force"]),
@@ -514,6 +522,42 @@ def one_gpu(device: int) -> dict[str, Any]:
     return res
 
 
+def host_flag_proof(device: int) -> dict[str, Any]:
+    """The host flag on one GPU (see the module docstring, step 3b); `problems` lists what failed."""
+    from probes.host_flag import DriverHostFlag
+    from probes.p2p_worker import CudaCopier, p2p_row
+    from probes.plan import P2PCase, Plan
+
+    res: dict[str, Any] = {}
+    flag = DriverHostFlag([device])
+    res["memops"] = flag.version
+    stream = torch.cuda.Stream(device=device)
+    ev = torch.cuda.Event(enable_timing=True)
+    flag.wait(stream, 1)
+    ev.record(stream)
+    flag.ack(stream, 1)
+    time.sleep(0.05)
+    res["held_before_write"] = not ev.query()
+    bounds = flag.release(1)
+    ev.synchronize()
+    res["released_after_write"] = ev.query()
+    res["release_to_anchor_us_max"] = bounds.get(device)
+    flag.close()
+    case = P2PCase(-1, device, "h2d", "uni", "latency", 8, 200, 3)
+    copier = CudaCopier(Plan(backend="cuda", devices=[device], p2p=[case]))
+    times, ok, detail = copier.run_p2p(0, case)
+    res["copier"] = {**p2p_row(case, "cuda", times), "release": copier.release,
+                     "why": copier.flag_why, "data_check": ok, "detail": detail}
+    copier.close()
+    problems = [k for k in ("held_before_write", "released_after_write") if not res[k]]
+    if copier.release != "host_flag":
+        problems.append(f"the copier fell back to the gate event: {copier.flag_why}")
+    if not ok:
+        problems.append("the h2d copies moved wrong bytes")
+    res["problems"] = problems
+    return res
+
+
 def run(out: Path, device: int, wheels: Path | None = None) -> int:
     """Every step on the GPU; proof.json and the files under `out`. Exit status 0 when all passed."""
     os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA ordinals = NVML indices
@@ -541,6 +585,12 @@ def run(out: Path, device: int, wheels: Path | None = None) -> int:
             (out / "one_gpu.json").write_text(json.dumps(rec, indent=1, default=str))
             if not rec["same_device_peer_copy"]["data_check"]:
                 rec.update(status="failed", why="the same-device peer copy moved wrong bytes")
+    with proof.step("host_flag") as rec:
+        if rec["status"] != "not_run":
+            rec.update(host_flag_proof(device))
+            (out / "host_flag.json").write_text(json.dumps(rec, indent=1, default=str))
+            if rec["problems"]:
+                rec.update(status="failed", why="; ".join(rec["problems"]))
     with proof.step("topology") as rec:
         if rec["status"] != "not_run":
             _subprocess(rec, steps["topology"]["argv"],
@@ -579,6 +629,7 @@ def check(out: Path, device: int, wheels: Path | None = None) -> int:
             import pcieprof.discover.nvml_snapshot  # noqa: F401
             import pcieprof.sim.model  # noqa: F401
             import probes.allreduce_worker  # noqa: F401
+            import probes.host_flag  # noqa: F401
             import probes.p2p_worker  # noqa: F401
 
             steps = plan(out, device)

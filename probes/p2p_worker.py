@@ -33,6 +33,7 @@ import os
 import statistics
 import threading
 import time
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable
@@ -40,7 +41,8 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from probes.gpu_api import CudaApi, Cudart, TorchCuda
+from probes.gpu_api import CudaApi, Cudart, HostFlag, TorchCuda
+from probes.host_flag import FlagError
 from probes.numa import SYSFS, on_numa_node, pci_numa_node
 from probes.pattern import HOST_END, case_seed, matches, pattern, poison
 from probes.plan import ConcurrentCase, P2PCase, Plan
@@ -76,13 +78,20 @@ def p2p_row(case: P2PCase, backend: str, times_s: list[float] | None, *, status:
 
 
 def concurrent_rows(case: ConcurrentCase, backend: str, spans_s: list[tuple[float, float]] | None,
-                    ok: list[bool] | None, detail: str = "", *, status: str = "ok"
-                    ) -> list[dict[str, Any]]:
+                    ok: list[bool] | None, detail: str = "", *, status: str = "ok",
+                    timing: Round | None = None) -> list[dict[str, Any]]:
     """Per-flow rows and the aggregate (flow=-1) from each flow's (start, end) in seconds.
 
-    With `status` other than ok (hang, not_supported) every row gets it and no bandwidth."""
-    base = {"backend": backend, "pattern": case.pattern, "op": case.op,
-            "size_bytes": case.size_bytes, "iters": case.iters}
+    With `status` other than ok (hang, not_supported) every row gets it and no bandwidth.
+    `timing` (cuda): how the flows were released; a flow's row gets its device's bound on the
+    anchor's lag after the host's release, the aggregate the largest (how far apart the anchors
+    of its devices can be)."""
+    base: dict[str, Any] = {"backend": backend, "pattern": case.pattern, "op": case.op,
+                            "size_bytes": case.size_bytes, "iters": case.iters}
+    lag: dict[int, float | None] = {}
+    if timing is not None:
+        base["release"] = timing.release
+        lag = timing.anchor_us
     if status != "ok" or spans_s is None or ok is None:
         return [{**base, "flow": i, "src": a, "dst": b, "status": status, "detail": detail}
                 for i, (a, b) in enumerate(case.flows)] + \
@@ -92,12 +101,16 @@ def concurrent_rows(case: ConcurrentCase, backend: str, spans_s: list[tuple[floa
     for i, ((src, dst), (t0, t1), good) in enumerate(zip(case.flows, spans_s, ok)):
         r = {**base, "flow": i, "src": src, "dst": dst, "detail": detail,
              "status": "ok" if good else "error"}
+        if (b := lag.get(src if case.op == "write" else dst)) is not None:
+            r["release_to_anchor_us_max"] = b
         if good:
             r["bandwidth_gbps"] = moved / (t1 - t0) / 1e9
         else:
             r["detail"] = "copied bytes do not match the pattern"
         rows.append(r)
     agg = {**base, "flow": -1, "src": -1, "dst": -1, "detail": detail}
+    if lag and all(v is not None for v in lag.values()):
+        agg["release_to_anchor_us_max"] = max(v for v in lag.values() if v is not None)
     if all(ok):
         span = max(t1 for _, t1 in spans_s) - min(t0 for t0, _ in spans_s)
         agg.update(status="ok", bandwidth_gbps=moved * len(case.flows) / span / 1e9)
@@ -119,7 +132,8 @@ def p2p_result_row(case: P2PCase, backend: str, res: tuple[Any, ...], detail: st
                        status="not_supported" if ok else "error")
     if not ok:
         return p2p_row(case, backend, None, status="error",
-                       detail="copied bytes do not match the pattern")
+                       detail="; ".join(x for x in ("copied bytes do not match the pattern", why)
+                                        if x))
     return p2p_row(case, backend, times, detail="; ".join(x for x in (detail, why) if x))
 
 
@@ -283,8 +297,57 @@ class CpuCopier:
 HOLD_MIN_S = 1e-4
 HOLD_PER_COPY_S = 20e-6
 HOLD_TRIES = 4
+#: Seconds after which a timer thread writes the host flag itself if the host is still queueing:
+#: a stream's queue can fill while it waits, and a host blocked on it would never write the flag
+#: (nvbandwidth's spin kernel on its host latch has a timeout for the same reason). The round
+#: then says the hold ended before all copies were queued.
+RELEASE_TIMEOUT_S = 5.0
+HOLD_SHORT = "the stream hold ended before all copies were queued: the time includes host queueing"
 
-Leg = list[tuple[Any, Callable[[], object]]]
+#: The (stream, copy) pairs of a leg, run at once; copy(k) is iteration k's copy, into slot k.
+Leg = list[tuple[Any, Callable[[int], object]]]
+
+
+def _slots(t: torch.Tensor, size: int, n: int) -> list[torch.Tensor]:
+    """`n` consecutive views of `size` bytes of `t` (slot k is iteration k's)."""
+    return [t[k * size:(k + 1) * size] for k in range(n)]
+
+
+@dataclass
+class Landing:
+    """A buffer that iteration k of a round writes into at slot k, and what it must then hold.
+
+    Why slots (issue 23 pt 8): with one source and one destination every iteration wrote the same
+    bytes over the same bytes, so the check after the copies proved that one copy landed, not
+    each; a middle copy dropped (a peer write a VM's IOMMU discards) left the buffer right. Now
+    iteration k copies slot k of a source holding one long pattern into slot k of a destination
+    that was poisoned before the round, so each iteration moves bytes no other moves and leaves
+    its own slot to check. The copies stay what is timed: the same size, engine and stream, back
+    to back; only their addresses differ (a bandwidth copy is far larger than the L2, so no
+    iteration found the last one's bytes cached anyway; a latency case's slots share a page).
+    The poison and the check run between rounds, outside the events, so nothing is added to the
+    timed span. Slot contents differ between iterations (the pattern's words run on across them).
+    """
+
+    where: str  # "GPU 1" or "host (GPU 1's buffer)", for the detail
+    device: int | None  # None: host memory, written by the CPU
+    buf: torch.Tensor  # iters * size bytes
+    expected: torch.Tensor  # pattern(iters * size, seed), on the buffer's device
+
+
+@dataclass
+class Round:
+    """One timed round of a leg (CudaCopier._leg_spans)."""
+
+    #: each stream's (start, end), seconds from its device's anchor
+    spans: list[tuple[float, float]]
+    #: the streams were still held when the host had queued everything
+    held: bool
+    #: host_flag | gate_event: what released the streams
+    release: str
+    #: device -> upper bound (us) on how long after the host's release its anchor fired (host
+    #: flag only; None where the device's acknowledgement was not seen)
+    anchor_us: dict[int, float | None] = field(default_factory=dict)
 
 
 class CudaCopier:
@@ -309,7 +372,8 @@ class CudaCopier:
                 rt, self.rt_why = None, f"peer copies need libcudart: {exc}"
         self.rt = rt
         self.streams = {d: self.api.new_stream(d) for d in plan.devices}
-        big = max([c.size_bytes for c in plan.p2p] + [8])
+        # every iteration has a slot of its own (Landing)
+        big = max([c.size_bytes * c.iters for c in plan.p2p] + [8])
         self.src = {d: self.api.empty(big, d) for d in plan.devices}
         self.dst = {d: self.api.empty(big, d) for d in plan.devices}
         self.host: dict[int, torch.Tensor] = {}
@@ -335,6 +399,37 @@ class CudaCopier:
                         except RuntimeError as exc:
                             ok, self.peer_failed[(a, b)] = False, str(exc)
                     self.peer_ok[(a, b)] = ok
+        # the release of timed rounds: a host flag every device waits on where the driver can
+        # map host memory and wait on it, else a gate event (recorded in the rows either way)
+        self.anchor_streams = {d: self.api.new_stream(d) for d in plan.devices}
+        self.flag: HostFlag | None = None
+        self.flag_why = ""
+        self.generation = 0
+        try:
+            self.flag = self.api.host_flag(list(plan.devices))
+        except (FlagError, OSError) as exc:
+            self.flag_why = f"no host flag ({exc})"
+
+    @property
+    def release(self) -> str:
+        """What releases the streams of a timed round now: host_flag or gate_event."""
+        return "host_flag" if self.flag is not None else "gate_event"
+
+    def release_note(self, devices: set[int]) -> str:
+        """What a row must say about its release (empty where nothing is assumed)."""
+        if self.flag is not None:
+            return ""
+        why = f"streams released by a gate event: {self.flag_why}" if self.flag_why else ""
+        if len(devices) > 1:
+            why = "; ".join(x for x in (why, "the anchors of different devices are assumed "
+                                             "simultaneous (released by the same event)") if x)
+        return why
+
+    def close(self) -> None:
+        """Wait for every GPU, then free the host flag."""
+        self._sync_all()
+        if self.flag is not None:
+            self.flag.close()
 
     def _sync_all(self) -> None:
         """Wait for every GPU of the plan: synchronize() without a device waits for the current
@@ -346,27 +441,80 @@ class CudaCopier:
         """Work on `device`'s default stream (fills, poison); _sync_all orders it before copies."""
         self.api.enqueue(self.api.current_stream(device), op)
 
-    def _leg_spans(self, leg: Leg, iters: int) -> tuple[list[tuple[float, float]], bool]:
-        """Each stream's (start, end) in seconds after the release, for `iters` rounds of the
-        leg's copies (the (stream, copy) pairs of a leg running at once), and whether the start
-        was held.
+    def _leg_spans(self, leg: Leg, iters: int) -> Round:
+        """One timed round of `iters` rounds of the leg's copies (the (stream, copy) pairs of a
+        leg running at once): each stream's (start, end) and how it was released.
 
-        As cuda-samples' p2pBandwidthLatencyTest does with its delay kernel, the copies are held
-        until the host has queued them all, so they start back to back and the host's queueing
-        time stays outside the events: one spin kernel on the first stream, then a gate event
-        that every other stream of the leg waits for (cudaStreamWaitEvent takes an event of
-        another device), so all the leg's streams are released at one moment. A spin kernel per
-        stream, sized from the clock rate, released each stream at its own moment (an idle GPU's
-        spin can last several times longer; issue 23 pt 7). If the gate has already opened when
-        the queueing is done, the hold was too short: the round is repeated with a 4x longer hold.
+        As cuda-samples' p2pBandwidthLatencyTest and nvbandwidth do, the copies are held until the
+        host has queued them all, so that they start back to back and the host's queueing time
+        stays outside the events. Every stream of the round waits on the host flag
+        (`_flag_round`), which the host writes once everything is queued: all devices are
+        released at one host moment. Where the devices cannot wait on host memory, one spin
+        kernel and a gate event every other stream waits for release them (`_gate_round`). A spin
+        kernel per stream, sized from the clock rate, had released each stream at its own moment
+        (an idle GPU's spin can last several times longer; issue 23 pt 7).
 
         Each flow's own start and end are timed, not assumed: a stream can still start late
-        (work queued on it before, a late wake on the gate). torch's Event.elapsed_time takes two
-        events of one device, so each device has an anchor, the moment its first stream of the
-        leg passed the gate (on the gate's own device, the gate itself), and every stream is
-        timed from its device's anchor. The anchors of different devices are taken as one moment,
-        the gate's: they are released by the same event.
+        (work queued on it before, a late wake). torch's Event.elapsed_time takes two events of
+        one device, so each device has an anchor, the moment it was released, and every stream
+        is timed from its device's anchor. With the host flag each anchor's lag after the host's
+        write is bounded by the device's acknowledgement (Round.anchor_us); with the gate event
+        the anchors of different devices are taken as one moment.
         """
+        if self.flag is not None:
+            try:
+                return self._flag_round(self.flag, leg, iters)
+            except FlagError as exc:  # a call the driver refused: the gate from now on
+                self._sync_all()
+                self.flag.close()
+                self.flag, self.flag_why = None, f"the host flag failed ({exc})"
+        return self._gate_round(leg, iters)
+
+    def _flag_round(self, flag: HostFlag, leg: Leg, iters: int) -> Round:
+        self.generation += 1
+        g = self.generation
+        devices = list(dict.fromkeys(self.api.device_of(s) for s, _ in leg))
+        # if queueing blocks (a full queue behind a wait), a thread writes the flag (torch's
+        # bindings and ctypes release the GIL around their calls)
+        timer = threading.Timer(RELEASE_TIMEOUT_S, flag.write, (g,))
+        timer.start()
+        try:
+            anchors: dict[int, Any] = {}
+            for d in devices:  # each device's anchor on a stream of its own, then its ack
+                st = self.anchor_streams[d]
+                flag.wait(st, g)
+                anchors[d] = self.api.event()
+                anchors[d].record(st)
+                flag.ack(st, g)
+            marks = []
+            for stream, _ in leg:
+                flag.wait(stream, g)
+                e0, e1 = self.api.event(), self.api.event()
+                e0.record(stream)
+                marks.append((anchors[self.api.device_of(stream)], e0, e1))
+            for k in range(iters):
+                for stream, op in leg:
+                    self.api.enqueue(stream, partial(op, k))
+            for (stream, _), (_, _, e1) in zip(leg, marks):
+                e1.record(stream)
+        except BaseException:
+            flag.write(g)  # streams already waiting must not stay blocked
+            raise
+        finally:
+            timer.cancel()
+        held = not any(e0.query() for _, e0, _ in marks)
+        bounds = flag.release(g)
+        for ev in [*anchors.values(), *(e1 for _, _, e1 in marks)]:
+            ev.synchronize()  # the anchors are on streams of their own
+        spans = [(a.elapsed_time(e0) / 1e3, a.elapsed_time(e1) / 1e3) for a, e0, e1 in marks]
+        return Round(spans, held, "host_flag", {d: bounds.get(d) for d in devices})
+
+    def _gate_round(self, leg: Leg, iters: int) -> Round:
+        """The release without a host flag: one spin kernel on the first stream, then a gate
+        event every other stream waits for (cudaStreamWaitEvent takes an event of another
+        device); on another device the anchor is the first event after the gate. If the gate has
+        already opened when the queueing is done, the hold was too short: the round is repeated
+        with a 4x longer hold."""
         hold = max(HOLD_MIN_S, iters * len(leg) * HOLD_PER_COPY_S)
         held = False
         spans: list[tuple[float, float]] = []
@@ -387,9 +535,9 @@ class CudaCopier:
                 e0, e1 = self.api.event(), self.api.event()
                 e0.record(stream)
                 marks.append((anchors[dev], e0, e1))
-            for _ in range(iters):
+            for k in range(iters):
                 for stream, op in leg:
-                    self.api.enqueue(stream, op)
+                    self.api.enqueue(stream, partial(op, k))
             for (stream, _), (_, _, e1) in zip(leg, marks):
                 e1.record(stream)
             held = not gate.query()
@@ -399,27 +547,56 @@ class CudaCopier:
             if held:
                 break
             hold *= 4
-        return spans, held
+        return Round(spans, held, "gate_event")
 
     def _timed(self, legs: list[Leg], iters: int) -> tuple[float, bool]:
         """Run legs one after the other. Returns (seconds: the sum over legs of each leg's span,
         its first stream's start to its last stream's end, every leg held)."""
         total, held = 0.0, True
         for leg in legs:
-            spans, ok = self._leg_spans(leg, iters)
-            total += max(t1 for _, t1 in spans) - min(t0 for t0, _ in spans)
-            held &= ok
+            r = self._leg_spans(leg, iters)
+            total += max(t1 for _, t1 in r.spans) - min(t0 for t0, _ in r.spans)
+            held &= r.held
         return total, held
 
     def _failed(self, pairs: list[tuple[int, int]]) -> str:
         """Why peer access could not be enabled on any of `pairs` ("" when it could)."""
         return "; ".join(self.peer_failed[p] for p in pairs if p in self.peer_failed)
 
+    def _landing(self, where: str, device: int | None, buf: torch.Tensor, seed: int) -> Landing:
+        return Landing(where, device, buf, pattern(buf.numel(), seed, buf.device))
+
+    def _poison(self, landings: list[Landing]) -> None:
+        """Fill every landing buffer with the complement of what it must receive (after the
+        last round's copies: the host's buffers are written by the CPU)."""
+        self._sync_all()
+        for t in landings:
+            if t.device is None:
+                torch.bitwise_not(t.expected, out=t.buf)
+            else:
+                self._on(t.device, partial(torch.bitwise_not, t.expected, out=t.buf))
+        self._sync_all()
+
+    def _landed(self, landings: list[Landing], size: int, n: int) -> str:
+        """After a round: "" when every iteration's slot holds its bytes, else which did not."""
+        self._sync_all()
+        bad = []
+        for t in landings:
+            if not torch.equal(t.buf, t.expected):
+                ks = [k for k, (g, w) in enumerate(zip(_slots(t.buf, size, n),
+                                                       _slots(t.expected, size, n)))
+                      if not torch.equal(g, w)]
+                bad.append(f"iteration(s) {','.join(str(k + 1) for k in ks)} of {n} did not "
+                           f"land in {t.where}")
+        return "; ".join(bad)
+
     def run_p2p(self, idx: int, case: P2PCase) -> tuple[list[float] | None, bool, str]:
         """One case: (seconds per trial or None when not run, bytes correct, detail). None with
         False: the case failed (peer access advertised but not enabled: status error); None with
-        True: not supported."""
-        s = case.size_bytes
+        True: not supported. Bytes are correct when every iteration of every trial landed
+        (Landing); otherwise the detail says which did not."""
+        s, n = case.size_bytes, case.iters
+        total = s * n
         dirs = [(case.src, case.dst)] + ([(case.dst, case.src)] if case.direction == "bi" else [])
         if case.path == "p2p":
             if failed := self._failed(dirs):
@@ -428,99 +605,117 @@ class CudaCopier:
             if missing:
                 return None, True, self.rt_why or (f"no peer access {','.join(missing)} "
                                                    "(can_device_access_peer)")
-        # every check below reads a buffer first filled with the complement of what it expects,
+        # every landing is poisoned before each round with the complement of what it expects,
         # with a seed no other case uses: stale or unwritten bytes cannot pass
-        checks: list[tuple[torch.Tensor, int]] = []
+        landings: list[Landing] = []
         legs: list[Leg]
         notes: list[str] = []
         if case.path == "h2d":
             seed = case_seed("p2p", idx, HOST_END)
-            h, d = self.host[case.dst][:s], self.dst[case.dst][:s]
-            h.copy_(pattern(s, seed))
-            self._on(case.dst, partial(poison, d, s, seed))
-            legs = [[(self.streams[case.dst], partial(d.copy_, h, non_blocking=True))]]
-            checks.append((d, seed))
+            h, d = self.host[case.dst][:total], self.dst[case.dst][:total]
+            h.copy_(pattern(total, seed))
+            hs, ds = _slots(h, s, n), _slots(d, s, n)
+            legs = [[(self.streams[case.dst],
+                      lambda k: ds[k].copy_(hs[k], non_blocking=True))]]
+            landings.append(self._landing(f"GPU {case.dst}", case.dst, d, seed))
             notes.append(self.host_note[case.dst])
         elif case.path == "d2h":
             seed = case_seed("p2p", idx, case.src)
-            d, h = self.src[case.src][:s], self.host[case.src][:s]
-            self._on(case.src, partial(d.copy_, pattern(s, seed, d.device)))
-            poison(h, s, seed)
-            legs = [[(self.streams[case.src], partial(h.copy_, d, non_blocking=True))]]
-            checks.append((h, seed))
+            d, h = self.src[case.src][:total], self.host[case.src][:total]
+            self._on(case.src, partial(d.copy_, pattern(total, seed, d.device)))
+            ds, hs = _slots(d, s, n), _slots(h, s, n)
+            legs = [[(self.streams[case.src],
+                      lambda k: hs[k].copy_(ds[k], non_blocking=True))]]
+            landings.append(self._landing(f"host (GPU {case.src}'s buffer)", None, h, seed))
             notes.append(self.host_note[case.src])
         elif case.path == "p2p":
             leg: Leg = []
             for a, b in dirs:
                 seed = case_seed("p2p", idx, a)
-                sa, db = self.src[a][:s], self.dst[b][:s]
-                self._on(a, partial(sa.copy_, pattern(s, seed, sa.device)))
-                self._on(b, partial(poison, db, s, seed))
-                leg.append((self.streams[a], partial(self._peer, db, sa, s, self.streams[a])))
-                checks.append((db, seed))
+                sa, db = self.src[a][:total], self.dst[b][:total]
+                self._on(a, partial(sa.copy_, pattern(total, seed, sa.device)))
+                leg.append((self.streams[a], partial(self._peer_slot, _slots(db, s, n),
+                                                     _slots(sa, s, n), s, self.streams[a])))
+                landings.append(self._landing(f"GPU {b}", b, db, seed))
             legs = [leg]
         else:  # host_staged: GPU -> pinned host (source's stream), then host -> GPU (destination's)
             down: Leg = []
             up: Leg = []
             for a, b in dirs:
                 seed = case_seed("p2p", idx, a)
-                sa, h, db = self.src[a][:s], self.host[a][:s], self.dst[b][:s]
-                self._on(a, partial(sa.copy_, pattern(s, seed, sa.device)))
-                self._on(b, partial(poison, db, s, seed))
-                down.append((self.streams[a], partial(h.copy_, sa, non_blocking=True)))
-                up.append((self.streams[b], partial(db.copy_, h, non_blocking=True)))
-                checks.append((db, seed))
+                sa, h, db = self.src[a][:total], self.host[a][:total], self.dst[b][:total]
+                self._on(a, partial(sa.copy_, pattern(total, seed, sa.device)))
+                sas, hs, dbs = _slots(sa, s, n), _slots(h, s, n), _slots(db, s, n)
+                down.append((self.streams[a],
+                             partial(lambda hs, sas, k: hs[k].copy_(sas[k], non_blocking=True),
+                                     hs, sas)))
+                up.append((self.streams[b],
+                           partial(lambda dbs, hs, k: dbs[k].copy_(hs[k], non_blocking=True),
+                                   dbs, hs)))
+                # the bounce buffer too: a dropped down-copy would otherwise pass on the bytes
+                # the last round left there
+                landings.append(self._landing(f"host (GPU {a}'s bounce buffer)", None, h, seed))
+                landings.append(self._landing(f"GPU {b}", b, db, seed))
                 notes.append(self.host_note[a])
             legs = [down, up]
-        self._sync_all()  # fills and poison (default streams) are done before any copy stream runs
+        self._sync_all()  # fills (default streams) are done before any copy stream runs
         self._timed(legs, 1)  # untimed warm-up
         held = True
         times = []
-        for _ in range(case.trials):
-            t, ok = self._timed(legs, case.iters)
+        lost = ""
+        for trial in range(case.trials):
+            self._poison(landings)
+            t, ok = self._timed(legs, n)
             times.append(t)
             held &= ok
+            if not lost and (why := self._landed(landings, s, n)):
+                lost = f"trial {trial + 1}: {why}"
         self._sync_all()
-        ok = all(matches(t, s, seed) for t, seed in checks)
         if not held:
-            notes.append("the stream hold ended before all copies were queued: the time "
-                         "includes host queueing")
-        return times, ok, "; ".join(dict.fromkeys(notes))
+            notes.append(HOLD_SHORT)
+        notes.append(self.release_note({d for a, b in dirs for d in (a, b) if d >= 0}))
+        return times, not lost, "; ".join(x for x in dict.fromkeys([lost, *notes]) if x)
+
+    def _peer_slot(self, dsts: list[torch.Tensor], srcs: list[torch.Tensor], nbytes: int,
+                   stream: Any, k: int) -> None:
+        self._peer(dsts[k], srcs[k], nbytes, stream)
 
     def _peer(self, dst: torch.Tensor, src: torch.Tensor, nbytes: int, stream: Any) -> None:
         assert self.rt is not None  # peer_ok is False without the runtime
         self.rt.memcpy_peer(dst, src, nbytes, stream)
 
     def run_concurrent(self, idx: int, case: ConcurrentCase
-                       ) -> tuple[list[tuple[float, float]] | None, list[bool] | None, str]:
-        """One concurrent case: ((start, end) seconds per flow, bytes correct per flow, detail);
-        spans None: not run (bytes-correct None: not supported; all False: peer access failed)."""
+                       ) -> tuple[list[tuple[float, float]] | None, list[bool] | None, str,
+                                  Round | None]:
+        """One concurrent case: ((start, end) seconds per flow, bytes correct per flow, detail,
+        the timed round); spans None: not run (bytes-correct None: not supported; all False: peer
+        access failed)."""
         s = case.size_bytes
         if failed := self._failed(list(case.flows)):
-            return None, [False] * len(case.flows), failed
+            return None, [False] * len(case.flows), failed, None
         missing = [f"{a}->{b}" for a, b in case.flows if not self.peer_ok[(a, b)]]
         if missing:  # without peer access the driver would stage through the host: not P2P
             return None, None, self.rt_why or (f"no peer access {','.join(missing)} "
-                                               "(can_device_access_peer)")
-        checks: list[tuple[torch.Tensor, int]] = []
+                                               "(can_device_access_peer)"), None
+        n = case.iters
+        landings: list[Landing] = []
         leg: Leg = []
         for i, (a, b) in enumerate(case.flows):
             seed = case_seed("concurrent", idx, i)
-            src, dst = self.api.empty(s, a), self.api.empty(s, b)
-            self._on(a, partial(src.copy_, pattern(s, seed, src.device)))
-            self._on(b, partial(poison, dst, s, seed))
+            src, dst = self.api.empty(s * n, a), self.api.empty(s * n, b)
+            self._on(a, partial(src.copy_, pattern(s * n, seed, src.device)))
             # each flow its own stream: on the source for a write, on the destination for a read
             st = self.api.new_stream(a if case.op == "write" else b)
-            leg.append((st, partial(self._peer, dst, src, s, st)))
-            checks.append((dst, seed))
-        self._sync_all()
+            leg.append((st, partial(self._peer_slot, _slots(dst, s, n), _slots(src, s, n), s, st)))
+            landings.append(self._landing(f"GPU {b} (flow {i})", b, dst, seed))
+        self._poison(landings)  # with the fills: every iteration's slot checked (Landing)
         # each flow's own (start, end) from the release: concurrent_rows prices the total over
         # the first start to the last end, each flow over its own span
-        spans, held = self._leg_spans(leg, case.iters)
-        self._sync_all()
-        ok = [matches(t, s, seed) for t, seed in checks]
-        return spans, ok, "" if held else ("the stream hold ended before all copies were "
-                                           "queued: the time includes host queueing")
+        r = self._leg_spans(leg, n)
+        lost = [self._landed([t], s, n) for t in landings]
+        notes = [*lost, "" if r.held else HOLD_SHORT,
+                 self.release_note({self.api.device_of(st) for st, _ in leg})]
+        return r.spans, [not x for x in lost], "; ".join(x for x in notes if x), r
 
 
 # ------------------------------------------------------------------------------------------------
@@ -584,11 +779,13 @@ def main(argv: list[str] | None = None) -> int:
                 res = copier.run_concurrent(idx, case)
                 spans, ok = res[0], res[1]
                 why = res[2] if len(res) > 2 else ""
+                timing = res[3] if len(res) > 3 else None
                 if rank == 0:
                     d = "; ".join(x for x in (detail, case.detail, why) if x)
                     st = "ok" if spans is not None else (
                         "error" if ok is not None and not any(ok) else "not_supported")
-                    for row in concurrent_rows(case, backend, spans, ok, d, status=st):
+                    for row in concurrent_rows(case, backend, spans, ok, d, status=st,
+                                               timing=timing):
                         out.row("concurrent", row)
             out.event("done", part=part, case=idx)
         out.event("finished")  # teardown from here on is not a hang

@@ -281,6 +281,28 @@ def shared_uplink_flows(devices: list[int], topology: dict[str, Any] | None
                                           "taken to share a switch")
 
 
+def ring_order_case(case: AllReduceCase, other: list[int], *, gloo: bool = False
+                    ) -> AllReduceCase:
+    """An NCCL_ALGO=Ring case of a ring order (`case.ranks` not ascending) or of its baseline
+    (ascending), its detail naming the other of the pair (`other`, its ranks). On gloo
+    (`gloo`), which reads no NCCL_ALGO, the detail says the pair is two rank orders only."""
+    if list(case.ranks) != sorted(case.ranks):
+        said = ("gloo has no ring to force, only this rank order" if gloo
+                else "NCCL_ALGO=Ring: the ring order runs at every size")
+        said += f"; its baseline is {ring_label(case.variant, other)}"
+    else:
+        said = (f"{'' if gloo else 'NCCL_ALGO=Ring '}baseline of ring order "
+                f"{','.join(map(str, other))}: the same {'ranks' if gloo else 'GPUs'} in plain "
+                "order")
+    return AllReduceCase(**{**asdict(case), "detail": "; ".join(x for x in (case.detail, said)
+                                                                  if x)})
+
+
+def ring_label(variant: str, ranks: list[int]) -> str:
+    """`variant@0-1-2` (AllReduceCase.label of a one-node case)."""
+    return f"{variant}@{'-'.join(map(str, ranks))}"
+
+
 def build_plan(backend: str, devices: list[int], *, quick: bool = False,
                variants: list[V.Variant] | None = None, group_kinds: list[str] | None = None,
                orders: list[list[int]] | None = None, p2p_sweep: bool = False,
@@ -299,7 +321,9 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
             only, to keep the launch count sane). Default: none with quick, else tp2 and tp4,
             the groups TP2 and TP4 layouts use (every pair, `pairs`, is 28 cases on 8 GPUs: the
             default plan would take about half an hour, probes/plan_time.py).
-        orders: extra ring orders (default variant), e.g. [[0, 2, 1, 3]].
+        orders: extra ring orders, e.g. [[0, 2, 1, 3]]: each runs with the default variant
+            and with NCCL_ALGO=Ring (algo_ring), the latter beside its baseline, algo_ring over
+            the same GPUs in plain order (once per group, and not again where the plan has it).
         p2p_sweep: add a uni-directional p2p bandwidth sweep (64 KiB..max, factor 4) per pair.
         timeout_s: deadline per copy / collective, seconds.
         topology: topology.json, used to pick shared-uplink flows.
@@ -398,6 +422,16 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
                     allreduce.append(case(base, g))
         for order in orders or []:
             allreduce.append(case(base, order))
+        # A graph file sets the ring graph only and the tuner may still pick the tree (issue 23
+        # pt 3): each order also runs with NCCL_ALGO=Ring, beside its baseline, the same GPUs in
+        # plain order with NCCL_ALGO=Ring, so that the two differ in the order alone at every
+        # size. gloo reads neither: there both are the same rank order measured again.
+        only_ring = V.VARIANTS["algo_ring"]
+        for order in orders or []:
+            plain = sorted(order)
+            allreduce.append(ring_order_case(case(only_ring, order), plain, gloo=cpu))
+            if not any(c.variant == only_ring.name and c.ranks == plain for c in allreduce):
+                allreduce.append(ring_order_case(case(only_ring, plain), order, gloo=cpu))
         if nnodes > 1 and n >= 2:  # last: the other nodes go on with their copies meanwhile
             allreduce.append(AllReduceCase(**{**asdict(case(base, devices)), "node0_only": True}))
     return Plan(backend=backend, devices=list(devices), p2p=p2p, concurrent=concurrent,

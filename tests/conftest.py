@@ -61,6 +61,25 @@ def _state_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PCIEPROF_STATE_DIR", str(tmp_path / "pcieprof-state"))
 
 
+#: NVML's answer on a machine without the NVIDIA driver (NVML_ERROR_DRIVER_NOT_LOADED)
+NO_DRIVER_NVML = {"format": "pcieprof-nvml-snapshot", "version": 1, "init": {"error": 9},
+                  "calls": {}}
+
+
+@pytest.fixture(autouse=True)
+def _no_local_gpus(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve-bench launches for this machine's GPUs (pcieprof.commands.launch_arch): in-process
+    tests see NVML's no-driver answer, so they launch the same on a GPU box as here; a test
+    replays a snapshot to see GPUs, and `gpu`-marked tests see the real ones."""
+    if "gpu" in request.keywords:
+        return
+    from pcieprof.commands import launch_arch
+    from pcieprof.discover.nvml import Nvml
+    from pcieprof.discover.nvml_snapshot import NvmlReplay
+
+    monkeypatch.setattr(launch_arch, "Nvml", lambda: Nvml(NvmlReplay(NO_DRIVER_NVML)))
+
+
 @pytest.fixture(scope="session")
 def samples() -> Path:
     """../shared/samples: real tool outputs (never edit)."""

@@ -24,11 +24,11 @@ def test_sim_plan_runs_with_the_default_profile(tmp_path: Path) -> None:
     with MeasurementSession(b) as session:
         session.measure(plan)
     assert b.finish() == "ok"
-    assert b.manifest["versions"]["sim_profile"] == DEFAULT_PROFILE
+    assert b.manifest.versions["sim_profile"] == DEFAULT_PROFILE
     ar = b.read_table("allreduce")
     assert set(ar["variant"]) == {"default", "sys"} and set(ar["size_bytes"]) == {12 << 10, 96 << 10}
     assert set(ar[ar["variant"] == "sys"]["ranks"]) == {(0, 2, 1, 3)}
-    assert b.part("allreduce")["status"] == "ok" and b.part("allreduce")["source"] == "simulated"
+    assert b.part("allreduce").status == "ok" and b.part("allreduce").source == "simulated"
 
 
 def test_an_error_inside_leaves_a_partial_bundle(tmp_path: Path) -> None:

@@ -74,7 +74,7 @@ def test_hostile_text_is_linear(text: str) -> None:
 def test_report_masks_an_old_bundles_argv(tmp_path: Path) -> None:
     # A bundle written before masking existed holds its argv in clear; the report masks it.
     b = Bundle.create(tmp_path / "old", command="serve-bench", source="measured", backend="cpu")
-    b.manifest["argv"] = ["pcieprof", "serve-bench", "--env", "HF_TOKEN=oldsecret1234"]
+    b.manifest.argv = ["pcieprof", "serve-bench", "--env", "HF_TOKEN=oldsecret1234"]
     b.finish()
     view = open_views([b.path])[0]
     facts = dict(manifest_facts(view))

@@ -42,12 +42,11 @@ from pcieprof.analysis import intervals
 from pcieprof.analysis.classify import CLASS_BIT, COMM, COMPUTE, MEMORY, Classifier
 from pcieprof.analysis.decode_share import decode_shares
 from pcieprof.analysis.trace_stream import IJSON_BACKEND, READER, RankTrace, read_trace
-from pcieprof.bundle.attribution import StepAttribution
+from pcieprof.bundle.attribution import Attribution, RankAttribution, StepAttribution
 from pcieprof.bundle.document import decode as decode_doc, encode
 from pcieprof.errors import BadInput
 from pcieprof.parent_death import set_parent_death_signal
 
-ATTRIBUTION_VERSION = 1
 _BIT_CLASS = {v: k for k, v in CLASS_BIT.items() if v}
 _BS_RX = re.compile(r"bs=(\d+)")
 _KIND_RX = re.compile(r"^step\[(\w+)")
@@ -362,7 +361,7 @@ def cross_rank(ranks: list[dict[str, Any]]) -> dict[str, Any]:
 # -- the public entry point --------------------------------------------------------------------
 
 def attribute_traces(paths: list[Path], bundle: Any | None = None, classes: Path | None = None,
-                     *, drop_last_step: bool = False, workers: int | None = None) -> dict[str, Any]:
+                     *, drop_last_step: bool = False, workers: int | None = None) -> Attribution:
     """Attribute per-rank traces; write attribution.json and attribution/*.csv into `bundle`.
 
     Args:
@@ -462,7 +461,7 @@ def _settle_ranks(results: list[dict[str, Any]]) -> None:
 
 
 def _document(results: list[dict[str, Any]], classes: Path | None, drop_last_step: bool,
-              wall_s: float, workers: int) -> dict[str, Any]:
+              wall_s: float, workers: int) -> Attribution:
     clf = Classifier(classes)
     xr = cross_rank(results)
     wait_of = {p["rank"]: p for p in xr.get("per_rank", [])}
@@ -470,40 +469,32 @@ def _document(results: list[dict[str, Any]], classes: Path | None, drop_last_ste
     for r in results:
         steps = r["steps"]
         decode = [s for s in steps if s["kind"] in _DECODE_KINDS]
-        summary = _step_summary(decode) if decode else None
         kinds = {k: _step_summary([s for s in steps if s["kind"] == k])
                  for k in dict.fromkeys(s["kind"] for s in steps)}
-        ranks.append({
-            "rank": r["rank"], "rank_source": r["rank_source"], "path": r["path"], "mode": r["mode"],
-            "file_bytes": r["file_bytes"], "n_events": r["n_events"],
-            "n_dropped_bad_duration": r["n_dropped_bad_duration"],
-            "n_gpu_events": r["n_gpu_events"], "n_cpu_ops": r["n_cpu_ops"],
-            "n_counted": r["n_counted"], "window": r["window"], "steps_from": r["steps_from"],
-            "n_steps": len(steps), "totals": r["totals"], "decode_steps": summary,
-            "step_kinds": kinds, "steps_note": None if r["steps_from"] != "none" else NO_STEPS,
-            "skew": wait_of.get(r["rank"]), "families": r["families"],
-            "collective_args": r["collective_args"],
-            "parse_s": r["parse_s"], "peak_rss_bytes": r["peak_rss_bytes"],
-        })
+        ranks.append(RankAttribution(
+            rank=r["rank"], rank_source=r["rank_source"], path=r["path"], mode=r["mode"],
+            file_bytes=r["file_bytes"], n_events=r["n_events"],
+            n_dropped_bad_duration=r["n_dropped_bad_duration"],
+            n_gpu_events=r["n_gpu_events"], n_cpu_ops=r["n_cpu_ops"], n_counted=r["n_counted"],
+            window=r["window"], steps_from=r["steps_from"], n_steps=len(steps),
+            totals=r["totals"], decode_steps=_step_summary(decode) if decode else None,
+            step_kinds=kinds, steps_note=None if r["steps_from"] != "none" else NO_STEPS,
+            skew=wait_of.get(r["rank"]), families=r["families"],
+            collective_args=r["collective_args"], parse_s=r["parse_s"],
+            peak_rss_bytes=r["peak_rss_bytes"]))
     mode = {r["mode"] for r in results}
-    steps = [{"rank": r["rank"], **s} for r in results for s in r["steps"]]
-    share, by_batch = decode_shares([decode_doc(StepAttribution, s, "step") for s in steps])
-    return {
-        "attribution_version": ATTRIBUTION_VERSION,
-        "time_unit": "us",
-        "timeline": "cpu" if mode == {"cpu"} else "gpu",
-        "parser": {"reader": READER, "ijson_backend": IJSON_BACKEND, "workers": workers,
-                   "wall_s": wall_s},
-        "window": "hta" if drop_last_step else "all",
-        "definitions": DEFINITIONS,
-        "classes": clf.table(),
-        "ranks": ranks,
-        "steps": steps,
-        "top_kernels": [{"rank": r["rank"], **k} for r in results for k in r["top_kernels"]],
-        "cross_rank": xr,
-        "decode_share": encode(share),
-        "decode_share_by_batch": encode(by_batch),
-    }
+    # the workers hand back plain data (picklable); it becomes typed here, read as a file is
+    steps = [decode_doc(StepAttribution, {"rank": r["rank"], **s}, "step")
+             for r in results for s in r["steps"]]
+    share, by_batch = decode_shares(steps)
+    return Attribution(
+        timeline="cpu" if mode == {"cpu"} else "gpu",
+        parser={"reader": READER, "ijson_backend": IJSON_BACKEND, "workers": workers,
+                "wall_s": wall_s},
+        window="hta" if drop_last_step else "all",
+        definitions=dict(DEFINITIONS), classes=clf.table(), ranks=ranks, steps=steps,
+        top_kernels=[{"rank": r["rank"], **k} for r in results for k in r["top_kernels"]],
+        cross_rank=xr, decode_share=share, decode_share_by_batch=by_batch)
 
 
 def _step_summary(steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -530,32 +521,32 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def write_bundle(bundle: Any, doc: dict[str, Any]) -> None:
+def write_bundle(bundle: Any, doc: Attribution) -> None:
     """Write attribution.json and the tidy tables attribution/{per_rank,per_step,per_class,top_kernels}.csv."""
     per_rank = []
-    for r in doc["ranks"]:
-        row = {"rank": r["rank"], "mode": r["mode"], "window": doc["window"],
-               "n_steps": r["n_steps"], **r["totals"]}
-        sk = r.get("skew") or {}
+    for r in doc.ranks:
+        row = {"rank": r.rank, "mode": r.mode, "window": doc.window, "n_steps": r.n_steps,
+               **r.totals}
+        sk = r.skew or {}
         row.update({"transfer_us": sk.get("transfer_us"), "wait_us": sk.get("wait_us"),
                     "wait_pct": sk.get("wait_pct")})
         per_rank.append(row)
-    per_class = []
-    for r in doc["ranks"]:
-        t = r["totals"]
+    per_class: list[dict[str, Any]] = []
+    for r in doc.ranks:
+        t = r.totals
         for cls, key in ((COMM, "comm_us"), (MEMORY, "memory_us"), (COMPUTE, "compute_us")):
-            per_class.append({"rank": r["rank"], "class": cls, "family": "", "union_us": t[key],
+            per_class.append({"rank": r.rank, "class": cls, "family": "", "union_us": t[key],
                               "sum_us": None, "count": None})
-        for f in r["families"]:
-            per_class.append({"rank": r["rank"], "class": f["class"], "family": f["family"],
+        for f in r.families:
+            per_class.append({"rank": r.rank, "class": f["class"], "family": f["family"],
                               "union_us": None, "sum_us": f["sum_us"], "count": f["count"]})
-    bundle.write_json("attribution.json", doc)
+    bundle.write_doc(doc)
     bundle.write_text("attribution/per_rank.csv", _table(per_rank))
-    bundle.write_text("attribution/per_step.csv", _table(doc["steps"]))
+    bundle.write_text("attribution/per_step.csv", _table([encode(s) for s in doc.steps]))
     bundle.write_text("attribution/per_class.csv", _table(per_class))
-    bundle.write_text("attribution/top_kernels.csv", _table(doc["top_kernels"]))
-    bundle.write_text("attribution/classes.csv", _table(doc["classes"]))
+    bundle.write_text("attribution/top_kernels.csv", _table(doc.top_kernels))
+    bundle.write_text("attribution/classes.csv", _table(doc.classes))
     # Provenance: numbers read from traces of real GPUs (cuda) or of CPU processes (cpu).
-    bundle.set_part("attribution", "ok", ranks=len(doc["ranks"]), steps=len(doc["steps"]),
-                    timeline=doc["timeline"], source="measured",
-                    backend="cuda" if doc["timeline"] == "gpu" else "cpu")
+    bundle.set_part("attribution", "ok", ranks=len(doc.ranks), steps=len(doc.steps),
+                    timeline=doc.timeline, source="measured",
+                    backend="cuda" if doc.timeline == "gpu" else "cpu")

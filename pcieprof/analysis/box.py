@@ -24,10 +24,9 @@ from typing import Any
 from pcieprof.analysis.matrices import gpu_indices
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.topology import Topology
+from pcieprof.units import GIB as GIB  # the analysis layer's callers import it from here
 
 GPU_TABLE = Path(__file__).with_name("gpus.toml")
-#: Bytes in one GiB: the one unit memory is shown in.
-GIB = float(1 << 30)
 
 
 def gib(nbytes: float) -> str:
@@ -105,14 +104,15 @@ def box_of(bundle: Bundle) -> Box:
     return box_from(topo, len(gpu_indices(bundle.read_table("p2p"))))
 
 
-def box_from(topo: Topology, p2p_gpus: int = 0) -> Box:
-    """The box of a topology document; `p2p_gpus` counts GPUs when it lists none."""
+def box_from(topo: Topology, p2p_gpus: int = 0, where: str = "topology.json") -> Box:
+    """The box of a topology document; `p2p_gpus` counts GPUs when it lists none; `where` names
+    the NVML answers' origin in the sources (`this machine` for a live NVML's)."""
     gpus = len(topo.gpus) or p2p_gpus
     names = tuple(dict.fromkeys(str(g.name) for g in topo.gpus if g.name))
     ccs = {str(_cc(g.extra)) for g in topo.gpus if _cc(g.extra)}
     arch, arch_src = "", "no GPU named in the bundle"
     if len(ccs) == 1:
-        arch, arch_src = arch_of(ccs.pop()), "NVML compute capability (topology.json)"
+        arch, arch_src = arch_of(ccs.pop()), f"NVML compute capability ({where})"
     elif len(ccs) > 1:
         arch_src = f"GPUs of several compute capabilities ({', '.join(sorted(ccs))})"
     elif names:
@@ -130,7 +130,7 @@ def box_from(topo: Topology, p2p_gpus: int = 0) -> Box:
     mem: float | None = None
     mem_src = "no GPU memory in the bundle"
     if mems:
-        mem, mem_src = min(mems), "NVML memory total (topology.json)"
+        mem, mem_src = min(mems), f"NVML memory total ({where})"
     elif names:
         sizes = [r.memory_gib if r else None for r in (product(n) for n in names)]
         if sizes and all(s for s in sizes):

@@ -63,8 +63,9 @@ class Pricer:
         self.variant = variant if any(c.variant == variant for c in self.curves) \
             else (base.variant if base else next(iter(self.curves)).variant)
         self.p2p = bundle.read_table("p2p")
-        self.source = (bundle.part("allreduce").get("source") or bundle.source)
-        self.backend = (bundle.part("allreduce").get("backend") or bundle.backend)
+        part = bundle.part("allreduce")
+        self.source = part and part.source or bundle.source
+        self.backend = part and part.backend or bundle.backend
         self.provenance = part_provenance(bundle.manifest, "allreduce")
         self.notes: list[str] = []
         if self.variant != variant:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
+from pcieprof.bundle.manifest import Manifest
 from pcieprof.schema import source_of
 
 if TYPE_CHECKING:  # pandas costs ~0.3 s to import
@@ -47,7 +48,7 @@ def provenance_text(source: str, backends: list[str]) -> str:
     return "; ".join(parts) if parts else source
 
 
-def part_provenance(manifest: dict[str, Any], part: str | None = None,
+def part_provenance(manifest: Manifest, part: str | None = None,
                     rows: "pd.DataFrame | None" = None) -> str:
     """Provenance of a bundle part's numbers, or of the rows drawn.
 
@@ -56,36 +57,36 @@ def part_provenance(manifest: dict[str, Any], part: str | None = None,
         part: the manifest part the numbers come from (e.g. "p2p").
         rows: a table whose `backend` column says which backend produced each row.
     """
-    p = manifest.get("parts", {}).get(part, {}) if part else {}
-    source = p.get("source") or manifest.get("source") or "unknown"
+    p = manifest.parts.get(part) if part else None
+    source = (p and p.source) or manifest.source or "unknown"
     backends: list[str] = []
     if rows is not None and "backend" in getattr(rows, "columns", []):
         backends = sorted({str(b) for b in rows["backend"].dropna() if str(b)})
     if not backends:
-        backends = [str(p.get("backend") or manifest.get("backend") or "unknown")]
+        backends = [str((p and p.backend) or manifest.backend or "unknown")]
     return provenance_text(source, backends)
 
 
-def measured_host(manifest: dict[str, Any]) -> str | None:
+def measured_host(manifest: Manifest) -> str | None:
     """The host a bundle's numbers were taken on; None when simulated (a simulated bundle ran
     on some machine but measured none; older ones recorded it anyway), imported (the manifest's
     host is the machine that ran the import, not the box: `imported_on`) or not recorded."""
-    if manifest.get("source") in ("simulated", "imported"):
+    if manifest.source in ("simulated", "imported"):
         return None
     return _host(manifest)
 
 
-def imported_on(manifest: dict[str, Any]) -> str | None:
+def imported_on(manifest: Manifest) -> str | None:
     """The machine that ran `pcieprof import` (an imported bundle's manifest host), or None."""
-    return _host(manifest) if manifest.get("source") == "imported" else None
+    return _host(manifest) if manifest.source == "imported" else None
 
 
-def _host(manifest: dict[str, Any]) -> str | None:
-    host = manifest.get("host")
+def _host(manifest: Manifest) -> str | None:
+    host = manifest.host
     return str(host) if host and host != "unknown" else None
 
 
-def origin(manifest: dict[str, Any], box_hosts: Sequence[str] = ()) -> str:
+def origin(manifest: Manifest, box_hosts: Sequence[str] = ()) -> str:
     """One line saying where a bundle's numbers come from: `simulated: fabric model
     rtxpro6000-8x-vm (not hardware)`, `measured on host gpu-01, backend cuda`, `imported: tool
     outputs of box gpu-01 (as its NCCL log names it); imported on host laptop (not the box),
@@ -96,11 +97,12 @@ def origin(manifest: dict[str, Any], box_hosts: Sequence[str] = ()) -> str:
         box_hosts: for an imported bundle, the host names its files give for the box (the
             NCCL log's line prefixes); none: the line says the files do not name it.
     """
-    backend = str(manifest.get("backend") or "unknown")
-    source = str(manifest.get("source") or "unknown")
+    backend = str(manifest.backend or "unknown")
+    source = str(manifest.source or "unknown")
     if source == "simulated":
-        profile = ((manifest.get("versions") or {}).get("sim_profile")
-                   or (manifest.get("parts", {}).get("discovery") or {}).get("profile"))
+        discovery = manifest.parts.get("discovery")
+        profile = (manifest.versions.get("sim_profile")
+                   or (discovery.extra.get("profile") if discovery else None))
         return f"simulated: fabric model {profile or '(profile not recorded)'} (not hardware)"
     if source == "imported":
         box = ("a box the files do not name" if not box_hosts else

@@ -232,6 +232,11 @@ def scan(padded: bytes) -> Scanned | None:
 
 def _scan(bk: _Block) -> Scanned:
     a, q = bk.a, bk.q
+    # The string "traceEvents" among the events: a second document's key (concatenated traces)
+    # or an odd name; trace_stream's general path tells which.
+    j = np.flatnonzero(bk.gap[:bk.nq] == len(b'traceEvents"'))
+    if j.size and bk.match(q[j], b'"traceEvents"').any():
+        raise _Misfit('a "traceEvents" string')
     # X events: a one-letter string "X" that is the value of a "ph" key followed by a "cat" key
     # (Kineto's first two keys); kc is the quote opening each one's "cat"
     jv = np.flatnonzero(bk.gap[:bk.nq] == 2)

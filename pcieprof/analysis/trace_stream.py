@@ -61,6 +61,18 @@ _BLOCK = 1 << 20  # bytes read at a time (a block and its temporaries stay in a 
 _AHEAD = 4  # blocks the reading thread may have decompressed ahead of the parser
 _MAX_EVENT = 64 << 20  # a single event larger than this means the file is not a trace
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_KEY_NAME = b'"traceEvents"'
+_KEY_CUT = re.compile(rb'"traceEvents"\s*(?::\s*)?')  # what of a key a block's end can leave
+# Assumed, not measured: how far into a file the traceEvents key may start. What Kineto writes
+# before it (schemaVersion, deviceProperties, distributedInfo with its process groups) is a few
+# KB to a few MB; past 64 MB the file is taken not to be a trace, rather than read to its end.
+_KEY_WITHIN = 64 << 20
+_HINT_TRACE = "pass the files torch.profiler / SGLang /start_profile wrote"
+_TWO_DOCUMENTS = "holds more than one JSON document (concatenated traces?)"
+_HINT_SPLIT = "give each trace its own file"
+# How ijson's backends name data after the document: yajl's "trailing garbage" (yajl_parser.c,
+# the C backends) and ijson/backends/python.py's "Additional data found".
+_IJSON_TRAILING = ("trailing garbage", "Additional data found")
 
 # Step markers: SGLang `step[...]`, torch.profiler `ProfilerStep#N`, vLLM's per-iteration
 # `execute_context_<n>(<tokens>)_generation_<n>(<tokens>)` (vllm/v1/worker/gpu_worker.py,
@@ -157,6 +169,14 @@ class _Tap:
 
 class _Malformed(Exception):
     """The chunked reader met bytes that are not a complete JSON trace."""
+
+
+class _NotTrace(Exception):
+    """The file is JSON or text that is not one Kineto trace (the message says why)."""
+
+    def __init__(self, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 _X_RX = re.compile(
@@ -556,9 +576,15 @@ class _Runs:
     def add(self, padded: bytes) -> None:
         if self.carry:
             padded = self.carry + b"," + padded
-        sc = scan(padded) if self.fast else None
+        sc = scan(padded) if self.fast else None  # declines a run holding "traceEvents"
         if sc is not None:
             self.b.add_scanned(sc, padded)
+        elif _EVENTS_KEY.search(padded):
+            # A second "traceEvents" key after the first: a second document (two traces
+            # concatenated, e.g. two gzip members each holding a whole trace, which gzip reads
+            # as one stream) or a repeated key; either way whose events are whose is lost. (A
+            # gzip whose members split one document, as bgzip and pigz write, is one document.)
+            raise _NotTrace(_TWO_DOCUMENTS, _HINT_SPLIT)
         elif not _add_run(self.b, padded[:-len(PAD)]):
             if len(padded) > _MAX_EVENT:
                 raise _Malformed(f"no readable event in {len(padded) >> 20} MB")
@@ -567,28 +593,55 @@ class _Runs:
         self.carry = b""
 
 
+def _find_key(buf: bytes | bytearray, start: int) -> tuple[re.Match[bytes] | None, int]:
+    """The first "traceEvents" key in buf[start:]; when there is none, also where the next search
+    must start once more bytes are appended: at a key the end of buf may have cut (its name, the
+    blanks and colon after it so far), else a name's length before the end. So each byte is
+    looked at about once, however long the stream."""
+    m = _EVENTS_KEY.search(buf, start)
+    if m:
+        return m, start
+    i = buf.rfind(_KEY_NAME, start)
+    if i >= 0:
+        cut = _KEY_CUT.match(buf, i)
+        if cut and cut.end() == len(buf):
+            return None, i
+    return None, max(start, len(buf) - len(_KEY_NAME) + 1)
+
+
 def _read_blocks(blocks: Iterable[bytes], b: _Builder, meta: dict[str, Any], fast: bool) -> bool:
     """Feed every event to `b` (through trace_scan when `fast`, else the regex/orjson path);
-    fill `meta` with the other top-level keys. False when the document has no traceEvents."""
-    buf = b""
+    fill `meta` with the other top-level keys. False when the document has no traceEvents.
+
+    Raises:
+        _NotTrace: no "traceEvents" key in the first _KEY_WITHIN bytes, a second one, or data
+            after the document (two documents in one file).
+        _Malformed: bytes that are not a complete JSON trace.
+    """
+    buf = bytearray()  # the head; appended in place (a bytes += would copy it per block)
     meta["_bytes"] = 0
     it = iter(blocks)
+    start = 0
     while True:
-        m = _EVENTS_KEY.search(buf)
+        m, start = _find_key(buf, start)
         if m:
             break
+        if len(buf) > _KEY_WITHIN:
+            raise _NotTrace(f'not a Kineto trace (no "traceEvents" in the first '
+                            f'{_KEY_WITHIN >> 20} MB)', _HINT_TRACE)
         data = next(it, b"")
         if not data:
             try:
                 doc = orjson.loads(buf)
             except orjson.JSONDecodeError as exc:
-                raise _Malformed(str(exc)) from None
+                raise _NotTrace(f'not a Kineto trace: malformed JSON without "traceEvents" ({exc})',
+                                _HINT_TRACE) from None
             if isinstance(doc, dict):
                 meta.update(doc)
             return False
         meta["_bytes"] += len(data)
         buf += data
-    head = buf[:m.start()].rstrip()
+    head = bytes(buf[:m.start()]).rstrip()
     if head.endswith(b","):
         head = head[:-1]
     try:
@@ -597,7 +650,7 @@ def _read_blocks(blocks: Iterable[bytes], b: _Builder, meta: dict[str, Any], fas
             meta.update(doc)
     except orjson.JSONDecodeError:
         pass  # a damaged head shows up below as a damaged body
-    body = buf[m.end():]
+    body = bytearray(buf[m.end():])
     del buf
     runs = _Runs(b, fast)
     while True:
@@ -613,18 +666,32 @@ def _read_blocks(blocks: Iterable[bytes], b: _Builder, meta: dict[str, Any], fas
             continue
         # the run: what was left of the previous data, and this data up to the cut
         runs.add(b"".join((body, memoryview(data)[:cut], PAD)))
-        body = data[data.find(b"{", cut):]
+        body = bytearray(data[data.find(b"{", cut):])
     carry = runs.carry
     # the last events, the end of the array and the keys after it
+    tail = b'{"traceEvents":[' + (carry + b"," if carry else b"") + body
     try:
-        doc = orjson.loads(b'{"traceEvents":[' + (carry + b"," if carry else b"") + body)
+        doc = orjson.loads(tail)
     except orjson.JSONDecodeError as exc:
+        if _data_after_document(tail):
+            raise _NotTrace(_TWO_DOCUMENTS, _HINT_SPLIT) from None
         raise _Malformed(str(exc)) from None
     if not isinstance(doc, dict):
         raise _Malformed("not a JSON object")
     _add_dicts(b, doc.pop("traceEvents", []))
     meta.update(doc)
     return True
+
+
+def _data_after_document(text: bytes) -> bool:
+    """True when `text` is a whole JSON document followed by more than blanks (checked only
+    once orjson has refused it, to tell that from a damaged document)."""
+    s = text.decode("utf-8", "replace")
+    try:
+        _, end = _JSON.raw_decode(s)
+    except ValueError:
+        return False
+    return bool(s[end:].strip())
 
 
 def _open(path: Path) -> IO[bytes]:
@@ -694,6 +761,10 @@ def _read_ijson(path: Path, b: _Builder) -> tuple[bool, dict[str, Any] | None, i
                 batch = []
         _add_dicts(b, batch)
         return found, tap.info, tap.nbytes
+    except ijson.common.JSONError as exc:
+        if any(t in str(exc) for t in _IJSON_TRAILING):
+            raise _NotTrace(_TWO_DOCUMENTS, _HINT_SPLIT) from None
+        raise
     finally:
         raw.close()
 
@@ -747,6 +818,8 @@ def read_trace(path: Path | str, classifier: Classifier, ahead: bool = True) -> 
                 found = _read_file(path, b, meta, False, ahead)
             info = meta.get("distributedInfo")
             nbytes = int(meta.get("_bytes", 0))
+    except _NotTrace as exc:
+        raise BadInput(f"{path}: {exc}", hint=exc.hint) from None
     except _Malformed as exc:
         raise BadInput(f"{path}: truncated or malformed trace JSON ({exc})",
                        hint="was the profiler stopped before it finished writing?") from None
@@ -761,8 +834,7 @@ def read_trace(path: Path | str, classifier: Classifier, ahead: bool = True) -> 
     except UnicodeDecodeError as exc:
         raise BadInput(f"{path}: not a text JSON trace ({exc.reason})") from None
     if not found:
-        raise BadInput(f"{path}: not a Kineto trace (no traceEvents)",
-                       hint="pass the files torch.profiler / SGLang /start_profile wrote")
+        raise BadInput(f"{path}: not a Kineto trace (no traceEvents)", hint=_HINT_TRACE)
     if b.n_gpu == 0 and not b.cols["c_ts"]:
         raise BadInput(f"{path}: Kineto trace without GPU kernels or CPU ops to attribute")
     if b.n_gpu:

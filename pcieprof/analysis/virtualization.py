@@ -34,6 +34,7 @@ from pcieprof.analysis.provenance import obtained
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.topology import Topology
+from pcieprof.bundle.vm_cost import HostChange, VmRow, VmTable
 from pcieprof.bundle.vm_mechanism import Mechanism
 from pcieprof.cards import DEFAULT_CARD, load_card
 from pcieprof.cards.step import step_allreduces
@@ -101,42 +102,6 @@ class Row:
         return self.vm_minus_bare_us > 0.05
 
 
-@dataclass(frozen=True)
-class HostChange:
-    """A change only the hypervisor host can make, priced by the fabric model.
-
-    Attributes:
-        id, title, how, effect, risk: the profile's words.
-        blocked_by: why it cannot be made safely on this box, or "".
-        step_default_us, step_best_safe_us: (before, after) the decode step's all-reduces at
-            the smallest batch, us, with NCCL defaults and with the fastest setting free of
-            known issues.
-        p2p_same_switch_gbps: (before, after) a same-switch P2P copy, GB/s.
-        sources: where the facts come from.
-    """
-
-    id: str
-    title: str
-    how: str
-    effect: str
-    risk: str
-    blocked_by: str
-    step_default_us: tuple[float, float]
-    step_best_safe_us: tuple[float, float]
-    p2p_same_switch_gbps: tuple[float, float]
-    sources: tuple[str, ...] = ()
-
-    @property
-    def feasible(self) -> bool:
-        return not self.blocked_by
-
-    @property
-    def changes_anything(self) -> bool:
-        """False when the model prices it to no change at all (e.g. iommu=pt for VFIO GPUs)."""
-        return any(abs(a - b) > 1e-6 for a, b in (self.step_default_us, self.step_best_safe_us,
-                                                   self.p2p_same_switch_gbps))
-
-
 @dataclass
 class VmCost:
     """The like-for-like comparison of a VM and bare metal.
@@ -199,60 +164,43 @@ class VmCost:
         return next((k for k in self.known_issues if k.get("id") == issue_id), None)
 
 
-def _side(rec: dict[str, Any], who: str, count: int = 1) -> Side:
-    return Side(time_us=float(rec[f"{who}_time_us"]), setting=str(rec.get(f"{who}_env") or "default"),
-                choice=str(rec.get(f"{who}_choice") or ""),
-                risks=tuple(rec.get(f"{who}_risks") or ()))
-
-
 def from_topology(topo: Topology | None) -> VmCost | None:
     """The fabric model's table carried by a simulated VM bundle (topology.json `sim.vm`), or
-    None when the bundle has none."""
-    vm = (topo.sim or {}).get("vm") if topo is not None else None
-    if not isinstance(vm, dict) or not vm.get("rows"):
+    None when the bundle has none.
+
+    Raises:
+        BadInput: a `sim.vm` that is not the table's shape (one line naming the key).
+    """
+    data = (topo.sim or {}).get("vm") if topo is not None else None
+    if not isinstance(data, dict) or not data.get("rows"):
         return None
-    per_size: list[Row] = []
-    step: list[Row] = []
-    for rec in vm["rows"]:
-        row = Row(basis=str(rec["basis"]), batch=int(rec["batch"]), size_bytes=int(rec["size_bytes"]),
-                  count=int(rec.get("count", 1)), vm=_side(rec, "vm"), bare=_side(rec, "bare"),
-                  why=tuple(rec.get("why") or ()))
-        (step if rec.get("table") == "step" else per_size).append(row)
-    mech = {k: Mechanism.from_json(k, m) for k, m in (vm.get("mechanisms") or {}).items()}
-    changes = [HostChange(
-        id=str(h["id"]), title=str(h.get("title", "")), how=str(h.get("how", "")),
-        effect=str(h.get("effect", "")), risk=str(h.get("risk", "")),
-        blocked_by=str(h.get("blocked_by") or ""),
-        step_default_us=_pair(h.get("step_default_us")),
-        step_best_safe_us=_pair(h.get("step_best_safe_us")),
-        p2p_same_switch_gbps=_pair(h.get("p2p_same_switch_gbps")),
-        sources=tuple(h.get("sources") or ())) for h in vm.get("host_changes") or []]
-    vm_name, bare_name = str(vm.get("vm_profile", "?")), str(vm.get("bare_profile", "?"))
+    vm = VmTable.from_json(data, "topology.json: sim.vm")
+    per_size = [_row(r) for r in vm.rows if r.table != "step"]
+    step = [_row(r) for r in vm.rows if r.table == "step"]
     # Tables written before they named their card priced the default card's decode.
-    model = str(vm.get("model") or DEFAULT_CARD)
+    model = vm.model or DEFAULT_CARD
     return VmCost(
-        vm_label=vm_name, bare_label=bare_name, source="simulated",
-        provenance=(f"simulated: fabric model {vm_name} (VM) against its bare-metal twin "
-                    f"{bare_name}, {model} TP{len(vm.get('ranks') or [])} decode sizes"),
-        nranks=len(vm.get("ranks") or []), step_allreduces=int(vm.get("step_allreduces", 0)),
-        model=model, per_size=per_size, step=step, mechanisms=mech, host_changes=changes,
-        known_issues=list(vm.get("known_issues") or []),
-        sensitivity=[s for s in vm.get("sensitivity") or [] if isinstance(s, dict)],
+        vm_label=vm.vm_profile, bare_label=vm.bare_profile, source="simulated",
+        provenance=(f"simulated: fabric model {vm.vm_profile} (VM) against its bare-metal twin "
+                    f"{vm.bare_profile}, {model} TP{len(vm.ranks)} decode sizes"),
+        nranks=len(vm.ranks), step_allreduces=vm.step_allreduces, model=model,
+        per_size=per_size, step=step, mechanisms=vm.mechanisms, host_changes=vm.host_changes,
+        known_issues=vm.known_issues, sensitivity=vm.sensitivity,
         notes=["best: each side's fastest of the model's candidate settings (P2P level x "
                "protocol x channels x graph file), not only the variants the bundle ran"])
 
 
-def _pair(v: Any) -> tuple[float, float]:
-    if isinstance(v, (list, tuple)) and len(v) == 2:
-        return float(v[0]), float(v[1])
-    return float("nan"), float("nan")
+def _row(r: VmRow) -> Row:
+    return Row(basis=r.basis, batch=r.batch, size_bytes=r.size_bytes, count=r.count,
+               vm=Side(r.vm_time_us, r.vm_env or "default", r.vm_choice, r.vm_risks),
+               bare=Side(r.bare_time_us, r.bare_env or "default", r.bare_choice), why=r.why)
 
 
 def profile_of(bundle: Bundle) -> str | None:
     """The fabric profile a simulated bundle was made with, else None."""
     if bundle.backend != "sim":
         return None
-    return (bundle.manifest.get("versions") or {}).get("sim_profile")
+    return bundle.manifest.versions.get("sim_profile")
 
 
 def is_vm(bundle: Bundle) -> bool:

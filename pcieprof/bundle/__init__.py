@@ -9,6 +9,7 @@ row measured so far. A bundle starts as `partial` and only becomes `ok` when its
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -29,16 +30,17 @@ from pcieprof.bundle import contract, outdir
 from pcieprof.bundle import rows as R
 from pcieprof.bundle import writer
 from pcieprof.bundle.document import Readable
+from pcieprof.bundle.manifest import FILE as MANIFEST
+from pcieprof.bundle.manifest import Manifest, Part
 from pcieprof.bundle.model import ModelRecord
 from pcieprof.cards import ModelCard
 from pcieprof.cards.toml_file import card_from_dict, card_to_dict
 from pcieprof.bundle.nodes import NodeLayout
-from pcieprof.schema import SCHEMA_VERSION, Status
+from pcieprof.schema import Status
 
 if TYPE_CHECKING:  # pandas costs ~0.3 s to import; only readers of tables pay for it
     import pandas as pd
 
-MANIFEST = "manifest.json"
 #: The copy of the bundle's model card (pcieprof.cards, the tables of a card file as JSON).
 MODEL_CARD = "model_card.json"
 
@@ -225,7 +227,7 @@ class Bundle:
     Use `Bundle.create` to start writing one and `Bundle.open` to read one.
     """
 
-    def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
+    def __init__(self, path: Path, manifest: Manifest) -> None:
         self.path = path
         self.manifest = manifest
 
@@ -248,26 +250,16 @@ class Bundle:
         """
         path = Path(path)
         prepare_out_dir(path, force=force, inputs=inputs)
-        manifest: dict[str, Any] = {
-            "schema_version": SCHEMA_VERSION,
-            "pcieprof_version": __version__,
-            "command": command,
-            "argv": redact(list(sys.argv if argv is None else argv)),
-            "start_time": now_iso(),
-            "end_time": None,
+        manifest = Manifest(
+            pcieprof_version=__version__, command=command,
+            argv=redact(list(sys.argv if argv is None else argv)), start_time=now_iso(),
             # A simulated bundle measured no machine, so it names none (the report says so too).
-            "host": None if source == "simulated" else socket.gethostname(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "source": source,
-            "backend": backend,
-            "status": Status.PARTIAL.value,  # until finish(): a killed run stays 'partial'
+            host=None if source == "simulated" else socket.gethostname(),
+            platform=platform.platform(), python=platform.python_version(),
+            source=source, backend=backend,
+            status=Status.PARTIAL.value,  # until finish(): a killed run stays 'partial'
             # who writes it: a reader finds the parts a dead writer left running (writer.py)
-            "writer": writer.record(),
-            "versions": {},
-            "parts": {},
-            "files": [],
-        }
+            writer=writer.record())
         bundle = cls(path, manifest)
         bundle.save_manifest()
         _UNFINISHED[path] = bundle
@@ -281,17 +273,10 @@ class Bundle:
         if not mpath.is_file():
             raise BadInput(f"{path} is not a pcieprof bundle (no {MANIFEST})")
         try:
-            manifest = json.loads(mpath.read_text(encoding="utf-8"))
+            data = json.loads(mpath.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise BadInput(f"{mpath}: unreadable manifest ({exc})") from None
-        if not isinstance(manifest, dict) or "schema_version" not in manifest:
-            raise BadInput(f"{mpath}: not a pcieprof manifest (no schema_version)")
-        _check_manifest(mpath, manifest)
-        if manifest["schema_version"] > SCHEMA_VERSION:
-            raise BadInput(f"{path}: bundle schema {manifest['schema_version']} is newer than "
-                           f"this pcieprof understands ({SCHEMA_VERSION})",
-                           hint="upgrade pcieprof")
-        bundle = cls(path, upgrade_manifest(manifest))
+        bundle = cls(path, Manifest.from_json(data, str(mpath)))
         bundle._settle_dead_writer()
         return bundle
 
@@ -315,15 +300,16 @@ class Bundle:
         """Parts left `running` by a writer that is gone become `interrupted`, and so does the
         bundle (in memory: a reader that saves the manifest keeps it so)."""
         m = self.manifest
-        left = [n for n, p in m["parts"].items() if p.get("status") == Status.RUNNING.value]
-        if not (left or m.get("end_time") is None) or writer.state(m.get("writer")) != "gone":
+        left = [n for n, p in m.parts.items() if p.status == Status.RUNNING.value]
+        if not (left or m.end_time is None) or writer.state(m.writer) != "gone":
             return
-        why = (f"interrupted: its writer ({writer.describe(m['writer'])}) ended without "
+        assert m.writer is not None  # state() is "unknown" without a record
+        why = (f"interrupted: its writer ({writer.describe(m.writer)}) ended without "
                "closing the bundle" + (f"; left running: {', '.join(left)}" if left else ""))
         for name in left:
-            m["parts"][name].update(status=Status.INTERRUPTED.value, why=why)
-        m["status"] = Status.INTERRUPTED.value
-        m["why"] = why
+            m.parts[name].status, m.parts[name].why = Status.INTERRUPTED.value, why
+        m.status = Status.INTERRUPTED.value
+        m.why = why
 
     def copy_to(self, path: Path | str, *, force: bool = False) -> "Bundle":
         """Copy the whole bundle to `path` and open the copy (e.g. `recommend --out`, which
@@ -346,8 +332,8 @@ class Bundle:
         prepare_out_dir(path, force=force, inputs=[self.path])
         # The copy's manifest goes first and says partial until every file is there: a copy cut
         # short (a full disk) reads as what it is, never as the finished original.
-        copy = Bundle(path, {**self.manifest, "status": Status.PARTIAL.value,
-                             "why": f"copy of {self.path} cut short"})
+        copy = Bundle(path, dataclasses.replace(self.manifest, status=Status.PARTIAL.value,
+                                                why=f"copy of {self.path} cut short"))
         try:
             copy.save_manifest()
             for dirpath, _dirs, names in os.walk(self.path):
@@ -366,7 +352,7 @@ class Bundle:
 
     def save_manifest(self) -> None:
         """Replace manifest.json atomically with the in-memory manifest."""
-        atomic_write_text(self.path / MANIFEST, dumps(self.manifest))
+        atomic_write_text(self.path / MANIFEST, dumps(self.manifest.to_json()))
 
     def set_part(self, name: str, status: str, *, why: str | None = None,
                  source: str | None = None, backend: str | None = None,
@@ -381,37 +367,37 @@ class Bundle:
             backend: backend of this part if it differs from the bundle's.
             extra: further JSON-able facts about the part (counts, durations).
         """
+        m = self.manifest
         if status == Status.RUNNING.value:
             _UNFINISHED.setdefault(self.path, self)  # e.g. serve-bench --resume
-            if not writer.is_this_process(self.manifest.get("writer")):
-                self.manifest["writer"] = writer.record()  # another process goes on writing it
-        part = dict(self.manifest["parts"].get(name, {}))
-        part.update(status=status, why=why,
-                    source=source or part.get("source") or self.manifest["source"],
-                    backend=backend or part.get("backend") or self.manifest["backend"],
-                    updated=now_iso(), **extra)
-        self.manifest["parts"][name] = part
+            if not writer.is_this_process(m.writer):
+                m.writer = writer.record()  # another process goes on writing it
+        old = m.parts.get(name, Part())
+        m.parts[name] = Part(status=status, why=why, source=source or old.source or m.source,
+                             backend=backend or old.backend or m.backend, updated=now_iso(),
+                             extra={**old.extra, **extra})
         self.save_manifest()
 
     def set_nodes(self, layout: NodeLayout) -> None:
         """Record the nodes of a multi-node run (manifest `nodes`, pcieprof.bundle.nodes)."""
-        self.manifest["nodes"] = layout.to_json()
+        self.manifest.nodes = layout
         self.save_manifest()
 
     def nodes(self) -> NodeLayout | None:
         """The nodes of a multi-node run, None for a one-node bundle."""
-        return NodeLayout.of_manifest(self.manifest)
+        nodes = self.manifest.nodes
+        return nodes if nodes is not None and nodes.nnodes >= 2 else None
 
     def set_model(self, card: ModelCard) -> None:
         """Record the card the bundle is measured, served or tuned for: the manifest's `model`
         (pcieprof.bundle.model) and the card itself in model_card.json."""
         self.write_json(MODEL_CARD, card_to_dict(card))
-        self.manifest["model"] = ModelRecord.of_card(card).to_json()
+        self.manifest.model = ModelRecord.of_card(card)
         self.save_manifest()
 
     def model(self) -> ModelRecord | None:
         """The card the bundle was made for, None for a bundle that does not say."""
-        return ModelRecord.of_manifest(self.manifest)
+        return self.manifest.model
 
     def model_card(self) -> ModelCard | None:
         """The copy of the card the bundle holds (model_card.json), None without one.
@@ -428,24 +414,25 @@ class Bundle:
 
     def set_versions(self, **versions: str | None) -> None:
         """Record tool versions (driver, cuda, nccl, torch, sglang)."""
-        self.manifest["versions"].update({k: v for k, v in versions.items()})
+        self.manifest.versions.update(versions)
         self.save_manifest()
 
     def finish(self) -> str:
         """Close the bundle: `ok` when every part is ok, else `partial` (or `failed`). Returns it."""
-        states = [p.get("status") for p in self.manifest["parts"].values()]
+        m = self.manifest
+        states = [p.status for p in m.parts.values()]
         if states and all(s == Status.OK.value for s in states):
             status = Status.OK.value
         elif states and all(s == Status.FAILED.value for s in states):
             status = Status.FAILED.value
         else:
             status = Status.PARTIAL.value
-        for part in self.manifest["parts"].values():
-            if part.get("status") == Status.RUNNING.value:
-                part["status"] = Status.PARTIAL.value
-                part["why"] = part.get("why") or "did not finish"
-        self.manifest["status"] = status
-        self.manifest["end_time"] = now_iso()
+        for part in m.parts.values():
+            if part.status == Status.RUNNING.value:
+                part.status = Status.PARTIAL.value
+                part.why = part.why or "did not finish"
+        m.status = status
+        m.end_time = now_iso()
         self.save_manifest()
         _UNFINISHED.pop(self.path, None)
         outdir.unlock(self.path)
@@ -453,42 +440,41 @@ class Bundle:
 
     def interrupted(self, why: str) -> None:
         """Mark the bundle partial after Ctrl-C or an error; rows already written stay."""
-        for part in self.manifest["parts"].values():
-            if part.get("status") == Status.RUNNING.value:
-                part["status"] = Status.PARTIAL.value
-                part["why"] = why
-        self.manifest["status"] = Status.PARTIAL.value
-        self.manifest["end_time"] = now_iso()
-        self.manifest["why"] = why
+        m = self.manifest
+        for part in m.parts.values():
+            if part.status == Status.RUNNING.value:
+                part.status, part.why = Status.PARTIAL.value, why
+        m.status = Status.PARTIAL.value
+        m.end_time = now_iso()
+        m.why = why
         self.save_manifest()
 
     def incomplete(self) -> str | None:
         """Why the bundle is not a finished `ok` one, in one line (None when it is): `partial`,
         `failed` or `interrupted`, with its reason and the parts that are not ok."""
         m = self.manifest
-        status = str(m.get("status") or "unknown")
+        status = str(m.status or "unknown")
         if status == Status.OK.value:
             return None
-        if m.get("end_time") is None and writer.state(m.get("writer")) == "running":
-            return f"{status}: still being written ({writer.describe(m['writer'])})"
-        bad = [f"{n} {p.get('status')}" for n, p in m["parts"].items()
-               if p.get("status") not in (Status.OK.value, None)]
-        why = m.get("why")
-        said = [str(why)] if why else []
+        if m.end_time is None and m.writer and writer.state(m.writer) == "running":
+            return f"{status}: still being written ({writer.describe(m.writer)})"
+        bad = [f"{n} {p.status}" for n, p in m.parts.items()
+               if p.status not in (Status.OK.value, None)]
+        said = [str(m.why)] if m.why else []
         said += [f"parts not ok: {', '.join(bad)}"] if bad else []
         return status + (f" ({'; '.join(said)})" if said else "")
 
     @property
     def source(self) -> str:
-        return str(self.manifest.get("source", ""))
+        return str(self.manifest.source or "")
 
     @property
     def backend(self) -> str:
-        return str(self.manifest.get("backend", ""))
+        return str(self.manifest.backend or "")
 
-    def part(self, name: str) -> dict[str, Any]:
-        """A part's status record, or {} when the bundle has no such part."""
-        return dict(self.manifest.get("parts", {}).get(name, {}))
+    def part(self, name: str) -> Part | None:
+        """A part's status record, or None when the bundle has no such part."""
+        return self.manifest.parts.get(name)
 
     # -- files -----------------------------------------------------------------------------------
 
@@ -613,76 +599,11 @@ class Bundle:
         if contract.entry(name) is None:
             raise ValueError(f"{name} is not a file of the bundle contract "
                              "(add it to pcieprof/bundle/contract.py and docs/bundle.md)")
-        files = self.manifest.setdefault("files", [])
+        files = self.manifest.files
         if name not in files:
             files.append(name)
             self.save_manifest()
 
-
-
-#: Manifest key -> the JSON types its value may have (None: null allowed). What every reader of
-#: a manifest relies on; a value of another type is refused when the bundle is opened.
-_MANIFEST_TYPES: dict[str, tuple[type, ...]] = {
-    "pcieprof_version": (str, type(None)), "command": (str, type(None)),
-    "argv": (list,), "start_time": (str, type(None)), "end_time": (str, type(None)),
-    "host": (str, type(None)), "platform": (str, type(None)), "python": (str, type(None)),
-    "source": (str, type(None)), "backend": (str, type(None)), "status": (str, type(None)),
-    "why": (str, type(None)), "writer": (dict, type(None)), "versions": (dict,),
-    "parts": (dict,), "files": (list,), "nodes": (dict, type(None)),
-}
-_JSON_TYPE = {str: "a string", list: "a list", dict: "an object", type(None): "null"}
-
-
-def _check_manifest(mpath: Path, manifest: dict[str, Any]) -> None:
-    """Refuse a manifest whose values have the wrong JSON type (BadInput naming the key), so
-    that no reader meets a `parts: null` or a `schema_version: "one"` later as a crash."""
-    v = manifest["schema_version"]
-    if isinstance(v, str) and v.strip().isdigit():
-        manifest["schema_version"] = v = int(v)  # hand-edited "3": what it means is clear
-    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise BadInput(f"{mpath}: schema_version: expected an integer >= 0, got {_shown(v)}")
-    for key, types in _MANIFEST_TYPES.items():
-        if key in manifest and not isinstance(manifest[key], types):
-            want = " or ".join(_JSON_TYPE[t] for t in types)
-            raise BadInput(f"{mpath}: {key}: expected {want}, got {_shown(manifest[key])}")
-    for name, part in manifest.get("parts", {}).items():
-        if not isinstance(part, dict):
-            raise BadInput(f"{mpath}: parts.{name}: expected an object, got {_shown(part)}")
-        for key in ("status", "why", "source", "backend"):
-            if not isinstance(part.get(key), (str, type(None))):
-                raise BadInput(f"{mpath}: parts.{name}.{key}: expected a string or null, got "
-                               f"{_shown(part[key])}")
-    if not all(isinstance(f, str) for f in manifest.get("files", [])):
-        raise BadInput(f"{mpath}: files: expected a list of file names")
-    try:
-        NodeLayout.of_manifest(manifest)
-    except (TypeError, ValueError, KeyError, AttributeError) as exc:
-        raise BadInput(f"{mpath}: nodes: not a node layout ({exc})") from None
-    try:
-        ModelRecord.of_manifest(manifest)
-    except ValueError as exc:
-        raise BadInput(f"{mpath}: model: {exc}") from None
-
-
-def _shown(value: Any) -> str:
-    """A JSON value as an error message shows it: short."""
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def upgrade_manifest(manifest: dict[str, Any]) -> dict[str, Any]:
-    """Fill fields that older manifests lack, so every reader sees the current shape."""
-    defaults: dict[str, Any] = {
-        "pcieprof_version": "unknown", "command": "unknown", "argv": [], "start_time": None,
-        "end_time": None, "host": "unknown", "source": "measured", "backend": "unknown",
-        "status": Status.PARTIAL.value, "versions": {}, "parts": {}, "files": [],
-    }
-    out = {**defaults, **manifest}
-    for part in out["parts"].values():
-        part.setdefault("source", out["source"])
-        part.setdefault("backend", out["backend"])
-        part.setdefault("why", None)
-    return out
 
 
 def default_out_dir(command: str, root: Path | str = "reports") -> Path:

@@ -20,34 +20,64 @@ class RankAttribution:
     """One rank (one trace file): totals over the traced window and its decode steps.
 
     Attributes:
-        rank: the rank.
+        rank: the rank; rank_source: where it came from (the trace's distributedInfo, the file
+            name, or `order`: the file's position).
+        path: the trace file; file_bytes: its size.
         mode: `gpu` or `cpu` timeline.
+        n_events, n_gpu_events, n_cpu_ops, n_counted: events read, on each timeline, counted
+            in the window; n_dropped_bad_duration: with a negative or non-finite duration.
+        window: which events count (all, or HTA's); steps_from: what the steps were found by
+            (`none`: no steps, steps_note says what that means).
         n_steps: steps found.
         totals: {span_us, busy_us, idle_us, comm_us, compute_us, memory_us, exposed_comm_us, ...}.
         decode_steps: {n, mean_span_us, median_span_us, mean_comm_us, mean_exposed_comm_us,
             mean_compute_us, mean_idle_us, ...} over DECODE steps, or None.
+        step_kinds: the same summary per step kind.
         skew: {transfer_us, wait_us} across ranks, or None.
+        families: per kernel family {family, class, count, sum_us}.
+        collective_args: the collectives' record_param_comms arguments as the trace gives them.
+        parse_s: seconds spent reading the file; peak_rss_bytes: the reader's peak memory.
     """
 
     rank: int
+    rank_source: str = ""
+    path: str = ""
     mode: str = ""
+    file_bytes: int | None = None
+    n_events: int | None = None
+    n_dropped_bad_duration: int = 0
+    n_gpu_events: int | None = None
+    n_cpu_ops: int | None = None
+    n_counted: int | None = None
+    window: str = ""
+    steps_from: str = ""
     n_steps: int = 0
     totals: dict[str, float | None] = field(default_factory=dict)
     decode_steps: dict[str, float | None] | None = None
+    step_kinds: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    steps_note: str | None = None
     skew: dict[str, Any] | None = None
+    families: list[dict[str, Any]] = field(default_factory=list)
+    collective_args: list[dict[str, Any]] = field(default_factory=list)
+    parse_s: float | None = None
+    peak_rss_bytes: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class StepAttribution:
-    """One step of one rank.
+    """One step of one rank (a row of attribution/per_step.csv, in this order).
 
     Attributes:
         rank, step: which.
         name: the annotation (`step[...]`, `ProfilerStep#N`).
         kind: DECODE | EXTEND | ProfilerStep | graph.
         bs: batch size when the annotation says it, else None.
-        span_us, comm_us, compute_us, memory_us, exposed_comm_us, idle_us: the split.
+        n_events: kernels (or CPU ops) in it; gpu_start_us: its first one's start;
+            cpu_span_us: the annotation's own span on the CPU timeline, when it is one.
+        span_us, busy_us, idle_us, comm_us, compute_us, memory_us, comm_overlap_compute_us,
+            exposed_comm_us, comm_overlap_pct: the split (pcieprof.analysis.intervals); the
+            exclusive `only_*_us` of each class mix are in `extra`.
     """
 
     rank: int
@@ -55,12 +85,18 @@ class StepAttribution:
     name: str = ""
     kind: str = ""
     bs: int | None = None
+    n_events: int | None = None
+    gpu_start_us: float | None = None
+    cpu_span_us: float | None = None
     span_us: float | None = None
+    busy_us: float | None = None
+    idle_us: float | None = None
     comm_us: float | None = None
     compute_us: float | None = None
     memory_us: float | None = None
+    comm_overlap_compute_us: float | None = None
     exposed_comm_us: float | None = None
-    idle_us: float | None = None
+    comm_overlap_pct: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

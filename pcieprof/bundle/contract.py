@@ -15,6 +15,7 @@ from pcieprof.bundle import rows
 from pcieprof.bundle.attribution import Attribution
 from pcieprof.bundle.comm_model import CommModel
 from pcieprof.bundle.document import Document
+from pcieprof.bundle.manifest import Manifest
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.serve_search import ServeSearch
@@ -58,7 +59,7 @@ def _doc(cls: type[Document] | type[NcclChoices], written_by: str, what: str) ->
 FILES: tuple[BundleFile, ...] = (
     BundleFile("manifest.json", "manifest", "every writer (pcieprof.bundle)",
                "schema_version, command, provenance (source, backend), versions, per-part status, "
-               "the files listed here"),
+               "the files listed here", Manifest),
     _doc(Topology, "topology (discovery), import, sim",
          "GPUs, pairwise levels and P2P status, PCIe tree, IOMMU, ACS, virtualization, NUMA"),
     BundleFile("plan.json", "json", "topology, recommend --verify",

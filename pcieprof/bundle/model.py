@@ -10,7 +10,6 @@ before the key existed have none; their readers use the default card.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from pcieprof.cards import CARDS_DIR, ModelCard
 from pcieprof.cards.hf_config import repo_of
@@ -40,24 +39,6 @@ class ModelRecord:
         else:
             ref = repo_of(path) or str(path.resolve())
         return cls(name=card.name, hash=card.content_hash, ref=ref)
-
-    @classmethod
-    def of_manifest(cls, manifest: dict[str, Any]) -> "ModelRecord | None":
-        """The manifest's record, None when it has none.
-
-        Raises:
-            ValueError: a `model` that is not an object of three strings.
-        """
-        m = manifest.get("model")
-        if m is None:
-            return None
-        if not isinstance(m, dict) or not all(isinstance(m.get(k), str) for k in
-                                              ("name", "hash", "ref")):
-            raise ValueError("expected an object with the strings name, hash and ref")
-        return cls(name=m["name"], hash=m["hash"], ref=m["ref"])
-
-    def to_json(self) -> dict[str, str]:
-        return {"name": self.name, "hash": self.hash, "ref": self.ref}
 
     def short(self) -> str:
         """`glm5-nvfp4 (61083d23936e)`: the name and the first 12 hex digits of the hash."""

@@ -14,7 +14,7 @@ index itself, so `allreduce.csv`'s `ranks` means the same thing in both.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Iterable
 
 
 @dataclass
@@ -60,32 +60,6 @@ class NodeLayout:
     stride: int = 0
     nodes: list[NodeInfo] = field(default_factory=list)
     collective_rows: str | None = None
-
-    @classmethod
-    def of_manifest(cls, manifest: dict[str, Any]) -> "NodeLayout | None":
-        """The layout of a multi-node bundle, None for a one-node bundle (no `nodes` key)."""
-        d = manifest.get("nodes")
-        if not isinstance(d, dict) or int(d.get("nnodes") or 1) < 2:
-            return None
-        nodes = [NodeInfo(node_rank=int(n.get("node_rank", 0)), host=n.get("host"),
-                          pid=n.get("pid"), bundle=n.get("bundle"),
-                          devices=[int(x) for x in n.get("devices") or []],
-                          gpus=[int(x) for x in n.get("gpus") or []])
-                 for n in d.get("nodes") or [] if isinstance(n, dict)]
-        return cls(nnodes=int(d["nnodes"]), node_rank=int(d.get("node_rank") or 0),
-                   rdzv_endpoint=d.get("rdzv_endpoint"),
-                   rdzv_timeout_s=d.get("rdzv_timeout_s"), stride=int(d.get("stride") or 0),
-                   nodes=sorted(nodes, key=lambda n: n.node_rank),
-                   collective_rows=d.get("collective_rows"))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"nnodes": self.nnodes, "node_rank": self.node_rank,
-                "rdzv_endpoint": self.rdzv_endpoint, "rdzv_timeout_s": self.rdzv_timeout_s,
-                "stride": self.stride,
-                "nodes": [{"node_rank": n.node_rank, "host": n.host, "pid": n.pid,
-                           "bundle": n.bundle, "devices": n.devices, "gpus": n.gpus}
-                          for n in self.nodes],
-                "collective_rows": self.collective_rows}
 
     @property
     def per_node(self) -> int:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pcieprof.bundle.document import Document
+from pcieprof.units import GIB
 from pcieprof.errors import BadInput
 
 
@@ -125,7 +126,9 @@ class LayoutAdvice:
         label: `TP8`, `PP2xTP4`, `2 replicas x TP4`, ...
         tp, pp, ep, dp_attention, replicas: the layout.
         fits: the weights and one request's KV fit the GPU memory.
-        weights_gb, kv_gb_per_request, gpu_memory_gb: per GPU, GB (1e9 bytes).
+        weights_gib, kv_gib_per_request, gpu_memory_gib: per GPU, GiB (2**30 bytes, the unit
+            the console and the report show); files written before VERSION 2 stored them as
+            `weights_gb` etc. in 1e9 bytes, which `Recommendations.from_json` converts.
         memory_source: where the GPU memory came from.
         mem_fraction: SGLang's --mem-fraction-static assumed.
         context_tokens: tokens per request of the KV fit.
@@ -144,9 +147,9 @@ class LayoutAdvice:
     dp_attention: bool = False
     replicas: int = 1
     fits: bool = False
-    weights_gb: float = 0.0
-    kv_gb_per_request: float = 0.0
-    gpu_memory_gb: float = 0.0
+    weights_gib: float = 0.0
+    kv_gib_per_request: float = 0.0
+    gpu_memory_gib: float = 0.0
     memory_source: str = ""
     mem_fraction: float = 0.0
     context_tokens: int = 0
@@ -192,7 +195,8 @@ class Recommendations(Document):
 
     FILE = "recommendations.json"
     FORMAT = "pcieprof.recommendations"
-    VERSION = 1
+    #: 2: the layouts' memory in GiB under `*_gib` names (1: `*_gb` in 1e9 bytes)
+    VERSION = 2
 
     model: str = ""
     bottleneck: str = ""
@@ -208,11 +212,32 @@ class Recommendations(Document):
     @classmethod
     def from_json(cls, data: Any, where: str = "") -> "Recommendations":
         """Read it (Document.from_json), and check the shape of `inferred`, which is kept as a
-        plain object: the report walks its levels and groups."""
+        plain object: the report walks its levels and groups. A layout's memory written in
+        1e9 bytes under the old `*_gb` names (VERSION 1) is read as GiB."""
+        if isinstance(data, dict) and isinstance(data.get("layouts"), list):
+            data = {**data, "layouts": [_gib_layout(lay) for lay in data["layouts"]]}
         doc = super().from_json(data, where)
         if doc.inferred is not None:
             _check_inferred(doc.inferred, f"{where or cls.FILE}: inferred")
         return doc
+
+
+#: VERSION 1's layout fields in 1e9 bytes -> their GiB names
+_GB_TO_GIB = {"weights_gb": "weights_gib", "kv_gb_per_request": "kv_gib_per_request",
+              "gpu_memory_gb": "gpu_memory_gib"}
+
+
+def _gib_layout(layout: Any) -> Any:
+    """A layout object with its old `*_gb` numbers (1e9 bytes) as `*_gib`; anything else (a
+    layout already in GiB, a value of the wrong type, left for the reader to refuse) as is."""
+    if not isinstance(layout, dict) or not _GB_TO_GIB.keys() & layout.keys():
+        return layout
+    out = dict(layout)
+    for old, new in _GB_TO_GIB.items():
+        value = out.pop(old, None)
+        if new not in out and isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[new] = value * 1e9 / GIB
+    return out
 
 
 def _check_inferred(inferred: dict[str, Any], where: str) -> None:

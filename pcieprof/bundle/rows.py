@@ -53,7 +53,14 @@ class P2PRow:
 class ConcurrentRow:
     """Several copies at once (`concurrent.csv`): one row per flow plus the aggregate, flow=-1.
 
-    `op` is write (src pushes to dst) | read (dst pulls from src).
+    `op` is write (src pushes to dst) | read (dst pulls from src). On cuda `release` says what
+    released the flows at once: `host_flag` (every stream waited on one word of pinned host
+    memory the host wrote after queueing them all) or `gate_event` (a spin kernel and an event
+    the other streams waited for). Each flow is timed from its device's anchor, the moment the
+    device was released; `release_to_anchor_us_max` bounds (host flag only) how long after the
+    host's write that anchor fired, per flow for its device and on the aggregate row the largest
+    of its devices: how far apart the anchors it compares can be. Empty with the gate event,
+    whose anchors of different devices are assumed simultaneous (the `detail` says so).
     """
 
     FILE: ClassVar[str] = "concurrent.csv"
@@ -68,6 +75,8 @@ class ConcurrentRow:
     iters: int = 0
     status: str = "ok"
     detail: str = ""
+    release: str = ""  # cuda: host_flag | gate_event
+    release_to_anchor_us_max: float = NAN
 
 
 @dataclass

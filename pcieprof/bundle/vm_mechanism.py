@@ -9,7 +9,6 @@ shape lives here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -25,9 +24,3 @@ class Mechanism:
     text: str = ""
     model: str = ""
     sources: tuple[str, ...] = ()
-
-    @classmethod
-    def from_json(cls, key: str, d: dict[str, Any]) -> "Mechanism":
-        """The mechanism stored under `key` of `sim.vm.mechanisms` (missing words are empty)."""
-        return cls(id=key, title=str(d.get("title", "")), text=str(d.get("text", "")),
-                   model=str(d.get("model", "")), sources=tuple(d.get("sources") or ()))

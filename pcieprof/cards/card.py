@@ -100,7 +100,8 @@ class LaunchFacts:
         quantization: --quantization value ("" for none).
         kv_cache_dtype: --kv-cache-dtype value ("" for the server default).
         tp_default: default --tp-size.
-        gpu_memory_gb: GPU memory the defaults assume (GB), 0 for CPU.
+        gpu_memory_gib: GPU memory per GPU the defaults assume (GiB: a nominal "96 GB" card
+            holds 96 GiB), 0 for CPU.
         attention_backend: default --attention-backend ("" for the server default).
         recommended_flags: extra argv tokens always added.
         env: environment variables always set.
@@ -115,7 +116,7 @@ class LaunchFacts:
     quantization: str = ""
     kv_cache_dtype: str = ""
     tp_default: int = 1
-    gpu_memory_gb: float = 0.0
+    gpu_memory_gib: float = 0.0
     attention_backend: str = ""
     recommended_flags: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)

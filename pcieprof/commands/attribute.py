@@ -108,7 +108,7 @@ def command(traces: tuple[Path, ...], classes: Path | None, drop_last_step: bool
     bundle = Bundle.create(out or default_out_dir("attribute"), command="attribute",
                            source="measured", backend="imported", force=force,
                            inputs=[*traces, *(p for p in (classes, topology, serve_dir) if p)])
-    doc: dict[str, Any] | None = None
+    doc: Attribution | None = None
     # SIGTERM and SIGHUP end the run as Ctrl-C does: workers stopped, the bundle partial, one
     # line, exit 130 (a SIGKILL leaves no worker either: pcieprof.analysis.attribution)
     previous = {sig: signal.signal(sig, _as_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
@@ -116,7 +116,7 @@ def command(traces: tuple[Path, ...], classes: Path | None, drop_last_step: bool
         if paths:
             doc = attribute_traces(paths, bundle, classes, drop_last_step=drop_last_step,
                                    workers=workers)
-            bundle.manifest["backend"] = bundle.part("attribution").get("backend", "imported")
+            bundle.manifest.backend = getattr(bundle.part("attribution"), "backend", None) or "imported"
         rows = None
         if model and topo_b:
             rows = _model_table(bundle, model, topo_b, serve_b, doc, tp, ep, pp, dp_attention,
@@ -131,7 +131,7 @@ def command(traces: tuple[Path, ...], classes: Path | None, drop_last_step: bool
         for sig, old in previous.items():
             signal.signal(sig, old)
     bundle.finish()
-    if doc:
+    if doc is not None:
         _summary(doc)
     if rows:
         _model_summary(rows)
@@ -144,7 +144,7 @@ def _as_interrupt(_sig: int, _frame: Any) -> None:
 
 
 def _model_table(bundle: Bundle, model: str, topology: Bundle, serve: Bundle | None,
-                 doc: dict[str, Any] | None, tp: int, ep: int, pp: int, dp_attention: bool,
+                 doc: Attribution | None, tp: int, ep: int, pp: int, dp_attention: bool,
                  deepep: bool, mtp: bool, variant: str, batches: list[int]) -> list[dict[str, Any]]:
     card = load_card(model)
     bundle.set_model(card)  # the card the model table is for
@@ -153,7 +153,7 @@ def _model_table(bundle: Bundle, model: str, topology: Bundle, serve: Bundle | N
     pricer = Pricer(topology, variant)
     bundle.set_part("comm_model", "running")
     # the traced side: these traces, else what serve-bench attributed in the --serve bundle
-    attribution = (Attribution.from_json(doc) if doc
+    attribution = (doc if doc is not None
                    else serve.read_doc(Attribution) if serve is not None else None)
     rows = comparison_table(card, layout, batches, pricer, serve, attribution)
     detail = predict_step_comm(card, layout, batches[0], pricer)
@@ -182,31 +182,32 @@ def _fmt(v: float | None, scale: float = 1e-3) -> str:
     return "-" if v is None else f"{v * scale:10.3f}"
 
 
-def _summary(doc: dict[str, Any]) -> None:
-    click.echo(f"timeline: {doc['timeline']}   window: {doc['window']}   "
-               f"reader: {doc['parser']['reader']}, {doc['parser']['wall_s']:.2f} s")
+def _summary(doc: Attribution) -> None:
+    click.echo(f"timeline: {doc.timeline}   window: {doc.window}   "
+               f"reader: {doc.parser['reader']}, {doc.parser['wall_s']:.2f} s")
     click.echo(f"{'rank':>4} {'span ms':>10} {'comm ms':>10} {'compute ms':>10} {'memory ms':>10} "
                f"{'exposed ms':>10} {'overlap %':>9} {'idle ms':>10} {'wait ms':>10} steps")
-    for r in doc["ranks"]:
-        t = r["totals"]
-        sk = r.get("skew") or {}
+    for r in doc.ranks:
+        t = r.totals
+        sk = r.skew or {}
         ov = t["comm_overlap_pct"]
-        click.echo(f"{r['rank']:>4} {_fmt(t['span_us'])} {_fmt(t['comm_us'])} {_fmt(t['compute_us'])} "
+        click.echo(f"{r.rank:>4} {_fmt(t['span_us'])} {_fmt(t['comm_us'])} {_fmt(t['compute_us'])} "
                    f"{_fmt(t['memory_us'])} {_fmt(t['exposed_comm_us'])} "
                    f"{'-' if ov is None else f'{ov:9.2f}':>9} {_fmt(t['idle_us'])} "
-                   f"{_fmt(sk.get('wait_us'))} {r['n_steps']} ({r['steps_from']})")
-        if r.get("steps_note"):
-            click.echo(f"     rank {r['rank']}: {r['steps_note']}")
-        d = r.get("decode_steps")
-        kinds = r.get("step_kinds") or {}
+                   f"{_fmt(sk.get('wait_us'))} {r.n_steps} ({r.steps_from})")
+        if r.steps_note:
+            click.echo(f"     rank {r.rank}: {r.steps_note}")
+        d = r.decode_steps
+        kinds = r.step_kinds
         shown = [("per step", d)] if d else [(f"per {_step_kind(k)} step", v)
                                              for k, v in kinds.items()]
         for label, v in shown:
-            share = 100 * v["mean_comm_us"] / v["mean_span_us"] if v["mean_span_us"] else 0
-            click.echo(f"     {label} (n={v['n']}): span {v['mean_span_us'] / 1e3:.3f} ms, comm "
-                       f"{v['mean_comm_us'] / 1e3:.3f} ms ({share:.1f} %), compute "
-                       f"{v['mean_compute_us'] / 1e3:.3f} ms, exposed "
-                       f"{v['mean_exposed_comm_us'] / 1e3:.3f} ms")
+            ms = {k: (v.get(f"mean_{k}_us") or 0.0) / 1e3
+                  for k in ("span", "comm", "compute", "exposed_comm")}
+            share = 100 * ms["comm"] / ms["span"] if ms["span"] else 0
+            click.echo(f"     {label} (n={v['n']}): span {ms['span']:.3f} ms, comm "
+                       f"{ms['comm']:.3f} ms ({share:.1f} %), compute {ms['compute']:.3f} ms, "
+                       f"exposed {ms['exposed_comm']:.3f} ms")
 
 
 def _model_summary(rows: list[dict[str, Any]]) -> None:

@@ -30,7 +30,8 @@ def command(files: tuple[Path, ...], out: Path | None, force: bool) -> None:
     width = max(len(str(f.path)) for f in parsed)
     for f in parsed:
         click.echo(f"{str(f.path):<{width}}  {f.parsed.summary}")
-    rows = bundle.part("import").get("rows", {})
+    part = bundle.part("import")
+    rows = part.extra.get("rows", {}) if part else {}
     made = ", ".join(f"{n} {t} rows" for t, n in rows.items() if n) or "no table rows"
     click.echo(f"bundle: {bundle.path} (source=imported; {made}; topology.json)")
     click.echo(f"report: pcieprof report {bundle.path}")

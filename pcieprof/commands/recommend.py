@@ -21,7 +21,7 @@ from pathlib import Path
 import click
 
 from pcieprof import progress
-from pcieprof.analysis.box import box_of, gib
+from pcieprof.analysis.box import box_of
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.nodes import Nodes
 from pcieprof.bundle import Bundle, writer
@@ -81,7 +81,7 @@ def summary_lines(result: Recommendations) -> list[str]:
             rows = {x.concurrency: x for x in lay.per_concurrency}
             c1 = rows[min(rows)]
             fit = [x for x in lay.per_concurrency if x.fits] if lay.fits else []
-            head = f"  {lay.label:<24} weights {gib(lay.weights_gb * 1e9)}/GPU, "
+            head = f"  {lay.label:<24} weights {lay.weights_gib:.1f} GiB/GPU, "
             if not fit:
                 lines.append(head + "does not fit: no launch line")
                 continue

@@ -31,10 +31,12 @@ import click
 
 from pcieprof import progress
 from pcieprof.analysis.attribution import attribute_traces
+from pcieprof.analysis.box import Box
 from pcieprof.bundle import Bundle, default_out_dir, outdir
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
+from pcieprof.commands.launch_arch import launch_arch
 from pcieprof.commands.launch_plan import SearchPlan
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.commands.serve_checks import check_modes, check_values, env_pairs, ints
@@ -92,8 +94,8 @@ from pcieprof.tune.space import FLAGS, SearchSpace
 @click.option("--resume", is_flag=True,
               help="Continue the launch search recorded in the --out bundle (after Ctrl-C).")
 @click.option("--arch", default=None,
-              help="GPU architecture the search ranks values for (sm120, sm100; default: the "
-                   "card's).")
+              help="GPU architecture the launch is for (sm120, sm100; default: this machine's "
+                   "GPUs as NVML names them, else the card's).")
 @click.option("--max-attempts", type=int, default=16, show_default=True,
               help="Launch attempts after which the search stops.")
 @click.option("--sweep-file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
@@ -175,9 +177,15 @@ def command(**kw: Any) -> None:
                                       "IMAGE' (or srun/ssh) starts it where it is; --dry-run "
                                       "shows the command, --url attaches, --model tiny-cpu")
     parser, notes = _parser(kw, prefix, tiny)
+    box = None
+    if card.search and (kw["sweep"] or not (kw["sweep_file"] or kw["url"])):
+        where = launch_arch(card, kw["arch"], _resumed(kw))
+        kw, box, notes = {**kw, "arch": where.arch}, where.box, [*notes, where.line]
+        if not kw["dry_run"]:
+            progress.info(where.line)
     search = _search(card, kw, parser) if kw["sweep"] else None
     if not (kw["sweep"] or kw["sweep_file"] or kw["url"]):
-        base, said = _the_launch(card, base, kw)
+        base, said = _the_launch(card, base, kw, box)
         notes = [*notes, *said]
     if kw["dry_run"]:
         if search is not None:
@@ -189,7 +197,7 @@ def command(**kw: Any) -> None:
     if kw["resume"]:
         bundle = Bundle.open(out)
         outdir.lock(Path(out))  # one writer at a time, as for a new bundle
-        if bundle.manifest.get("command") != "serve-bench" or \
+        if bundle.manifest.command != "serve-bench" or \
                 (bundle.read_json("serve/card.json", {}) or {}).get("name") != card.name:
             raise BadInput(f"{out} is not a serve-bench bundle of {card.name} to resume",
                            hint="--resume takes the --out of an interrupted serve-bench --sweep")
@@ -253,7 +261,7 @@ def _attribute(bundle: Bundle, summary: ServeSummary) -> None:
         return
     try:
         doc = attribute_traces(decode_traces(files), bundle)
-        profile["attribution"] = {"status": "ok", "keys": sorted(doc)[:12]}
+        profile["attribution"] = {"status": "ok", "keys": sorted(doc.to_json())[:12]}
     except PcieprofError as exc:
         bundle.set_part("attribution", "failed", why=exc.one_line())
         profile["attribution"] = {"status": "failed", "why": exc.one_line()}
@@ -324,14 +332,28 @@ def _given_axes(kw: dict[str, Any]) -> dict[str, str]:
     return start
 
 
-def _the_launch(card: ModelCard, base: LaunchConfig,
-                kw: dict[str, Any]) -> tuple[LaunchConfig, list[str]]:
+def _resumed(kw: dict[str, Any]) -> ServeSearch | None:
+    """The launch search --resume continues, when its bundle reads (else opening it later says
+    what is wrong)."""
+    if not (kw["resume"] and kw["out"]):
+        return None
+    try:
+        return Bundle.open(kw["out"]).read_doc(ServeSearch)
+    except PcieprofError:
+        return None
+
+
+def _the_launch(card: ModelCard, base: LaunchConfig, kw: dict[str, Any],
+                box: Box | None) -> tuple[LaunchConfig, list[str]]:
     """Without --sweep: the launch configuration recommend prints (pcieprof.commands.tuning.
     the_launch: served last here, else the search's first-ranked; options given start it), and
-    the lines saying where it comes from."""
+    the lines saying where it comes from. `box`: this machine's GPUs when they decided the
+    architecture (one the card has no launch evidence for gets no architecture-specific
+    backends)."""
     if not card.search:
         return base, []
-    choice = the_launch(card, kw["arch"], given=_given_axes(kw))
+    choice = the_launch(card, kw["arch"] if box is None else None, given=_given_axes(kw),
+                        box=box)
     for caveat in choice.caveats:  # a value the card marks failing, named by the user
         progress.warn(caveat)
     lines = [f"launch backends: {choice.describe()} ({choice.label})", *choice.caveats]

@@ -128,7 +128,9 @@ def parse_size(text: str | None) -> int | None:
               "the TP4 groups, or every pair (`pairs`: 28 cases on 8 GPUs) (default: tp2,tp4 "
               "without --quick, none with it).")
 @click.option("--ring-order", "orders", multiple=True, metavar="0,2,1,3",
-              help="Also run the default variant over this GPU order (repeatable).")
+              help="Also run the default variant over this GPU order, and algo_ring "
+                   "(NCCL_ALGO=Ring) over it beside algo_ring over the same GPUs in plain "
+                   "order, its baseline (repeatable).")
 @click.option("--p2p-sweep", is_flag=True, help="Add a P2P bandwidth size sweep per pair.")
 @click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True,
               help="Deadline of each copy / collective, seconds; past it the launch is killed "
@@ -179,7 +181,9 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
     pair of CUDA events, median of 5 trials (min/max the extreme trials); algbw = bytes / time,
     busbw = algbw * 2(n-1)/n. Each case first runs untimed with NCCL's per-collective TUNING log
     (nccl/<variant>.tuning.log), then timed with NCCL's init log only (nccl/<variant>.log).
-    --ring-order is applied through NCCL_GRAPH_FILE and checked against the rings NCCL logged.
+    --ring-order is applied through NCCL_GRAPH_FILE and checked against the rings NCCL logged;
+    it also runs with NCCL_ALGO=Ring beside the same GPUs in plain order (the tuner may pick
+    the tree at some sizes otherwise).
     NCCL_* / TORCH_NCCL_* variables of your shell are not passed on (recorded in
     nccl_choices.json). Details: docs/probes.md.
 

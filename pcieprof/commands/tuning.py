@@ -95,7 +95,8 @@ def the_launch(card: ModelCard, arch: str | None = None, bundle: Bundle | None =
         BadInput: `serve` cannot say (see launch_choice).
     """
     if given:
-        return _first_from(card, arch, given)
+        return _first_from(card, arch or (box.arch if box is not None and box.arch else None),
+                           given)
     if serve is None and (bundle is None or measured_here(bundle.manifest)):
         space = _space(card, arch or (box.arch if box is not None and box.arch else None))
         last = last_served(card.name, space.arch) if space is not None else None

@@ -1,4 +1,4 @@
-"""Parser of `lspci -vvv` text (with or without `-nn`, `-D`): one PciDevice per function.
+"""Parser of `lspci -vvv` text (with or without `-nn`, `-D`; `-v` too): one PciDevice per function.
 
 What it reads per device: the header (address, class, vendor, device), `NUMA node`,
 `IOMMU group`, the bridge bus range (`Bus: primary=, secondary=, subordinate=`), the PCIe port
@@ -9,6 +9,7 @@ whose secondary bus is B.
 
 from __future__ import annotations
 
+import quopri
 import re
 import shutil
 import subprocess
@@ -27,6 +28,12 @@ _SPEED = re.compile(r"Speed\s+([\d.]+)GT/s")
 _WIDTH = re.compile(r"Width\s+x(\d+)")
 _BUS = re.compile(r"primary=([0-9a-fA-F]+),\s*secondary=([0-9a-fA-F]+),\s*subordinate=([0-9a-fA-F]+)")
 _ACS = re.compile(r"(\w+)([+-])")
+# A shell prompt pasted with the output: "$ lspci -vvv", "[root@host ~]# lspci -v",
+# "user@host:~$" (tests/data/host_logs).
+_PROMPT = re.compile(r"^(?:\S*@\S*?[$#]|\[[^\]]*\][$#]|[$#])")
+# `lspci -v` (one v) puts NUMA node and IOMMU group in its Flags line.
+_FLAG_NUMA = re.compile(r"\bNUMA node (-?\d+)")
+_FLAG_GROUP = re.compile(r"\bIOMMU group (\d+)")
 
 # "Express (v2) Root Port (Slot+), MSI 00" -> port type; longest names first.
 _PORT_TYPES: tuple[tuple[str, str], ...] = (
@@ -79,6 +86,42 @@ def _acs_bits(text: str, where: str) -> dict[str, bool]:
     return {b: bits[b] for b in ACS_BITS}
 
 
+_QP_SOFT_BREAK = re.compile(r"=\r?\n")
+# Shortest line a terminal or a mailer wraps (mail wraps at 72-78 columns, terminals at 80).
+_WRAP_WIDTH = 60
+
+
+def _unwrapped(text: str) -> list[tuple[int, str]]:
+    """(line number, line) of the output as lspci printed it, undoing what pasting did to it.
+
+    - Mail sent quoted-printable (a raw linux-pci message: `=3D` for `=`, a line ending in `=`
+      continued on the next) is decoded first; line numbers are then those of the decoded text.
+    - A paste indented as a whole (a Markdown list item, a quoted mail) loses the indentation
+      of its first device header.
+    - Output pasted from a terminal or sent by mail arrives wrapped: the rest of a long line
+      starts at column 0 ("Packet Switch (rev 01) ...", "EgressCtrl- DirectTrans-"). Such a line
+      is no device header, follows a long line and is appended to it as it is: a mailer keeps
+      the space it broke at on the first part, a terminal breaks mid-word, so plain
+      concatenation restores both (tests/data/host_logs, the Pericom switch mail).
+    """
+    if _QP_SOFT_BREAK.search(text) or "=3D" in text:  # lspci itself never prints either
+        text = quopri.decodestring(text.encode()).decode("utf-8", errors="replace")
+    lines = text.splitlines()
+    margin = next((len(l) - len(l.lstrip()) for l in lines if l[:1].isspace()
+                   and _HEADER.match(l.strip())), 0)
+    out: list[tuple[int, str]] = []
+    for lineno, raw in enumerate(lines, 1):
+        if margin and raw[:margin].isspace():
+            raw = raw[margin:]
+        if (out and raw and not raw[0].isspace() and len(out[-1][1]) >= _WRAP_WIDTH
+                and out[-1][1].strip() and not _HEADER.match(raw.rstrip())
+                and not _PROMPT.match(raw)):
+            out[-1] = (out[-1][0], out[-1][1] + raw)
+        else:
+            out.append((lineno, raw))
+    return out
+
+
 def parse_lspci(text: str, *, source: str = "lspci -vvv") -> list[PciDevice]:
     """Parse `lspci -vvv` output.
 
@@ -94,7 +137,7 @@ def parse_lspci(text: str, *, source: str = "lspci -vvv") -> list[PciDevice]:
     """
     devices: list[PciDevice] = []
     cur: PciDevice | None = None
-    for lineno, raw in enumerate(text.splitlines(), 1):
+    for lineno, raw in _unwrapped(text):
         line = raw.rstrip()
         if not line.strip():
             continue
@@ -105,8 +148,11 @@ def parse_lspci(text: str, *, source: str = "lspci -vvv") -> list[PciDevice]:
                 cur = _parse_header(m)
                 devices.append(cur)
                 continue
-            if line.startswith(("lspci:", "pcilib:", "Warning", "WARNING")):
-                continue  # lspci's own warnings (e.g. "Unable to load libkmod resources")
+            if (line.startswith(("lspci:", "pcilib:", "Warning", "WARNING")) or _PROMPT.match(line)
+                    or line.strip() in ("...", "…")):
+                # lspci's own warnings (e.g. "Unable to load libkmod resources"), the prompt of a
+                # paste, or the "..." with which its poster left devices out
+                continue
             raise BadInput(f"{where}: expected an lspci device header like "
                            f"'06:00.0 3D controller: ...', got {line[:60]!r}",
                            hint="pass the output of `lspci -vvv`")
@@ -120,6 +166,12 @@ def parse_lspci(text: str, *, source: str = "lspci -vvv") -> list[PciDevice]:
             cur.numa_node = int(value) if value.lstrip("-").isdigit() else None
         elif key == "IOMMU group":
             cur.iommu_group = int(value) if value.isdigit() else None
+        elif key == "Flags" and (value.startswith(("bus master", "fast devsel", "medium devsel",
+                                                   "slow devsel", "66MHz"))):
+            if fm := _FLAG_NUMA.search(value):
+                cur.numa_node = int(fm.group(1)) if int(fm.group(1)) >= 0 else None
+            if fm := _FLAG_GROUP.search(value):
+                cur.iommu_group = int(fm.group(1))
         elif key == "Bus" and "secondary=" in value:
             bm = _BUS.search(value)
             if not bm:

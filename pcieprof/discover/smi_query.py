@@ -13,7 +13,7 @@ from typing import Any
 from pcieprof.discover.pci import normalize_bdf
 from pcieprof.errors import BadInput
 
-_GPU_HEADER = re.compile(r"^GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
+_GPU_HEADER = re.compile(r"^(\s*)GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 _MIB = re.compile(r"^(\d+)\s*MiB$")
 
 #: `GPU Virtualization Mode / Virtualization Mode` strings -> topology.json names. nvidia-smi
@@ -50,8 +50,13 @@ def _flatten(lines: list[tuple[int, str]], source: str) -> dict[str, str]:
     return out
 
 
+#: Values that mean "no value". "Not Found" is the CUDA Version of a driver without a CUDA driver
+#: (a vGPU host: tests/data/host_logs, the A16 log).
+_NO_VALUE = ("N/A", "", "Unknown Error", "[N/A]", "Not Found")
+
+
 def _none(v: str | None) -> str | None:
-    return None if v is None or v in ("N/A", "", "Unknown Error", "[N/A]") else v
+    return None if v is None or v in _NO_VALUE else v
 
 
 def _int(v: str | None) -> int | None:
@@ -111,21 +116,34 @@ def parse_smi_query(text: str, *, source: str = "nvidia-smi -q") -> dict[str, An
         order, i.e. nvidia-smi index order]}; memory sizes in bytes (MiB in the text).
 
     Raises:
-        BadInput: when no GPU section is found or a line is not `Key : Value`.
+        BadInput: when no GPU section is found or a line inside one is not `Key : Value`.
+        Lines before the first GPU that are not `Key : Value` (the command that was run, text
+        around a paste) are skipped, and a line back at the left margin after the GPUs (the
+        next shell prompt) ends the output.
     """
+    lines = text.splitlines()
+    # Pasted output is often indented as a whole (a Markdown code block, a list item): the GPU
+    # headers sit at the output's left margin, so their indentation is the paste's.
+    margin = next((len(m.group(1)) for l in lines if (m := _GPU_HEADER.match(l))), 0)
     top: list[tuple[int, str]] = []
     sections: list[tuple[str, list[tuple[int, str]]]] = []
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.rstrip("\n").rstrip("\r")
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.rstrip("\r")
         if not line.strip() or line.strip().startswith("====="):
             continue
+        if margin:
+            line = line[margin:] if line[:margin].isspace() else line.lstrip()
         m = _GPU_HEADER.match(line)
         if m:
-            sections.append((m.group(1), []))
+            sections.append((m.group(2), []))
         elif sections:
+            if not line[0].isspace():
+                break  # back at the margin after the GPUs: a shell prompt or prose ends the output
             sections[-1][1].append((lineno, line))
-        else:
+        elif " : " in line or line.rstrip().endswith(" :"):
             top.append((lineno, line))
+        # else: before the first GPU, a line that is no `Key : Value` is the command that was
+        # run (`$ nvidia-smi -q`, `user@host:~$ ...`) or text around the paste: not the output.
     if not sections:
         raise BadInput(f"{source}: no 'GPU 00000000:xx:00.0' section found",
                        hint="pass the output of `nvidia-smi -q`")

@@ -52,6 +52,28 @@ def cmdline_params(cmdline: str) -> dict[str, str]:
     return out
 
 
+def _acs_params(params: dict[str, str]) -> list[str]:
+    """Evidence lines for the kernel parameters that change what ACS means on this host.
+
+    `pcie_acs_override=` is the out-of-tree ACS override patch (Proxmox, Zen and CachyOS kernels
+    carry it; lf-edge/eve#790 quotes its commit message): the kernel treats the named ports as if
+    they isolated their devices, so IOMMU groups are split, while the ports' ACSCtl bits (and so the
+    path peer traffic takes) stay as lspci shows them. `pci=disable_acs_redir=` and
+    `pci=config_acs=` (NVIDIA/NV-Kernels#20 "PCI: Extend ACS configurability") do change the bits
+    at boot.
+    """
+    out = []
+    if "pcie_acs_override" in params:
+        out.append(f"cmdline: pcie_acs_override={params['pcie_acs_override']} (IOMMU groups split "
+                   "by the ACS override patch, not by ACS: a group no longer proves isolation; "
+                   "ACSCtl bits unchanged)")
+    pci = params.get("pci", "")
+    for opt in ("disable_acs_redir", "config_acs"):
+        if f"{opt}=" in pci:
+            out.append(f"cmdline: pci={pci} (the kernel rewrites ACS bits at boot: {opt})")
+    return out
+
+
 def iommu_state(root: str | Path | None = "/", *, cmdline: str | None = None,
                 dmesg: str | None = None) -> dict[str, Any]:
     """IOMMU on or off, and its mode, with evidence.
@@ -74,21 +96,35 @@ def iommu_state(root: str | Path | None = "/", *, cmdline: str | None = None,
     evidence: list[str] = []
     if cmdline is None:
         cmdline = _read(r, "proc/cmdline")
+    if cmdline is None and dmesg:
+        # The kernel prints its command line at boot: a dmesg without a /proc/cmdline log has it.
+        if m := re.search(r"Kernel command line: (.*)$", dmesg, re.M):
+            cmdline = m.group(1)
+            evidence.append("cmdline: from dmesg 'Kernel command line:'")
     cmdline = cmdline.strip() if cmdline is not None else None
     params = cmdline_params(cmdline or "")
     units = _listdir(r, "sys/class/iommu")
     groups = _listdir(r, "sys/kernel/iommu_groups")
-    dm_default = dm_init = None
+    dm_default = dm_init = dm_irq_only = None
     for line in (dmesg or "").splitlines():
         if m := re.search(r"iommu: Default domain type: (\w+)", line):
             dm_default = m.group(1)
             evidence.append(f"dmesg: {line.strip()}")
         elif re.search(r"AMD-Vi: (Found IOMMU|Interrupt remapping enabled|IOMMU performance)"
-                       r"|DMAR: IOMMU enabled|DMAR-IR: Enabled|Intel\(R\) Virtualization Technology "
-                       r"for Directed I/O|iommu: Adding device", line):
+                       r"|DMAR: IOMMU enabled|Intel\(R\) Virtualization Technology "
+                       r"for Directed I/O|iommu: Adding device|: Adding to iommu group \d", line):
+            # "Adding to iommu group" (kernels since 5.x, one line per device) means an IOMMU
+            # driver made groups; older kernels print "iommu: Adding device ... to group".
             dm_init = line.strip()
+        elif "DMAR-IR: Enabled" in line:
+            # Intel interrupt remapping works without DMA remapping (it is on with the IOMMU
+            # off: a Proxmox host whose cmdline has no intel_iommu, tests/data/host_logs).
+            dm_irq_only = line.strip()
     if dm_init:
         evidence.append(f"dmesg: {dm_init}")
+    elif dm_irq_only:
+        evidence.append(f"dmesg: {dm_irq_only} (interrupt remapping only: not proof of DMA "
+                        "remapping)")
 
     off_by = [f"{k}={params[k]}" for k in ("iommu", "amd_iommu", "intel_iommu")
               if params.get(k) == "off"]
@@ -98,6 +134,7 @@ def iommu_state(root: str | Path | None = "/", *, cmdline: str | None = None,
     for k in ("iommu", "amd_iommu", "intel_iommu", "iommu.passthrough", "iommu.strict"):
         if k in params:
             evidence.append(f"cmdline: {k}={params[k]}")
+    evidence.extend(_acs_params(params))
 
     enabled: bool | None
     if units:
@@ -216,6 +253,21 @@ def _compress(cpus: list[int]) -> str:
     return ",".join(out)
 
 
+def _numactl_cpus(text: str) -> list[int]:
+    """CPU ids of a `numactl -H` "node N cpus:" line: "0 1 2 3", or with --cpu-compress
+    "0-15 (16)" (ranges, then the count in parentheses, which is skipped)."""
+    cpus: list[int] = []
+    for tok in text.split():
+        if re.fullmatch(r"\(\d+\)", tok):
+            continue
+        for part in tok.split(","):
+            if m := re.fullmatch(r"(\d+)-(\d+)", part):
+                cpus.extend(range(int(m.group(1)), int(m.group(2)) + 1))
+            elif part.isdigit():
+                cpus.append(int(part))
+    return cpus
+
+
 def numa_nodes(root: str | Path | None = "/", *, numa: str | None = None,
                lscpu: str | None = None) -> dict[str, Any]:
     """NUMA nodes and their CPUs from /sys/devices/system/node, `numactl -H` text or lscpu.
@@ -232,7 +284,7 @@ def numa_nodes(root: str | Path | None = "/", *, numa: str | None = None,
     if not nodes and numa:
         for line in numa.splitlines():
             if m := re.match(r"^node (\d+) cpus:\s*(.*)$", line.strip()):
-                nodes[int(m.group(1))] = _compress([int(c) for c in m.group(2).split()])
+                nodes[int(m.group(1))] = _compress(_numactl_cpus(m.group(2)))
     if not nodes and lscpu:
         for line in lscpu.splitlines():
             if m := re.match(r"^\s*NUMA node(\d+) CPU\(s\):\s*(\S*)", line):

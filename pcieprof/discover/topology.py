@@ -127,9 +127,13 @@ def assemble(*, source: str, nvml_part: dict[str, Any] | None, devices: list[Pci
     iommu = dict(iommu)
     iommu["groups"] = {g["bus_id"]: nodes[g["bus_id"]]["iommu_group"] for g in gpus
                        if g.get("bus_id") in nodes and nodes[g["bus_id"]]["iommu_group"] is not None}
-    if iommu["groups"] and iommu.get("enabled") is None:
+    grouped = [d.bdf for d in devices or [] if d.iommu_group is not None]
+    if (iommu["groups"] or grouped) and iommu.get("enabled") is None:
+        # only an active IOMMU driver makes groups; lspci prints them for any device
         iommu["enabled"] = True
-        iommu["evidence"] = list(iommu.get("evidence", [])) + ["GPUs have IOMMU groups"]
+        iommu["evidence"] = list(iommu.get("evidence", [])) + [
+            "GPUs have IOMMU groups" if iommu["groups"] else
+            f"lspci: {len(grouped)} devices have IOMMU groups (e.g. {grouped[0]})"]
 
     virt = dict(virt)
     evidence = list(virt.get("evidence", []))
@@ -138,6 +142,16 @@ def assemble(*, source: str, nvml_part: dict[str, Any] | None, devices: list[Pci
         evidence.append(f"GPU virtualization mode: {m}")
     if modes & {"passthrough", "vgpu"}:
         virt["is_vm"] = True
+    # Ports QEMU emulates (pcie-root-port, pxb-pcie, pci-bridge) exist only in a guest: an lspci
+    # of a VM says so even without lscpu or dmesg (tests/data/host_logs, the q35 guest).
+    qemu = [d for d in devices or [] if d.is_bridge or d.class_code == 0x0600
+            if "QEMU" in (d.device or "")]
+    if qemu:
+        evidence.append(f"lspci: {qemu[0].bdf} {qemu[0].device} (QEMU-emulated"
+                        f"{f', and {len(qemu) - 1} more' if len(qemu) > 1 else ''})")
+        if virt.get("is_vm") is None:
+            virt["is_vm"] = True
+            virt["hypervisor"] = virt.get("hypervisor") or "QEMU/KVM"
     flat = pcie_tree.is_flat(tree)
     paths = list(tree["gpu_paths"].values())
     if flat:

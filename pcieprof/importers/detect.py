@@ -26,13 +26,17 @@ def is_smi_q(text: str) -> bool:
     return False
 
 
-_LSPCI_DEV = re.compile(r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] \S")
+# A device header; a paste may indent the whole output a little (a list item, a quoted mail).
+_LSPCI_DEV = re.compile(r"^ {0,4}(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7] \S")
+# A device's first indented lines; pasted output often has spaces where lspci prints tabs.
+_LSPCI_FIELD = re.compile(r"^\s+(?:Subsystem|Physical Slot|Control|Flags|Status|Latency|NUMA node"
+                          r"|IOMMU group|Kernel driver in use|Capabilities):")
 
 
 def is_lspci(text: str) -> bool:
     lines = head_lines(text)
     devs = sum(1 for l in lines[:5000] if _LSPCI_DEV.match(l))
-    return devs >= 1 and any(l.startswith("\t") for l in lines[:200])
+    return devs >= 1 and any(_LSPCI_FIELD.match(l) for l in lines[:200])
 
 
 def is_cmdline(text: str) -> bool:

@@ -8,7 +8,19 @@ Layouts handled (NVIDIA/nccl-tests src/common.cu over the years):
   prefixed by mpirun's `[1,0]<stdout>:` or Slurm's `srun --label` `0: `;
 - the column header with `redop` and `root` (or older without `root`), and `#wrong` (or the old
   floating-point `error` column), out-of-place then in-place;
+- the oldest header `#  bytes  N  type  op  [root]  time  algbw  busbw  res` (nccl-tests of the
+  NCCL 2.0-2.4 years and NCCL 1's `*_test`): its time column is in milliseconds (the code printed
+  `deltaSec * 1.0E3`), turned into microseconds here; its device lines are
+  `#   Rank  0 on host device  0 [0x05] ...` (no Pid), `#   Rank  0 uses device  0 [0x05] ...`
+  or NCCL 1's `#   Device  0 ->  0 [0x0a] ...`;
 - `# Avg bus bandwidth    : 24.5413` closing each run.
+
+The collective is named by `# Collective test starting: X_perf`, else by the command line pasted
+before the output (`./build/alltoall_perf -b 8 ...`, `mpirun ... broadcast_perf ...`), else
+inferred from the rows (all-reduce: a reduction, root -1, count x type size == size, and the
+in-place half checked like the out-of-place one: sendrecv and alltoall print `N/A` there).
+Rows of one run with other reductions than sum (`-o all`) carry the reduction in their variant,
+so a curve never mixes sum with prod/max/min.
 
 As people paste it, a block often lacks its header, its device lines, its column header or its
 trailer. The complete rows are kept and one warning line says what was missing: rows are known
@@ -23,22 +35,41 @@ NCCL INFO lines mixed into the output are ignored here (the importer hands them 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pcieprof.importers._text import clean_lines, fail, head_lines, parse_float, parse_int
 from pcieprof.importers.records import CollectiveRecord, GpuRecord, Parsed
+from pcieprof.importers.topology import flat_tree_evidence
 
 _LINE_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
-_HEADER = re.compile(r"^#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\b(.*)$")
+_HEADER = re.compile(r"^#?\s*nThread\s+(\d+)\s+nGpus\s+(\d+)\b(.*)$")
 _ITERS = re.compile(r"(?<!warmup )(?<!agg )\biters:\s*(\d+)")
 _STARTING = re.compile(r"^#\s*Collective test starting:\s*(\w+)")
 _VERSION = re.compile(r"^#\s*nccl-tests version\s+(\S+)")
 _NCCL_VERSION = re.compile(r"^NCCL version\s+(\S+)")
-_DEVICE = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+"
+_DEVICE = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+(\d+)\s+)?on\s+(\S+)\s+"
                      r"device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)$")
-_AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
-_COLUMNS = re.compile(r"^#\s+size\s+count\s+type\b")
+#: Device lines without a host: `Rank 0 uses device 0 [0x05] name` and NCCL 1's
+#: `Device 0 -> 0 [0x0a] name` (rank, then CUDA device).
+_DEVICE_NO_HOST = re.compile(r"^#?\s*(?:Rank\s+(\d+)\s+uses device|Device\s+(\d+)\s+->)\s+(\d+)\s+"
+                             r"\[([^\]]*)\]\s*(.*)$")
+_AVG = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(\S+)")
+#: How a test stops (src/common.h NCCLCHECK/CUDACHECK/TESTCHECK; NCCL 1's `NCCL failure`):
+#: `host: Test NCCL failure common.cu:1204 'unhandled cuda error ...'`, ` .. host pid N: Test
+#: failure common.cu:915`, `Test CUDA failure common.cu:730 'unknown error'`.
+_FAILURE = re.compile(r"(?:^|\s|:)(?:Test (?:NCCL |CUDA )?failure|NCCL failure) \S+:\d+")
+#: The end-of-run count of values written outside the result buffers (`OK` or `FAILED`).
+_OOB = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)\s+(\w+)")
+#: The column header; versions of 2019-2020 printed it (and the trailer) without the `#`.
+_COLUMNS = re.compile(r"^#?\s+(?:size\s+count|bytes\s+N)\s+type\b")
+#: The old header's names -> today's (`op` was the reduction, `res` the max error).
+_OLD_NAMES = {"bytes": "size", "N": "count", "op": "redop", "res": "error"}
+#: A command line that starts a test: the binary (`*_perf` of nccl-tests, `*_test` of NCCL 1)
+#: with a path, options or nothing after it; compiler and make lines naming the binary are not.
+_COMMAND = re.compile(r"(?:^|[\s/=])(all_reduce|all_gather|broadcast|reduce_scatter|reduce|alltoall|"
+                      r"alltoallv|sendrecv|scatter|gather|hypercube)_(?:perf|test)(?:_mpi)?(?=\s|$)")
+_NOT_COMMAND = re.compile(r"^\s*(?:Linking|Compiling|make\b|gcc\b|nvcc\b)|\s>\s")
 
 #: nccl-tests type names (test_typenames in src/common.cu: NCCL 2 names, bfloat16 from NCCL
 #: 2.10, the fp8 names of recent versions; `char`/`int` of NCCL 1) -> pcieprof dtype names.
@@ -49,6 +80,10 @@ DTYPES = {"float": "fp32", "half": "fp16", "bfloat16": "bf16", "double": "fp64",
 _TYPE_BYTES = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1, "uint8": 1,
                "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "int": 4, "char": 1,
                "f8e4m3": 1, "f8e5m2": 1}
+#: The largest `error` (max deviation) nccl-tests accepted per type before it counted #wrong
+#: (DeltaMaxValue in src/common.cu of those versions: half 1e-2 or 5e-2, bfloat16 1e-2, float
+#: 1e-5, double 1e-12, integers 1e-200 i.e. none); the lenient value is kept.
+_ERROR_BOUND = {"fp16": 5e-2, "bf16": 1e-2, "fp32": 1e-5, "fp64": 1e-12}
 #: Reduction names (test_opnames) and `none` of the collectives that do not reduce.
 REDOPS = ("sum", "prod", "max", "min", "avg", "mulsum", "premulsum", "none")
 #: busbw = algbw * factor(n) (nccl-tests doc/PERFORMANCE.md) for the collectives whose factor
@@ -82,6 +117,9 @@ class _Run:
     columns: list[str] = field(default_factory=list)
     column_line: int = 0
     rows: list[tuple[int, list[str]]] = field(default_factory=list)
+    #: microseconds per unit of the time column (1000 for the old milliseconds layout)
+    time_scale: float = 1.0
+    out_of_bounds: int | None = None
     avg_busbw: float | None = None
     header_line: int = 0
     dropped: list[int] = field(default_factory=list)
@@ -126,8 +164,29 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>") -> Parsed:
     runs: list[_Run] = []
     run: _Run | None = None
     facts: dict[str, Any] = {}
+    pending: str | None = None  # the collective of a command line, for the run that follows
+    failures: list[dict[str, Any]] = []
+
+    def start(**kw: Any) -> _Run:
+        nonlocal pending
+        new = _Run(**kw)
+        new.collective = new.collective or pending
+        pending = None
+        runs.append(new)
+        return new
+
     for i, line in enumerate(lines, start=1):
         s = line.rstrip()
+        if _FAILURE.search(s):
+            failures.append({"line": i, "text": s.strip()[:200]})
+            continue
+        if (m := _OOB.match(s)) and run is not None:
+            run.out_of_bounds = int(m.group(1))
+            continue
+        if not s.lstrip().startswith("#") and (m := _COMMAND.search(s)) \
+                and not _NOT_COMMAND.search(s):
+            pending = m.group(1)
+            continue
         if m := _VERSION.match(s):
             facts.setdefault("nccl_tests_version", m.group(1))
             continue
@@ -135,31 +194,37 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>") -> Parsed:
             facts.setdefault("nccl_version", m.group(1))
             continue
         if m := _STARTING.match(s):
-            run = _Run(collective=_strip_perf(m.group(1)), header_line=i)
-            runs.append(run)
+            pending = None
+            run = start(collective=_strip_perf(m.group(1)), header_line=i)
             continue
         if m := _HEADER.match(s):
             if run is None or run.columns or run.iters or run.rows:
-                run = _Run(header_line=i, collective=None)
-                runs.append(run)
+                run = start(header_line=i, collective=None)
             run.has_header = True
             it = _ITERS.search(m.group(3))
             run.iters = int(it.group(1)) if it else 0
             continue
-        if m := _DEVICE.match(s.strip()):
+        device = _DEVICE.match(s.strip())
+        no_host = None if device else _DEVICE_NO_HOST.match(s.strip())
+        if device or no_host:
             if run is None or run.rows:
-                run = _Run(header_line=i)
-                runs.append(run)
-            rank, _pid, host, dev, bus, gpu = m.groups()
+                run = start(header_line=i)
+            if device:
+                rank, _pid, host, dev, bus, gpu = device.groups()
+            else:
+                assert no_host is not None
+                rank_a, rank_b, dev, bus, gpu = no_host.groups()
+                rank, host = rank_a or rank_b, ""
             run.ranks.setdefault(int(rank), (host, int(dev), bus, gpu.strip()))
             continue
         if _COLUMNS.match(s):
             if run is None or run.columns or run.rows:
-                run = _Run(header_line=i, collective=run.collective if run else None,
-                           iters=run.iters if run else 0, has_header=bool(run and run.has_header),
-                           ranks=dict(run.ranks) if run else {})
-                runs.append(run)
-            run.columns = s.lstrip("#").split()
+                run = start(header_line=i, collective=run.collective if run else None,
+                            iters=run.iters if run else 0, has_header=bool(run and run.has_header),
+                            ranks=dict(run.ranks) if run else {})
+            names = s.lstrip("#").split()
+            run.columns = [_OLD_NAMES.get(c, c) for c in names]
+            run.time_scale = 1000.0 if names[0] == "bytes" else 1.0
             run.column_line = i
             continue
         if m := _AVG.match(s):
@@ -174,13 +239,15 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>") -> Parsed:
             run.rows.append((i, tokens))
         elif _row_layout(tokens) is not None:
             if run is None or run.avg_busbw is not None:
-                run = _Run(header_line=i)
-                runs.append(run)
+                run = start(header_line=i)
             run.rows.append((i, tokens))
         elif run is not None and run.rows and i == last_content:
             run.dropped.append(i)  # the start of a row, cut where the file ends
-    runs = [r for r in runs if r.columns or r.rows]
-    if not runs:
+    devices = next((r for r in runs if r.ranks), None)
+    # A test that stopped with an error may leave a column header without rows (nothing was
+    # cut: the failure line says why); only the runs with rows are kept then.
+    runs = [r for r in runs if r.rows or (r.columns and not failures)]
+    if not runs and not failures:
         fail(name, None, "an nccl-tests result table (the '#  size  count  type ...' header or "
              "rows like '1024  256  float  sum  -1  61.09  0.02 ...')")
     result = Parsed(format="nccl-tests", name=name)
@@ -189,9 +256,11 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>") -> Parsed:
     for n, r in enumerate(runs, start=1):
         _rows_of(r, n, len(runs), name, result, last_content, missing)
         run_facts.append({"collective": r.collective or "unknown", "nranks": _nranks(r),
-                          "rows": len(r.rows), "avg_busbw_gbps": r.avg_busbw, "iters": r.iters})
-    first = runs[0]
-    if first.ranks:
+                          "rows": len(r.rows), "avg_busbw_gbps": r.avg_busbw, "iters": r.iters}
+                         | ({"out_of_bounds": r.out_of_bounds}
+                            if r.out_of_bounds is not None else {}))
+    first = next((r for r in runs if r.ranks), devices)
+    if first is not None and first.ranks:
         host0 = first.ranks[min(first.ranks)][0]
         seen: set[int] = set()
         for rank in sorted(first.ranks):
@@ -199,17 +268,41 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>") -> Parsed:
             if host == host0 and dev not in seen:
                 seen.add(dev)
                 result.gpus.append(GpuRecord(dev, gpu or None, _bus_id(bus)))
-        facts["hosts"] = sorted({v[0] for v in first.ranks.values()})
+        ids = [g.bus_id for g in result.gpus]
+        flat = flat_tree_evidence(ids, name)
+        if flat:
+            facts["flat_pcie_tree"] = flat
+        # `[0x00]` is the bus number alone: GPUs of one host sharing it sit on one bus (a VM's
+        # root bus) at device numbers the line does not give, so no bus id is known for them.
+        shared = {b for b in ids if b and ids.count(b) > 1}
+        result.gpus = [replace(g, bus_id=None) if g.bus_id in shared else g for g in result.gpus]
+        hosts = sorted({v[0] for v in first.ranks.values() if v[0]})
+        if hosts:
+            facts["hosts"] = hosts
     facts["runs"] = run_facts
+    warnings: list[str] = []
     if missing:
         kept = sum(len(r.rows) for r in runs)
-        facts["warnings"] = [f"{name}: {kept} complete rows kept; not in the file: "
-                             + "; ".join(dict.fromkeys(missing))]
+        warnings.append(f"{name}: {kept} complete rows kept; not in the file: "
+                        + "; ".join(dict.fromkeys(missing)))
+    if failures:
+        facts["failures"] = failures[:20]
+        after = "sizes after the last row were not run" if runs else "no size was run"
+        warnings.append(f"{name}:{failures[0]['line']}: the test stopped with an error "
+                        f"({failures[0]['text'][:120]}); {after}")
+    for r in runs:
+        if r.out_of_bounds:
+            warnings.append(f"{name}: nccl-tests counted {r.out_of_bounds} values written outside "
+                            f"the result buffers (Out of bounds values: FAILED) in the "
+                            f"{r.collective or 'unknown'} run")
+    if warnings:
+        facts["warnings"] = warnings
     result.facts = facts
-    result.summary = "nccl-tests: " + "; ".join(
+    result.summary = "nccl-tests: " + ("; ".join(
         f"{f['collective']} x{f['nranks'] or '?'} ranks, {f['rows']} sizes"
         + (f", avg busbw {f['avg_busbw_gbps']} GB/s" if f["avg_busbw_gbps"] is not None else "")
-        for f in run_facts)
+        for f in run_facts) or "no result rows") + (
+        f"; failed: {failures[0]['text'][:80]}" if failures else "")
     return result
 
 
@@ -253,6 +346,12 @@ def _rows_of(run: _Run, n: int, nruns: int, name: str, result: Parsed, last_cont
     for lineno in run.dropped:
         missing.append(f"the end of the row at line {lineno} (cut short, dropped)")
     parsed_rows = []
+    # sendrecv and alltoall do not check their in-place half (`args->reportErrors = in_place ? 0
+    # : 1` in nccl-tests src/sendrecv.cu): N/A there under a checked out-of-place half is no
+    # all-reduce, whatever its redop column says.
+    inplace_unchecked = bool(run.rows) and all(
+        len(tok) == want and tok[lead + 3].upper() != "N/A" and tok[lead + 7].upper() == "N/A"
+        for _lineno, tok in run.rows)
     for lineno, tok in run.rows:
         if len(tok) != want:
             fail(name, lineno, f"{want} fields (size count type"
@@ -262,7 +361,8 @@ def _rows_of(run: _Run, n: int, nruns: int, name: str, result: Parsed, last_cont
         count = parse_int(tok[1], name, lineno, "the element count")
         redop = tok[3] if has_redop else None
         root = parse_int(tok[3 + has_redop], name, lineno, "the root rank") if has_root else None
-        run.collective = run.collective or _infer(size, count, tok[2], redop, root)
+        run.collective = run.collective or _infer(size, count, tok[2], redop, root,
+                                                  inplace_unchecked)
         parsed_rows.append((lineno, tok, size, redop))
     nranks = _nranks(run)
     note = "" if run.ranks or not nranks else f"; {nranks} ranks worked out from busbw/algbw"
@@ -280,17 +380,26 @@ def _rows_of(run: _Run, n: int, nruns: int, name: str, result: Parsed, last_cont
                     status = "error" if wrong > 0 else "ok"
             else:
                 extra = f"; max error {wrong_tok}"
+                if wrong_tok.upper() != "N/A":
+                    dtype = DTYPES.get(tok[2], tok[2])
+                    bound = _ERROR_BOUND.get(dtype, 0.0)
+                    if parse_float(wrong_tok, name, lineno, "the max error") > bound:
+                        status = "error"
+                        extra += f", above nccl-tests' bound {bound:g} for {dtype}: wrong data"
             variant = ("imported:" + (f"{collective}:" if collective != "all_reduce" else "")
-                       + place + (f":run{n}" if nruns > 1 else ""))
+                       + place + (f":{redop}" if redop not in (None, "sum", "none") else "")
+                       + (f":run{n}" if nruns > 1 else ""))
             result.collectives.append(CollectiveRecord(
                 variant=variant, collective=collective, nranks=nranks, size_bytes=size,
                 dtype=DTYPES.get(tok[2], tok[2]),
-                time_us=_opt_float(t, name, lineno, "the time in us"),
+                time_us=_scaled(_opt_float(t, name, lineno, "the time"), run.time_scale),
                 algbw_gbps=_opt_float(alg, name, lineno, "algbw in GB/s"),
                 busbw_gbps=_opt_float(bus, name, lineno, "busbw in GB/s"),
                 wrong=wrong, iters=run.iters, status=status,
                 detail=f"nccl-tests {collective}_perf, {place.replace('_', '-')}, line {lineno}"
-                       + (f", redop {redop}" if redop else "") + extra + note))
+                       + (f", redop {redop}" if redop else "") + extra + note
+                       + ("; time printed in ms (old layout), stored in us"
+                          if run.time_scale != 1.0 else "")))
 
 
 def _nranks(run: _Run) -> int:
@@ -325,10 +434,16 @@ def _opt_float(tok: str, name: str, lineno: int, what: str) -> float | None:
     return parse_float(tok, name, lineno, what)
 
 
-def _infer(size: int, count: int, ctype: str, redop: str | None, root: int | None) -> str:
+def _scaled(value: float | None, scale: float) -> float | None:
+    return None if value is None else round(value * scale, 6)
+
+
+def _infer(size: int, count: int, ctype: str, redop: str | None, root: int | None,
+           inplace_unchecked: bool = False) -> str:
     """The collective of an old output that does not name it (an assumption, said in detail)."""
     ts = _TYPE_BYTES.get(ctype)
-    if redop not in (None, "none") and root in (None, -1) and ts and count * ts == size:
+    if (redop not in (None, "none") and root in (None, -1) and ts and count * ts == size
+            and not inplace_unchecked):
         return "all_reduce"
     return "unknown"
 

@@ -4,6 +4,12 @@ Topology (NVIDIA/nccl src/graph/xml.cc, topo.cc): `<system version="1">` holding
 affinity= arch= vendor= familyid= modelid=>`, and under each CPU `<pci busid= class= vendor=
 device= link_speed= link_width=>` elements (nested through switches) with `<gpu dev= sm= rank=
 gdr=>` (and `<nvlink target= count= tclass=>`) or `<nic>` / `<net name= dev= speed= ...>`.
+The topology files clouds ship for their VMs (Azure/azhpc-images `topology/ndv2-topo.xml`,
+`ndv4-topo.xml`) only place PCI devices: `<pci busid="0001:00:00.0" class="0x030200"/>` for a GPU
+and class `0x020700` (InfiniBand) for a NIC, without `<gpu>` or `<net>`; NCCL adds those to the
+matching PCI node at run time from what it detects (ncclTopoFillGpu / ncclTopoFillNet in
+src/graph/xml.cc look a node up by busid). Such GPUs and NICs are listed apart (`pci_gpus`,
+`pci_nics`, by PCI class) and never given a CUDA index.
 
 Graphs (src/graph/search.cc, ncclTopoGetGraphFromXmlSub / ncclTopoGetChannelFromXml): root
 `<graphs version="1">`, each `<graph>` with the integer attributes id, pattern, crossnic,
@@ -240,6 +246,9 @@ def parse_topo_xml(text: str, name: str = "<topo.xml>") -> dict[str, Any]:
                    GPU up to its CPU), "nvlinks": [{"target", "count", "tclass"}]}],
          "nics": [{"name", "dev", "speed", "port", "latency", "guid", "maxconn", "gdr",
                    "busid", "numaid"}],
+         "pci_gpus": [{"busid", "numaid", "pci_path"}] (PCI devices of a display class,
+                     0x0300/0x0302, whether or not a <gpu> is under them),
+         "pci_nics": [{"busid", "numaid", "class"}] (Ethernet 0x0200 / InfiniBand 0x0207),
          "virtual_tree": {"flat": bool (a VM's flat virtual PCI tree), "evidence": [str]}}.
 
     Raises:
@@ -251,7 +260,7 @@ def parse_topo_xml(text: str, name: str = "<topo.xml>") -> dict[str, Any]:
         fail(name, root.line, "the root element <system version=\"1\">", got=f"<{root.tag}>")
     version = _int(root, "version", name)
     out: dict[str, Any] = {"format": TOPO_FORMAT, "version": version, "cpus": [], "pci": [],
-                           "gpus": [], "nics": []}
+                           "gpus": [], "nics": [], "pci_gpus": [], "pci_nics": []}
 
     def walk(node: Node, numaid: int | None, path: list[str]) -> None:
         for child in node.children:
@@ -277,6 +286,12 @@ def parse_topo_xml(text: str, name: str = "<topo.xml>") -> dict[str, Any]:
                                    "device": child.attrs.get("device"),
                                    "link_speed": child.attrs.get("link_speed") or None,
                                    "link_width": int(width) if width and width.isdigit() else None})
+                cls = (child.attrs.get("class") or "").lower()
+                if cls.startswith(_GPU_CLASSES):
+                    out["pci_gpus"].append({"busid": bus, "numaid": numaid,
+                                            "pci_path": list(reversed(path + [bus]))})
+                elif cls.startswith(_NIC_CLASSES):
+                    out["pci_nics"].append({"busid": bus, "numaid": numaid, "class": cls})
                 walk(child, numaid, path + [bus])
             elif child.tag == "gpu":
                 out["gpus"].append({
@@ -310,6 +325,12 @@ def parse_topo_xml(text: str, name: str = "<topo.xml>") -> dict[str, Any]:
     return out
 
 
+#: PCI class codes (base class, subclass) of GPUs: VGA-compatible and 3D controllers.
+_GPU_CLASSES = ("0x0300", "0x0302")
+#: ... and of the NICs NCCL uses: Ethernet and InfiniBand controllers.
+_NIC_CLASSES = ("0x0200", "0x0207")
+
+
 def _virtual_tree(doc: dict[str, Any], name: str) -> dict[str, Any]:
     """Whether the dump describes a VM's flat virtual PCI tree, with the evidence.
 
@@ -318,7 +339,8 @@ def _virtual_tree(doc: dict[str, Any], name: str) -> dict[str, Any]:
     device without a PCIe link gives "" and 0). Supporting: numaid="-1" (the guest was given no
     NUMA information).
     """
-    gpus = doc["gpus"]
+    # A cloud's file places GPUs by PCI class only (no <gpu>): judge those PCI nodes.
+    gpus = doc["gpus"] or doc["pci_gpus"]
     if not gpus:
         return {"flat": None, "evidence": []}
     bus00 = flat_tree_evidence([g["busid"] for g in gpus], name)
@@ -368,6 +390,11 @@ def summarize_graph(doc: dict[str, Any]) -> str:
 
 
 def summarize_topo(doc: dict[str, Any]) -> str:
-    """One line: CPUs, GPUs, NICs."""
-    return (f"NCCL topology XML: {len(doc['cpus'])} CPUs/NUMA nodes, {len(doc['gpus'])} GPUs, "
-            f"{len(doc['nics'])} NICs, {len(doc['pci'])} PCI devices")
+    """One line: CPUs, GPUs, NICs (those only placed by PCI class said so)."""
+    if doc["gpus"] or not doc.get("pci_gpus"):
+        devices = f"{len(doc['gpus'])} GPUs, {len(doc['nics'])} NICs"
+    else:
+        devices = (f"{len(doc['pci_gpus'])} GPUs and {len(doc['pci_nics'])} NICs placed by PCI "
+                   "class (no <gpu>/<net>: NCCL adds them at run time)")
+    return (f"NCCL topology XML: {len(doc['cpus'])} CPUs/NUMA nodes, {devices}, "
+            f"{len(doc['pci'])} PCI devices")

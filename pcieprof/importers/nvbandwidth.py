@@ -6,7 +6,15 @@ then per test case `Running <testcase>.`, a description line such as
 `Device to Device Latency SM GPU(row) <-> GPU(column) (ns)`, a column header, rows whose cells
 are numbers or `N/A`, and `SUM <testcase> <value>`. Bidirectional device-to-device cases print
 several matrices (`Read1`, `Read2`, `Total`). A case that does not apply prints
-`Waived: ...` (older versions: `Waiving <testcase>.`).
+`Waived: ...` (older versions: `Waiving <testcase>.`). A case that fails stops the run with
+`ASSERT in expression ...` (or CU_ASSERT's `[<error>] in expression ...`) after its `Running`
+line (NVIDIA/nvbandwidth error.h): the case is kept with status `Error` and the lines before the
+assertion as its reason, and the GPUs listed before it are still imported.
+
+Pasted into Markdown, a line can keep a quote marker (`> Running host_to_device_memcpy_sm.`,
+NVIDIA/nvbandwidth issue #24): the marker is dropped. A matrix whose test case is not named (no
+`Running` line, no `SUM` line) takes its kind from its description: `CPU(row) -> GPU(column)`
+is host to device, `CPU(row) <- GPU(column)` device to host.
 
 JSON output (json_output.cpp): `{"nvbandwidth": {"version", "CUDA Runtime Version",
 "Driver Version", "testcases": [{"name", "status": "Passed|Waived|Error|Not Found",
@@ -42,6 +50,8 @@ _SUM = re.compile(r"^SUM (\w+) ([-+0-9.eE]+|nan|inf)\s*$")
 _DESC = re.compile(r"(CPU|GPU)\(row\)\s*(<->|->|<-)\s*(CPU|GPU)\(column\)\s*(.*)$")
 _DEVICE = re.compile(r"^Device (\d+): (.*?)(?: \(([0-9a-fA-F]{8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\))?\s*$")
 _VERSION = re.compile(r"^nvbandwidth Version: (\S+)")
+_ASSERT = re.compile(r"(?:^ASSERT|\]) in expression ")
+_QUOTE = re.compile(r"^\s*>\s?")
 
 _CONCURRENT = ("all_to_host", "host_to_all", "all_to_one", "one_to_all")
 
@@ -49,7 +59,7 @@ _CONCURRENT = ("all_to_host", "host_to_all", "all_to_one", "one_to_all")
 def looks_like_text(text: str) -> bool:
     """True for nvbandwidth's plain-text output (or a part of it with one test case)."""
     for line in head_lines(text)[:2000]:
-        s = line.strip()
+        s = _QUOTE.sub("", line).strip()
         if _VERSION.match(s) or _WAIVING.match(s):
             return True
         if _RUNNING.match(s) and re.search(r"_(ce|sm)\.$|latency|local_copy", s):
@@ -92,6 +102,9 @@ class _Builder:
         latency = "(ns)" in rest or "(ns)" in desc
         label = rest.replace("bandwidth", "").replace("(GB/s)", "").replace("(ns)", "").strip()
         kind = _kind(testcase)
+        if kind == "p2p" and "CPU" in (row_kind, col_kind):
+            # A matrix without a test case name: the host is one end, so it is no GPU pair.
+            kind = "d2h" if (arrow == "<-") == (row_kind == "CPU") else "h2d"
         bidir = arrow == "<->" or "bidirectional" in testcase
         detail = f"nvbandwidth {testcase}: {desc.strip()}"
         self.cases.setdefault(testcase, "Passed")
@@ -183,10 +196,11 @@ def parse_nvbandwidth_text(text: str, name: str = "<nvbandwidth>") -> Parsed:
     Raises:
         BadInput: no test case at all, or a matrix that is malformed or cut short.
     """
-    lines = split_lines(text)
+    lines = [_QUOTE.sub("", line) for line in split_lines(text)]
     result = Parsed(format="nvbandwidth", name=name)
     builder = _Builder(result, size_bytes=0)
     current: str | None = None
+    since_running: list[str] = []  # what the current case printed before any matrix
     seen_gpus: set[int] = set()
     i = 0
     while i < len(lines):
@@ -206,6 +220,12 @@ def parse_nvbandwidth_text(text: str, name: str = "<nvbandwidth>") -> Parsed:
                 result.gpus.append(GpuRecord(idx, m.group(2).strip(), bus))
         elif m := _RUNNING.match(s):
             current = m.group(1)
+            since_running = []
+        elif _ASSERT.search(s) and current:
+            # The run stopped inside this case (nvbandwidth exits after an assertion).
+            shown = s if len(s) <= 120 else s[:117] + "..."
+            builder.waived(current, "Error", "; ".join(since_running[:2] + [shown]))
+            current = None
         elif m := _WAIVING.match(s):
             builder.waived(m.group(1), "Waived", "")
             current = None
@@ -214,6 +234,8 @@ def parse_nvbandwidth_text(text: str, name: str = "<nvbandwidth>") -> Parsed:
             current = None
         elif m := _SUM.match(s):
             builder.total(m.group(1), parse_float(m.group(2), name, i + 1, "a SUM value"))
+        elif current and s and not _DESC.search(s) and not _SUM.match(s):
+            since_running.append(s)
         elif _DESC.search(s):
             if current is None:
                 # A matrix pasted without its 'Running' line: the SUM line after it names it.

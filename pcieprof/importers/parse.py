@@ -11,6 +11,7 @@ from pcieprof.discover.lspci import parse_lspci
 from pcieprof.discover.smi_query import parse_smi_query
 from pcieprof.discover.topo_matrix import PCIE_ONLY_VIEW, parse_topo_matrix
 from pcieprof.errors import BadInput
+from pcieprof.importers import detect as machine
 from pcieprof.importers import nccl_log, nccl_tests, nccl_xml, nvbandwidth
 from pcieprof.importers import topo_p2p
 from pcieprof.importers._text import fail
@@ -18,13 +19,34 @@ from pcieprof.importers.records import GpuRecord, Parsed
 
 
 def nccl_tests_parsed(text: str, name: str) -> Parsed:
-    """nccl-tests output, with what NCCL chose when NCCL_DEBUG=INFO lines are mixed in."""
+    """nccl-tests output, with what NCCL chose when NCCL_DEBUG=INFO lines are mixed in, and the
+    `nvidia-smi topo -m` matrix people paste with it (NVIDIA/nccl-tests issue #37)."""
     parsed = nccl_tests.parse_nccl_tests(text, name)
     if nccl_log.looks_like(text):
         choices = nccl_log.parse_nccl_log(text, name)
         parsed.documents["nccl_choices"] = choices
         parsed.summary += "; " + nccl_log.summarize(choices)
+    if machine.is_topo_m(text):
+        try:
+            t = parse_topo_matrix(text, source=name)
+        except BadInput as exc:
+            parsed.facts.setdefault("warnings", []).append(
+                f"{name}: the nvidia-smi topo -m matrix in it was not read ({exc})")
+        else:
+            parsed.documents["topo_m"] = t
+            parsed.pair_levels = {(p["a"], p["b"]): p["level"] for p in t["pairs"]}
+            levels = _level_counts(parsed.pair_levels)
+            parsed.facts["topo_m"] = {"gpus": t["gpus"], "levels": levels}
+            parsed.summary += (f"; nvidia-smi topo -m: {t['gpus']} GPUs, "
+                               + ", ".join(f"{v} pairs {k}" for k, v in sorted(levels.items())))
     return parsed
+
+
+def _level_counts(pair_levels: dict[tuple[int, int], str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for lvl in pair_levels.values():
+        counts[lvl] = counts.get(lvl, 0) + 1
+    return counts
 
 
 def nccl_log_parsed(text: str, name: str) -> Parsed:
@@ -96,10 +118,20 @@ def _machine_log(text: str, name: str, fmt: str, what: str) -> Parsed:
         _check_complete(text, name, "a complete last line")
         q = parse_smi_query(text, source=name)
         if q["attached_gpus"] and len(q["gpus"]) < q["attached_gpus"]:
+            # `nvidia-smi -q -i N` prints 'Attached GPUs : 8' and one GPU: its place in the
+            # index order is not in the text, so a partial log is refused like a cut one.
             fail(name, len(text.splitlines()), f"{q['attached_gpus']} GPU sections ('Attached "
-                 f"GPUs : {q['attached_gpus']}'), found {len(q['gpus'])}: the file looks truncated")
+                 f"GPUs : {q['attached_gpus']}'), found {len(q['gpus'])}: the file is cut short "
+                 f"or nvidia-smi was run with -i/--id; pass the whole output of `nvidia-smi -q`")
         facts.update(driver_version=q["driver_version"], cuda_version=q["cuda_version"],
                      gpus=len(q["gpus"]))
+        bare = [g["bus_id"] for g in q["gpus"] if g["pci_device_id"] is None
+                and all(v is None for v in g["pcie"].values())]
+        if bare:
+            # `nvidia-smi -q -d CLOCK` (a display filter) or `-q | head` keep only some sections
+            facts.setdefault("warnings", []).append(
+                f"{name}: GPU {', '.join(bare)} has no PCI section (made with -d, or cut "
+                f"short?): its PCIe link is unknown")
         parsed.gpus = [GpuRecord(g["index"], g.get("name"), g.get("bus_id")) for g in q["gpus"]]
         parsed.summary = (f"nvidia-smi -q: {len(q['gpus'])} GPUs, driver {q['driver_version']}, "
                           f"CUDA {q['cuda_version']}")
@@ -114,17 +146,17 @@ def _machine_log(text: str, name: str, fmt: str, what: str) -> Parsed:
             facts["topo_p2p"] = p2p.facts
             facts.setdefault("warnings", []).extend(p2p.facts.get("warnings", []))
             p2p_summary = p2p.summary
-        counts: dict[str, int] = {}
-        for lvl in parsed.pair_levels.values():
-            counts[lvl] = counts.get(lvl, 0) + 1
+        counts = _level_counts(parsed.pair_levels)
         facts.update(gpus=t["gpus"], levels=counts, topo_view=t["view"])
         parsed.documents["topo_m"] = t
         what = ("nvidia-smi topo -mp (PCIe-only view: NVLink not shown)"
                 if t["view"] == "pcie_only" else "nvidia-smi topo -m")
         if t["view"] == "pcie_only":
             facts.setdefault("warnings", []).append(f"{name}: {PCIE_ONLY_VIEW}")
-        parsed.summary = (f"{what}: {t['gpus']} GPUs, "
-                          + ", ".join(f"{v} pairs {k}" for k, v in sorted(counts.items()))
+        # One GPU (a 1-GPU VM, sglang.check_env of a small box) has no pair to count.
+        pairs = (", ".join(f"{v} pairs {k}" for k, v in sorted(counts.items()))
+                 or "no GPU pairs")
+        parsed.summary = (f"{what}: {t['gpus']} GPU{'s' if t['gpus'] != 1 else ''}, " + pairs
                           + (f"; {p2p_summary}" if parsed.pair_p2p and p2p_summary else ""))
     else:
         parsed.summary = f"{what}: {len(text.splitlines())} lines (machine log)"

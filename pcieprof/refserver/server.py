@@ -10,7 +10,13 @@ group; load the shard; start the scheduler thread and the HTTP site; send SGLang
 Death, in every form, takes the whole server down: a rank that exits makes rank 0 print SGLang's
 "Received sigquit from a child process. It usually means the child failed." and exit 1; a
 scheduler exception prints "Scheduler hit an exception: <traceback>" first; SIGTERM/SIGINT stop
-the ranks and exit; and the ranks die with rank 0 (procs.die_with_parent).
+the ranks and exit; and the ranks die with rank 0 (a parent-death SIGKILL and their pid
+watchdog).
+
+The ranks are members of rank 0's process group (pcieprof.proc_group.start_member), not groups
+of their own: the launcher that started rank 0 owns that group, and its stop (SIGTERM, grace,
+SIGKILL to the group, then waiting until no member is left) covers the ranks as it covers
+SGLang's scheduler processes. Ranks ignore SIGTERM; rank 0 ends them (kill_members).
 """
 
 from __future__ import annotations
@@ -28,12 +34,11 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Sequence
 
-from pcieprof import loopback
+from pcieprof import loopback, proc_group
 from pcieprof.refserver import logs
 from pcieprof.refserver.args import ArgsError, ServerArgs, parse_args
 from pcieprof.refserver.logs import server_log
 from pcieprof.refserver.names import IDENTITY, READY_LINE, SIGQUIT_LINE
-from pcieprof.refserver.procs import die_with_parent
 
 if TYPE_CHECKING:  # torch and aiohttp are imported after the ranks start, to overlap imports
     from aiohttp import web
@@ -53,9 +58,9 @@ class _Ranks:
         for rank in range(1, world):
             spec = {"rank": rank, "world_size": world, "store_port": store_port,
                     "parent_pid": os.getpid(), "argv": list(argv)}
-            self.procs.append(subprocess.Popen(
+            self.procs.append(proc_group.start_member(
                 [sys.executable, "-m", "pcieprof.refserver.worker", json.dumps(spec)],
-                preexec_fn=die_with_parent, close_fds=True))
+                death_signal=signal.SIGKILL, close_fds=True))
         threading.Thread(target=self._watch, name="rank-watch", daemon=True).start()
 
     def _watch(self) -> None:
@@ -63,22 +68,15 @@ class _Ranks:
             for rank, p in enumerate(self.procs, start=1):
                 rc = p.poll()
                 if rc is not None and not self.exiting:
-                    how = (f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc}")
-                    server_log.error(f"{SIGQUIT_LINE} (TP{rank}, pid {p.pid}, {how})")
+                    server_log.error(f"{SIGQUIT_LINE} (TP{rank}, pid {p.pid}, "
+                                     f"{proc_group.exit_text(rc)})")
                     die(1)
             time.sleep(0.1)
 
     def kill(self) -> None:
         with self._lock:
             self.exiting = True
-            for p in self.procs:
-                if p.poll() is None:
-                    p.kill()
-            for p in self.procs:
-                try:
-                    p.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
+            proc_group.kill_members(self.procs, 5.0)
 
 
 _RANKS = _Ranks()

@@ -1,7 +1,7 @@
 """TP ranks 1..N-1: `python -m pcieprof.refserver.worker '<json>'`, started by rank 0 only.
 
-Each follows rank 0's step plans until told to stop; it dies with its parent (PDEATHSIG and a
-pid watchdog) and exits with status 1, after SGLang's "Scheduler hit an exception:" line, when
+Each follows rank 0's step plans until told to stop; it dies with its parent (the parent-death
+SIGKILL rank 0 asked for before exec, proc_group.start_member, and a pid watchdog) and exits with status 1, after SGLang's "Scheduler hit an exception:" line, when
 anything goes wrong.
 """
 
@@ -17,17 +17,16 @@ import traceback
 import torch.distributed as dist
 
 from pcieprof import loopback
+from pcieprof.parent_death import watch_parent
 from pcieprof.refserver import logs
 from pcieprof.refserver.args import parse_args
 from pcieprof.refserver.engine import RankEngine, broadcast_plan
-from pcieprof.refserver.procs import die_with_parent, watch_parent
 from pcieprof.refserver.ranks import RENDEZVOUS_TIMEOUT, join_group, load_model
 
 
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     rank, world, parent = int(spec["rank"]), int(spec["world_size"]), int(spec["parent_pid"])
-    die_with_parent()
     # A native crash (a SIGSEGV in the profiler's stop, say) leaves its Python stack in the
     # server log instead of only a peer's "Connection reset" on rank 0.
     faulthandler.enable()

@@ -263,16 +263,14 @@ def write_report(bundles: Sequence[Path | str | Bundle], out: Path | str,
 def manifest_facts(view: BundleView) -> list[tuple[str, Any]]:
     """The provenance lines of a bundle (the page's last section)."""
     m = view.bundle.manifest
-    parts = m.get("parts", {})
-    part_txt = ", ".join(f"{k}: {v.get('status')} ({v.get('source')}, {v.get('backend')})"
-                         for k, v in parts.items()) or "none"
-    return [("numbers", view.origin()), ("source", m.get("source")), ("backend", m.get("backend")),
-            ("status", str(m.get("status")) + (f" ({m['why']})" if m.get("why") else "")),
+    part_txt = ", ".join(f"{k}: {v.status} ({v.source}, {v.backend})"
+                         for k, v in m.parts.items()) or "none"
+    return [("numbers", view.origin()), ("source", m.source), ("backend", m.backend),
+            ("status", str(m.status) + (f" ({m.why})" if m.why else "")),
             # masked again: a bundle written before pcieprof masked secrets may hold them
-            ("command", " ".join(redact([str(a) for a in m.get("argv") or []]))
-             or m.get("command")),
-            ("time", f"{m.get('start_time')} .. {m.get('end_time')}"),
-            ("versions", ", ".join(f"{k} {v}" for k, v in (m.get("versions") or {}).items() if v)
+            ("command", " ".join(redact([str(a) for a in m.argv])) or m.command),
+            ("time", f"{m.start_time} .. {m.end_time}"),
+            ("versions", ", ".join(f"{k} {v}" for k, v in m.versions.items() if v)
              or "not recorded"),
             ("parts", part_txt)] + ([("nodes", f"{nodes.describe(view.bundle.backend)}, node "
                                       f"{nodes.node_rank}; collective rows: {nodes.collective_rows}")]

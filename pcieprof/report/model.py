@@ -143,7 +143,7 @@ class BundleView:
     def box_hosts(self) -> list[str]:
         """The host names an imported bundle's NCCL logs give for the box (their line prefix
         `host:pid:tid`), sorted; empty for other bundles or when no log names one."""
-        if self.bundle.manifest.get("source") != "imported":
+        if self.bundle.manifest.source != "imported":
             return []
         doc = self.doc(NcclChoices)
         hosts = {str(r["host"]) for case in (doc.cases.values() if doc else ())

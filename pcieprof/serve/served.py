@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pcieprof import progress
+from pcieprof.bundle.manifest import Manifest
 
 #: Environment variable naming the state directory (tests point it at a temporary one).
 STATE_ENV = "PCIEPROF_STATE_DIR"
@@ -83,7 +84,7 @@ def last_served(card: str, arch: str) -> Path | None:
     return None
 
 
-def measured_here(manifest: dict[str, Any]) -> bool:
+def measured_here(manifest: Manifest) -> bool:
     """Whether a bundle's manifest says it was measured on this machine (not simulated, not
     imported from another box): only then does this machine's record apply to it."""
-    return manifest.get("host") == socket.gethostname() and manifest.get("source") == "measured"
+    return manifest.host == socket.gethostname() and manifest.source == "measured"

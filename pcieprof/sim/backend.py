@@ -153,8 +153,8 @@ def run_plan(plan: Any, profile: str, bundle: Bundle, card: ModelCard | None = N
     vm = vm_cost.bundle_section(fabric, card)
     if vm is not None:
         progress.info(f"sim: {fabric.name} is a VM: pricing it against its bare-metal twin "
-                      f"{vm['bare_profile']} (like for like, host-side changes)")
-        topo["sim"]["vm"] = vm
+                      f"{vm.bare_profile} (like for like, host-side changes)")
+        topo["sim"]["vm"] = vm.to_json()
     bundle.write_doc(Topology.from_json(topo))
     bundle.set_part("discovery", "ok", profile=fabric.name, file=fabric.path,
                     gpus=len(fabric.gpus), **part)

@@ -26,12 +26,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from pcieprof.bundle.vm_cost import HostChange, VmRow, VmTable
 from pcieprof.bundle.vm_mechanism import Mechanism
 from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
 from pcieprof.cards.step import message_bytes, step_allreduces
 from pcieprof.errors import BadInput
 from pcieprof.sim import collectives, model
-from pcieprof.sim.fabric import (DEFAULT_PROFILE, Fabric, HostChange, KnownIssue, apply_changes,
+from pcieprof.sim.fabric import (DEFAULT_PROFILE, Fabric, KnownIssue, apply_changes,
                                   load_profile)
 
 #: Decode batches priced (the message of each is the card's, `decode_sizes`).
@@ -136,19 +137,21 @@ class Comparison:
         """VM time / bare-metal time."""
         return self.vm.time_us / self.bare.time_us
 
-    def record(self) -> dict[str, Any]:
-        """A flat row (for a DataFrame or JSON)."""
-        return {"basis": self.basis, "size_bytes": self.size_bytes, "batch": self.batch,
-                "count": self.count, "vm_time_us": self.vm.time_us, "bare_time_us": self.bare.time_us,
-                "vm_minus_bare_us": self.vm_minus_bare_us, "vm_over_bare": self.vm_over_bare,
-                "vm_env": env_label(self.vm.env), "bare_env": env_label(self.bare.env),
-                "vm_choice": self.vm.choice, "bare_choice": self.bare.choice,
-                "vm_risks": list(self.vm.risks), "why": list(self.why)}
+    def row(self, table: str) -> VmRow:
+        """The stored row (topology.json `sim.vm.rows`) of the `per_size` or `step` table."""
+        return VmRow(basis=self.basis, size_bytes=self.size_bytes, batch=self.batch,
+                     count=self.count, vm_time_us=self.vm.time_us,
+                     bare_time_us=self.bare.time_us, vm_minus_bare_us=self.vm_minus_bare_us,
+                     vm_over_bare=self.vm_over_bare, vm_env=env_label(self.vm.env),
+                     bare_env=env_label(self.bare.env), vm_choice=self.vm.choice,
+                     bare_choice=self.bare.choice, vm_risks=self.vm.risks, why=self.why,
+                     table=table)
 
 
 @dataclass(frozen=True)
-class VmCost:
-    """The like-for-like table of a VM profile and its twin.
+class LikeForLike:
+    """The like-for-like comparison of a VM profile and its twin, as the model computes it
+    (what it stores is `document()`, pcieprof.bundle.vm_cost.VmTable).
 
     Attributes:
         vm_profile, bare_profile: the two profiles' names.
@@ -170,19 +173,18 @@ class VmCost:
     step_allreduces: int = 0
     source: str = "simulated"
 
-    def records(self) -> list[dict[str, Any]]:
-        """Every row, per size then per step, flat: `pandas.DataFrame(vm_cost.records())`."""
-        return [dict(c.record(), table="per_size") for c in self.per_size] + \
-            [dict(c.record(), table="step") for c in self.step]
+    def rows(self) -> list[VmRow]:
+        """Every row, per size then per step, flat: `pandas.DataFrame(map(asdict, rows()))`."""
+        return [c.row("per_size") for c in self.per_size] + [c.row("step") for c in self.step]
 
-    def to_json(self) -> dict[str, Any]:
-        """All of it as plain JSON (the sim backend writes this into topology.json `sim.vm`)."""
-        return {"source": self.source, "vm_profile": self.vm_profile,
-                "bare_profile": self.bare_profile, "ranks": list(self.ranks),
-                "model": self.model, "step_allreduces": self.step_allreduces,
-                "hidden": self.hidden,
-                "bases": list(BASES), "rows": self.records(),
-                "mechanisms": {k: asdict(m) for k, m in self.mechanisms.items()}}
+    def document(self) -> VmTable:
+        """What the sim backend stores in topology.json `sim.vm` (without the host-side
+        changes, known issues and sensitivity: `bundle_section` adds them)."""
+        return VmTable(vm_profile=self.vm_profile, bare_profile=self.bare_profile,
+                       ranks=list(self.ranks), model=self.model,
+                       step_allreduces=self.step_allreduces, hidden=self.hidden,
+                       bases=list(BASES), rows=self.rows(), mechanisms=dict(self.mechanisms),
+                       source=self.source)
 
 
 def _fabric(profile: str | Fabric) -> Fabric:
@@ -265,7 +267,7 @@ def _why(vm: Fabric, basis: str, v: Run, b: Run) -> tuple[str, ...]:
 
 def like_for_like(vm: str | Fabric = DEFAULT_PROFILE, *, card: ModelCard | None = None,
                   ranks: Sequence[int] | None = None,
-                  sizes: Sequence[int] | None = None) -> VmCost:
+                  sizes: Sequence[int] | None = None) -> LikeForLike:
     """The VM against its bare-metal twin under the same NCCL settings, per size and per decode step.
 
     Args:
@@ -275,7 +277,7 @@ def like_for_like(vm: str | Fabric = DEFAULT_PROFILE, *, card: ModelCard | None 
         sizes: message sizes in bytes (default: the card's decode sizes, batch 1..64).
 
     Returns:
-        A VmCost: rows for every size and basis (`default`, `best`, `best_safe`,
+        A LikeForLike: rows for every size and basis (`default`, `best`, `best_safe`,
         `same_choices`), and the same for the card's decode step at TP over the ranks.
 
     Raises:
@@ -302,51 +304,13 @@ def like_for_like(vm: str | Fabric = DEFAULT_PROFILE, *, card: ModelCard | None 
             why = _why(vf, basis, v, b)
             per_size.append(Comparison(basis, size, batch, 1, v, b, why))
             step.append(Comparison(basis, size, batch, n, _times(v, n), _times(b, n), why))
-    return VmCost(vf.name, bf.name, tuple(rk), per_size, step, {m.id: m for m in vf.mechanisms},
-                  model=c.name, hidden=c.hidden_size, step_allreduces=n)
-
-
-@dataclass(frozen=True)
-class HostChangeResult:
-    """A host-side change for a VM, priced by the model.
-
-    Attributes:
-        change: the profile's description (title, how, risk, sources, blocked_by).
-        feasible: False when the profile says the change cannot be made safely on this box.
-        step_default_us: (before, after) the card's decode-step all-reduce time at batch 1, NCCL
-            defaults.
-        step_best_safe_us: (before, after) with the fastest setting free of known issues.
-        p2p_same_switch_gbps: (before, after) GPU0 -> GPU1 P2P, 256 MiB, unidirectional.
-        gain_default_us, gain_best_safe_us: what the step saves (before - after), us.
-    """
-
-    change: HostChange
-    feasible: bool
-    step_default_us: tuple[float, float]
-    step_best_safe_us: tuple[float, float]
-    p2p_same_switch_gbps: tuple[float, float]
-
-    @property
-    def gain_default_us(self) -> float:
-        return self.step_default_us[0] - self.step_default_us[1]
-
-    @property
-    def gain_best_safe_us(self) -> float:
-        return self.step_best_safe_us[0] - self.step_best_safe_us[1]
-
-    def record(self) -> dict[str, Any]:
-        return {"id": self.change.id, "title": self.change.title, "how": self.change.how,
-                "effect": self.change.effect, "risk": self.change.risk,
-                "blocked_by": self.change.blocked_by, "feasible": self.feasible,
-                "apply": dict(self.change.apply), "sources": list(self.change.sources),
-                "step_default_us": list(self.step_default_us),
-                "step_best_safe_us": list(self.step_best_safe_us),
-                "gain_default_us": self.gain_default_us, "gain_best_safe_us": self.gain_best_safe_us,
-                "p2p_same_switch_gbps": list(self.p2p_same_switch_gbps), "source": "simulated"}
+    return LikeForLike(vf.name, bf.name, tuple(rk), per_size, step,
+                       {m.id: m for m in vf.mechanisms}, model=c.name, hidden=c.hidden_size,
+                       step_allreduces=n)
 
 
 def host_changes(vm: str | Fabric = DEFAULT_PROFILE, *, card: ModelCard | None = None,
-                 ranks: Sequence[int] | None = None) -> list[HostChangeResult]:
+                 ranks: Sequence[int] | None = None) -> list[HostChange]:
     """The VM profile's host-side changes (`[[host_change]]`), each priced by the model: the
     card's decode step at batch 1 (DEFAULT_CARD when None) before and after, with NCCL defaults and with the best setting free of
     known issues, and a same-switch P2P copy. A change whose `apply` is empty leaves the guest's
@@ -365,8 +329,11 @@ def host_changes(vm: str | Fabric = DEFAULT_PROFILE, *, card: ModelCard | None =
     out = []
     for ch in vf.host_changes:
         after = price(apply_changes(vf, ch.apply)) if ch.apply else before
-        out.append(HostChangeResult(ch, ch.blocked_by is None, (before[0], after[0]),
-                                    (before[1], after[1]), (before[2], after[2])))
+        out.append(HostChange(
+            id=ch.id, title=ch.title, how=ch.how, effect=ch.effect, risk=ch.risk,
+            blocked_by=ch.blocked_by, feasible=ch.blocked_by is None, apply=dict(ch.apply),
+            sources=ch.sources, step_default_us=(before[0], after[0]),
+            step_best_safe_us=(before[1], after[1]), p2p_same_switch_gbps=(before[2], after[2])))
     return out
 
 
@@ -399,17 +366,16 @@ def sensitivity(vm: Fabric, card: ModelCard | None = None) -> list[dict[str, Any
     return out
 
 
-def bundle_section(vm: Fabric, card: ModelCard | None = None) -> dict[str, Any] | None:
+def bundle_section(vm: Fabric, card: ModelCard | None = None) -> VmTable | None:
     """What a VM bundle carries about virtualization (topology.json `sim.vm`): the like-for-like
     table at the card's decode sizes (DEFAULT_CARD when None), the mechanisms, the host-side
     changes priced, the known issues. None for a profile that is not a VM with a twin."""
     if not vm.virtualization.is_vm or not vm.virtualization.bare_metal_twin:
         return None
-    doc = like_for_like(vm, card=card).to_json()
-    doc["host_changes"] = [h.record() for h in host_changes(vm, card=card)]
-    doc["known_issues"] = [asdict(k) for k in vm.known_issues]
-    doc["sensitivity"] = sensitivity(vm, card)
-    return doc
+    return replace(like_for_like(vm, card=card).document(),
+                   host_changes=host_changes(vm, card=card),
+                   known_issues=[asdict(k) for k in vm.known_issues],
+                   sensitivity=sensitivity(vm, card))
 
 
 TABLE_BEGIN = "<!-- vm table: generated by python -m pcieprof.sim.vm_cost -->"
@@ -418,7 +384,7 @@ _HEADS = {"default": "default", "same_choices": "same NCCL choices", "best": "be
           "best_safe": "best without the hang risk"}
 
 
-def markdown(table: VmCost | None = None) -> str:
+def markdown(table: LikeForLike | None = None) -> str:
     """The like-for-like table as markdown: VM / bare-metal time per decode batch and basis, the
     card's decode step at batch 1, and what each VM column ran."""
     t = table if table is not None else like_for_like()

@@ -20,7 +20,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable
 
-from pcieprof.analysis.box import Box, gib
+from pcieprof.analysis.box import GIB, Box, gib
 from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation, Recommendations
 from pcieprof.cards import ModelCard
 from pcieprof.tune.communicators import env_for
@@ -133,8 +133,8 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
         line = launch_line(result, top) if top.fits else ""
         verdict = "" if top.fits else (
             f"{card.name} does not fit this box in any layout: {top.label} needs "
-            f"{gib(top.weights_gb * 1e9)} of weights per GPU, has "
-            f"{gib(top.gpu_memory_gb * 1e9 * top.mem_fraction)} at --mem-fraction-static "
+            f"{gib(top.weights_gib * GIB)} of weights per GPU, has "
+            f"{gib(top.gpu_memory_gib * GIB * top.mem_fraction)} at --mem-fraction-static "
             f"{top.mem_fraction:g} ({top.memory_source})")
     else:
         line, where, verdict, tp, own = _default_layout(result, card, command, box, context,

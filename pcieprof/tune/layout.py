@@ -274,10 +274,10 @@ def gpu_memory(box: Box, card: ModelCard) -> Box:
     written for, said to be assumed."""
     if box.memory_bytes is not None:
         return box
-    # the card's gpu_memory_gb is a nominal size, a binary unit (96 GB GDDR7 = 97887 MiB)
-    return replace(box, memory_bytes=float(card.sglang.gpu_memory_gb) * GIB,
-                   memory_source=f"assumed: card {card.name}'s gpu_memory_gb "
-                                 f"({card.sglang.gpu_memory_gb:g} GiB); {box.memory_source}")
+    # a card's nominal size is a binary unit (96 GB GDDR7 = 97887 MiB)
+    return replace(box, memory_bytes=float(card.sglang.gpu_memory_gib) * GIB,
+                   memory_source=f"assumed: card {card.name}'s gpu_memory_gib "
+                                 f"({card.sglang.gpu_memory_gib:g} GiB); {box.memory_source}")
 
 
 def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: Topology,
@@ -361,8 +361,8 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
                 notes=["no launch command built (the tuner was run without a launcher)"])
         results.append(LayoutAdvice(
             label=c.label, tp=c.tp, pp=c.pp, ep=c.ep, dp_attention=c.dp_attention,
-            replicas=c.replicas, fits=max_c >= 1, weights_gb=w / 1e9,
-            kv_gb_per_request=kv_req / 1e9, gpu_memory_gb=mem / 1e9, memory_source=mem_src,
+            replicas=c.replicas, fits=max_c >= 1, weights_gib=w / GIB,
+            kv_gib_per_request=kv_req / GIB, gpu_memory_gib=mem / GIB, memory_source=mem_src,
             mem_fraction=frac, context_tokens=context, max_concurrency=max_c,
             per_concurrency=points, command=launch.command, env=launch.env,
             notes=notes + launch.notes,

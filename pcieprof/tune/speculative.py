@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pcieprof.analysis.box import gib
+from pcieprof.analysis.box import GIB, gib
 from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation, Recommendations
 from pcieprof.cards import ModelCard
 from pcieprof.tune.launch import launch_line
@@ -50,9 +50,9 @@ def recommendation(result: Recommendations, card: ModelCard) -> Recommendation |
     if f is None or top is None or not top.fits or not top.command:
         return None
     extra = mtp_bytes(card, float(f["mtp_dtype_bytes"])) / (top.tp * top.pp)
-    need = top.weights_gb * 1e9 + extra
-    room = top.gpu_memory_gb * 1e9 * top.mem_fraction
-    kv = top.kv_gb_per_request * 1e9 * (1 + card.mtp_layers / max(card.num_layers, 1))
+    need = top.weights_gib * GIB + extra
+    room = top.gpu_memory_gib * GIB * top.mem_fraction
+    kv = top.kv_gib_per_request * GIB * (1 + card.mtp_layers / max(card.num_layers, 1))
     reqs = int((room - need) // kv) if room > need and kv > 0 else 0
     # requests of the box: each GPU of a DP-attention layout holds its own requests' KV
     fits_c = reqs * (top.tp if top.dp_attention else 1) * top.replicas

@@ -146,7 +146,7 @@ def plan_verify(bundle: Bundle, recs: list[Recommendation], band: DecodeBand, *,
     large = min(large_bytes or LARGE_BYTES, base.max_size)
     return VerifyPlan(backend=bundle.backend, devices=tuple(devices), cases=tuple(cases),
                       sizes=tuple(band_sizes(band, large)), rules=rules,
-                      sim_profile=(bundle.manifest.get("versions") or {}).get("sim_profile"))
+                      sim_profile=bundle.manifest.versions.get("sim_profile"))
 
 
 def _num(x: float) -> float | None:

@@ -56,6 +56,6 @@ def test_a_trace_of_only_negative_durations_counts_nothing(tmp_path: Path) -> No
     trace = _trace(tmp_path / "rank0.json", [_kernel(0, -3, "gemm_kernel", 1),
                                              _kernel(5, -4, NCCL, 2)])
     doc = attribute_traces([trace], workers=1)
-    rank = doc["ranks"][0]
-    assert rank["n_dropped_bad_duration"] == 2 and rank["n_gpu_events"] == 0
-    assert doc["top_kernels"] == []
+    rank = doc.ranks[0]
+    assert rank.n_dropped_bad_duration == 2 and rank.n_gpu_events == 0
+    assert doc.top_kernels == []

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from pcieprof.analysis.attribution import attribute_traces
+from pcieprof.bundle.attribution import RankAttribution
 
 NCCL_DATA = "traces/hta_nccl_single_rank/nccl_data.json.gz"
 SAMPLED = ["traces/hta_trace_filter_2rank/sampled_rank-0.json.gz",
@@ -122,19 +123,19 @@ def _close(a: float, b: float, rel: float = 0.01) -> bool:
 # -- tests ----------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def analysed(samples: Path) -> dict[str, dict]:
+def analysed(samples: Path) -> dict[str, RankAttribution]:
     doc1 = attribute_traces([samples / NCCL_DATA], drop_last_step=True, workers=1)
     doc2 = attribute_traces([samples / p for p in SAMPLED], drop_last_step=True)
-    out = {NCCL_DATA: doc1["ranks"][0]}
-    for r in doc2["ranks"]:
-        out[SAMPLED[r["rank"]]] = r
+    out = {NCCL_DATA: doc1.ranks[0]}
+    for r in doc2.ranks:
+        out[SAMPLED[r.rank]] = r
     return out
 
 
 @pytest.mark.parametrize("rel", [NCCL_DATA, *SAMPLED])
 def test_per_class_times_match_independent_computation(samples: Path, analysed: dict, rel: str) -> None:
     ref = independent(samples / rel)
-    got = analysed[rel]["totals"]
+    got = analysed[rel].totals
     for mine, theirs in (("comm_us", "comm"), ("compute_us", "compute"), ("memory_us", "memory"),
                          ("comm_overlap_compute_us", "overlap"), ("exposed_comm_us", "exposed"),
                          ("idle_us", "idle"), ("span_us", "span")):
@@ -144,7 +145,7 @@ def test_per_class_times_match_independent_computation(samples: Path, analysed: 
 
 @pytest.mark.parametrize("rel", SAMPLED)
 def test_integer_us_traces_match_hta_figures(analysed: dict, rel: str) -> None:
-    t = analysed[rel]["totals"]
+    t = analysed[rel].totals
     h = HTA[rel]
     assert _close(t["idle_us"], h["idle"])
     assert _close(t["compute_us"], h["compute"])
@@ -162,17 +163,17 @@ def test_float_us_trace_matches_hta_with_its_rounding(samples: Path, analysed: d
     assert _close(rounded["span"] - rounded["idle"] - rounded["compute"], h["non_compute"])
     assert abs(rounded["overlap_pct"] - h["overlap_pct"]) < 0.1
     # pcieprof keeps sub-us resolution: within a few % of HTA, the gap being HTA's rounding.
-    t = analysed[NCCL_DATA]["totals"]
+    t = analysed[NCCL_DATA].totals
     assert abs(t["compute_us"] - h["compute"]) / h["compute"] < 0.05
     assert t["compute_us"] > h["compute"]  # rounding only ever shortens events
 
 
 def test_steps_split_the_rank_and_ranks_show_skew(samples: Path) -> None:
     doc = attribute_traces([samples / p for p in SAMPLED])
-    steps = [s for s in doc["steps"] if s["rank"] == 0]
-    assert [s["name"] for s in steps] == ["ProfilerStep#551", "ProfilerStep#552"]
-    assert all(s["comm_us"] > 0 and s["compute_us"] > 0 for s in steps)
-    xr = doc["cross_rank"]
+    steps = [s for s in doc.steps if s.rank == 0]
+    assert [s.name for s in steps] == ["ProfilerStep#551", "ProfilerStep#552"]
+    assert all(s.comm_us and s.compute_us for s in steps)
+    xr = doc.cross_rank
     assert xr["status"] == "ok" and xr["n_collectives"] == 10
     for p in xr["per_rank"]:
         assert p["transfer_us"] <= p["matched_comm_us"]

@@ -5,9 +5,12 @@ PR_GET_PDEATHSIG, linux/prctl.h) and leaves Ctrl-C to the parent."""
 from __future__ import annotations
 
 import ctypes
+import gzip
 import signal
 import sys
+from pathlib import Path
 
+import orjson
 import pytest
 
 from pcieprof.analysis.attribution import worker_pool
@@ -30,7 +33,6 @@ def test_every_worker_dies_with_its_parent_and_leaves_ctrl_c_to_it() -> None:
 
 
 def _children(pid: int) -> list[int]:
-    from pathlib import Path
     out = []
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
@@ -42,26 +44,45 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+_COPIES = 60  # ~460 MB of JSON per file: several seconds of parsing per worker, even alone
+
+
+@pytest.fixture(scope="module")
+def long_traces(tmp_path_factory: pytest.TempPathFactory, samples: Path) -> list[str]:
+    """Ranks 0 and 1 of a long real trace: the events HTA's nccl_data trace recorded (ranks of a
+    world of 2), written _COPIES times over into one traceEvents array. One JSON document over
+    gzip members (one member compressed once and repeated, as bgzip splits a file), so it is
+    made in a second and read like any gzipped trace."""
+    src = samples / "traces" / "hta_nccl_single_rank" / "nccl_data.json.gz"
+    doc = orjson.loads(gzip.decompress(src.read_bytes()))
+    body = orjson.dumps(doc.pop("traceEvents"))[1:-1]
+    member = gzip.compress(body + b",", 1)
+    last = gzip.compress(body + b"]}", 1)
+    out = tmp_path_factory.mktemp("long_traces")
+    files = []
+    for rank in (0, 1):
+        doc["distributedInfo"] = {**doc["distributedInfo"], "rank": rank}
+        f = out / f"rank{rank}.trace.json.gz"
+        with f.open("wb") as g:
+            g.write(gzip.compress(orjson.dumps(doc)[:-1] + b', "traceEvents": [', 1))
+            for _ in range(_COPIES - 1):
+                g.write(member)
+            g.write(last)
+        files.append(str(f))
+    return files
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_attribute_killed_leaves_no_worker(tmp_path: "Path", sig: int) -> None:
-    """Two slow inputs (200 MB of zeros each, gzipped: the parser reads them for long), two
-    workers; once both run, `sig` to pcieprof: SIGTERM ends with the interrupted line (exit
-    130), and after either no worker is left."""
-    import gzip
+def test_attribute_killed_leaves_no_worker(tmp_path: Path, sig: int, long_traces: list[str]) -> None:
+    """Two long real traces, two workers; once both run, `sig` to pcieprof: SIGTERM ends with
+    the interrupted line (exit 130), and after either no worker is left."""
     import os
     import subprocess
     import time
-    from pathlib import Path
 
     from builders.cli import pcieprof_argv
-    files = []
-    for i in range(2):
-        f = tmp_path / f"rank{i}.trace.json.gz"
-        with gzip.open(f, "wb", compresslevel=1) as g:
-            for _ in range(200):
-                g.write(bytes(1 << 20))
-        files.append(str(f))
+    files = long_traces
     proc = subprocess.Popen(pcieprof_argv("attribute", *files, "--workers", "2", "--out",
                                           str(tmp_path / "out")),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

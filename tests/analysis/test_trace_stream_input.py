@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,8 +51,8 @@ def test_gzip_and_plain_give_the_same_numbers(tmp_path: Path, samples: Path) -> 
     plain = tmp_path / "r.json"
     with gzip.open(samples / SAMPLE, "rb") as f, plain.open("wb") as g:
         shutil.copyfileobj(f, g)
-    a = attribute_traces([samples / SAMPLE], workers=1)["ranks"][0]["totals"]
-    b = attribute_traces([plain], workers=1)["ranks"][0]["totals"]
+    a = attribute_traces([samples / SAMPLE], workers=1).ranks[0].totals
+    b = attribute_traces([plain], workers=1).ranks[0].totals
     assert a == b
 
 
@@ -83,3 +84,82 @@ def test_duplicate_ranks_and_missing_files(tmp_path: Path, samples: Path) -> Non
         attribute_traces([tmp_path / "nope.json"])
     with pytest.raises(BadInput, match="no trace files"):
         attribute_traces([])
+
+
+def _zero_blocks(n: int) -> Iterator[bytes]:
+    from pcieprof.analysis.trace_stream import _BLOCK
+    for _ in range(n):
+        yield bytes(_BLOCK)
+
+
+def test_no_trace_events_key_is_refused_after_64_mb_read() -> None:
+    """Issue 25 pt 9: the key is looked for in each new block only, and no further than 64 MB
+    in (the stream is bounded here so that a reader without that cap ends too)."""
+    from pcieprof.analysis.trace_stream import _BLOCK, _KEY_WITHIN, _Builder, _NotTrace, _read_blocks
+    meta: dict = {}
+    with pytest.raises(_NotTrace, match='no "traceEvents" in the first 64 MB'):
+        _read_blocks(_zero_blocks(_KEY_WITHIN // _BLOCK + 8), _Builder(Classifier()), meta, True)
+    assert meta["_bytes"] <= _KEY_WITHIN + _BLOCK
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 13, 4096])
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_key_is_found_wherever_a_block_ends(size: int, fast: bool) -> None:
+    """Blocks that end inside the key's name, its blanks or its colon still find it once."""
+    from pcieprof.analysis.trace_stream import _Builder, _read_blocks
+    events = [_kernel(0, 10, "gemm_kernel"), _kernel(20, 5, "gemm_kernel", corr=2)]
+    text = ('{"schemaVersion": 1, "traceEvents"  :\n  %s, "distributedInfo": {"rank": 3}}'
+            % json.dumps(events)).encode()
+    b, meta = _Builder(Classifier()), {}
+    assert _read_blocks([text[i:i + size] for i in range(0, len(text), size)], b, meta, fast)
+    assert (b.n_gpu, meta["schemaVersion"], meta["distributedInfo"]) == (2, 1, {"rank": 3})
+
+
+def test_two_gb_of_gzipped_zeros_is_one_line_exit_2(tmp_path: Path) -> None:
+    """Issue 25 pt 9: 2 GB of zeros (gzip members of 1 MB each) ended exit 2 only after reading
+    it all, rescanning the whole text per block (a 200 MB one took 54 s, 2 GB never ended)."""
+    from builders.cli import cli
+    f = tmp_path / "rank0.trace.json.gz"
+    f.write_bytes(gzip.compress(bytes(1 << 20), 1) * 2048)
+    r = cli("attribute", str(f), "--out", str(tmp_path / "b"), "-q", process=True, timeout=120)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    assert 'no "traceEvents" in the first 64 MB' in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("reader", ["scan", "chunked", "ijson"])
+def test_a_gzip_holding_one_trace_twice_is_refused(tmp_path: Path, samples: Path,
+                                                   monkeypatch: pytest.MonkeyPatch, reader: str) -> None:
+    """Issue 25 pt 11: two gzip members, each a whole trace (`cat a.gz a.gz`), were read as one
+    trace with twice the events."""
+    from pcieprof.analysis import trace_stream
+    monkeypatch.setattr(trace_stream, "READER", reader)
+    p = tmp_path / "rank1.trace.json.gz"
+    p.write_bytes((samples / SAMPLE).read_bytes() * 2)
+    with pytest.raises(BadInput, match=r"more than one JSON document \(concatenated traces\?\)") as e:
+        read_trace(p, Classifier())
+    assert "\n" not in e.value.one_line()
+
+
+def test_data_after_the_document_is_refused(tmp_path: Path) -> None:
+    text = json.dumps({"traceEvents": [_kernel(0, 10, "gemm_kernel")]}) + '\n{"traceName": "x"}\n'
+    with pytest.raises(BadInput, match="more than one JSON document"):
+        read_trace(_write(tmp_path / "t.json", text), Classifier())
+
+
+def test_one_document_over_many_gzip_members_reads_as_one(tmp_path: Path, samples: Path) -> None:
+    """bgzip and pigz -i write one document over many members (64 KB each, cut anywhere):
+    the same numbers as the single-member file."""
+    text = gzip.decompress((samples / SAMPLE).read_bytes())
+    p = tmp_path / "rank1.trace.json.gz"
+    p.write_bytes(b"".join(gzip.compress(text[i:i + 65280], 1) for i in range(0, len(text), 65280)))
+    a = attribute_traces([samples / SAMPLE], workers=1)["ranks"][0]["totals"]
+    assert attribute_traces([p], workers=1)["ranks"][0]["totals"] == a
+
+
+def test_a_doubled_trace_is_one_line_exit_2(tmp_path: Path, samples: Path) -> None:
+    from builders.cli import cli
+    p = tmp_path / "rank1.trace.json.gz"
+    p.write_bytes((samples / SAMPLE).read_bytes() * 2)
+    r = cli("attribute", str(p), "--out", str(tmp_path / "b"), "-q")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr[-2000:]
+    assert "more than one JSON document" in r.stderr, r.stderr

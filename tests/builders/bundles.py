@@ -177,7 +177,7 @@ def make_bundle(path: Path, *, host: str = "calib-box", gpu_name: str = GPU_NAME
         tuned: the default all-reduce variant already has the LL times (as after tuning).
     """
     b = Bundle.create(path, command="import", source="imported", backend="imported")
-    b.manifest["host"] = host
+    b.manifest.host = host
     b.write_doc(switch_topology(gpu_name, "calibration fixture: published numbers"))
     b.set_part("discovery", "ok")
 

@@ -99,7 +99,7 @@ BROKEN: dict[str, tuple[Callable[[Path], Any], str, str]] = {
                       "status: expected a string or null, got 5"),
     "files_string": (_manifest(files="p2p.csv"), "manifest.json", "files: expected a list"),
     "nodes_garbage": (_manifest(nodes={"nnodes": "two"}), "manifest.json",
-                      "nodes: not a node layout"),
+                      "nodes: nnodes: expected an integer, got \"two\""),
     "manifest_list": (_text("manifest.json", "[1, 2]"), "manifest.json",
                       "not a pcieprof manifest"),
     "manifest_truncated": (_text("manifest.json", '{"schema_version": 3, "par'),

@@ -40,7 +40,7 @@ def _doc() -> ServeSearch:
 def test_written_and_read_back_whole(tmp_path: Path) -> None:
     b = Bundle.create(tmp_path / "b", command="serve-bench", source="measured", backend="cpu")
     b.write_doc(_doc())
-    assert "serve/search.json" in b.manifest["files"]
+    assert "serve/search.json" in b.manifest.files
     entry = contract.entry("serve/search.json")
     assert entry is not None and entry.read_as is ServeSearch
     raw = json.loads((b.path / "serve" / "search.json").read_text())

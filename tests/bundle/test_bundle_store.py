@@ -13,7 +13,7 @@ from pcieprof.schema import SCHEMA_VERSION
 
 def test_create_append_read_roundtrip(tmp_path: Path) -> None:
     b = Bundle.create(tmp_path / "b", command="topology", source="measured", backend="cpu")
-    assert b.manifest["status"] == "partial"  # until finish(): a killed run reads as partial
+    assert b.manifest.status == "partial"  # until finish(): a killed run reads as partial
     b.set_part("p2p", "running")
     b.append_rows("p2p", [{"backend": "cpu", "src": 0, "dst": 1, "path": "p2p",
                            "direction": "uni", "size_bytes": 1024, "bandwidth_gbps": 1.5}])
@@ -35,7 +35,7 @@ def test_unfinished_part_makes_bundle_partial(tmp_path: Path) -> None:
     b.set_part("p2p", "ok")
     b.set_part("allreduce", "running")
     assert b.finish() == "partial"
-    assert Bundle.open(b.path).part("allreduce")["status"] == "partial"
+    assert Bundle.open(b.path).part("allreduce").status == "partial"
 
 
 def test_unknown_column_is_rejected(tmp_path: Path) -> None:
@@ -64,7 +64,7 @@ def test_old_schema_gets_defaults(tmp_path: Path) -> None:
     (d / "p2p.csv").write_text("src,dst,path,direction,size_bytes,bandwidth_gbps,latency_us,iters,status\n"
                                "0,1,p2p,uni,1048576,50.0,,10,ok\n")
     b = Bundle.open(d)
-    assert b.manifest["parts"]["p2p"]["source"] == "measured"
+    assert b.manifest.parts["p2p"].source == "measured"
     df = b.read_table("p2p")
     assert df.loc[0, "bandwidth_gbps"] == 50.0
     assert df.loc[0, "backend"] == ""  # filled default

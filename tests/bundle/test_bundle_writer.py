@@ -31,10 +31,10 @@ def test_a_dead_writers_running_parts_read_as_interrupted(tmp_path: Path) -> Non
     assert on_disk["parts"]["allreduce"]["status"] == "running"
     assert on_disk["writer"]["pid"] == pid and on_disk["writer"]["start_ticks"]
     b = Bundle.open(out)
-    assert b.manifest["status"] == "interrupted"
-    assert b.part("allreduce")["status"] == "interrupted"
-    assert b.part("discovery")["status"] == "ok"
-    why = b.manifest["why"]
+    assert b.manifest.status == "interrupted"
+    assert b.part("allreduce").status == "interrupted"
+    assert b.part("discovery").status == "ok"
+    why = b.manifest.why
     assert f"pid {pid} on host" in why and "left running: allreduce" in why
     # the reading changes nothing on disk until a reader saves the manifest
     assert json.loads((out / "manifest.json").read_text())["parts"]["allreduce"]["status"] == \
@@ -45,24 +45,24 @@ def test_a_live_writer_is_left_alone(tmp_path: Path) -> None:
     b = Bundle.create(tmp_path / "b", command="topology", source="measured", backend="cpu")
     b.set_part("allreduce", "running")
     again = Bundle.open(b.path)
-    assert again.part("allreduce")["status"] == "running"
-    assert again.manifest["status"] == "partial"
+    assert again.part("allreduce").status == "running"
+    assert again.manifest.status == "partial"
     b.finish()
-    assert Bundle.open(b.path).manifest["status"] == "partial"  # finished, not interrupted
+    assert Bundle.open(b.path).manifest.status == "partial"  # finished, not interrupted
 
 
 def test_a_writer_elsewhere_or_a_reused_pid(tmp_path: Path) -> None:
     b = Bundle.create(tmp_path / "b", command="topology", source="measured", backend="cpu")
     b.set_part("allreduce", "running")
-    me = dict(b.manifest["writer"])
-    b.manifest["writer"] = {**me, "host": "some-other-node"}
+    me = dict(b.manifest.writer)
+    b.manifest.writer = {**me, "host": "some-other-node"}
     b.save_manifest()
-    assert writer.state(b.manifest["writer"]) == "unknown"
-    assert Bundle.open(b.path).part("allreduce")["status"] == "running"  # cannot tell from here
-    b.manifest["writer"] = {**me, "start_ticks": "1"}  # this pid, another process's start
+    assert writer.state(b.manifest.writer) == "unknown"
+    assert Bundle.open(b.path).part("allreduce").status == "running"  # cannot tell from here
+    b.manifest.writer = {**me, "start_ticks": "1"}  # this pid, another process's start
     b.save_manifest()
-    assert writer.state(b.manifest["writer"]) == "gone"
-    assert Bundle.open(b.path).part("allreduce")["status"] == "interrupted"
+    assert writer.state(b.manifest.writer) == "gone"
+    assert Bundle.open(b.path).part("allreduce").status == "interrupted"
 
 
 def test_another_process_that_goes_on_writing_becomes_the_writer(tmp_path: Path) -> None:
@@ -71,5 +71,5 @@ def test_another_process_that_goes_on_writing_becomes_the_writer(tmp_path: Path)
                    timeout=60, check=False)
     b = Bundle.open(out)  # e.g. `recommend` adding its part to a bundle
     b.set_part("recommendations", "running")
-    assert writer.is_this_process(b.manifest["writer"])
-    assert Bundle.open(out).part("recommendations")["status"] == "running"
+    assert writer.is_this_process(b.manifest.writer)
+    assert Bundle.open(out).part("recommendations").status == "running"

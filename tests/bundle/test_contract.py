@@ -52,7 +52,7 @@ def test_current_schema_has_a_committed_bundle() -> None:
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_committed_bundles_open_typed(path: Path) -> None:
     b = Bundle.open(path)
-    for name in b.manifest["files"]:
+    for name in b.manifest.files:
         assert contract.entry(name) is not None, f"{path.name}: {name} is not in the contract"
     on_disk = [p.relative_to(path).as_posix() for p in path.rglob("*")
                if p.is_file() and p.name != "NOTE.md" and "verify" not in p.relative_to(path).parts[:1]]
@@ -133,4 +133,4 @@ def test_register_refuses_a_file_outside_the_contract(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a file of the bundle contract"):
         b.write_text("notes.txt", "x")
     b.write_text("nccl/default.log", "NCCL INFO ...")  # a family of the contract
-    assert "nccl/default.log" in b.manifest["files"]
+    assert "nccl/default.log" in b.manifest.files

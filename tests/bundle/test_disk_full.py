@@ -96,8 +96,8 @@ def test_recommend_out_onto_a_full_disk_is_exit_2_one_line_and_partial(tmp_path:
     assert len(lines) == 1 and len(lines[0]) < 400, r.stderr
     assert "File too large" in lines[0] or "No space" in lines[0]
     copy = Bundle.open(dst)
-    assert copy.manifest["status"] == "partial" and "cut short" in copy.manifest["why"]
-    assert Bundle.open(src).manifest["status"] == "ok"  # the original untouched
+    assert copy.manifest.status == "partial" and "cut short" in copy.manifest.why
+    assert Bundle.open(src).manifest.status == "ok"  # the original untouched
 
 
 def test_a_whole_last_row_without_a_line_break_is_kept(tmp_path: Path) -> None:

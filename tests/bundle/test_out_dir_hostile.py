@@ -96,7 +96,7 @@ def test_force_keeps_the_users_files_beside_a_bundle(tmp_path: Path) -> None:
     r = cli("recommend", str(src.path), "--out", str(out), "--force", "--no-layouts")
     assert r.returncode == 0, r.stderr
     assert {k: v for k, v in _files(out).items() if k in mine} == mine
-    assert Bundle.open(out).manifest["status"] == "ok"
+    assert Bundle.open(out).manifest.status == "ok"
 
 
 def test_force_never_deletes_through_a_symbolic_link(tmp_path: Path) -> None:
@@ -166,7 +166,7 @@ def test_a_second_writer_on_one_out_is_refused(tmp_path: Path) -> None:
         if first.poll() is None:
             first.kill()
     b = Bundle.open(out)  # the first writer's bundle, alone
-    assert b.manifest["status"] == "ok" and b.manifest["command"] == "topology"
+    assert b.manifest.status == "ok" and b.manifest.command == "topology"
     assert len(b.read_table("p2p")) == 1
     # once it has ended, --force replaces it
     r = cli("recommend", str(src), "--out", str(out), "--force", "--no-layouts")

@@ -47,7 +47,7 @@ def test_glm5_memory_fits_tp8_only() -> None:
     # ~440 GB of NVFP4 weights; ~57 GB per GPU at TP8 (rtx6kpro glm5.md).
     assert 420 * gb < c.weight_bytes < 470 * gb
     assert 52 * gb < c.weight_bytes_per_gpu(tp=8) < 60 * gb
-    assert c.weight_bytes_per_gpu(tp=4) > c.sglang.gpu_memory_gb * gb  # TP4 cannot hold it
+    assert c.weight_bytes_per_gpu(tp=4) > c.sglang.gpu_memory_gib * 2**30  # TP4 cannot hold it
     # KV: 314,304 tokens at TP8 are 29.32 GiB per GPU (MLA cache replicated on every rank).
     per_gpu = c.kv_bytes_per_token_per_gpu(tp=8) * 314_304 / 2**30
     assert math.isclose(per_gpu, 29.32, rel_tol=0.002)

@@ -15,7 +15,7 @@ def test_recommend_on_simulated_vm(sim_vm_bundle: Path, tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "principal bottleneck:" in r.stdout and "simulated" in r.stdout
     doc = json.loads((b / "recommendations.json").read_text())
-    assert doc["format"] == "pcieprof.recommendations/1"
+    assert doc["format"] == "pcieprof.recommendations/2"
     # `reported`: a gain published for another box, named as such (multi-token prediction)
     assert all(rec["confidence"] in ("simulated", "predicted", "advice", "reported")
                for rec in doc["recommendations"])

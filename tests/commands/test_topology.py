@@ -31,7 +31,7 @@ def test_cpu_run_writes_a_complete_bundle(tmp_path: Path) -> None:
     b = Bundle.open(out)
     assert b.backend == "cpu" and b.source == "measured"
     for part in ("p2p", "concurrent", "allreduce"):
-        assert b.part(part)["status"] == "ok", b.part(part)
+        assert b.part(part).status == "ok", b.part(part)
     p2p = b.read_table("p2p")
     assert (p2p["backend"] == "cpu").all() and (p2p["status"] == "ok").all()
     for path in ("p2p", "host_staged"):

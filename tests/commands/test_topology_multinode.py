@@ -75,16 +75,16 @@ def test_two_nodes_one_rank_each_give_one_dataset_in_node0s_bundle(tmp_path: Pat
     assert not (n1 / "allreduce.csv").exists() and not (n1 / "nccl_choices.json").exists()
     assert (n1 / "nccl" / "default.log").is_file()  # node 1's ranks' own output stays there
     for rank, b in ((0, b0), (1, b1)):
-        nodes = b.manifest["nodes"]
-        assert nodes["nnodes"] == 2 and nodes["node_rank"] == rank
-        assert nodes["rdzv_endpoint"] == endpoint and nodes["stride"] == 1
-        assert [(n["node_rank"], n["devices"], n["gpus"]) for n in nodes["nodes"]] == \
+        nodes = b.manifest.nodes
+        assert nodes is not None and nodes.nnodes == 2 and nodes.node_rank == rank
+        assert nodes.rdzv_endpoint == endpoint and nodes.stride == 1
+        assert [(n.node_rank, n.devices, n.gpus) for n in nodes.nodes] == \
             [(0, [0], [0]), (1, [0], [1])]
-        assert nodes["nodes"][0]["bundle"] == str(n0.resolve())
-        assert b.manifest["status"] == "ok" and b.part("allreduce")["status"] == "ok"
-    assert b0.manifest["nodes"]["collective_rows"] == "this bundle"
-    assert str(n0.resolve()) in b1.part("allreduce")["rows_in"]
-    assert f"node 0 (" in b1.manifest["nodes"]["collective_rows"]
+        assert nodes.nodes[0].bundle == str(n0.resolve())
+        assert b.manifest.status == "ok" and b.part("allreduce").status == "ok"
+    assert b0.manifest.nodes.collective_rows == "this bundle"
+    assert str(n0.resolve()) in b1.part("allreduce").extra["rows_in"]
+    assert f"node 0 (" in b1.manifest.nodes.collective_rows
     # plan.json says what the rows say, on both nodes
     for d in (n0, n1):
         plan = json.loads((d / "plan.json").read_text())
@@ -165,9 +165,9 @@ def test_a_node_killed_mid_sweep_stops_the_cross_node_cases_at_once(tmp_path: Pa
     assert after < 30, after  # at once: no per-case rendezvous timeout
     b0 = Bundle.open(n0)
     part = b0.part("allreduce")
-    assert b0.manifest["status"] == "partial" and part["status"] == "partial"
-    assert "node 1 (" in part["why"] and "lost" in part["why"]
-    assert part["cases"] + part["not_run"] == 3 and part["not_run"] >= 1
+    assert b0.manifest.status == "partial" and part.status == "partial"
+    assert "node 1 (" in part.why and "lost" in part.why
+    assert part.extra["cases"] + part.extra["not_run"] == 3 and part.extra["not_run"] >= 1
     ar = b0.read_table("allreduce")
     # ok and failed rows name the same group
     assert set(ar["nranks"]) == {2} and set(ar["ranks"]) == {(0, 1)}
@@ -175,9 +175,9 @@ def test_a_node_killed_mid_sweep_stops_the_cross_node_cases_at_once(tmp_path: Pa
     assert err0.count("the remaining cross-node cases are not run") == 1
     # the dead node's bundle: its writer is gone, so the next reader finds it interrupted
     b1 = Bundle.open(n1)
-    assert b1.manifest["status"] == "interrupted"
-    assert b1.part("allreduce")["status"] == "interrupted"
-    assert f"pid {p1.pid}" in b1.manifest["why"]
+    assert b1.manifest.status == "interrupted"
+    assert b1.part("allreduce").status == "interrupted"
+    assert f"pid {p1.pid}" in b1.manifest.why
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -27,10 +27,10 @@ def run_import(files: list[Path], out: Path, *, check: bool = True) -> tuple[Bun
 
 def check_provenance(b: Bundle, files: list[Path]) -> None:
     m = b.manifest
-    assert (m["source"], m["backend"], m["status"], m["command"]) == ("imported", "imported", "ok", "import")
+    assert (m.source, m.backend, m.status, m.command) == ("imported", "imported", "ok", "import")
     for f in files:
         assert (b.path / "imported" / f.name).read_bytes() == f.read_bytes()
-        assert f"imported/{f.name}" in m["files"]
+        assert f"imported/{f.name}" in m.files
     topo = b.read_json("topology.json")
     assert topo["source"] == "imported"
     for table in ("p2p", "allreduce", "concurrent"):
@@ -82,14 +82,14 @@ def test_p2p_bandwidth_latency(samples: Path, tmp_path: Path) -> None:
     assert value("Bidirectional P2P=Enabled Bandwidth Matrix", 3, 1, "bandwidth_gbps") == float(row3[2])
     assert value("Unidirectional P2P=Disabled Bandwidth Matrix", 0, 4, "bandwidth_gbps") == 3.42
     assert value("P2P=Enabled Latency (P2P Writes) Matrix (us) GPU", 2, 3, "latency_us") == 0.50
-    cpu = b.part("import")["files"][0]["facts"]["cpu_latency_us"]
+    cpu = b.part("import").extra["files"][0]["facts"]["cpu_latency_us"]
     assert cpu["P2P=Disabled Latency Matrix (us)"][1][0] == 8.39
     uni = df[(df["path"] == "p2p") & (df["direction"] == "uni") & df["bandwidth_gbps"].notna()]
     assert len(uni) == 20
     topo = b.read_json("topology.json")
     assert [g["bus_id"] for g in topo["gpus"]] == ["0000:04:00.0", "0000:09:00.0", "0000:0a:00.0",
                                                   "0000:0b:00.0", "0000:0c:00.0"]
-    assert b.part("p2p")["status"] == "ok" and b.part("p2p")["source"] == "imported"
+    assert b.part("p2p").status == "ok" and b.part("p2p").source == "imported"
 
 
 def test_all_reduce_perf(samples: Path, tmp_path: Path) -> None:
@@ -103,7 +103,7 @@ def test_all_reduce_perf(samples: Path, tmp_path: Path) -> None:
     assert (o["time_us"], o["algbw_gbps"], o["busbw_gbps"]) == tuple(map(float, row[5:8]))
     assert (i["time_us"], i["algbw_gbps"], i["busbw_gbps"]) == tuple(map(float, row[9:12]))
     assert o["iters"] == 20 and o["status"] == "ok"
-    facts = b.part("import")["files"][0]["facts"]
+    facts = b.part("import").extra["files"][0]["facts"]
     assert facts["runs"][0]["avg_busbw_gbps"] == 24.5413
     names = {g["index"]: g["name"] for g in b.read_json("topology.json")["gpus"]}
     assert names[5] == "NVIDIA GeForce RTX 4090"
@@ -118,7 +118,7 @@ def test_nccl_debug_log(samples: Path, tmp_path: Path) -> None:
     parsed = entry["parsed"]
     assert parsed["nccl_version"] == "2.28.9+cuda13.0"
     assert parsed["rings"]["0"] == [0, 1, 2, 3] and parsed["peer_transport"]["0->1"] == "P2P/CUMEM"
-    assert b.manifest["versions"]["nccl"] == "2.28.9+cuda13.0"
+    assert b.manifest.versions["nccl"] == "2.28.9+cuda13.0"
     assert "P2P/CUMEM" in out
 
 
@@ -144,7 +144,7 @@ def test_every_shared_tool_output_imports(samples: Path, tmp_path: Path) -> None
     files = sorted(p for p in (samples / TOOL).iterdir() if p.name != "SOURCES.md")
     for k, f in enumerate(files):
         b, out = run_import([f], tmp_path / f"b{k}")
-        rec = b.part("import")["files"][0]
+        rec = b.part("import").extra["files"][0]
         assert rec["format"] and rec["summary"] in out
         json.loads((b.path / "topology.json").read_text())
 
@@ -156,7 +156,7 @@ def test_out_directory_not_empty(samples: Path, tmp_path: Path) -> None:
     assert r.returncode == 2
     assert "not empty" in r.stderr
     assert cli("import", str(f), "--out", str(tmp_path / "b"), "--force", "-q").returncode == 0
-    assert Bundle.open(tmp_path / "b").manifest["status"] == "ok"
+    assert Bundle.open(tmp_path / "b").manifest.status == "ok"
 
 
 def test_cuda_numbering_mapped_to_nvidia_smi_by_bus_id(samples: Path, tmp_path: Path) -> None:
@@ -187,6 +187,6 @@ def test_same_file_name_from_two_folders(samples: Path, tmp_path: Path) -> None:
     first = tmp_path / "p2p.txt"
     first.write_bytes(a.read_bytes())
     b, _out = run_import([first, other / "p2p.txt"], tmp_path / "b", check=False)
-    stored = [f["stored_as"] for f in b.part("import")["files"]]
+    stored = [f["stored_as"] for f in b.part("import").extra["files"]]
     assert stored == ["imported/p2p.txt", "imported/p2p-2.txt"]
     assert (b.path / "imported/p2p-2.txt").read_bytes() == (other / "p2p.txt").read_bytes()

@@ -40,12 +40,12 @@ def acs_ctl_in_lspci(text: str) -> dict[str, dict[str, bool]]:
 
 def test_one_bundle_from_the_four_logs(bundle: Bundle, samples: Path) -> None:
     m = bundle.manifest
-    assert (m["source"], m["backend"], m["status"]) == ("imported", "imported", "ok")
-    assert [f["format"] for f in bundle.part("import")["files"]] == [
+    assert (m.source, m.backend, m.status) == ("imported", "imported", "ok")
+    assert [f["format"] for f in bundle.part("import").extra["files"]] == [
         "lspci", "nvidia-smi-q", "nvidia-smi-topo-m", "cmdline"]
     for f in LOGS:
         assert (bundle.path / "imported" / f).read_bytes() == (samples / BOX / f).read_bytes()
-    assert m["versions"]["driver"] == "595.58.03"
+    assert m.versions["driver"] == "595.58.03"
 
 
 def test_eight_gpus_gen5_x16(bundle: Bundle) -> None:

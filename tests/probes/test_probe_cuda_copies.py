@@ -3,6 +3,8 @@ the CUDA stream/event API (tests/builders/cuda.py): issue 15, defects 2, 4 and 5
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from probes.p2p_worker import CudaCopier, concurrent_rows, p2p_result_row, p2p_row
@@ -10,7 +12,7 @@ from probes.plan import KiB, ConcurrentCase, P2PCase, Plan, build_plan
 from builders.cuda import CudaStandin, PeerCopies, StandinEvent, Stream
 
 
-def _copier(devices: list[int], cases: list[P2PCase], **kw: float) -> tuple[CudaCopier, CudaStandin]:
+def _copier(devices: list[int], cases: list[P2PCase], **kw: Any) -> tuple[CudaCopier, CudaStandin]:
     api = CudaStandin(devices, **kw)
     return CudaCopier(Plan(backend="cuda", devices=devices, p2p=cases), api, PeerCopies()), api
 
@@ -29,32 +31,36 @@ def test_d2h_reads_the_pattern_only_after_its_fill_completed() -> None:
 def test_concurrent_flows_are_waited_for_on_every_device() -> None:
     case = ConcurrentCase("ring", "write", [(0, 1), (1, 0)], 64 * KiB, 3)
     copier, api = _copier([0, 1], [])
-    spans, ok, why = copier.run_concurrent(0, case)  # raised "device not ready" before the fix
+    spans, ok, why, _ = copier.run_concurrent(0, case)  # raised "device not ready" before the fix
     assert spans is not None and ok == [True, True], why
     assert api.synchronized() >= {0, 1}
     rows = concurrent_rows(case, "cuda", spans, ok)
     assert all(r["status"] == "ok" and r["bandwidth_gbps"] > 0 for r in rows)
 
 
-def test_copy_latency_excludes_host_enqueue_time() -> None:
+@pytest.mark.parametrize("host_flag", [True, False])
+def test_copy_latency_excludes_host_enqueue_time(host_flag: bool) -> None:
     # host: 10 us per call; the GPU: 2 us per copy. Without holding the stream until every copy is
     # queued, the start event fires on an idle stream and the copies run at the host's pace
-    # (10 us each). p2pBandwidthLatencyTest holds the stream with a delay kernel first.
+    # (10 us each). p2pBandwidthLatencyTest holds the stream with a delay kernel first; the
+    # copier holds it on a host flag, or (no flag) a spin kernel and a gate event.
     case = P2PCase(-1, 0, "h2d", "uni", "latency", 8, 100, 3)
-    copier, api = _copier([0], [case], host_us=10.0, gpu_us=2.0)
-    times, ok, _ = copier.run_p2p(0, case)
+    copier, api = _copier([0], [case], host_us=10.0, gpu_us=2.0, host_flag=host_flag)
+    times, ok, detail = copier.run_p2p(0, case)
     assert ok and times
     row = p2p_row(case, "cuda", times)
     assert row["latency_us"] == pytest.approx(2.0, rel=0.01)
-    blocks = [i for i, (what, _) in enumerate(api.log) if what == "block"]
-    assert len(blocks) >= case.trials + 1  # warm-up and every trial held
+    held = [what for what, _ in api.log if what in ("block", "flag_write")]
+    assert len(held) >= case.trials + 1  # warm-up and every trial held
+    assert set(held) == {"flag_write" if host_flag else "block"}
+    assert ("gate event" in detail) is not host_flag
 
 
 def test_a_hold_too_short_for_the_queueing_is_lengthened() -> None:
     # 1000 copies at 50 us of host time each (50 ms of queueing) outlast the first hold (20 ms):
     # the start event has fired before the host finished, so the round is repeated, held longer
     case = P2PCase(-1, 0, "h2d", "uni", "latency", 8, 1000, 1)
-    copier, api = _copier([0], [case], host_us=50.0, gpu_us=2.0)
+    copier, api = _copier([0], [case], host_us=50.0, gpu_us=2.0, host_flag=False)
     times, ok, detail = copier.run_p2p(0, case)
     assert ok and times
     assert p2p_row(case, "cuda", times)["latency_us"] == pytest.approx(2.0, rel=0.01)
@@ -114,7 +120,7 @@ def test_a_pair_whose_peer_enable_fails_is_marked_and_the_rest_runs() -> None:
     rows = [p2p_result_row(c, "cuda", copier.run_p2p(i, c)) for i, c in enumerate(cases)]
     assert [r["status"] for r in rows] == ["error", "error", "ok", "ok", "ok"]
     assert "cudaDeviceEnablePeerAccess(0->1) failed with cudaError 217" in rows[0]["detail"]
-    spans, ok, why = copier.run_concurrent(0, ConcurrentCase("ring", "write", [(0, 1), (1, 2)],
+    spans, ok, why, _ = copier.run_concurrent(0, ConcurrentCase("ring", "write", [(0, 1), (1, 2)],
                                                              64 * KiB, 2))
     assert spans is None and ok == [False, False] and "0->1" in why
 
@@ -125,9 +131,9 @@ def test_concurrent_flows_are_released_together_whatever_each_gpus_clock() -> No
     # assume every flow starts at 0. One hold and a gate event every stream waits for release
     # them at one moment.
     case = ConcurrentCase("ring", "write", [(0, 1), (1, 0)], 64 * KiB, 3)
-    copier, api = _copier([0, 1], [])
+    copier, api = _copier([0, 1], [], host_flag=False)
     api.hold_scale = {1: 6.0}
-    spans, ok, why = copier.run_concurrent(0, case)
+    spans, ok, why, _ = copier.run_concurrent(0, case)
     assert spans is not None and ok == [True, True], why
     flow_streams = {name for name, _ in api.starts if name != "default"}
     first = {}
@@ -143,7 +149,7 @@ def test_a_flow_that_starts_late_widens_the_concurrent_total() -> None:
     # still counted as starting at 0 and the total, first start to last end, came out short.
     # Each flow's start and end are now timed from the release.
     case = ConcurrentCase("fan", "write", [(0, 1), (0, 2)], 64 * KiB, 3)
-    copier, api = _copier([0, 1, 2], [])
+    copier, api = _copier([0, 1, 2], [], host_flag=False)
     late_us = 500.0
     waits = api.wait
 
@@ -152,7 +158,7 @@ def test_a_flow_that_starts_late_widens_the_concurrent_total() -> None:
         stream.ready_us += late_us  # this stream passes the gate late
 
     api.wait = late_wake  # type: ignore[method-assign]
-    spans, ok, why = copier.run_concurrent(0, case)
+    spans, ok, why, _ = copier.run_concurrent(0, case)
     assert spans is not None and ok == [True, True], why
     (a0, a1), (b0, b1) = spans
     assert b0 - a0 == pytest.approx(late_us / 1e6)  # the late flow's start is its own
@@ -161,3 +167,133 @@ def test_a_flow_that_starts_late_widens_the_concurrent_total() -> None:
     total = next(r for r in rows if r["flow"] == -1)
     moved = 2 * case.size_bytes * case.iters
     assert total["bandwidth_gbps"] == pytest.approx(moved / (b1 - a0) / 1e9)
+
+
+def _first_starts(api: CudaStandin) -> dict[str, float]:
+    first: dict[str, float] = {}
+    for name, t in api.starts:
+        if name != "default":
+            first.setdefault(name, t)
+    return first
+
+
+def test_flows_wait_on_a_host_flag_the_host_writes_once_all_are_queued() -> None:
+    # issue 23 pt 7: the streams were released by a spin kernel and a gate event on one device
+    # (whose hold was sized from a clock rate); now every stream waits on one word of pinned
+    # host memory that the host writes after queueing everything: one host moment for all GPUs
+    case = ConcurrentCase("ring", "write", [(0, 1), (1, 2), (2, 0)], 64 * KiB, 3)
+    copier, api = _copier([0, 1, 2], [], hold_scale={1: 6.0})
+    spans, ok, why, timing = copier.run_concurrent(0, case)
+    assert spans is not None and ok == [True, True, True], why
+    assert timing is not None and timing.release == "host_flag" and timing.held
+    assert not any(what == "block" for what, _ in api.log)  # no spin kernel
+    write = api.log.index(("flag_write", -1))
+    assert all(i < write for i, (what, _) in enumerate(api.log) if what == "enqueue")
+    released = api.flags[0].written_at[-1]
+    starts = _first_starts(api)
+    assert len(starts) == 3 and all(t >= released for t in starts.values())
+    assert max(starts.values()) - min(starts.values()) <= api.gpu_us
+    rows = concurrent_rows(case, "cuda", spans, ok, why, timing=timing)
+    assert {r["release"] for r in rows} == {"host_flag"}
+    assert "assumed simultaneous" not in why
+
+
+def test_each_devices_anchor_is_bounded_by_its_acknowledgement() -> None:
+    # issue 23 pt 7: the anchors of different devices were assumed simultaneous. Device 1 sees
+    # the host's write 3 us late; each device acknowledges right after its anchor and the host
+    # reads that 1 us later (ack_us), so the bounds are 1 us (device 0) and 4 us (device 1)
+    case = ConcurrentCase("ring", "write", [(0, 1), (1, 0)], 64 * KiB, 3)
+    copier, api = _copier([0, 1], [], flag_lag_us={1: 3.0}, ack_us=1.0)
+    spans, ok, why, timing = copier.run_concurrent(0, case)
+    assert spans is not None and all(ok) and timing is not None
+    assert timing.anchor_us == {0: pytest.approx(1.0), 1: pytest.approx(4.0)}
+    rows = concurrent_rows(case, "cuda", spans, ok, why, timing=timing)
+    by_flow = {r["flow"]: r for r in rows}
+    assert by_flow[0]["release_to_anchor_us_max"] == pytest.approx(1.0)  # writes from GPU 0
+    assert by_flow[1]["release_to_anchor_us_max"] == pytest.approx(4.0)
+    assert by_flow[-1]["release_to_anchor_us_max"] == pytest.approx(4.0)
+    # each flow is timed from its own device's anchor: device 1's late release is not in its span
+    (a0, a1), (b0, b1) = spans
+    assert a1 - a0 == pytest.approx(b1 - b0)
+
+
+def test_without_a_host_flag_the_gate_event_releases_and_the_rows_say_so() -> None:
+    case = ConcurrentCase("ring", "write", [(0, 1), (1, 0)], 64 * KiB, 3)
+    copier, api = _copier([0, 1], [], host_flag=False)
+    spans, ok, why, timing = copier.run_concurrent(0, case)
+    assert spans is not None and all(ok) and timing is not None
+    assert timing.release == "gate_event" and timing.anchor_us == {}
+    assert "CAN_MAP_HOST_MEMORY" in why and "assumed simultaneous" in why
+    rows = concurrent_rows(case, "cuda", spans, ok, why, timing=timing)
+    assert {r["release"] for r in rows} == {"gate_event"}
+    assert all("release_to_anchor_us_max" not in r for r in rows)
+
+
+def test_a_refused_wait_releases_the_waiting_streams_and_falls_back_to_the_gate() -> None:
+    # streams that already wait on the flag must not stay blocked when a later wait fails
+    case = ConcurrentCase("ring", "write", [(0, 1), (1, 0)], 64 * KiB, 3)
+    copier, api = _copier([0, 1], [])
+    flag = api.flags[0]
+    flag.fail_wait_at = 3  # the two anchor streams wait, the first flow's wait is refused
+    spans, ok, why, timing = copier.run_concurrent(0, case)
+    assert spans is not None and all(ok) and timing is not None
+    assert timing.release == "gate_event" and flag.closed
+    assert flag.written_at and not flag.held  # the waiting anchor streams were released
+    assert "the host flag failed" in why and "CUresult 801" in why
+
+
+def test_a_dropped_middle_iteration_is_caught() -> None:
+    # issue 23 pt 8: every iteration copied the same source over the same destination, so the
+    # check after the round proved only that some copy landed. Call 9 is trial 2's third copy
+    # (call 1 is the warm-up, 2-6 trial 1): later copies used to rewrite the same bytes over it.
+    case = P2PCase(0, 1, "p2p", "uni", "bandwidth", 64 * KiB, 5, 2)
+    rt = PeerCopies(lose=(9,))
+    copier = CudaCopier(Plan(backend="cuda", devices=[0, 1], p2p=[case]), CudaStandin([0, 1]), rt)
+    times, ok, detail = copier.run_p2p(0, case)
+    assert rt.calls == 11 and times is not None
+    assert not ok, "a round that lost its third copy was recorded ok"
+    assert "trial 2: iteration(s) 3 of 5 did not land in GPU 1" in detail
+    row = p2p_result_row(case, "cuda", (times, ok, detail))
+    assert row["status"] == "error" and "iteration(s) 3 of 5" in row["detail"]
+
+
+def test_every_iteration_of_a_clean_round_lands_in_its_own_slot() -> None:
+    case = P2PCase(0, 1, "p2p", "bi", "latency", 8, 50, 3)
+    copier, _ = _copier([0, 1], [case])
+    times, ok, detail = copier.run_p2p(0, case)
+    assert ok and times and "did not land" not in detail
+
+
+def test_a_dropped_down_copy_of_a_host_staged_round_is_caught_in_the_bounce_buffer() -> None:
+    # the bounce buffer held the right bytes from the round before: the up copy would have
+    # carried them on and the destination passed
+    case = P2PCase(0, 1, "host_staged", "uni", "bandwidth", 64 * KiB, 4, 2)
+    copier, api = _copier([0, 1], [case])
+    api.drop = {copier.streams[0].name: {1 + 4 + 2}}  # trial 2 (after warm-up and trial 1), copy 2
+    times, ok, detail = copier.run_p2p(0, case)
+    assert not ok
+    assert "trial 2: iteration(s) 2 of 4 did not land in host (GPU 0's bounce buffer)" in detail
+    assert "iteration(s) 2 of 4 did not land in GPU 1" in detail
+
+
+@pytest.mark.parametrize("path", ["h2d", "d2h"])
+def test_a_dropped_middle_host_copy_is_caught(path: str) -> None:
+    case = (P2PCase(-1, 0, "h2d", "uni", "latency", 8, 20, 2) if path == "h2d"
+            else P2PCase(0, -1, "d2h", "uni", "latency", 8, 20, 2))
+    copier, api = _copier([0], [case])
+    api.drop = {copier.streams[0].name: {1 + 10}}  # trial 1's tenth copy
+    times, ok, detail = copier.run_p2p(0, case)
+    assert not ok and "trial 1: iteration(s) 10 of 20 did not land" in detail
+
+
+def test_a_concurrent_flow_that_drops_a_middle_iteration_is_the_only_error() -> None:
+    # the stand-in makes the copies when the host waits for them, stream by stream: calls 1-3
+    # are flow 0's, call 5 is flow 1's second
+    case = ConcurrentCase("ring", "write", [(0, 1), (1, 0)], 64 * KiB, 3)
+    copier = CudaCopier(Plan(backend="cuda", devices=[0, 1]), CudaStandin([0, 1]),
+                        PeerCopies(lose=(5,)))
+    spans, ok, why, timing = copier.run_concurrent(0, case)
+    assert spans is not None and ok == [True, False]
+    assert "iteration(s) 2 of 3 did not land in GPU 0 (flow 1)" in why
+    rows = concurrent_rows(case, "cuda", spans, ok, why, timing=timing)
+    assert [r["status"] for r in rows] == ["ok", "error", "error"]

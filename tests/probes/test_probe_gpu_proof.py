@@ -27,7 +27,7 @@ def test_union_of_overlapping_and_nested_intervals() -> None:
                                    "tracelens_b200_vllm_tp8/tracelens_b200_vllm_tp8_gptoss_eager_rank0.json.gz"])
 def test_attribution_agrees_with_an_independent_union_on_real_traces(samples: Path, trace: str) -> None:
     path = samples / "traces" / trace
-    check = check_attribution(path, attribute_traces([path]))
+    check = check_attribution(path, attribute_traces([path]).to_json())
     assert check["gpu_events"] > 100
     assert check["problems"] == [], check
 
@@ -37,8 +37,9 @@ def test_check_mode_imports_plans_and_attributes_on_the_cpu(tmp_path: Path) -> N
                           capture_output=True, text=True, timeout=DEADLINE_S, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     plan = json.loads((tmp_path / "plan.json").read_text())
-    assert [s["name"] for s in plan] == ["deps", "nvml", "selftest", "one_gpu", "topology",
-                                         "copies_vs_torch", "decode_trace", "attribute"]
+    assert [s["name"] for s in plan] == ["deps", "nvml", "selftest", "one_gpu", "host_flag",
+                                         "topology", "copies_vs_torch", "decode_trace",
+                                         "attribute"]
     topo = next(s for s in plan if s["name"] == "topology")["argv"]
     assert topo[1:6] == ["-m", "pcieprof", "topology", "--backend", "cuda"] and "--quick" in topo
     proof = json.loads((tmp_path / "proof.json").read_text())

@@ -131,11 +131,12 @@ def test_ring_orders_go_through_a_graph_file_and_are_checked(
                       variants=[V.VARIANTS["default"]], group_kinds=[],
                       orders=[[2, 3, 4, 1], [1, 3, 2, 4]])
     bundle = _allreduce_only(tmp_path, plan)
-    # default, then each order: an untimed launch with the tuner log, then the timed one
-    assert len(launches.seen) == 6
+    # default, then each order; then each order with NCCL_ALGO=Ring and their one baseline:
+    # each an untimed launch with the tuner log, then the timed one
+    assert len(launches.seen) == 12
     untimed = [s for s in launches.seen if "--untimed" in s["cmd"]]
     timed = [s for s in launches.seen if "--untimed" not in s["cmd"]]
-    assert len(untimed) == len(timed) == 3
+    assert len(untimed) == len(timed) == 6
     for s in untimed:
         assert "TUNING" in s["env"]["NCCL_DEBUG_SUBSYS"].split(",")
     for s in timed:
@@ -162,6 +163,15 @@ def test_ring_orders_go_through_a_graph_file_and_are_checked(
     assert "ring order NOT applied" in detail and "NCCL used 1 2 3 4" in detail
     assert "applied through NCCL_GRAPH_FILE" in timed[1]["plan"]["allreduce"][1]["detail"]
     assert choices["default"]["tuner"] == [] and choices["default"]["parsed"]["rings"]
+    # issue 23 pt 3: the order with NCCL_ALGO=Ring goes through its own graph file; its
+    # baseline, the same GPUs in plain order, with NCCL_ALGO=Ring and NCCL's own graph
+    ring_order, baseline = timed[3], timed[4]
+    assert ring_order["env"]["NCCL_ALGO"] == baseline["env"]["NCCL_ALGO"] == "Ring"
+    assert Path(ring_order["env"]["NCCL_GRAPH_FILE"]).name == "algo_ring@2-3-4-1.graph.xml"
+    assert "NCCL_GRAPH_FILE" not in baseline["env"]
+    assert choices["algo_ring@2-3-4-1"]["ring_check"]["timed"]["applied"]
+    assert choices["algo_ring"]["ring_check"] is None  # the baseline is in plain order
+    assert [s["env"]["NCCL_ALGO"] for s in untimed[3:]] == ["Ring"] * 3
 
 
 def test_sizes_where_the_tuner_chose_tree_do_not_claim_the_ring(

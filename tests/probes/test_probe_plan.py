@@ -127,3 +127,33 @@ def test_bad_plans() -> None:
         build_plan("cpu", [0, 0])
     with pytest.raises(BadInput):
         build_plan("rocm", [0, 1])
+
+
+def test_each_ring_order_runs_with_nccl_algo_ring_beside_its_baseline() -> None:
+    # issue 23 pt 3: a graph file sets the ring graph only and the tuner may still pick the tree,
+    # so the order and the plain order ran different algorithms at some sizes. Each order now
+    # also runs with NCCL_ALGO=Ring, beside the same GPUs in plain order with NCCL_ALGO=Ring
+    # (one baseline per group of GPUs).
+    plan = build_plan("cuda", [0, 1, 2, 3], quick=True, variants=[V.VARIANTS["default"]],
+                      orders=[[0, 2, 1, 3], [0, 3, 1, 2]])
+    by = {c.label: c for c in plan.allreduce}
+    assert list(by) == ["default@0-1-2-3", "default@0-2-1-3", "default@0-3-1-2",
+                        "algo_ring@0-2-1-3", "algo_ring@0-1-2-3", "algo_ring@0-3-1-2"]
+    for label in ("algo_ring@0-2-1-3", "algo_ring@0-1-2-3", "algo_ring@0-3-1-2"):
+        assert by[label].env == {"NCCL_ALGO": "Ring"}
+        assert by[label].sizes == by["default@0-1-2-3"].sizes
+    assert "runs at every size; its baseline is algo_ring@0-1-2-3" in by["algo_ring@0-2-1-3"].detail
+    assert "baseline of ring order 0,2,1,3" in by["algo_ring@0-1-2-3"].detail
+    # the full plan already runs algo_ring over every GPU: that is the baseline, not run twice
+    full = build_plan("cuda", [0, 1, 2, 3], orders=[[0, 2, 1, 3]])
+    assert [c.label for c in full.allreduce].count("algo_ring@0-1-2-3") == 1
+    assert plan.allreduce == Plan.from_json(plan.to_json()).allreduce
+
+
+def test_on_gloo_the_ring_pair_says_it_is_two_rank_orders() -> None:
+    plan = build_plan("cpu", [0, 1, 2], quick=True, variants=[V.VARIANTS["default"]],
+                      orders=[[2, 0, 1]])
+    order, base = plan.allreduce[-2:]
+    assert (order.label, base.label) == ("algo_ring@2-0-1", "algo_ring@0-1-2")
+    assert order.detail.startswith(V.GLOO_IGNORES_NCCL) and "only this rank order" in order.detail
+    assert "NCCL_ALGO=Ring" not in order.detail + base.detail

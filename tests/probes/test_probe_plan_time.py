@@ -38,3 +38,14 @@ def test_topology_says_the_expected_time_before_it_measures(tmp_path: Path) -> N
     assert res.returncode == 0, res.stderr
     line = next(ln for ln in res.stderr.splitlines() if ln.startswith("plan:"))
     assert "on these GPUs (cuda)" in line and "expected ~" in line and "launches" in line
+
+
+def test_a_ring_order_costs_its_cases_in_the_estimate() -> None:
+    # issue 23 pt 3: an order adds its NCCL_ALGO=Ring case (and the full plan already has the
+    # baseline, algo_ring over every GPU): the estimate says so before the run starts
+    plain, ordered = build_plan("cuda", EIGHT), build_plan("cuda", EIGHT, orders=[[0, 2, 4, 6, 7, 5, 3, 1]])
+    a, b = estimate(plain), estimate(ordered)
+    assert b.allreduce_cases == a.allreduce_cases + 2  # default and algo_ring in that order
+    assert b.launches == a.launches + 4
+    assert b.seconds > a.seconds + 4 * LAUNCH_S["cuda"]
+    assert b.seconds < 13 * 60, b.describe()

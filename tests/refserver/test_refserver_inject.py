@@ -96,9 +96,12 @@ def test_a_rank_that_crashes_natively_leaves_its_stack_and_signal_in_the_log(sta
     s.wait_ready()
     ranks = s.ranks
     assert len(ranks) == 1
-    os.kill(next(iter(ranks)), signal.SIGSEGV)
+    rank = next(iter(ranks))
+    # a member of rank 0's group: the launcher's group stop reaches it too
+    assert os.getpgid(rank) == s.proc.pid
+    os.kill(rank, signal.SIGSEGV)
     assert s.wait_exit(30) == 1
     log = s.log()
     assert "Fatal Python error: Segmentation fault" in log, log[-2000:]
-    assert SIGQUIT in log
+    assert f"{SIGQUIT} (TP1, pid {rank}, killed by signal 11 (SIGSEGV))" in log, log[-2000:]
     assert s.all_gone(ranks)

@@ -322,9 +322,9 @@ def test_sigkill_of_serve_bench_leaves_no_server_behind(tmp_path: Path) -> None:
         if bench.poll() is None:
             bench.kill()
     manifest = Bundle.open(out).manifest
-    assert manifest["status"] == "interrupted", manifest
-    assert manifest["parts"]["serve"]["status"] == "interrupted"
-    assert "ended without closing the bundle" in manifest["parts"]["serve"]["why"]
+    assert manifest.status == "interrupted", manifest
+    assert manifest.parts["serve"].status == "interrupted"
+    assert "ended without closing the bundle" in str(manifest.parts["serve"].why)
 
 
 def test_sighup_stops_like_sigterm_and_says_where_the_bundle_is(tmp_path: Path) -> None:

@@ -42,8 +42,8 @@ def test_run_plan_writes_every_row(tmp_path: Path) -> None:
     assert vm["known_issues"][0]["id"] == "nccl_p2p_hang_translated_iommu"
     # the default variant keeps NCCL off the translated P2P path; no known issue attached
     assert choices["default"]["model"]["known_risks"] == []
-    parts = bundle.manifest["parts"]
-    assert all(parts[p]["status"] == "ok" and parts[p]["source"] == "simulated"
+    parts = bundle.manifest.parts
+    assert all(parts[p].status == "ok" and parts[p].source == "simulated"
                for p in ("discovery", "p2p", "concurrent", "allreduce"))
 
 

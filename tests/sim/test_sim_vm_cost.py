@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pcieprof.bundle.vm_cost import VmTable
 from pcieprof.cards import load_card
 from pcieprof.cards.step import ALL_REDUCE, Layout, count_collectives
 from pcieprof.errors import BadInput
@@ -19,7 +20,7 @@ GLM5_SIZES = vm_cost.decode_sizes(load_card("glm5-nvfp4"))
 
 
 @pytest.fixture(scope="module")
-def table() -> vm_cost.VmCost:
+def table() -> vm_cost.LikeForLike:
     return vm_cost.like_for_like("rtxpro6000-8x-vm")
 
 
@@ -48,11 +49,11 @@ def test_two_cards_two_vm_costs() -> None:
     assert (step_l.count, step_l.size_bytes) == (161, 16 << 10)
     assert step_l.vm.time_us != step_g.vm.time_us
     doc = vm_cost.bundle_section(load_profile("rtxpro6000-8x-vm"), load_card(LLAMA))
-    assert doc is not None and doc["model"] == "llama-3.1-70b" and doc["step_allreduces"] == 161
-    host = {h["id"]: h for h in doc["host_changes"]}["serve_on_host"]
+    assert doc is not None and doc.model == "llama-3.1-70b" and doc.step_allreduces == 161
+    host = {h.id: h for h in doc.host_changes}["serve_on_host"]
     glm_host = next(h for h in vm_cost.host_changes("rtxpro6000-8x-vm")
-                    if h.change.id == "serve_on_host")
-    assert host["step_default_us"][0] != glm_host.step_default_us[0]
+                    if h.id == "serve_on_host")
+    assert host.step_default_us[0] != glm_host.step_default_us[0]
 
 
 def test_every_size_and_basis_once_and_the_step_is_157_of_them(table) -> None:
@@ -115,32 +116,33 @@ def test_known_risks_need_p2p_and_translation() -> None:
     assert "--verify" in issue.check and any("nccl" in s.lower() and "#" in s for s in issue.sources)
 
 
-def test_records_are_flat_and_json_ready(table) -> None:
-    recs = table.records()
-    assert len(recs) == 2 * len(vm_cost.BASES) * len(GLM5_SIZES)
-    assert {r["table"] for r in recs} == {"per_size", "step"}
-    assert all(isinstance(r["vm_time_us"], float) and r["vm_env"] for r in recs)
-    doc = json.loads(json.dumps(table.to_json()))
+def test_rows_are_flat_and_the_document_reads_back_as_written(table) -> None:
+    rows = table.rows()
+    assert len(rows) == 2 * len(vm_cost.BASES) * len(GLM5_SIZES)
+    assert {r.table for r in rows} == {"per_size", "step"}
+    assert all(isinstance(r.vm_time_us, float) and r.vm_env for r in rows)
+    doc = json.loads(json.dumps(table.document().to_json()))
     assert doc["source"] == "simulated" and doc["step_allreduces"] == 157
     assert doc["model"] == "glm5-nvfp4"
+    assert VmTable.from_json(doc) == table.document()  # one shape, written and read back
 
 
 def test_host_changes_priced_with_risk_and_feasibility() -> None:
-    res = {h.change.id: h for h in vm_cost.host_changes("rtxpro6000-8x-vm")}
+    res = {h.id: h for h in vm_cost.host_changes("rtxpro6000-8x-vm")}
     assert set(res) == {"serve_on_host", "host_iommu_pt", "acs_off_switch_ports",
                         "ats_direct_translated_p2p", "guest_real_topology"}
     for h in res.values():
-        assert h.change.risk and h.change.sources
+        assert h.risk and h.sources
     # iommu=pt on the host leaves VFIO's translation in place: no gain, and it says why
     pt = res["host_iommu_pt"]
-    assert pt.gain_default_us == 0 and pt.gain_best_safe_us == 0 and "vfio" in pt.change.effect.lower()
+    assert pt.gain_default_us == 0 and pt.gain_best_safe_us == 0 and "vfio" in pt.effect.lower()
     # serving on the host removes translation and redirect; with NCCL tuned the step halves
     host = res["serve_on_host"]
     assert host.feasible and host.gain_best_safe_us > 0.3 * host.step_best_safe_us[0]
     assert host.p2p_same_switch_gbps[1] > host.p2p_same_switch_gbps[0]
     # clearing ACS under VFIO needs ATS, which the GPUs of this box do not have
     for hid in ("acs_off_switch_ports", "ats_direct_translated_p2p"):
-        assert not res[hid].feasible and "ATS" in res[hid].change.blocked_by
+        assert not res[hid].feasible and "ATS" in str(res[hid].blocked_by)
 
 
 def test_not_a_vm_is_refused() -> None:

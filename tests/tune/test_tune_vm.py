@@ -59,7 +59,7 @@ def demo(demo_bundles: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 
 
 @pytest.fixture(scope="module")
-def model() -> vm_cost.VmCost:
+def model() -> vm_cost.LikeForLike:
     """The fabric model's own like-for-like table, computed here (not read from a bundle)."""
     return vm_cost.like_for_like(VM)
 
@@ -92,7 +92,7 @@ def _words(text: str) -> str:
 
 
 def test_verdict_table_cards_and_compare_tell_one_story(demo: dict[str, Path],
-                                                        model: vm_cost.VmCost) -> None:
+                                                        model: vm_cost.LikeForLike) -> None:
     vm_label, bare_label = f"topology-{VM}", f"topology-{BARE}"
     secs = _sections([demo[VM], demo[BARE]])
     table = next(b for b in secs["vm"][vm_label].blocks if isinstance(b, Table)
@@ -161,7 +161,7 @@ def test_verdict_table_cards_and_compare_tell_one_story(demo: dict[str, Path],
     assert f"({default.vm.time_us:.1f} -> {best.vm.time_us:.1f} us)" in sys_card.gain_text
     assert any(f"each at its best {best.vm.time_us:.1f} us in the VM" in e
                and f"{best.bare.time_us:.1f} us on bare metal" in e for e in sys_card.evidence)
-    serve = next(h for h in vm_cost.host_changes(VM) if h.change.id == "serve_on_host")
+    serve = next(h for h in vm_cost.host_changes(VM) if h.id == "serve_on_host")
     step_safe = next(c for c in model.step if c.basis == "best_safe" and c.batch == 1)
     assert serve.step_best_safe_us == pytest.approx((step_safe.vm.time_us, step_safe.bare.time_us))
     host = cards["iommu_acs"]
@@ -216,12 +216,12 @@ def test_no_text_on_a_simulated_bundle_says_measured(demo: dict[str, Path]) -> N
 
 
 def test_every_iommu_path_recommendation_carries_its_risk_and_the_host_alternative(
-        demo: dict[str, Path], model: vm_cost.VmCost) -> None:
+        demo: dict[str, Path], model: vm_cost.LikeForLike) -> None:
     b = Bundle.open(demo["recommended"])
     doc = b.read_doc(Recommendations)
     assert doc is not None
     known = next(k for k in load_profile(VM).known_issues if k.id == P2P_HANG)
-    serve = next(h for h in vm_cost.host_changes(VM) if h.change.id == "serve_on_host")
+    serve = next(h for h in vm_cost.host_changes(VM) if h.id == "serve_on_host")
     path_recs = [r for r in doc.recommendations
                  if {"NCCL_P2P_LEVEL", "NCCL_TOPO_FILE"} & set(r.env) or r.rule == "iommu_acs"]
     assert {r.rule for r in path_recs} == {"p2p_level", "topo_file", "iommu_acs"}

@@ -95,7 +95,7 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
 
 def _trace_backend(view: BundleView) -> str:
     part = view.bundle.part("attribution") or view.bundle.part("serve")
-    return str(part.get("backend") or view.bundle.backend)
+    return str(part and part.backend or view.bundle.backend)
 
 
 def _comparison(model: CommModel, prov: str) -> list[Block]:

@@ -6,7 +6,6 @@ import plotly.graph_objects as go
 
 from pcieprof.analysis.infer import value_text
 from pcieprof.analysis.provenance import obtained
-from pcieprof.analysis.box import GIB
 from pcieprof.bundle.recommendations import SCORE_SCALE, LayoutAdvice, LayoutPoint, Recommendation
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
@@ -116,14 +115,14 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         for lay in layouts:
             pc = {r.concurrency: r for r in lay.per_concurrency}
             c1, peak = pc.get(1), _peak(lay)
-            rows.append([lay.label, "yes" if lay.fits else "no", f"{lay.weights_gb * 1e9 / GIB:.1f}",
-                         f"{lay.kv_gb_per_request * 1e9 / GIB:.2f}", lay.max_concurrency,
+            rows.append([lay.label, "yes" if lay.fits else "no", f"{lay.weights_gib:.1f}",
+                         f"{lay.kv_gib_per_request:.2f}", lay.max_concurrency,
                          _num(c1.step_ms if c1 and lay.fits else None, 1),
                          _num(c1.comm_ms if c1 and lay.fits else None, 1),
                          f"{_num(peak.tok_s, 0)} at c={peak.concurrency}" if peak else ""])
         sec.blocks.append(Table(
             f"parallel layouts, best first (context {layouts[0].context_tokens} tokens, "
-            f"{layouts[0].gpu_memory_gb * 1e9 / GIB:.1f} GiB x {layouts[0].mem_fraction} per GPU)",
+            f"{layouts[0].gpu_memory_gib:.1f} GiB x {layouts[0].mem_fraction} per GPU)",
             ["layout", "fits", "weights GiB/GPU", "KV GiB/request", "max concurrency",
              "step ms c=1", "comm ms c=1", "tok/s at its highest fitting concurrency"],
             rows, provenance=lprov, caption=layouts[0].why))

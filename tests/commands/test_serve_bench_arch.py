@@ -1,0 +1,64 @@
+"""serve-bench launches for the GPUs of the machine it runs on (issue 22 point 2): the
+architecture from this machine's NVML (compute capability, else the product name in gpus.toml)
+when it has GPUs, the card's when it has none, --arch over both. NVML is replayed from the
+snapshot derived from the real 8x RTX PRO 6000 box's logs (tests/data/nvml_snapshot_rtxpro6000_8x)
+and from a recorded no-driver answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from builders.cli import cli
+
+from pcieprof.commands import launch_arch
+from pcieprof.discover.nvml import Nvml
+from pcieprof.discover.nvml_snapshot import NvmlReplay
+
+SNAP = Path(__file__).resolve().parents[1] / "data" / "nvml_snapshot_rtxpro6000_8x" / "snapshot.json"
+NO_DRIVER = {"format": "pcieprof-nvml-snapshot", "version": 1, "init": {"error": 9}, "calls": {}}
+# (tests/conftest.py gives every other test this no-driver answer)
+
+
+def _nvml(monkeypatch: pytest.MonkeyPatch, snapshot: object) -> None:
+    """serve-bench's NVML answers as `snapshot` recorded them."""
+    monkeypatch.setattr(launch_arch, "Nvml", lambda: Nvml(NvmlReplay(snapshot)))  # type: ignore[arg-type]
+
+
+def _comments(*args: str) -> list[str]:
+    r = cli("serve-bench", "--model", "glm5-nvfp4", "--dry-run", "--port", "30000", *args)
+    assert r.returncode == 0, r.stderr
+    return [ln for ln in r.stdout.splitlines() if ln.startswith("# ")]
+
+
+def test_the_architecture_of_this_machines_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    _nvml(monkeypatch, SNAP)
+    lines = _comments()
+    arch = next(ln for ln in lines if ln.startswith("# GPU architecture"))
+    assert arch.startswith("# GPU architecture sm120: this machine's 8x NVIDIA RTX PRO 6000 "
+                           "Blackwell Server Edition")
+    assert "product name 'NVIDIA RTX PRO 6000 Blackwell Server Edition' in gpus.toml" in arch
+    assert any("first-ranked configuration for sm120" in ln for ln in lines)
+    assert "# launch search: glm5-nvfp4 on sm120; " in "\n".join(_comments("--sweep"))
+
+
+def test_without_a_gpu_the_cards_architecture_said_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    _nvml(monkeypatch, NO_DRIVER)
+    arch = next(ln for ln in _comments() if ln.startswith("# GPU architecture"))
+    assert arch.startswith("# GPU architecture sm120: the card's (no GPU seen on this machine: ")
+    assert "--arch" in arch
+
+
+def test_arch_given_wins_over_the_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    _nvml(monkeypatch, SNAP)
+    lines = _comments("--arch", "sm100")
+    assert "# GPU architecture sm100: given (--arch)" in lines
+    assert any("first-ranked configuration for sm100" in ln for ln in lines)
+
+
+def test_the_gpus_facts_go_through_gpus_toml() -> None:
+    box = launch_arch.local_box(Nvml(NvmlReplay(json.loads(SNAP.read_text()))))[0]
+    assert box is not None and box.gpus == 8 and box.arch == "sm120"
+    assert box.memory_source == "NVML memory total (this machine)"
+    assert launch_arch.local_box(Nvml(NvmlReplay(NO_DRIVER)))[0] is None
