@@ -289,10 +289,10 @@ def _same(a: str | None, b: str) -> bool:
 
 def _unwritable(b: Bundle) -> str | None:
     """Why `save` cannot write into `b` now (one line), None when it can."""
-    rec = b.manifest.get("writer")
-    if (b.manifest.get("end_time") is None and writer.state(rec) == "running"
-            and not writer.is_this_process(rec)):
-        return f"it is still being written ({writer.describe(rec or {})})"
+    m = b.manifest
+    if (m.end_time is None and m.writer and writer.state(m.writer) == "running"
+            and not writer.is_this_process(m.writer)):
+        return f"it is still being written ({writer.describe(m.writer)})"
     try:  # a read-only mount or directory refuses this, whoever runs it
         with tempfile.TemporaryFile(dir=b.path):
             pass

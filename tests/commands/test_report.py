@@ -91,7 +91,8 @@ def test_report_saves_recommends_result_first_and_draws_what_is_saved(bundle_fac
     assert doc is not None and doc.model == DEFAULT_CARD and doc.recommendations
     assert (b.path / "tune" / "recommended.env").is_file()
     assert (b.path / "tune" / "sglang_command.sh").is_file()
-    assert saved.part("recommendations")["status"] == "ok"
+    part = saved.part("recommendations")
+    assert part is not None and part.status == "ok"
     record = saved.model()
     assert record is not None and record.name == DEFAULT_CARD
     html = page.read_text(encoding="utf-8")
