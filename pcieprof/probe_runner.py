@@ -66,14 +66,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from pcieprof import loopback, proc_group, progress
 from pcieprof.bundle import Bundle
-from pcieprof.bundle.nccl_choices import NcclChoices
+from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices, NcclParsed
 from pcieprof.bundle.rows import AllReduceRow
+from pcieprof.bundle.topology import Topology
 from pcieprof.importers.nccl_log import parse_nccl_log
 from pcieprof.errors import BadInput
 from pcieprof.node_group import NodeGroup, NodeLost, free_port
@@ -630,7 +631,7 @@ class ProbeRunner:
             return self._follow()
         out: dict[str, Any] = {"status": "ok", "why": None, "cases": 0, "hangs": 0, "errors": 0,
                                "not_run": 0}
-        choices: dict[str, Any] = {}
+        choices = NcclChoices()
         whys: list[str] = []
         group = self.group
         for k, case in enumerate(self.plan.allreduce):
@@ -659,8 +660,8 @@ class ProbeRunner:
             for ev in r.events:
                 if ev.get("event") == "versions" and ev.get("nccl"):
                     self.bundle.set_versions(nccl=ev["nccl"])
-            choices[name] = entry
-            self.bundle.write_doc(NcclChoices.from_json(choices, "nccl_choices.json"))
+            choices.cases[name] = entry
+            self.bundle.write_doc(choices)
             if r.status != "ok":
                 out["hangs" if r.status == "hang" else "errors"] += 1
                 cur = r.current or {}
@@ -813,10 +814,8 @@ class ProbeRunner:
         PCI bus order under CUDA_DEVICE_ORDER=PCI_BUS_ID, the order NVML indexes in on the
         machines seen so far (an assumption where the UUIDs are unknown)."""
         if self._uuids is None:
-            topo = self.bundle.read_json("topology.json", {}) if self.bundle.has(
-                "topology.json") else {}
-            self._uuids = {int(g["index"]): str(g["uuid"]) for g in (topo or {}).get("gpus", [])
-                           if g.get("uuid") and g.get("index") is not None}
+            topo = self.bundle.read_doc(Topology)
+            self._uuids = {g.index: g.uuid for g in (topo.gpus if topo else []) if g.uuid}
         if all(d in self._uuids for d in devices):
             return ",".join(self._uuids[d] for d in devices)
         return ",".join(map(str, devices))
@@ -835,7 +834,7 @@ class ProbeRunner:
         return env, devices
 
     def _case(self, k: int, case: AllReduceCase, launch: Launcher
-              ) -> tuple[LaunchResult, str, dict[str, Any]]:
+              ) -> tuple[LaunchResult, str, NcclCase]:
         """Run one case (cuda: the untimed launch with the tuner log, then the timed one).
         Returns the last launch's result, the case's name and its nccl_choices entry."""
         name = self._name(case)
@@ -848,23 +847,23 @@ class ProbeRunner:
         if cuda:
             header = self._write_ring_graph(case, env)
             if header is not None:
-                entry["ring_graph"] = {"file": case.env["NCCL_GRAPH_FILE"],
-                                       "header": header.source}
+                entry.ring_graph = {"file": case.env["NCCL_GRAPH_FILE"],
+                                    "header": header.source}
             tuning_env = {**env, **NCCL_TUNING_LOG_ENV}
             if _plain_default(case):  # NCCL's own ring graph: the header for forced rings
                 tuning_env["NCCL_GRAPH_DUMP_FILE"] = str(self.bundle.file(f"nccl/{name}.graph.xml"))
             r = launch("untimed", ["--case", str(k), "--untimed"], nproc, tuning_env,
                        self.bundle.file(f"nccl/{name}.tuning.log"))
             self.bundle.register(f"nccl/{name}.tuning.log")
-            entry["tuning_log"] = f"nccl/{name}.tuning.log"
+            entry.tuning_log = f"nccl/{name}.tuning.log"
             tuned = self._parse(f"nccl/{name}.tuning.log", entry)
-            entry["tuner"] = with_dtypes((tuned or {}).get("tuner") or [], case, entry)
+            entry.tuner = with_dtypes(tuned.tuner if tuned is not None else [], case, entry)
             if _plain_default(case) and self.bundle.has(f"nccl/{name}.graph.xml"):
                 self.bundle.register(f"nccl/{name}.graph.xml")
                 self._graph_dumps[tuple(devices)] = self.bundle.file(f"nccl/{name}.graph.xml")
             if _is_ring_order(case):
-                check = check_ring(tuned, case.ranks, entry["rank_to_device"])
-                entry["ring_check"] = {"untimed": check}
+                check = check_ring(tuned, case.ranks, entry.rank_to_device)
+                ring_check = entry.ring_check = {"untimed": check}
                 how = ("NCCL_GRAPH_FILE" if "NCCL_GRAPH_FILE" in case.env
                        else "CUDA_VISIBLE_DEVICES order")
                 said = (f"ring order applied through {how}: {check['why']} (NCCL's log)"
@@ -874,7 +873,7 @@ class ProbeRunner:
                 # the ring only runs where the tuner picks the ring algorithm: each size's rows
                 # say where it did not (the tree is searched apart from the graph file)
                 off = not_ring_sizes(tuned, case.sizes)
-                entry["ring_check"]["not_ring_sizes"] = {str(k): v for k, v in off.items()}
+                ring_check["not_ring_sizes"] = {str(k): v for k, v in off.items()}
                 case.size_detail = {str(k): f"NCCL's tuner chose {v} at {k} B: the ring order "
                                     "is not what ran at this size" for k, v in off.items()}
                 if off and check["applied"]:
@@ -886,7 +885,7 @@ class ProbeRunner:
             if r.status == "ok":
                 r = None  # the timed launch follows
             else:
-                entry["parsed"] = tuned
+                entry.parsed = tuned
                 r.why = f"{r.why} (untimed launch with NCCL's tuner log)"
         if r is None:
             r = launch("timed", ["--case", str(k)], nproc,
@@ -894,10 +893,10 @@ class ProbeRunner:
             self.bundle.register(log)
             if cuda:
                 parsed = self._parse(log, entry)
-                entry["parsed"] = {**parsed, "tuner": entry["tuner"]} if parsed else None
-                if _is_ring_order(case):
-                    entry["ring_check"]["timed"] = check_ring(parsed, case.ranks,
-                                                              entry["rank_to_device"])
+                entry.parsed = replace(parsed, tuner=entry.tuner) if parsed else None
+                if _is_ring_order(case) and entry.ring_check is not None:
+                    entry.ring_check["timed"] = check_ring(parsed, case.ranks,
+                                                           entry.rank_to_device)
         return r, name, entry
 
     def _bundle_paths(self, env: dict[str, str]) -> dict[str, str]:
@@ -925,7 +924,7 @@ class ProbeRunner:
         self.bundle.write_text(rel, ring_graph_xml(list(case.ranks), header))
         return header
 
-    def _entry(self, case: AllReduceCase, log: str, devices: list[int]) -> dict[str, Any]:
+    def _entry(self, case: AllReduceCase, log: str, devices: list[int]) -> NcclCase:
         """The nccl_choices.json entry of one case before its launches."""
         # NCCL's rings are in rank space; rank r drives GPU devices[r] (several nodes: global
         # rank r the global GPU number of Plan.global_ranks, as the rows' `ranks`)
@@ -934,45 +933,44 @@ class ProbeRunner:
                 AllReduceCase(**{**asdict(case), "ranks": devices})))
         else:
             ranks, to_device = list(case.ranks), devices
-        entry: dict[str, Any] = {"variant": case.variant, "ranks": ranks, "env": case.env,
-                                 "log": log, "user_env": self.env_record,
-                                 "launch_env": ({} if self.plan.case_nodes(case) > 1 else
-                                                loopback_ifnames(self._launch_base())),
-                                 "rank_to_device": {str(r): d for r, d in enumerate(to_device)},
-                                 "parsed": None, "tuner": []}
+        entry = NcclCase(variant=case.variant, ranks=tuple(ranks), env=dict(case.env), log=log,
+                         user_env=self.env_record,
+                         launch_env=({} if self.plan.case_nodes(case) > 1 else
+                                     loopback_ifnames(self._launch_base())),
+                         rank_to_device={str(r): d for r, d in enumerate(to_device)})
         if self.plan.backend != "cuda":
-            entry["note"] = (f"{self.plan.backend} backend: gloo process group, NCCL not used"
-                             + (f"; {GLOO_IGNORES_NCCL}" if case.env else ""))
+            entry.note = (f"{self.plan.backend} backend: gloo process group, NCCL not used"
+                          + (f"; {GLOO_IGNORES_NCCL}" if case.env else ""))
         return entry
 
     def _launch_base(self) -> dict[str, str]:
         """The environment every launch starts from (the user's, NCCL_* left out unless kept)."""
         return launch_environ(os.environ, self.plan.keep_env)[0]
 
-    def _parse(self, log: str, entry: dict[str, Any]) -> dict[str, Any] | None:
+    def _parse(self, log: str, entry: NcclCase) -> NcclParsed | None:
         """What NCCL chose, from one NCCL_DEBUG=INFO log of the bundle (None when unreadable)."""
         try:
             return parse_nccl_log(self.bundle.file(log).read_text(encoding="utf-8",
                                                                   errors="replace"), log)
         except Exception as exc:  # noqa: BLE001 - a log we cannot read must not end the sweep
-            entry.setdefault("notes", []).append(f"could not parse {log}: {exc}")
+            entry.extra.setdefault("notes", []).append(f"could not parse {log}: {exc}")
             return None
 
 
 def with_dtypes(tuner: list[dict[str, Any]], case: AllReduceCase,
-                entry: dict[str, Any]) -> list[dict[str, Any]]:
+                entry: NcclCase) -> list[dict[str, Any]]:
     """NCCL's TUNING choices of an untimed launch, each with the dtype of its all-reduce.
 
     A TUNING line names the bytes, not the dtype, so the bf16 and fp32 all-reduces of one byte
     count would merge. The untimed launch runs one all-reduce per dtype and size, dtype by
     dtype in the case's order, and rank 0 logs them in that order: when the log's all-reduce
     choices are exactly that sequence of byte counts, each gets its dtype; otherwise they stay
-    as logged and `entry["notes"]` says why."""
+    as logged and the entry's `notes` say why."""
     seq = [(d, s) for d in case.dtypes for s in case.sizes]
     ar = [t for t in tuner if t.get("coll") in (None, "AllReduce")]
     if [int(t.get("bytes") or -1) for t in ar] != [s for _, s in seq]:
         if ar:
-            entry.setdefault("notes", []).append(
+            entry.extra.setdefault("notes", []).append(
                 f"{len(ar)} all-reduce TUNING lines for {len(seq)} all-reduces: dtypes not "
                 "assigned (a TUNING line names bytes, not the dtype)")
         return tuner

@@ -55,6 +55,13 @@ WORD_STRIDE = 64
 ACK_TIMEOUT_S = 1.0
 
 
+def _current(device: int) -> None:
+    """Make `device`'s primary context (torch's) current on this thread: cudaSetDevice, and a
+    runtime call that needs the context, in case nothing on this device created it yet."""
+    torch.cuda.set_device(device)
+    torch.cuda.synchronize(device)
+
+
 class FlagError(RuntimeError):
     """A driver call of the host flag failed (the copier falls back to its gate event)."""
 
@@ -74,6 +81,8 @@ class DriverHostFlag:
     def __init__(self, devices: list[int], lib: Any = None) -> None:
         self.lib = lib if lib is not None else ctypes.CDLL("libcuda.so.1")
         self.devices = list(devices)
+        # torch has initialised the driver when it made its first tensor; cuInit again is a no-op
+        self._check(self.lib.cuInit(ctypes.c_uint(0)), "cuInit")
         self.wait_fn, self.write_fn, self.version = self._memops()
         for d in self.devices:
             if self._attribute(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, d) != 1:
@@ -85,7 +94,7 @@ class DriverHostFlag:
                                    f"{d} has them disabled (NVreg_EnableStreamMemOPs=0)")
         nbytes = WORD_STRIDE * (1 + len(self.devices))
         host = ctypes.c_void_p()
-        torch.cuda.set_device(self.devices[0])  # cuMemHostAlloc needs a current context
+        _current(self.devices[0])  # cuMemHostAlloc needs a current context
         self._check(self.lib.cuMemHostAlloc(ctypes.byref(host), ctypes.c_size_t(nbytes),
                                             ctypes.c_uint(CU_MEMHOSTALLOC_PORTABLE
                                                           | CU_MEMHOSTALLOC_DEVICEMAP)),
@@ -99,7 +108,7 @@ class DriverHostFlag:
         #: device -> device addresses of (the flag, its acknowledgement word)
         self.dptr: dict[int, tuple[int, int]] = {}
         for i, d in enumerate(self.devices):
-            torch.cuda.set_device(d)
+            _current(d)
             dptr = ctypes.c_uint64()
             self._check(self.lib.cuMemHostGetDevicePointer_v2(ctypes.byref(dptr),
                                                               ctypes.c_void_p(self.host),

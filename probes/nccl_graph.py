@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
+from pcieprof.bundle.nccl_choices import NcclParsed
 from pcieprof.importers.nccl_xml import parse_graph_xml
 from pcieprof.schema import nccl_dev
 
@@ -111,14 +112,14 @@ def same_ring(a: list[int], b: list[int]) -> bool:
     return rot == b or [rot[0], *reversed(rot[1:])] == b
 
 
-def rings_in_gpus(parsed: dict[str, Any], rank_to_device: Mapping[Any, int]
+def rings_in_gpus(parsed: NcclParsed, rank_to_device: Mapping[Any, int]
                   ) -> tuple[list[list[int]], str]:
     """The rings of a parsed NCCL log (pcieprof.importers.nccl_log) in GPU indices, and how ranks
     were mapped: through each rank's `nvmlDev` from its init line when the log has them all,
     else through `rank_to_device` ({rank: GPU}, the launch's CUDA_VISIBLE_DEVICES)."""
     by_rank = {int(r): int(d) for r, d in rank_to_device.items()}
-    rings = [list(map(int, r)) for r in (parsed.get("rings") or {}).values()]
-    comms = [c for c in parsed.get("comms") or [] if c.get("nranks") == parsed.get("nranks")]
+    rings = [list(map(int, r)) for r in parsed.rings.values()]
+    comms = [c for c in parsed.comms if c.get("nranks") == parsed.nranks]
     nvml: dict[int, int] = {}
     for c in comms[:1]:
         for r, info in (c.get("ranks") or {}).items():
@@ -131,7 +132,7 @@ def rings_in_gpus(parsed: dict[str, Any], rank_to_device: Mapping[Any, int]
             "the launch's CUDA_VISIBLE_DEVICES (no nvmlDev for every rank in the log)")
 
 
-def check_ring(parsed: dict[str, Any] | None, order: list[int],
+def check_ring(parsed: NcclParsed | None, order: list[int],
                rank_to_device: Mapping[Any, int]) -> dict[str, Any]:
     """Did NCCL run the ring `order` (GPU indices)? From its log's `Channel NN/MM : r r r` lines.
 
@@ -141,7 +142,7 @@ def check_ring(parsed: dict[str, Any] | None, order: list[int],
     """
     out: dict[str, Any] = {"requested": list(order), "used": [], "mapped_by": None,
                            "applied": False}
-    if not parsed or not parsed.get("rings"):
+    if parsed is None or not parsed.rings:
         out["why"] = "the NCCL log has no ring lines (NCCL_DEBUG=INFO with INIT)"
         return out
     used, how = rings_in_gpus(parsed, rank_to_device)
@@ -155,14 +156,14 @@ def check_ring(parsed: dict[str, Any] | None, order: list[int],
     return out
 
 
-def not_ring_sizes(parsed: dict[str, Any] | None, sizes: list[int]) -> dict[int, str]:
+def not_ring_sizes(parsed: NcclParsed | None, sizes: list[int]) -> dict[int, str]:
     """The message sizes (bytes) at which NCCL's tuner chose an all-reduce algorithm other than
     the ring, from a TUNING log ({size: algorithms, e.g. "TREE"}). A graph file sets the ring
     graph (id 0) only: the tree graph is searched as usual and stays enabled, so at these sizes
     a requested ring order is not what ran. TUNING lines carry bytes, not dtype: the dtypes of
     one byte count are merged (any non-ring choice counts)."""
     seen: dict[int, set[str]] = {}
-    for t in (parsed or {}).get("tuner") or []:
+    for t in parsed.tuner if parsed is not None else []:
         if t.get("coll") in (None, "AllReduce") and int(t.get("bytes") or -1) in sizes:
             seen.setdefault(int(t["bytes"]), set()).add(str(t.get("algo")).upper())
     # the old numeric form names the ring 1 (NCCL_ALGO_RING in nccl_common.h: TREE 0, RING 1)

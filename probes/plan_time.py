@@ -15,7 +15,9 @@ Model (per backend):
   eagerly. A timed size runs `warmup` eager all-reduces, then TRIALS trials of `iters` (eagerly
   and, on cuda, again as a CUDA graph), each trial after a barrier (BARRIER_S).
 - a copy moves its bytes at COPY_GBPS (per direction); a latency case costs COPY_LATENCY_US per
-  copy; every copy case adds CASE_S (fills, the data check, the row).
+  copy; every copy case adds CASE_S (fills, the data check, the row), and on cuda the CPU's
+  passes over its host slots (every iteration has its own, checked every trial) at
+  HOST_PASS_GBPS.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ COPY_GBPS = {"cuda": 15.0, "cpu": 2.0, "sim": 1e9}
 COPY_LATENCY_US = {"cuda": 15.0, "cpu": 20.0, "sim": 0.0}
 #: ASSUMED seconds of work around each copy case (fills, poison, the data check).
 CASE_S = {"cuda": 0.05, "cpu": 0.05, "sim": 0.0}
+#: ASSUMED GB/s of one pass of the CPU over pinned host memory (torch's threads on a server;
+#: cuda only: the host buffers of probes.p2p_worker.Landing, every iteration's slot).
+HOST_PASS_GBPS = {"cuda": 10.0, "cpu": 10.0, "sim": 1e9}
 #: Timed trials per all-reduce size (probes.allreduce_worker.TRIALS; not imported: torch).
 TRIALS = 5
 #: Bytes one all-reduce size may move in timed iterations (probes.allreduce_worker.BUDGET_BYTES).
@@ -124,6 +129,11 @@ def copies_s(plan: Plan) -> float:
         else:
             s += copies * legs * c.size_bytes / (COPY_GBPS[b] * 1e9)
         s += CASE_S[b]
+        if b == "cuda":  # the CPU's passes over host slots: d2h's pattern (~5 passes) once,
+            # then its poison and compare per trial; a host-staged bounce buffer's fill per trial
+            passes = {"d2h": 5 + 2 * c.trials, "host_staged": c.trials}.get(c.path, 0)
+            host = c.size_bytes * c.iters * (2 if c.direction == "bi" else 1)
+            s += passes * host / (HOST_PASS_GBPS[b] * 1e9)
     for cc in plan.concurrent:
         # the flows share the links: as if one after the other at the copy rate (pessimistic)
         s += 2 * cc.iters * len(cc.flows) * cc.size_bytes / (COPY_GBPS[b] * 1e9) + CASE_S[b]

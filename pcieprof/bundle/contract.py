@@ -20,6 +20,7 @@ from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import ServeSummary
+from pcieprof.bundle.served_card import ServedCard
 from pcieprof.bundle.topology import Topology
 
 
@@ -89,7 +90,7 @@ FILES: tuple[BundleFile, ...] = (
     BundleFile("model_card.json", "json", "topology, serve-bench, recommend, attribute --model",
                "the model card the bundle is for, in full (a card file's tables as JSON; the "
                "manifest's `model` names it), so the bundle reads the same card anywhere"),
-    BundleFile("serve/card.json", "json", "serve-bench", "the model card served: name and file"),
+    _doc(ServedCard, "serve-bench", "the model card served: name and file"),
     BundleFile("serve/command.json", "json", "serve-bench",
                "the first launch's argv, environment, notes and the recorded environment"),
     BundleFile("serve/server_info.json", "json", "serve-bench --url",
@@ -121,7 +122,13 @@ FILES: tuple[BundleFile, ...] = (
          "fabric, the parallel layouts, what needs measuring"),
     BundleFile("tune/nccl_graph.xml", "text", "recommend", "NCCL_GRAPH_FILE with the searched ring"),
     BundleFile("tune/nccl_topo.xml", "text", "recommend",
-               "NCCL_TOPO_FILE describing the inferred tree (when a VM hides it)"),
+               "NCCL_TOPO_FILE describing the real tree pcieprof has seen, when a VM hides it "
+               "(a simulated VM's host tree, or tune/host_pcie_tree.json)"),
+    BundleFile("tune/nccl_tuner.conf", "text", "recommend",
+               "NCCL_TUNER_CONFIG_FILE for NCCL's example tuner plugin: a protocol per "
+               "all-reduce size range, when a global NCCL_PROTO would slow a phase"),
+    BundleFile("tune/host_pcie_tree.json", "json", "recommend --host-lspci",
+               "the PCIe tree of the user's lspci -vvv of the GPUs' host (source, tree)"),
     BundleFile("tune/recommended.env", "text", "recommend",
                "the recommended environment, each line with its reason"),
     BundleFile("tune/sglang_command.sh", "text", "recommend",

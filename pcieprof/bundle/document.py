@@ -123,8 +123,7 @@ def encode(obj: Any) -> Any:
 
 def decode(cls: type[Any], data: dict[str, Any], where: str) -> Any:
     """A dataclass from JSON data, by its field type hints (defaults for missing keys)."""
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints, fields = _shape(cls)
     kwargs: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     for key, value in data.items():
@@ -143,6 +142,20 @@ def decode(cls: type[Any], data: dict[str, Any], where: str) -> Any:
         return cls(**kwargs)
     except TypeError as exc:  # a required field missing
         raise BadInput(f"{where}: {exc}") from None
+
+
+_Shape = tuple[dict[str, Any], dict[str, "dataclasses.Field[Any]"]]
+_SHAPES: dict[type[Any], _Shape] = {}
+
+
+def _shape(cls: type[Any]) -> _Shape:
+    """A dataclass's resolved type hints and its init fields, worked out once per class (the
+    hints are strings, evaluated anew on every object read before)."""
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        shape = _SHAPES[cls] = (typing.get_type_hints(cls),
+                                {f.name: f for f in dataclasses.fields(cls) if f.init})
+    return shape
 
 
 def _nullable(hint: Any) -> bool:

@@ -17,6 +17,7 @@ import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -31,10 +32,15 @@ from pcieprof.cards import ModelCard
 from pcieprof.commands.card_choice import MODEL_HELP, card_for
 from pcieprof.commands.options import verbosity
 from pcieprof.commands.tuning import launch_choice, serve_searches, the_launch, tune
+from pcieprof.discover.lspci import parse_lspci
+from pcieprof.discover.pcie_tree import build_tree
 from pcieprof.errors import BadInput, PcieprofError
+from pcieprof.importers.detect import is_lspci
+from pcieprof.importers.reading import read_input
 from pcieprof.measurement import MeasurementSession, allreduce_plan
 from pcieprof.schema import source_of
 from pcieprof.tune.launch import LaunchChoice, searched_in
+from pcieprof.tune.nccl_files import HOST_TREE_FILE
 from pcieprof.tune.recommend import write_outputs
 from pcieprof.tune.verify import (VerifyPlan, attach, check_verifiable, plan_verify,
                                   verify_lines, verify_results)
@@ -119,6 +125,11 @@ def summary_lines(result: Recommendations) -> list[str]:
               help="GPU architecture the launch backends are ranked for when no search served "
                    "(sm120, sm100; default: the --serve search's, else the GPUs' in BUNDLE: "
                    "NVML's compute capability or the product name; unknown: none named).")
+@click.option("--host-lspci", "host_lspci", type=click.Path(path_type=Path), default=None,
+              metavar="FILE",
+              help="`lspci -vvv` of the machine the GPUs sit in (for a VM: the hypervisor "
+                   "host's): the real PCIe tree for NCCL_TOPO_FILE when the VM hides the "
+                   "switches; kept in BUNDLE as tune/host_pcie_tree.json.")
 @click.option("--verify", is_flag=True, help="Re-run the all-reduce (decode sizes plus one large "
               "size) with each NCCL / ring-order recommendation and the bundle's backend, into a "
               "new bundle; store the measured (sim: simulated) gain next to the predicted one.")
@@ -130,8 +141,9 @@ def summary_lines(result: Recommendations) -> list[str]:
                    "is killed and recorded as status=hang, and the run goes on.")
 @verbosity
 def command(bundle: Path, out: Path | None, force: bool, model: str | None, batch_max: int,
-            context: int, no_layouts: bool, serve: Path | None, arch: str | None, verify: bool,
-            verify_out: Path | None, timeout_s: float) -> None:
+            context: int, no_layouts: bool, serve: Path | None, arch: str | None,
+            host_lspci: Path | None, verify: bool, verify_out: Path | None,
+            timeout_s: float) -> None:
     """Recommend NCCL settings, the ring order, a parallel layout and the SGLang launch for
     BUNDLE (a topology, import or sim bundle).
 
@@ -146,6 +158,7 @@ def command(bundle: Path, out: Path | None, force: bool, model: str | None, batc
     card = card_for(model, [b])  # a wrong name is one line, before any work
     if arch is not None and not re.fullmatch(r"sm\d{2,3}", arch):
         raise BadInput(f"--arch {arch!r}: give a compute capability as smXY (sm120, sm100, sm90)")
+    host = host_tree_of(host_lspci) if host_lspci is not None else None
     choice = the_launch(card, arch, bundle=b, box=box_of(b),
                         serve=Bundle.open(serve).check() if serve is not None else None)
     band = DecodeBand.of_card(card, 1, batch_max)
@@ -163,6 +176,12 @@ def command(bundle: Path, out: Path | None, force: bool, model: str | None, batc
     if out is not None:
         b = b.copy_to(out, force=force)
         progress.info(f"copied the bundle to {b.path}")
+    if host is not None:
+        try:
+            b.write_json(HOST_TREE_FILE, host)
+        except OSError as exc:
+            raise BadInput(f"cannot write {HOST_TREE_FILE} into {b.path}: "
+                           f"{exc.strerror or exc}", hint="pass --out DIR") from None
     progress.info(f"tuning {b.path} ({b.source}, backend {b.backend})")
     try:
         result, paths = save(b, card, band, layouts=not no_layouts, context=context,
@@ -299,6 +318,29 @@ def _unwritable(b: Bundle) -> str | None:
     except OSError as exc:
         return f"it cannot be written ({exc.strerror or exc})"
     return None
+
+
+#: `lspci -t` output: a tree drawn with -+- and |, without the NUMA node of each root port
+_LSPCI_TREE = re.compile(r"-\[[0-9a-fA-F]{4}:[0-9a-fA-F]{2}\]-|[+\\]-[0-9a-fA-F]{2}\.[0-7]")
+
+
+def host_tree_of(path: Path) -> dict[str, Any]:
+    """HOST_TREE_FILE's content from the user's `lspci -vvv` (pcieprof.discover.lspci, the
+    parser the importers use), or BadInput naming what is wrong with the file."""
+    _, text = read_input(path)
+    if _LSPCI_TREE.search(text) and not is_lspci(text):
+        raise BadInput(f"{path}: this is `lspci -t` output: it draws the tree but not the NUMA "
+                       "node of each root port, which NCCL_TOPO_FILE's <cpu numaid> needs",
+                       hint="give `lspci -vvv` of the same machine (sudo shows ACS too)")
+    if not is_lspci(text):
+        raise BadInput(f"{path}: not `lspci -vvv` output", hint="give `lspci -vvv` of the "
+                       "machine the GPUs sit in (for a VM: the hypervisor host's)")
+    tree = build_tree(parse_lspci(text, source=str(path)))
+    if not tree["gpu_paths"]:
+        raise BadInput(f"{path}: lspci shows no NVIDIA GPU",
+                       hint="give `lspci -vvv` of the machine the GPUs sit in")
+    return {"source": f"the user's lspci -vvv ({path.name}, recommend --host-lspci)",
+            "tree": tree}
 
 
 def _verify(b: Bundle, result: Recommendations, band: DecodeBand, out: Path | None,

@@ -35,6 +35,7 @@ from pcieprof.analysis.box import Box
 from pcieprof.bundle import Bundle, default_out_dir, outdir
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import ServeSummary
+from pcieprof.bundle.served_card import ServedCard
 from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
 from pcieprof.commands.launch_arch import launch_arch
 from pcieprof.commands.launch_plan import SearchPlan
@@ -198,7 +199,7 @@ def command(**kw: Any) -> None:
         bundle = Bundle.open(out)
         outdir.lock(Path(out))  # one writer at a time, as for a new bundle
         if bundle.manifest.command != "serve-bench" or \
-                (bundle.read_json("serve/card.json", {}) or {}).get("name") != card.name:
+                getattr(bundle.read_doc(ServedCard), "name", None) != card.name:
             raise BadInput(f"{out} is not a serve-bench bundle of {card.name} to resume",
                            hint="--resume takes the --out of an interrupted serve-bench --sweep")
     else:

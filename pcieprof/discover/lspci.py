@@ -137,7 +137,9 @@ def parse_lspci(text: str, *, source: str = "lspci -vvv") -> list[PciDevice]:
     """
     devices: list[PciDevice] = []
     cur: PciDevice | None = None
-    for lineno, raw in _unwrapped(text):
+    lines = _unwrapped(text)
+    has_header = any(_HEADER.match(raw.rstrip()) for _, raw in lines)
+    for lineno, raw in lines:
         line = raw.rstrip()
         if not line.strip():
             continue
@@ -157,6 +159,8 @@ def parse_lspci(text: str, *, source: str = "lspci -vvv") -> list[PciDevice]:
                            f"'06:00.0 3D controller: ...', got {line[:60]!r}",
                            hint="pass the output of `lspci -vvv`")
         if cur is None:
+            if has_header:
+                continue  # a paste that begins inside a device: its owner is not known
             raise BadInput(f"{where}: indented line before any device header",
                            hint="pass the output of `lspci -vvv`")
         s = line.strip()

@@ -111,7 +111,8 @@ def iommu_state(root: str | Path | None = "/", *, cmdline: str | None = None,
             dm_default = m.group(1)
             evidence.append(f"dmesg: {line.strip()}")
         elif re.search(r"AMD-Vi: (Found IOMMU|Interrupt remapping enabled|IOMMU performance)"
-                       r"|DMAR: IOMMU enabled|Intel\(R\) Virtualization Technology "
+                       r"|DMAR: IOMMU enabled|DMAR: Intel-IOMMU force enabled"
+                       r"|Intel\(R\) Virtualization Technology "
                        r"for Directed I/O|iommu: Adding device|: Adding to iommu group \d", line):
             # "Adding to iommu group" (kernels since 5.x, one line per device) means an IOMMU
             # driver made groups; older kernels print "iommu: Adding device ... to group".
@@ -195,15 +196,27 @@ def hypervisor_state(root: str | Path | None = "/", *, lscpu: str | None = None,
     if cpuinfo:
         m = re.search(r"^flags\s*:\s*(.*)$", cpuinfo, re.M)
         flags = set(m.group(1).split()) if m else None
+    flags_text: str | None = None
+    flags_col = 0
     for line in (lscpu or "").splitlines():
+        if flags_text is not None and flags_col and len(line) > flags_col \
+                and line[:flags_col].isspace():
+            # lscpu in a terminal wraps the Flags value at the screen width, mid-word, and goes
+            # on under its column ("... pge m" / "ca cmov ..."): the rest of the same value
+            flags_text += line[flags_col:]
+            continue
+        flags_col = 0
         key, _, value = line.partition(":")
         key, value = key.strip(), value.strip()
-        if key == "Flags" and flags is None:
-            flags = set(value.split())
+        if key == "Flags" and flags is None and flags_text is None:
+            flags_text = value
+            flags_col = len(line) - len(line.partition(":")[2].lstrip())
         elif key == "Hypervisor vendor" and value:
             hyper = value
             vm_signs += 1
             evidence.append(f"lscpu: Hypervisor vendor: {value}")
+    if flags is None and flags_text is not None:
+        flags = set(flags_text.split())
     if flags is not None:
         judged = True
         if "hypervisor" in flags:

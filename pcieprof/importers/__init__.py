@@ -9,7 +9,7 @@ a documented JSON-able dict:
 - `simple_p2p.parse_simple_p2p`      cuda-samples simpleP2P (copy and verification)
 - `nvbandwidth.parse_nvbandwidth_text`, `nvbandwidth.parse_nvbandwidth_json`
 - `nccl_tests.parse_nccl_tests`      all_reduce_perf and the other *_perf collectives
-- `nccl_log.parse_nccl_log`          NCCL_DEBUG=INFO logs -> nccl_choices dict
+- `nccl_log.parse_nccl_log`          NCCL_DEBUG=INFO logs -> NcclParsed (nccl_choices.json)
 - `nccl_xml.parse_topo_xml`, `nccl_xml.parse_graph_xml`   NCCL_TOPO_FILE / NCCL_GRAPH_FILE
 - machine logs (`nvidia-smi -q`, `lspci -vvv`, `nvidia-smi topo -m`, numactl, lscpu,
   /proc/cmdline, dmesg) go through the discovery parsers of `pcieprof.discover`.

@@ -7,7 +7,7 @@ before anything is written. The bundle then holds (docs/bundle.md):
   both merged with topo -m levels, topo -p2p statuses, device lists and NCCL topology XML;
 - `p2p.csv`, `concurrent.csv`, `allreduce.csv`: the imported rows, `backend=imported`;
 - `nccl_choices.json`: {"imported:<file>": {variant, ranks, env, log, parsed}} as the topology
-  probes write it, `parsed` being `parse_nccl_log`'s dict;
+  probes write it, `parsed` being `parse_nccl_log`'s NcclParsed;
 - `nccl_topo.json` / `nccl_graph.json` (one file each; `-<stem>` suffixed when several);
 - manifest `source=imported`, `backend=imported`, part `import` listing what each file gave.
 """
@@ -222,11 +222,11 @@ def _write_documents(bundle: Bundle, files: list[ImportedFile]) -> None:
     for f in files:
         docs = f.parsed.documents
         if "nccl_choices" in docs:
-            parsed = docs["nccl_choices"]
-            main = max(parsed["comms"], key=lambda c: c["nranks"], default=None)
+            parsed: NcclParsed = docs["nccl_choices"]
+            main = max(parsed.comms, key=lambda c: c["nranks"], default=None)
             choices.cases[f"imported:{Path(f.stored_as).name}"] = NcclCase(
                 variant="imported", ranks=tuple(int(r) for r in main["ranks"]) if main else (),
-                env=dict(parsed["env"]), log=f.stored_as, parsed=NcclParsed.from_json(parsed))
+                env=dict(parsed.env), log=f.stored_as, parsed=parsed)
         for kind in by_kind:
             if kind in docs:
                 by_kind[kind].append((f, docs[kind]))
@@ -252,8 +252,8 @@ def _record_versions(bundle: Bundle, files: list[ImportedFile], topo: dict[str, 
         if f.parsed.format.startswith("nvbandwidth") and facts.get("version"):
             v.setdefault("nvbandwidth", facts["version"])
         ch = f.parsed.documents.get("nccl_choices")
-        if ch and ch.get("nccl_version"):
-            v.setdefault("nccl", ch["nccl_version"])
+        if ch is not None and ch.nccl_version:
+            v.setdefault("nccl", ch.nccl_version)
     if driver:
         v["driver"] = driver
     cuda = (topo.get("driver") or {}).get("cuda_driver_version")

@@ -55,7 +55,15 @@ def is_lscpu(text: str) -> bool:
             and any(l.startswith("CPU(s):") for l in lines))
 
 
+# The kernel log as the tools print it: `dmesg` ("[    4.507087] "), `dmesg -T`
+# ("[Sat Oct 16 18:15:30 2021] "), `journalctl -k` ("Jul 19 23:11:56 host kernel: ").
+_KERNEL_LOG_LINE = re.compile(
+    r"\[\s*\d+\.\d+\] "
+    r"|\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\] "
+    r"|[A-Z][a-z]{2,8} [ \d]?\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ kernel: ")
+
+
 def is_dmesg(text: str) -> bool:
     lines = [l for l in head_lines(text)[:200] if l.strip()]
-    stamped = sum(1 for l in lines if re.match(r"\[\s*\d+\.\d+\] ", l))
+    stamped = sum(1 for l in lines if _KERNEL_LOG_LINE.match(l))
     return bool(lines) and stamped >= max(1, len(lines) // 2)

@@ -44,9 +44,9 @@ src/enqueue.cc over 2.x):
   channel{Lo..Hi}={0..1}` and the older `4096 Bytes -> Algo 1 proto 2 time 12.3`;
 - `NCCL WARN ...` lines are kept as warnings, with their timestamp and source line.
 
-The returned dict (documented on `parse_nccl_log`) is JSON-serialisable as it is; the topology
-probes store it as `nccl_choices.json` (one entry per variant) and `pcieprof import` does the same
-for imported logs.
+It returns the typed document (`pcieprof.bundle.nccl_choices.NcclParsed`, documented on
+`parse_nccl_log`); the topology probes store it in `nccl_choices.json` (one entry per variant) and
+`pcieprof import` does the same for imported logs.
 """
 
 from __future__ import annotations
@@ -54,10 +54,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pcieprof.bundle.nccl_choices import NcclParsed
 from pcieprof.importers._text import clean_lines, fail, head_lines
-
-#: Identifies the document layout for readers of nccl_choices.json.
-FORMAT = "pcieprof.nccl_choices/1"
 
 #: Where a message starts: NCCL's level word. A literal, so finding every one is linear; the
 #: `host:pid:tid [dev]` prefix is then read backwards from it over a bounded window.
@@ -240,7 +238,7 @@ def _recover_host(token: str, known: set[str]) -> str:
     return token
 
 
-def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
+def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
     """Parse an NCCL_DEBUG=INFO log (one process or many interleaved) into what NCCL chose.
 
     Args:
@@ -248,8 +246,9 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
         name: file name for messages.
 
     Returns:
-        A JSON-serialisable dict:
-        - `format`: "pcieprof.nccl_choices/1"; `source`: `name`.
+        The typed document (pcieprof.bundle.nccl_choices.NcclParsed; as JSON, format
+        "pcieprof.nccl_choices/1"):
+        - `source`: `name`.
         - `nccl_version` (str|None, e.g. "2.28.9+cuda13.0"), `nccl_versions` (all seen),
           `cuda_driver_version` (str|None, e.g. "13030").
         - `env`: {NCCL_* variable: value} as NCCL reports "set by environment".
@@ -498,25 +497,14 @@ def parse_nccl_log(text: str, name: str = "<log>") -> dict[str, Any]:
     main = max(comm_list, key=lambda c: c["nranks"], default=None)
     vias = sorted({e["via"] for e in main["transports"]}) if main else []
     families = sorted({transport_family(v) for v in vias})
-    return {
-        "format": FORMAT,
-        "source": name,
-        "nccl_version": versions[0] if versions else None,
-        "nccl_versions": versions,
-        "cuda_driver_version": cuda_driver,
-        "env": env,
-        "nranks": main["nranks"] if main else None,
-        "nchannels": main["nchannels"] if main else None,
-        "rings": dict(main["rings"]) if main else {},
-        "peer_transport": dict(main["peer_transport"]) if main else {},
-        "transports": vias,
-        "transport_families": families,
-        "comms": comm_list,
-        "tuner": all_tuner,
-        "warnings": warnings,
-        "failures": failures,
-        "lines": counts,
-    }
+    return NcclParsed(
+        source=name, nccl_version=versions[0] if versions else None, nccl_versions=versions,
+        cuda_driver_version=cuda_driver, env=env,
+        nranks=main["nranks"] if main else None, nchannels=main["nchannels"] if main else None,
+        rings={str(k): list(v) for k, v in main["rings"].items()} if main else {},
+        peer_transport=dict(main["peer_transport"]) if main else {},
+        transports=list(vias), transport_families=families, comms=comm_list, tuner=all_tuner,
+        warnings=list(warnings), failures=failures, lines=dict(counts))
 
 
 def _note_failure(failures: list[dict[str, Any]], comm: dict[str, Any] | None,
@@ -595,23 +583,23 @@ def _new_comm(key: str, nranks: int) -> dict[str, Any]:
             "connected_trees": False, "attribution": "prefix"}
 
 
-def summarize(choices: dict[str, Any]) -> str:
+def summarize(choices: NcclParsed) -> str:
     """One line: version, ranks, channels, transports."""
-    parts = [f"NCCL {choices.get('nccl_version') or '?'}"]
-    if choices.get("nranks"):
-        parts.append(f"{choices['nranks']} ranks")
-    if choices.get("nchannels"):
-        parts.append(f"{choices['nchannels']} channels")
-    if choices.get("rings"):
-        first = next(iter(choices["rings"].values()))
+    parts = [f"NCCL {choices.nccl_version or '?'}"]
+    if choices.nranks:
+        parts.append(f"{choices.nranks} ranks")
+    if choices.nchannels:
+        parts.append(f"{choices.nchannels} channels")
+    if choices.rings:
+        first = next(iter(choices.rings.values()))
         parts.append("ring " + " ".join(str(r) for r in first))
-    if choices.get("transports"):
-        parts.append("via " + ", ".join(choices["transports"]))
-    parts.append(f"{len(choices.get('comms', []))} comms")
-    if choices.get("warnings"):
-        parts.append(f"{len(choices['warnings'])} WARN lines")
-    for f in choices.get("failures", []):
+    if choices.transports:
+        parts.append("via " + ", ".join(map(str, choices.transports)))
+    parts.append(f"{len(choices.comms)} comms")
+    if choices.warnings:
+        parts.append(f"{len(choices.warnings)} WARN lines")
+    for f in choices.failures:
         parts.append(f"failed: {f['what']}; fix: {f['fix']}")
-    if choices.get("lines", {}).get("spliced"):
-        parts.append(f"{choices['lines']['spliced']} spliced lines split")
+    if choices.lines.get("spliced"):
+        parts.append(f"{choices.lines['spliced']} spliced lines split")
     return "NCCL log: " + ", ".join(parts)

@@ -10,7 +10,8 @@ Layouts handled (NVIDIA/nccl-tests src/common.cu over the years):
   floating-point `error` column), out-of-place then in-place;
 - the oldest header `#  bytes  N  type  op  [root]  time  algbw  busbw  res` (nccl-tests of the
   NCCL 2.0-2.4 years and NCCL 1's `*_test`): its time column is in milliseconds (the code printed
-  `deltaSec * 1.0E3`), turned into microseconds here; its device lines are
+  `deltaSec * 1.0E3`; NVIDIA/nccl issue #25, a maintainer: "10M should be done in 1.6
+  milliseconds (not microseconds)"), turned into microseconds here; its device lines are
   `#   Rank  0 on host device  0 [0x05] ...` (no Pid), `#   Rank  0 uses device  0 [0x05] ...`
   or NCCL 1's `#   Device  0 ->  0 [0x0a] ...`;
 - `# Avg bus bandwidth    : 24.5413` closing each run.
@@ -120,6 +121,7 @@ class _Run:
     #: microseconds per unit of the time column (1000 for the old milliseconds layout)
     time_scale: float = 1.0
     out_of_bounds: int | None = None
+    command_ranks: int = 0
     avg_busbw: float | None = None
     header_line: int = 0
     dropped: list[int] = field(default_factory=list)
@@ -165,13 +167,15 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>") -> Parsed:
     run: _Run | None = None
     facts: dict[str, Any] = {}
     pending: str | None = None  # the collective of a command line, for the run that follows
+    pending_ranks = 0  # the ranks that command line starts (0: it does not say)
     failures: list[dict[str, Any]] = []
 
     def start(**kw: Any) -> _Run:
-        nonlocal pending
+        nonlocal pending, pending_ranks
         new = _Run(**kw)
         new.collective = new.collective or pending
-        pending = None
+        new.command_ranks = pending_ranks
+        pending, pending_ranks = None, 0
         runs.append(new)
         return new
 
@@ -186,6 +190,7 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>") -> Parsed:
         if not s.lstrip().startswith("#") and (m := _COMMAND.search(s)) \
                 and not _NOT_COMMAND.search(s):
             pending = m.group(1)
+            pending_ranks = _command_ranks(s[:m.start()].split(), s[m.end():].split())
             continue
         if m := _VERSION.match(s):
             facts.setdefault("nccl_tests_version", m.group(1))
@@ -365,7 +370,9 @@ def _rows_of(run: _Run, n: int, nruns: int, name: str, result: Parsed, last_cont
                                                   inplace_unchecked)
         parsed_rows.append((lineno, tok, size, redop))
     nranks = _nranks(run)
-    note = "" if run.ranks or not nranks else f"; {nranks} ranks worked out from busbw/algbw"
+    note = ("" if run.ranks or not nranks
+            else f"; {nranks} ranks from the command line" if run.command_ranks
+            else f"; {nranks} ranks worked out from busbw/algbw")
     collective = run.collective or "unknown"
     for lineno, tok, size, redop in parsed_rows:
         for k, place in enumerate(("out_of_place", "in_place")):
@@ -406,6 +413,8 @@ def _nranks(run: _Run) -> int:
     """Ranks of a run: its device lines, else busbw/algbw of its largest row (0: unknown)."""
     if run.ranks:
         return len(run.ranks)
+    if run.command_ranks:
+        return run.command_ranks
     solve = _BUS_FACTOR.get(run.collective or "")
     if solve is None or not run.rows:
         return 0
@@ -426,6 +435,28 @@ def _nranks(run: _Run) -> int:
     except ZeroDivisionError:
         return 0
     return round(n) if n >= 2 and abs(n - round(n)) < 0.15 else 0
+
+
+def _command_ranks(before: list[str], after: list[str]) -> int:
+    """Ranks a pasted command line starts: processes (mpirun/mpiexec/srun `-np N`, 1 without a
+    launcher) x threads (`-t`) x GPUs per thread (`-g`, 1 when not given); 0 when a launcher's
+    process count is not on the line (a hostfile, `-N` nodes with tasks per node)."""
+    def value(tokens: list[str], names: tuple[str, ...]) -> int | None:
+        for k, t in enumerate(tokens):
+            for n in names:
+                if t == n and k + 1 < len(tokens) and tokens[k + 1].isdigit():
+                    return int(tokens[k + 1])
+                if t.startswith(n + "=") and t[len(n) + 1:].isdigit():
+                    return int(t[len(n) + 1:])
+        return None
+    launcher = any(re.search(r"(?:^|/)(?:mpirun|mpiexec|srun)$", t) for t in before)
+    procs = value(before, ("-np", "-n", "--np", "--n", "--ntasks")) if launcher else 1
+    if procs is None:
+        return 0
+    if launcher and value(before, ("-N", "--nodes", "-npernode", "--npernode",
+                                   "--ntasks-per-node")) is not None:
+        return 0  # nodes x tasks per node: not worked out here
+    return procs * (value(after, ("-t", "--nthreads")) or 1) * (value(after, ("-g", "--ngpus")) or 1)
 
 
 def _opt_float(tok: str, name: str, lineno: int, what: str) -> float | None:

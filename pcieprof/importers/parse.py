@@ -53,7 +53,7 @@ def nccl_log_parsed(text: str, name: str) -> Parsed:
     """An NCCL_DEBUG=INFO log: its nccl_choices document."""
     choices = nccl_log.parse_nccl_log(text, name)
     return Parsed(format="nccl-log", name=name, documents={"nccl_choices": choices},
-                  facts={"nccl_version": choices["nccl_version"]},
+                  facts={"nccl_version": choices.nccl_version},
                   summary=nccl_log.summarize(choices))
 
 
@@ -112,6 +112,11 @@ def _machine_log(text: str, name: str, fmt: str, what: str) -> Parsed:
             facts.setdefault("warnings", []).append(
                 f"{name}: no blank line after the last device; it may be cut short")
         devices = parse_lspci(text, source=name)
+        first = next((l for l in text.splitlines() if l.strip()), "")
+        if first[:1].isspace() and not re.match(r"\s+(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:", first):
+            facts.setdefault("warnings", []).append(
+                f"{name}: starts inside a device (its header is not in the file); the lines "
+                "before the first header are left out")
         facts["pci_devices"] = len(devices)
         parsed.summary = f"lspci -vvv: {len(devices)} PCI devices"
     elif fmt == "nvidia-smi-q":

@@ -33,6 +33,9 @@ _BW = re.compile(r"^cudaMemcpyPeer / cudaMemcpy between GPU(\d+) and GPU(\d+): (
                  r" ?GB/s$")
 _VERIFY = re.compile(r"^Verification error @ element (\d+): val = (\S+), ref = (\S+)$")
 _COUNT = re.compile(r"^CUDA-capable device count: (\d+)$")
+#: Releases of the CUDA 7-8 years first listed each GPU: `> GPU0 = "      Tesla K80" IS  capable
+#: of Peer-to-Peer (P2P)` (or `IS NOT capable`), the name right-aligned in its quotes.
+_CAPABLE = re.compile(r'^> GPU(\d+) = "\s*(.*?)" IS\s+(NOT\s+)?capable of Peer-to-Peer')
 _MARKERS = ("Checking GPU(s) for support of peer to peer memory access",
             "cudaMemcpyPeer / cudaMemcpy between GPU", "simpleP2P] - Starting")
 
@@ -66,6 +69,8 @@ def parse_simple_p2p(text: str, name: str = "<simpleP2P>") -> Parsed:
     copy: tuple[int, int, float, int] | None = None
     verdict = "not reached"
     seen = False
+    capable: dict[int, bool] = {}
+    count: int | None = None
     for i, raw in enumerate(lines, start=1):
         s = raw.strip()
         if m := _PEER.match(s):
@@ -88,7 +93,14 @@ def parse_simple_p2p(text: str, name: str = "<simpleP2P>") -> Parsed:
             verdict = "failed"
         elif "waiving test" in s.lower() or s == "Waiving test.":
             verdict = "waived"
-        elif _COUNT.match(s) or any(mk in s for mk in _MARKERS):
+        elif m := _CAPABLE.match(s):
+            seen = True
+            names.setdefault(int(m.group(1)), m.group(2))
+            capable[int(m.group(1))] = not m.group(3)
+        elif m := _COUNT.match(s):
+            seen = True
+            count = int(m.group(1))
+        elif any(mk in s for mk in _MARKERS):
             seen = True
     if not seen:
         fail(name, None, "simpleP2P output ('> Peer access from ... : Yes|No' lines)")
@@ -97,6 +109,16 @@ def parse_simple_p2p(text: str, name: str = "<simpleP2P>") -> Parsed:
     result.gpus = [GpuRecord(i, n) for i, n in sorted(names.items())]
     verification = {"result": verdict, "errors_shown": len(errors), "first_errors": errors[:3]}
     result.facts = {"peer_access": access, "verification": verification}
+    warnings: list[str] = []
+    if capable:
+        result.facts["p2p_capable"] = {str(k): v for k, v in sorted(capable.items())}
+    if count is not None:
+        result.facts["device_count"] = count
+        expected = count * (count - 1)
+        if access and len(access) < expected:
+            warnings.append(f"{name}: {len(access)} of the {expected} ordered GPU pairs of "
+                            f"{count} GPUs have a peer-access line; the others are unknown "
+                            "(the output is cut short?)")
     if copy:
         a, b, gib, lineno = copy
         bad = verdict == "failed"
@@ -115,7 +137,9 @@ def parse_simple_p2p(text: str, name: str = "<simpleP2P>") -> Parsed:
                       + f"verification {verdict}"
                       + (f" ({len(errors)} errors shown)" if errors else ""))
     if verdict == "failed":
-        result.facts["warnings"] = [
+        warnings.append(
             f"{name}: simpleP2P verification failed ({len(errors)} errors shown, first "
-            f"{errors[0] if errors else '?'}): P2P reports success but moves wrong data"]
+            f"{errors[0] if errors else '?'}): P2P reports success but moves wrong data")
+    if warnings:
+        result.facts["warnings"] = warnings
     return result

@@ -158,13 +158,6 @@ class BundleView:
             self._cache[name] = self.bundle.read_table(name)
         return self._cache[name]
 
-    def json(self, name: str, default: Any = None) -> Any:
-        """`Bundle.read_json(name)`, read once."""
-        key = f"json:{name}"
-        if key not in self._cache:
-            self._cache[key] = self.bundle.read_json(name, default)
-        return self._cache[key]
-
     def doc(self, cls: type[DocT]) -> DocT | None:
         """`Bundle.read_doc(cls)` (a typed document, None when absent), read once."""
         key = f"doc:{cls.FILE}"

@@ -10,12 +10,12 @@ running while the profiler records, so the window is decode at a steady batch.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import shutil
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +99,8 @@ async def start_profile(session: aiohttp.ClientSession, base_url: str, body: dic
 async def capture(base_url: str, staging: Path, dest: Path, *, nranks: int, num_steps: int = 8,
                   profile_by_stage: bool = True, load: LoadSpec | None = None,
                   settle_s: float = 1.0, timeout_s: float = 120.0,
-                  activities: list[str] | None = None) -> dict[str, Any]:
+                  activities: list[str] | None = None,
+                  alive: Callable[[], bool] | None = None) -> dict[str, Any]:
     """Profile `num_steps` steps under load and move one trace per rank (or more) into `dest`.
 
     Args:
@@ -114,6 +115,8 @@ async def capture(base_url: str, staging: Path, dest: Path, *, nranks: int, num_
         settle_s: time between starting the load and starting the profiler (reach steady decode).
         timeout_s: how long to wait for every rank's trace.
         activities: profiler activities (None: the server's default).
+        alive: whether the server process still runs (None: not ours to watch, e.g. --url);
+            once it has ended, no trace is waited for any more.
 
     Returns:
         A record for the manifest: files (relative to dest's parent), ranks found, status, why.
@@ -139,7 +142,8 @@ async def capture(base_url: str, staging: Path, dest: Path, *, nranks: int, num_
         await asyncio.sleep(settle_s)
         async with aiohttp.ClientSession() as session:
             record["reply"] = (await start_profile(session, base_url, body)).strip()
-        found, unfinished = await _wait_for_ranks(staging, nranks, prefix, timeout_s, load_task)
+        found, unfinished = await _wait_for_ranks(staging, nranks, prefix, timeout_s, load_task,
+                                                  alive)
         moved = [move_trace(p, dest) for rank in sorted(found) for p in found[rank]]
         record["files"] = [str(p.relative_to(dest.parent.parent)) for p in moved]
         record["ranks"] = sorted(found)
@@ -147,8 +151,10 @@ async def capture(base_url: str, staging: Path, dest: Path, *, nranks: int, num_
             record["status"] = "ok"
         else:
             missing = sorted(set(range(nranks)) - set(found))
+            when = ("before the server exited" if alive is not None and not alive()
+                    else f"within {timeout_s:.0f} s")
             record.update(status="partial" if found else "failed",
-                          why=f"no complete trace from rank(s) {missing} within {timeout_s:.0f} s"
+                          why=f"no complete trace from rank(s) {missing} {when}"
                           + (f" (still being written: {', '.join(p.name for p in unfinished)})"
                              if unfinished else ""))
     except (RuntimeError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -162,11 +168,13 @@ async def capture(base_url: str, staging: Path, dest: Path, *, nranks: int, num_
 
 
 async def _wait_for_ranks(staging: Path, nranks: int, prefix: str, timeout_s: float,
-                          load_task: asyncio.Future[Any]
+                          load_task: asyncio.Future[Any], alive: Callable[[], bool] | None = None
                           ) -> tuple[dict[int, list[Path]], list[Path]]:
-    """Wait until every rank has a trace and every trace found is whole, or `timeout_s`.
+    """Wait until every rank has a trace and every trace found is whole, `timeout_s`, or one
+    look after `alive()` turned False (a server that has exited writes no more traces; the
+    look lets the files it finished hold still and count).
 
-    Returns (whole traces by rank, traces still being written when time ran out). A file counts
+    Returns (whole traces by rank, traces still being written when the wait ended). A file counts
     once its size has held still between two looks and its content is complete
     (`trace_complete`, checked once per size); with profile_by_stage a rank may still start its
     other stage's file, so the set of files must also hold still for SETTLE_S."""
@@ -177,6 +185,7 @@ async def _wait_for_ranks(staging: Path, nranks: int, prefix: str, timeout_s: fl
     settled_since: float | None = None
     done: dict[int, list[Path]] = {}
     unfinished: list[Path] = []
+    gone = False
     while True:
         found = find_traces(staging, nranks, prefix)
         done, unfinished = {}, []
@@ -204,13 +213,9 @@ async def _wait_for_ranks(staging: Path, nranks: int, prefix: str, timeout_s: fl
         else:
             settled_since = None
         last = found
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or gone:
             return done, unfinished
+        gone = alive is not None and not alive()
         if load_task.done() and not found and time.monotonic() > deadline - timeout_s + 30:
             progress.debug("profiling: the load finished before any trace appeared")
         await asyncio.sleep(POLL_S)
-
-
-def write_index(dest: Path, record: dict[str, Any]) -> None:
-    """Keep what was asked and found next to the traces (traces/index.json)."""
-    (dest / "index.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

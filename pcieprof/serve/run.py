@@ -25,6 +25,7 @@ from pcieprof.bundle import Bundle
 from pcieprof.bundle.rows import DecodeCurveRow
 from pcieprof.bundle.serve_search import NOT_A_RESULT, Outcome, SearchEnd
 from pcieprof.bundle.serve_summary import ServeSummary
+from pcieprof.bundle.served_card import ServedCard
 from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput, ExitCode, PcieprofError
 from pcieprof.redact import redact
@@ -93,7 +94,8 @@ def run(bundle: Bundle, opts: BenchOptions) -> ServeSummary | None:
         PcieprofError: no config served (exit 1), or the server crashed during the benchmark.
     """
     bundle.set_part("serve", "running", model=opts.card.name)
-    bundle.write_json("serve/card.json", {"name": opts.card.name, "path": str(opts.card.path)})
+    bundle.write_doc(ServedCard(name=opts.card.name,
+                                path=str(opts.card.path) if opts.card.path else None))
     if opts.url:
         return _attached(bundle, opts)
     if opts.base.node_rank > 0:
@@ -174,7 +176,8 @@ def _resumed(bundle: Bundle) -> list[Attempt]:
 
 
 def _finished(bundle: Bundle) -> bool:
-    return (bundle.read_json("serve/summary.json", {}) or {}).get("status") == "ok"
+    summary = bundle.read_doc(ServeSummary)
+    return summary is not None and summary.status == "ok"
 
 
 def _attempt_all(bundle: Bundle, opts: BenchOptions, plan: Plan,
@@ -383,7 +386,7 @@ def _benchmark(bundle: Bundle, opts: BenchOptions, base_url: str, server: Server
         bundle.write_doc(summary)
         _check_alive(server, att, "during the decode curve")
     if opts.profile:
-        summary.profile = _profile(bundle, opts, base_url, nranks)
+        summary.profile = _profile(bundle, opts, base_url, nranks, server)
         bundle.write_doc(summary)
         _check_alive(server, att, "during profiling")
     summary.status = "ok"
@@ -439,7 +442,8 @@ def _check_alive(server: ServerProcess | None, att: Attempt, when: str) -> None:
     raise _Stop(att)
 
 
-def _profile(bundle: Bundle, opts: BenchOptions, base_url: str, nranks: int) -> dict[str, Any]:
+def _profile(bundle: Bundle, opts: BenchOptions, base_url: str, nranks: int,
+             server: ServerProcess | None) -> dict[str, Any]:
     dest = bundle.path / "serve" / "traces"
     staging = opts.trace_dir or (dest / ".incoming")
     load = LoadSpec(api=opts.api, input_len=16, output_len=max(64, opts.profile_steps * 16),
@@ -448,11 +452,11 @@ def _profile(bundle: Bundle, opts: BenchOptions, base_url: str, nranks: int) -> 
     progress.info(f"profiling {opts.profile_steps} steps on {nranks} rank(s) via /start_profile")
     record = aio.run(profiling.capture(base_url, staging, dest, nranks=nranks,
                                            num_steps=opts.profile_steps, profile_by_stage=True,
-                                           load=load, timeout_s=min(300.0, opts.request_timeout_s)))
-    profiling.write_index(dest, record)
+                                           load=load, timeout_s=min(300.0, opts.request_timeout_s),
+                                           alive=server.alive if server is not None else None))
     for f in record["files"]:
         bundle.register(f)  # files moved in, not written through the bundle
-    bundle.register("serve/traces/index.json")
+    bundle.write_json("serve/traces/index.json", record)  # what was asked and found
     if opts.trace_dir is None:
         try:
             staging.rmdir()

@@ -19,7 +19,9 @@ and clouds ship (../shared/samples/tool-outputs/nccl_graph_azure_ncv4_4xA100pcie
   hides is written: which GPUs share a switch and which CPU (NUMA node) each switch hangs off.
   In a VM the link speed is left out too (`_link_attrs`: the guest's maximum generation can be
   its virtual root port's).
-  Only from a tree pcieprof has seen (`seen_tree`), never one inferred from bandwidth levels.
+  Only from a tree pcieprof has seen (`host_tree`: a simulated VM's host tree, or the user's
+  `lspci -vvv` of the host given to `recommend --host-lspci`), never one inferred from bandwidth
+  levels.
 """
 
 from __future__ import annotations
@@ -112,6 +114,9 @@ def _link_attrs(gpu: Gpu, vm: bool) -> dict[str, Any]:
 #: Where the real tree of a simulated VM comes from (topology.json sim.real_pcie_tree).
 SEEN_IN_PROFILE = ("the host's PCIe tree as the fabric profile records it (the real box's "
                    "lspci -vvv), topology.json sim.real_pcie_tree")
+#: The PCIe tree of the user's `lspci -vvv` (`recommend --host-lspci`): {"source": words,
+#: "tree": the pcie_tree object of topology.json (pcieprof.discover.pcie_tree.build_tree)}.
+HOST_TREE_FILE = "tune/host_pcie_tree.json"
 
 
 @dataclass(frozen=True)
@@ -123,24 +128,86 @@ class SeenTree:
         sockets: GPU groups per CPU socket (NUMA node), with `numa` their node ids.
         numa: the NUMA node of each socket group, in order.
         source: where the tree was seen.
+        assumed: how the bundle's GPUs were matched to the tree's when not by bus id (a
+            guest's bus ids are not its host's), with its check; "" when matched by bus id.
     """
 
     switches: list[list[int]]
     sockets: list[list[int]]
     numa: list[int]
     source: str
+    assumed: str = ""
 
 
-def seen_tree(topology: Topology) -> SeenTree | None:
-    """The real tree behind a VM's flat one when pcieprof has seen it: the simulated VM's
-    host tree (from the profile, itself read from the real box's lspci). A measured guest
-    cannot see its host's tree, so a measured VM bundle has none; never inferred from
-    bandwidth levels (issue 22 pt 5: NCCL would trust an invented tree)."""
-    tree = (topology.sim or {}).get("real_pcie_tree") if topology.sim else None
-    if not isinstance(tree, dict):
-        return None
+def seen_tree(topology: Topology, host: dict[str, Any] | None = None,
+              inferred: InferredTopology | None = None) -> SeenTree | None:
+    """The real tree behind a VM's flat one when pcieprof has seen it (`host_tree`'s, without
+    the reason)."""
+    return host_tree(topology, host, inferred)[0]
+
+
+def host_tree(topology: Topology, host: dict[str, Any] | None = None,
+              inferred: InferredTopology | None = None) -> tuple[SeenTree | None, str]:
+    """(the real tree behind the GPUs, "") or (None, why not), from what pcieprof has seen:
+    a simulated VM's host tree (the profile's, itself read from the real box's lspci), else
+    `host` (HOST_TREE_FILE: the user's `lspci -vvv` of the machine the GPUs sit in). A measured
+    guest cannot see its host's tree; never inferred from bandwidth levels (issue 22 pt 5:
+    NCCL would trust an invented tree).
+
+    The user's tree names host bus ids. The bundle's GPUs are matched by bus id when the tree
+    holds them all (the bundle's own machine); a VM's guest bus ids are not the host's, so its
+    GPUs are matched in bus order (guest GPU i = the host's i-th GPU), stated as assumed, and
+    only when the measured levels agree (each group of every inferred level is whole switches
+    of the tree): a mapping the measurements contradict would describe an invented tree."""
+    sim = (topology.sim or {}).get("real_pcie_tree") if topology.sim else None
+    if isinstance(sim, dict):
+        tree = _groups(sim, {int(i): p for i, p in (sim.get("gpu_paths") or {}).items()},
+                       SEEN_IN_PROFILE)
+        return tree, "" if tree is not None else "the profile's tree names no GPU"
+    if not host:
+        return None, "no tree seen: a guest cannot see its host's"
+    raw: dict[str, Any] = host["tree"] if isinstance(host.get("tree"), dict) else {}
+    source = str(host.get("source") or HOST_TREE_FILE)
+    paths = [p for _, p in sorted(((int(i), p) for i, p in (raw.get("gpu_paths") or {}).items()
+                                   if isinstance(p, list) and p))]
+    by_bdf = {str(p[0]).lower(): p for p in paths}
+    ours = {g.index: str(g.bus_id or "").lower() for g in topology.gpus}
+    if ours and all(b in by_bdf for b in ours.values()):
+        tree = _groups(raw, {i: by_bdf[b] for i, b in ours.items()}, f"{source}, GPUs matched "
+                       "by bus id")
+        return tree, "" if tree is not None else f"{source}: no GPU path"
+    if not topology.virtualization.is_vm:
+        missing = sorted(b for b in ours.values() if b not in by_bdf)
+        return None, (f"{source} does not hold this bundle's GPUs ({', '.join(missing[:3])} "
+                      "not in it): an lspci of another machine")
+    if len(paths) != len(ours):
+        return None, (f"{source} shows {len(paths)} GPU(s), the VM {len(ours)}: which host GPUs "
+                      "the guest holds is not known")
+    order = sorted(ours)
+    tree = _groups(raw, {i: paths[k] for k, i in enumerate(order)}, source)
+    if tree is None:
+        return None, f"{source}: no GPU path"
+    if inferred is None:
+        return None, (f"{source}: the guest's GPUs would be matched to the host's in bus order, "
+                      "and this bundle has no measured levels to check that against")
+    whole = [set(g) for g in tree.switches]
+    for lv in inferred.levels:
+        for grp in lv.groups:
+            if set(grp) != set().union(*(s for s in whole if s & set(grp))):
+                return None, (f"{source}: matched in bus order, the measured level "
+                              f"'{lv.name}' group {','.join(map(str, grp))} splits a switch of "
+                              "the host's tree: the guest's GPU order is not the host's")
+    assumed = ("assumed: guest GPU i is the host's i-th GPU in bus order (the measured levels "
+               "agree, but cannot tell GPUs of one switch apart); check the VM's definition "
+               "(virsh dumpxml: each <hostdev>'s host <source><address> and guest <address>)")
+    return SeenTree(tree.switches, tree.sockets, tree.numa, source, assumed), ""
+
+
+def _groups(tree: dict[str, Any], paths: dict[int, list[str]], source: str) -> SeenTree | None:
+    """Switch and socket groups of `paths` (GPU index -> [gpu bdf, ..., root port bdf]) in a
+    pcie_tree object: a switch is a GPU's nearest switch upstream port (its root port when it
+    has none), a socket the root port's NUMA node."""
     nodes = {n["bdf"]: n for n in tree.get("nodes", []) if isinstance(n, dict) and "bdf" in n}
-    paths = tree.get("gpu_paths") or {}
     switch_of: dict[int, str] = {}
     numa_of: dict[int, int] = {}
     for idx, path in paths.items():
@@ -157,7 +224,7 @@ def seen_tree(topology: Topology) -> SeenTree | None:
     for g in sorted(numa_of):
         sockets.setdefault(numa_of[g], []).append(g)
     return SeenTree(switches=list(switches.values()), sockets=list(sockets.values()),
-                    numa=list(sockets), source=SEEN_IN_PROFILE)
+                    numa=list(sockets), source=source)
 
 
 def topo_xml(tree: SeenTree, topology: Topology) -> str:
@@ -211,15 +278,17 @@ def _synthetic_busids(used: set[str]) -> Iterator[str]:
 
 def write_files(bundle: Bundle, ring: Ring, inferred: InferredTopology | None,
                 topology: Topology | None, *, nchannels: int = 2) -> dict[str, Path]:
-    """Write GRAPH_FILE (always) and TOPO_FILE (when the bundle holds a tree pcieprof has seen)
-    into the bundle.
+    """Write GRAPH_FILE (always) and TOPO_FILE (when the measured levels show switches the
+    bundle's tree hides and pcieprof has seen the real one: `host_tree`) into the bundle.
 
     Returns:
         {"graph": path, "topo": path?}
     """
     paths = {"graph": bundle.write_text(GRAPH_FILE, graph_xml(ring, nchannels=nchannels,
                                                                inferred=inferred))}
-    tree = seen_tree(topology) if topology is not None and topology.gpus else None
+    tree = (seen_tree(topology, bundle.read_json(HOST_TREE_FILE), inferred)
+            if topology is not None and topology.gpus and inferred is not None
+            and inferred.hidden_structure else None)
     if tree is not None and topology is not None:
         try:
             paths["topo"] = bundle.write_text(TOPO_FILE, topo_xml(tree, topology))

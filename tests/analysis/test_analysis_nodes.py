@@ -10,7 +10,7 @@ from pcieprof.cards import DEFAULT_CARD
 from pcieprof.analysis.metrics import bundle_metrics
 from pcieprof.analysis.nodes import Nodes, internode_transport
 from pcieprof.bundle import Bundle
-from pcieprof.bundle.nccl_choices import NcclChoices
+from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices
 from pcieprof.bundle.nodes import NodeLayout
 from pcieprof.importers.nccl_log import parse_nccl_log
 
@@ -37,8 +37,8 @@ def test_the_layout_of_each_node() -> None:
 
 def test_nccls_inter_node_transport_from_a_real_two_node_log() -> None:
     parsed = parse_nccl_log(LOG.read_text(encoding="utf-8"), LOG.name)
-    assert any(c.get("nnodes") == 2 for c in parsed["comms"])  # the log is of 2 nodes
-    choices = NcclChoices.from_json({"default": {"ranks": [0, 1], "parsed": parsed}})
+    assert any(c.get("nnodes") == 2 for c in parsed.comms)  # the log is of 2 nodes
+    choices = NcclChoices(cases={"default": NcclCase("default", ranks=(0, 1), parsed=parsed)})
     two = NodeLayout(nnodes=2, node_rank=0, stride=1)
     assert internode_transport(choices, two, "cuda") == "Socket (NET/Socket/0/Shared)"
     # a case inside one node says nothing about the network between them

@@ -152,8 +152,8 @@ def test_one_document_over_many_gzip_members_reads_as_one(tmp_path: Path, sample
     text = gzip.decompress((samples / SAMPLE).read_bytes())
     p = tmp_path / "rank1.trace.json.gz"
     p.write_bytes(b"".join(gzip.compress(text[i:i + 65280], 1) for i in range(0, len(text), 65280)))
-    a = attribute_traces([samples / SAMPLE], workers=1)["ranks"][0]["totals"]
-    assert attribute_traces([p], workers=1)["ranks"][0]["totals"] == a
+    a = attribute_traces([samples / SAMPLE], workers=1).ranks[0].totals
+    assert attribute_traces([p], workers=1).ranks[0].totals == a
 
 
 def test_a_doubled_trace_is_one_line_exit_2(tmp_path: Path, samples: Path) -> None:

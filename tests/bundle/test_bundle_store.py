@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.manifest import Manifest
 from pcieprof.errors import BadInput
 from pcieprof.schema import SCHEMA_VERSION
 
@@ -69,6 +70,22 @@ def test_old_schema_gets_defaults(tmp_path: Path) -> None:
     assert df.loc[0, "bandwidth_gbps"] == 50.0
     assert df.loc[0, "backend"] == ""  # filled default
     assert "trials" in df.columns
+
+
+#: Every bundle committed under tests/ (schemas 1 to 3), by its manifest.
+COMMITTED = sorted(Path(__file__).parents[1].glob("**/manifest.json"))
+
+
+@pytest.mark.parametrize("mpath", COMMITTED, ids=lambda p: str(p.parent.relative_to(
+    Path(__file__).parents[1])))
+def test_committed_manifests_read_and_write_back_what_they_hold(mpath: Path) -> None:
+    """The typed manifest keeps every key and value of an older bundle (no upgrade loses or
+    changes one; what it adds are the keys the file lacked), and reads its own output again."""
+    raw = json.loads(mpath.read_text())
+    m = Manifest.from_json(raw, str(mpath))
+    out = m.to_json()
+    assert {k: v for k, v in out.items() if k in raw} == raw
+    assert Manifest.from_json(json.loads(json.dumps(out))) == m
 
 
 def test_newer_schema_is_refused(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from pcieprof.discover.from_logs import topology_from_logs
 from pcieprof.discover.lspci import parse_lspci
 from pcieprof.discover.pcie_tree import build_tree
 from pcieprof.discover.smi_query import parse_smi_query
-from pcieprof.discover.system import iommu_state, numa_nodes
+from pcieprof.discover.system import hypervisor_state, iommu_state, numa_nodes
 from pcieprof.errors import BadInput
 from pcieprof.importers.formats import detect, parse_text
 
@@ -222,3 +222,34 @@ def test_lspci_in_a_quoted_printable_mail_indented_with_a_pci_domain() -> None:
     assert (d.numa_node, d.iommu_group, d.driver) == (0, 21, "amdgpu")
     assert (d.speed_gts, d.width, d.cap_speed_gts, d.cap_width) == (16.0, 8, 16.0, 8)
     assert d.acs_ctl == dict.fromkeys(d.acs_ctl, False) and len(d.acs_ctl) == 7
+
+
+def test_lscpu_flags_wrapped_by_the_terminal_still_show_the_hypervisor_flag() -> None:
+    # "hypervisor" sits on the 6th line of a Flags value lscpu wrapped mid-word at 80 columns
+    s = hypervisor_state(None, lscpu=_text(
+        "lscpu_vm_icelake_flags_wrapped_hypervisor_on_a_continuation_line.txt"))
+    assert (s["is_vm"], s["evidence"]) == (True, ["cpu flag: hypervisor"])
+
+
+@pytest.mark.parametrize("name, evidence", [
+    # dmesg -T (wall-clock stamps) and journalctl -k (syslog prefix): both kernel logs
+    ("dmesg_T_wallclock_adding_to_iommu_group.txt", "pci 0000:00:1e.0: Adding to iommu group 13"),
+    ("journalctl_k_dmar_force_enabled_platform_opt_in.txt",
+     "DMAR: Intel-IOMMU force enabled due to platform opt in"),
+])
+def test_kernel_logs_with_other_timestamps(name: str, evidence: str) -> None:
+    text = _text(name)
+    assert detect(text) == "dmesg"  # was no format: only "[ 12.345]" stamps were known
+    s = iommu_state(None, dmesg=text)
+    assert (s["enabled"], s["mode"]) == (True, "unknown")
+    assert s["evidence"][-1].endswith(evidence)
+
+
+def test_lspci_paste_that_begins_inside_a_device() -> None:
+    # the ACS lines at the top belong to a device whose header the poster left out
+    text = _text("lspci_vvv_fragment_from_mid_device_plx_pex8725_acs_rk3588.txt")
+    (d,) = parse_lspci(text, source="x")
+    assert (d.bdf, d.vendor_id, d.secondary_bus, d.acs_ctl) == ("0000:02:08.0", "10b5", 0x82, None)
+    assert d.device.startswith("PEX 8725 24-Lane, 10-Port PCI Express Gen 3")
+    p = parse_text(text, "frag.txt")
+    assert any("starts inside a device" in w for w in p.facts["warnings"])

@@ -8,29 +8,32 @@ from pathlib import Path
 import pytest
 
 from pcieprof.errors import BadInput
-from pcieprof.importers.nccl_log import FORMAT, parse_nccl_log
+from pcieprof.bundle.nccl_choices import NcclParsed
+from pcieprof.importers.nccl_log import parse_nccl_log
 
 LOG = "tool-outputs/nccl_debug_info_4x5060ti_p2p_cumem.log"
 
 
 @pytest.fixture(scope="module")
-def choices(samples: Path) -> dict:
+def choices(samples: Path) -> NcclParsed:
     return parse_nccl_log((samples / LOG).read_text(), "vllm_tp4.log")
 
 
-def test_version_env_and_json(choices: dict) -> None:
-    assert choices["format"] == FORMAT and choices["source"] == "vllm_tp4.log"
-    assert choices["nccl_version"] == "2.28.9+cuda13.0"
-    assert choices["cuda_driver_version"] == "13030"
-    assert choices["env"] == {"NCCL_CUMEM_ENABLE": "1", "NCCL_P2P_LEVEL": "PHB",
+def test_version_env_and_json(choices: NcclParsed) -> None:
+    assert choices.source == "vllm_tp4.log"
+    assert choices.nccl_version == "2.28.9+cuda13.0"
+    assert choices.cuda_driver_version == "13030"
+    assert choices.env == {"NCCL_CUMEM_ENABLE": "1", "NCCL_P2P_LEVEL": "PHB",
                               "NCCL_IGNORE_CPU_AFFINITY": "1", "NCCL_MAX_NCHANNELS": "4",
                               "NCCL_PROTO": "Simple"}
-    json.loads(json.dumps(choices))  # JSON-serialisable as it is
+    doc = json.loads(json.dumps(choices.to_json()))
+    assert doc["format"] == "pcieprof.nccl_choices/1"
+    assert NcclParsed.from_json(doc) == choices  # written and read back, the same document
 
 
-def test_ranks_of_interleaved_processes(choices: dict) -> None:
-    assert len(choices["comms"]) == 2  # vLLM inits two communicators over the same 4 ranks
-    main = choices["comms"][0]
+def test_ranks_of_interleaved_processes(choices: NcclParsed) -> None:
+    assert len(choices.comms) == 2  # vLLM inits two communicators over the same 4 ranks
+    main = choices.comms[0]
     assert main["comm_id"] == "0xecf1aa0ad32ab8b2" and main["nranks"] == 4 and main["nnodes"] == 1
     assert {r: (v["pid"], v["cuda_dev"], v["nvml_dev"], v["bus_id"]) for r, v in main["ranks"].items()} == {
         "0": (113060, 0, 1, "9000"), "1": (113124, 1, 2, "a000"),
@@ -39,28 +42,28 @@ def test_ranks_of_interleaved_processes(choices: dict) -> None:
     assert main["trees"]["2"] == {"0": "3/-1/-1->2->1", "1": "3/-1/-1->2->1"}
 
 
-def test_channels_rings_transports(choices: dict) -> None:
-    assert choices["nranks"] == 4 and choices["nchannels"] == 2
-    assert choices["rings"] == {"0": [0, 1, 2, 3], "1": [0, 1, 2, 3]}
-    assert choices["transports"] == ["P2P/CUMEM"] and choices["transport_families"] == ["P2P"]
-    assert choices["peer_transport"]["3->0"] == "P2P/CUMEM"
-    main = choices["comms"][0]
+def test_channels_rings_transports(choices: NcclParsed) -> None:
+    assert choices.nranks == 4 and choices.nchannels == 2
+    assert choices.rings == {"0": [0, 1, 2, 3], "1": [0, 1, 2, 3]}
+    assert choices.transports == ["P2P/CUMEM"] and choices.transport_families == ["P2P"]
+    assert choices.peer_transport["3->0"] == "P2P/CUMEM"
+    main = choices.comms[0]
     assert {(t["channel"], t["src"], t["dst"], t["src_dev"], t["dst_dev"]) for t in main["transports"]} >= {
         (0, 0, 1, "1", "2"), (1, 3, 2, "4", "3")}
     assert main["coll_channels"] == 2 and main["p2p_channels"] == 2
     assert main["thread_thresholds"] == "8/8/64 | 32/8/64 | 512 | 512"
     assert main["connected_rings"] and main["connected_trees"]
-    second = choices["comms"][1]
+    second = choices.comms[1]
     assert second["comm_id"] == "0x1d743bc535ed823" and second["rings"]["1"] == [0, 1, 2, 3]
 
 
-def test_spliced_lines_are_split(samples: Path, choices: dict) -> None:
+def test_spliced_lines_are_split(samples: Path, choices: NcclParsed) -> None:
     # Three physical lines hold two log lines each (ncclCommInitRankCon|proxmox:113134:...).
     lines = [l for l in (samples / LOG).read_text().splitlines() if l.strip()]
     assert sum(1 for l in lines if " NCCL INFO " in l) == len(lines)
-    assert choices["lines"]["spliced"] == 3
-    assert choices["lines"]["nccl"] == len(lines) + 3
-    rank2 = choices["comms"][0]["ranks"]["2"]
+    assert choices.lines["spliced"] == 3
+    assert choices.lines["nccl"] == len(lines) + 3
+    rank2 = choices.comms[0]["ranks"]["2"]
     assert rank2["host"] == "proxmox"  # host recovered from the glued 'ncclCommInitRankConproxmox'
 
 
@@ -79,13 +82,13 @@ def test_tuner_choices_and_other_transports() -> None:
     ])
     # the Channel lines come from other threads (tid 20, 21) of the same processes
     c = parse_nccl_log(text, "mini.log")
-    assert c["peer_transport"] == {"0->1": "SHM/direct/direct", "1->0": "P2P/direct pointer"}
-    assert c["transport_families"] == ["P2P", "SHM"]
-    assert c["tuner"] == [{"coll": "AllReduce", "bytes": 4096, "algo": "RING", "proto": "LL",
+    assert c.peer_transport == {"0->1": "SHM/direct/direct", "1->0": "P2P/direct pointer"}
+    assert c.transport_families == ["P2P", "SHM"]
+    assert c.tuner == [{"coll": "AllReduce", "bytes": 4096, "algo": "RING", "proto": "LL",
                            "channels": [0, 1], "time_us": None}]
     # the WARN line as NCCL prints it (src/debug.cc: a blank line, then `[dev] file.cc:N NCCL
     # WARN`); the line itself is built here, real ones are in test_importers_variants_logs.py
-    [w] = c["warnings"]
+    [w] = c.warnings
     assert (w["rank"], w["source"], w["line"]) == (1, "transport/p2p.cc:272", 8)
     assert w["text"] == "Cuda failure 'peer access is not supported'"
 
@@ -113,10 +116,10 @@ task272117-mq5ss:1902:2004 [3] NCCL INFO Channel 00 : 3[50000] -> 2[4a000] via P
 
 def test_older_and_multinode_formats() -> None:
     c = parse_nccl_log(OLD_AND_MULTINODE, "old.log")
-    vias = {v for comm in c["comms"] for v in comm["peer_transport"].values()}
+    vias = {v for comm in c.comms for v in comm["peer_transport"].values()}
     # lines before any init line have no communicator: they must not crash nor be invented
-    assert c["nccl_version"] is None and isinstance(vias, set)
-    h20 = [comm for comm in c["comms"] if comm["nnodes"] == 2]
+    assert c.nccl_version is None and isinstance(vias, set)
+    h20 = [comm for comm in c.comms if comm["nnodes"] == 2]
     assert h20 and h20[0]["ranks"]["3"]["local_rank"] == 1
 
 
@@ -126,7 +129,7 @@ def test_older_formats_with_their_init_lines() -> None:
             "73e9f9f45158:6241:6447 [1] NCCL INFO comm 0x7f1 rank 1 nranks 4 cudaDev 1 "
             "busId 90 - Init COMPLETE\n")
     c = parse_nccl_log(init + OLD_AND_MULTINODE, "old.log")
-    main = [comm for comm in c["comms"] if comm["nranks"] == 4 and "3" in comm["ranks"]][0]
+    main = [comm for comm in c.comms if comm["nranks"] == 4 and "3" in comm["ranks"]][0]
     assert main["comm_id"] is None and set(main["ranks"]) == {"1", "3"}
     assert main["ranks"]["3"]["bus_id"] == "b0" and main["ranks"]["1"]["pid"] == 6241
     assert main["peer_transport"]["3->0"] == "direct shared memory"

@@ -24,7 +24,7 @@ def test_shm_extend_failure_is_named(name: str) -> None:
     text = (DATA / name).read_text()
     seg, size = re.search(r"failed to extend (\S+) to (\d+) bytes", text).groups()  # type: ignore[union-attr]
     c = parse_nccl_log(text, name)
-    (f,) = c["failures"]
+    (f,) = c.failures
     assert f["kind"] == "shm_too_small" and f["segment"] == seg and f["bytes"] == int(size)
     enospc = [ln for ln in text.splitlines() if "failed to extend" in ln or (
         "creating shared memory segment" in ln and "No space left on device" in ln)]
@@ -35,7 +35,7 @@ def test_shm_extend_failure_is_named(name: str) -> None:
 
 def test_other_warnings_name_no_failure() -> None:
     c = parse_nccl_log((DATA / "nccl_warn_lines_nccl_tests_issue166.log").read_text(), "x")
-    assert c["warnings"] and c["failures"] == []
+    assert c.warnings and c.failures == []
 
 
 def test_import_keeps_the_failure_in_nccl_choices(tmp_path: Path) -> None:
@@ -51,5 +51,5 @@ def test_the_enospc_segment_line_alone_names_it_too() -> None:
     """An excerpt that starts after the `failed to extend` line (the same real log, cut there)."""
     text = (DATA / FILES[0]).read_text()
     cut = text[text.index("\n", text.index("failed to extend")) + 1:]
-    (f,) = parse_nccl_log(cut, "cut.log")["failures"]
+    (f,) = parse_nccl_log(cut, "cut.log").failures
     assert f["kind"] == "shm_too_small" and f["error"].startswith("No space left on device")

@@ -96,4 +96,4 @@ def test_mpirun_prefixes_and_nccl_info_lines(samples: Path) -> None:
     assert parsed.format == "nccl-tests"
     assert [(c.variant, c.busbw_gbps) for c in parsed.collectives] == [
         ("imported:out_of_place", 24.58), ("imported:in_place", 24.50)]
-    assert parsed.documents["nccl_choices"]["nccl_version"] == "2.28.9+cuda13.0"
+    assert parsed.documents["nccl_choices"].nccl_version == "2.28.9+cuda13.0"

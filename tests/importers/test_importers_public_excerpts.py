@@ -153,18 +153,18 @@ def test_a_run_stopped_by_an_assertion_keeps_its_gpus_and_the_error() -> None:
 def test_nccl_lines_between_cloudwatch_timestamps() -> None:
     p = parse("nccl_log_8gpu_cloudwatch_timestamps_awsofinccl715.log")
     doc = p.documents["nccl_choices"]
-    assert doc["lines"]["nccl"] == 13 and doc["nranks"] == 8
-    assert doc["transports"] == ["P2P/CUMEM/read"]
-    assert doc["peer_transport"] == {f"{a}->{a + 1}": "P2P/CUMEM/read" for a in (0, 3, 4, 5, 6)}
-    assert doc["comms"][0]["connected_rings"] is True
+    assert doc.lines["nccl"] == 13 and doc.nranks == 8
+    assert doc.transports == ["P2P/CUMEM/read"]
+    assert doc.peer_transport == {f"{a}->{a + 1}": "P2P/CUMEM/read" for a in (0, 3, 4, 5, 6)}
+    assert doc.comms[0]["connected_rings"] is True
 
 
 def test_transport_lines_with_bus_ids_in_brackets() -> None:
     p = parse("nccl_log_8gpu_ipc_read_busid_megatron516.log")
     doc = p.documents["nccl_choices"]
-    assert doc["transports"] == ["P2P/IPC/read"]
-    assert set(doc["peer_transport"]) == {"0->1", "2->3", "5->6", "6->7", "7->6"}
-    t = {(x["channel"], x["src"], x["dst"]): x for x in doc["comms"][0]["transports"]}
+    assert doc.transports == ["P2P/IPC/read"]
+    assert set(doc.peer_transport) == {"0->1", "2->3", "5->6", "6->7", "7->6"}
+    t = {(x["channel"], x["src"], x["dst"]): x for x in doc.comms[0]["transports"]}
     assert (t[(23, 2, 3)]["src_dev"], t[(23, 2, 3)]["dst_dev"]) == ("201c0", "201d0")
     assert len(t[(22, 5, 6)]) and t[(0, 7, 6)]["via"] == "P2P/IPC/read"
 
@@ -261,6 +261,8 @@ def test_old_output_without_hashes_wrong_data_and_topo_in_one_paste() -> None:
     p = parse("all_gather_perf_8xV100_oob_failed_then_topo_m_dgx1_nccltests37.txt")
     out, inp = p.collectives
     assert out.collective == "all_gather"  # from the command line
+    # no device lines: `-g 8` without a launcher is 8 ranks (was 0, unknown)
+    assert out.nranks == 8 and "8 ranks from the command line" in out.detail
     assert (out.size_bytes, out.time_us, out.algbw_gbps, out.busbw_gbps) == (
         4294967296, 29122.0, 129.05, 129.05)
     # max error 1 on float data is wrong data (nccl-tests' bound 1e-5): was status ok
@@ -278,3 +280,26 @@ def test_old_output_without_hashes_wrong_data_and_topo_in_one_paste() -> None:
 def test_error_column_within_bounds_stays_ok() -> None:
     p = parse("nccl1_all_reduce_test_4x_titanx_ms_readme.txt")
     assert {c.status for c in p.collectives} == {"ok"}  # 4e-03 on half, 5e-07 on float
+
+
+# --- simpleP2P --------------------------------------------------------------------------------
+
+def test_old_simplep2p_capable_lines_and_a_cut_pair_list() -> None:
+    p = parse("simpleP2P_4xK40m_capable_lines_cut_tf2145.txt")
+    assert p.facts["p2p_capable"] == {"0": True, "1": True, "2": True, "3": True}
+    assert p.facts["device_count"] == 4 and [g.name for g in p.gpus] == ["Tesla K40m"] * 4
+    access = p.facts["peer_access"]
+    assert (access["0->1"], access["1->0"], access["2->3"]) == (True, True, True)
+    assert (access["0->2"], access["3->0"]) == (False, False)
+    # 3->1 and 3->2 are not in the file: said, not guessed
+    assert "3->1" not in access
+    assert "10 of the 12 ordered GPU pairs" in p.facts["warnings"][0]
+
+
+def test_empty_affinity_cells_are_not_filled_from_the_gpu_numa_id() -> None:
+    p = parse("vllm_collect_env_2gpu_nv12_8nic_empty_affinity_vllm19607.txt")
+    t = p.documents["topo_m"]
+    assert p.pair_levels == {(0, 1): "NV12", (1, 0): "NV12"}
+    assert t["matrix"]["GPU0"]["NIC6"] == "PXB" and t["matrix"]["NIC7"]["NIC6"] == "PIX"
+    # only "N/A" follows the levels: it is the GPU NUMA ID, the affinities are unknown
+    assert t["cpu_affinity"] == {0: None, 1: None} and t["numa_affinity"] == {0: None, 1: None}

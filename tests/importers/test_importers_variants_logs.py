@@ -17,6 +17,7 @@ import pytest
 
 from pcieprof.errors import BadInput
 from pcieprof.importers.formats import detect
+from pcieprof.bundle.nccl_choices import NcclParsed
 from pcieprof.importers.nccl_log import parse_nccl_log
 from pcieprof.importers.nccl_tests import parse_nccl_tests
 from pcieprof.importers.formats import parse_text
@@ -33,7 +34,7 @@ def log_text(samples: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def real(log_text: str) -> dict:
+def real(log_text: str) -> NcclParsed:
     return parse_nccl_log(log_text, "real.log")
 
 
@@ -41,28 +42,28 @@ def strip_prefix(text: str) -> str:
     return "\n".join(PREFIX.sub("", l) for l in text.splitlines()) + "\n"
 
 
-def test_prefix_cut_away(log_text: str, real: dict) -> None:
+def test_prefix_cut_away(log_text: str, real: NcclParsed) -> None:
     stripped = strip_prefix(log_text)
     assert "proxmox:113060" not in stripped.splitlines()[0]
     assert detect(stripped) == "nccl-log"
     c = parse_nccl_log(stripped, "s.log")
     for key in ("nccl_version", "nranks", "nchannels", "rings", "peer_transport", "transports",
                 "env"):
-        assert c[key] == real[key], key
-    main = c["comms"][0]
+        assert getattr(c, key) == getattr(real, key), key
+    main = c.comms[0]
     assert main["comm_id"] == "0xecf1aa0ad32ab8b2" and main["attribution"] == "order"
     assert set(main["ranks"]) == {"0", "1", "2", "3"}
-    assert c["lines"]["without_prefix"] > 190
+    assert c.lines["without_prefix"] > 190
 
 
-def test_grep_of_the_transport_lines(log_text: str, real: dict) -> None:
+def test_grep_of_the_transport_lines(log_text: str, real: NcclParsed) -> None:
     # `grep via` of the log, the prefix cut away: what people paste to show the transports
     grep = "\n".join(l for l in strip_prefix(log_text).splitlines() if " via " in l) + "\n"
     assert detect(grep) == "nccl-log"
     c = parse_nccl_log(grep, "grep.log")
-    assert c["peer_transport"] == real["peer_transport"] and c["transports"] == ["P2P/CUMEM"]
-    assert c["nranks"] == 4 and c["comms"][0]["attribution"] == "none"
-    assert c["comms"][0]["comm_id"] is None
+    assert c.peer_transport == real.peer_transport and c.transports == ["P2P/CUMEM"]
+    assert c.nranks == 4 and c.comms[0]["attribution"] == "none"
+    assert c.comms[0]["comm_id"] is None
 
 
 def interleave_ranks(text: str) -> str:
@@ -93,14 +94,14 @@ TAGS: dict[str, Callable[[str], str]] = {
 
 
 @pytest.mark.parametrize("variant", sorted(TAGS))
-def test_log_variants_give_what_the_real_log_gives(log_text: str, real: dict, variant: str) -> None:
+def test_log_variants_give_what_the_real_log_gives(log_text: str, real: NcclParsed, variant: str) -> None:
     text = TAGS[variant](log_text)
     assert detect(text) == "nccl-log"
     c = parse_nccl_log(text, "v.log")
     for key in ("nccl_version", "nranks", "nchannels", "rings", "peer_transport", "env"):
-        assert c[key] == real[key], key
-    assert [x["comm_id"] for x in c["comms"]] == [x["comm_id"] for x in real["comms"]]
-    assert c["comms"][0]["ranks"] == real["comms"][0]["ranks"]
+        assert getattr(c, key) == getattr(real, key), key
+    assert [x["comm_id"] for x in c.comms] == [x["comm_id"] for x in real.comms]
+    assert c.comms[0]["ranks"] == real.comms[0]["ranks"]
 
 
 def test_real_warn_lines() -> None:
@@ -108,27 +109,27 @@ def test_real_warn_lines() -> None:
     # (src/debug.cc); these are real ones from NVIDIA/nccl-tests issue #166.
     f = DATA / "nccl_warn_lines_nccl_tests_issue166.log"
     c = parse_nccl_log(f.read_text(), f.name)
-    assert [(w["line"], w["source"], w["dev"], w["pid"]) for w in c["warnings"]] == [
+    assert [(w["line"], w["source"], w["dev"], w["pid"]) for w in c.warnings] == [
         (1, "misc/socket.cc:483", 0, 39964), (9, "proxy.cc:1519", 0, 39964),
         (13, "misc/socket.cc:49", 0, 39964), (16, "proxy.cc:1143", 0, 39964)]
-    assert c["warnings"][0]["text"] == ("socketStartConnect: Connect to 10.0.0.2<45763> failed : "
+    assert c.warnings[0]["text"] == ("socketStartConnect: Connect to 10.0.0.2<45763> failed : "
                                         "Software caused connection abort")
-    assert c["warnings"][1]["text"].startswith("[Proxy Service 0] Failed to execute operation")
+    assert c.warnings[1]["text"].startswith("[Proxy Service 0] Failed to execute operation")
     # the INFO lines between them are not warnings, and the transport lines still count
-    assert len(c["warnings"]) == 4
+    assert len(c.warnings) == 4
 
 
 def test_timestamped_warn_of_a_full_2_29_log() -> None:
     f = DATA / "nccl_log_2.29.2_2rank_socket_warn_timestamp.log"
     c = parse_nccl_log(f.read_text(), f.name)
-    assert c["nccl_version"] == "2.29.2+cuda12.8" and c["cuda_driver_version"] == "12080"
-    assert c["env"] == {"NCCL_COMM_ID": "172.17.16.64:23456", "NCCL_P2P_DISABLE": "1",
+    assert c.nccl_version == "2.29.2+cuda12.8" and c.cuda_driver_version == "12080"
+    assert c.env == {"NCCL_COMM_ID": "172.17.16.64:23456", "NCCL_P2P_DISABLE": "1",
                         "NCCL_SHM_DISABLE": "1"}
-    main = c["comms"][0]
+    main = c.comms[0]
     assert main["comm_id"] == "0x2ef13c5ed0553a05"  # from '[Rank 0] ncclCommInitRank ...'
     assert main["ranks"]["0"]["init"] == "COMPLETE" and main["nnodes"] == 2
-    assert c["peer_transport"] == {"0->1": "NET/Socket/0/Shared"}
-    [w] = c["warnings"]
+    assert c.peer_transport == {"0->1": "NET/Socket/0/Shared"}
+    [w] = c.warnings
     assert (w["line"], w["time"], w["host"], w["pid"], w["rank"], w["source"]) == (
         46, "2026-03-18 11:13:09", "VM-16-64-ubuntu", 28471, 0, "misc/socket.cc:537")
     assert w["text"].startswith("ncclSocketInit: connecting to address")
@@ -143,7 +144,7 @@ def test_warn_forms_from_ncclDebugLog() -> None:
              line[len("ubuntu:39964:40075 "):],
              "[2024-05-01 10:00:00] " + line]
     for text in forms:
-        [w] = parse_nccl_log("\n" + text + "\n", "w.log")["warnings"]
+        [w] = parse_nccl_log("\n" + text + "\n", "w.log").warnings
         assert w["source"] == "misc/socket.cc:483" and w["text"].endswith("connection abort")
 
 

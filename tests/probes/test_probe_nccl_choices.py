@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 from pcieprof.bundle import Bundle
-from pcieprof.bundle.nccl_choices import NcclChoices
+from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices
 from pcieprof.probe_runner import ProbeRunner
 from probes.plan import build_plan
 
@@ -24,13 +25,15 @@ def test_choices_from_a_real_nccl_log(tmp_path: Path, samples: Path) -> None:
     finally:
         runner.cleanup()
     assert parsed is not None
-    assert parsed["nccl_version"].startswith("2.28.9")
-    assert parsed["peer_transport"]["0->1"] == "P2P/CUMEM"
-    assert parsed["rings"]["0"] == [0, 1, 2, 3]
-    assert entry["rank_to_device"] == {"0": 3, "1": 1, "2": 0, "3": 2}
-    assert entry["log"] == "nccl/default.log"
-    # read back through the typed document: NCCL's rank-space ring as devices
-    case = NcclChoices.from_json({"default": {**entry, "parsed": parsed}}).cases["default"]
+    assert str(parsed.nccl_version).startswith("2.28.9")
+    assert parsed.peer_transport["0->1"] == "P2P/CUMEM"
+    assert parsed.rings["0"] == [0, 1, 2, 3]
+    assert entry.rank_to_device == {"0": 3, "1": 1, "2": 0, "3": 2}
+    assert entry.log == "nccl/default.log"
+    # written and read back through the typed document: NCCL's rank-space ring as devices
+    entry.parsed = parsed
+    doc = NcclChoices(cases={"default": entry}).to_json()
+    case = NcclChoices.from_json(json.loads(json.dumps(doc))).cases["default"]
     assert case.ring_devices() == [3, 1, 0, 2]
 
 
@@ -43,7 +46,7 @@ def test_cpu_choices_say_nccl_was_not_used(tmp_path: Path) -> None:
         entry = runner._entry(case, "nccl/proto_ll.log", case.ranks)
     finally:
         runner.cleanup()
-    assert entry["parsed"] is None and "gloo ignores NCCL_* settings" in entry["note"]
+    assert entry.parsed is None and "gloo ignores NCCL_* settings" in entry.note
 
 
 def test_tuning_choices_get_the_dtype_of_their_all_reduce() -> None:
@@ -56,10 +59,10 @@ def test_tuning_choices_get_the_dtype_of_their_all_reduce() -> None:
     algo = ["TREE", "RING", "RING", "RING"]
     tuner = [{"coll": "AllReduce", "bytes": b, "algo": a, "proto": "LL"}
              for b, a in zip([8, 16, 8, 16], algo)]
-    entry: dict[str, object] = {}
+    entry = NcclCase("default")
     got = with_dtypes(tuner, case, entry)
     assert [(t["bytes"], t["dtype"], t["algo"]) for t in got] == [
         (8, "bf16", "TREE"), (16, "bf16", "RING"), (8, "fp32", "RING"), (16, "fp32", "RING")]
     # a log that does not match the launch's sequence is left as it was, and says so
     short = with_dtypes(tuner[:3], case, entry)
-    assert all("dtype" not in t for t in short) and "dtypes not assigned" in str(entry["notes"])
+    assert all("dtype" not in t for t in short) and "dtypes not assigned" in str(entry.extra["notes"])

@@ -94,12 +94,12 @@ def test_every_rank_s_nccl_lines_reach_the_log_whole(tmp_path: Path, samples: Pa
         nccl = [ln for ln in got if b" NCCL " in ln]
         assert sorted(nccl) == sorted(want), name  # every line, none cut, none twice
         parsed = parse_nccl_log(bundle.file(name).read_text())
-        assert parsed["rings"] == real["rings"]
+        assert parsed.rings == real.rings
     assert len(launches.envs) == 2  # the untimed launch with the tuner log, then the timed one
     assert all("%p" in e["NCCL_DEBUG_FILE"] for e in launches.envs)
     assert steps == [1, 1]  # rank 0's step of each launch moves the progress bar (issue 24)
     choices = json.loads(bundle.file("nccl_choices.json").read_text())
-    assert choices["default"]["parsed"]["rings"] == real["rings"]
+    assert choices["default"]["parsed"]["rings"] == real.rings
 
 
 def test_a_rank_killed_mid_line_leaves_no_cut_line(tmp_path: Path) -> None:

@@ -345,3 +345,51 @@ def test_sighup_stops_like_sigterm_and_says_where_the_bundle_is(tmp_path: Path) 
     assert tree and not any(alive(p) for p in tree)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "partial" and manifest["parts"]["serve"]["status"] == "partial"
+
+
+# -- the server gone while serve-bench waits for its traces (issue 25, point 10) ---------------
+
+
+@pytest.mark.parametrize("end", ["server killed", "SIGTERM"])
+def test_waiting_for_traces_ends_with_the_server_or_at_sigterm(tmp_path: Path, end: str) -> None:
+    """While serve-bench waits for the traces /start_profile asked for: a server that has exited
+    (as one that hit ENOSPC writing its trace) ends the wait at once, and the run reports the
+    server's exit during profiling (it waited the whole timeout, then said "no complete trace
+    within 120 s"); a SIGTERM then ends the run with the interrupted line, exit 130.
+    --profile-steps 60 keeps the profiler recording for seconds after /start_profile answers
+    (60 decode steps), so the server is killed while its trace is still being recorded."""
+    out = tmp_path / "b"
+    bench = subprocess.Popen(
+        pcieprof_argv("serve-bench", "--model", "tiny-cpu", "--tp", "1", "--out", str(out),
+                      *[a for a in LIGHT if a != "--no-profile"], "--profile-steps", "60",
+                      "--request-timeout", "120", "--no-attribute"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    log = out / "serve" / "server-0.log"
+    try:
+        while not (log.is_file() and '"POST /start_profile HTTP/1.1" 200' in
+                   log.read_text(errors="replace")):
+            if bench.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("serve-bench did not reach profiling: "
+                            + bench.communicate(timeout=60)[1].decode()[-2000:])
+            time.sleep(0.05)
+        if end == "SIGTERM":
+            bench.send_signal(signal.SIGTERM)
+        else:
+            for pid in descendants(bench.pid):
+                os.kill(pid, signal.SIGKILL)
+        _, err = bench.communicate(timeout=100)  # under the 120 s the wait had
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+    text = err.decode()
+    last = text.strip().splitlines()[-1]
+    if end == "SIGTERM":
+        assert bench.returncode == 130 and last == f"pcieprof: interrupted; partial bundle: {out}", \
+            text[-2000:]
+        return
+    assert "(during profiling)" in last and "internal error" not in text, text[-2000:]
+    index = json.loads((out / "serve" / "traces" / "index.json").read_text())
+    assert index["status"] == "failed", index
+    assert index["why"] == "no complete trace from rank(s) [0] before the server exited", index

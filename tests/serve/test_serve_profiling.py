@@ -92,3 +92,24 @@ def test_moving_a_trace_to_another_filesystem_never_shows_a_partial_file(tmp_pat
     assert target == dest / src.name and not src.exists()
     assert gzip.decompress(target.read_bytes()) == b"{}"
     assert [p.name for p in dest.iterdir()] == [src.name]  # no temporary left
+
+
+def test_the_wait_for_traces_ends_once_the_server_has_exited(tmp_path: Path) -> None:
+    """Issue 25 pt 10: a server that died (ENOSPC writing its trace) was waited for the whole
+    timeout (5 minutes). Now one more look after it is seen gone, then the wait ends."""
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    asked: list[bool] = []
+
+    def alive() -> bool:
+        asked.append(False)
+        return False
+
+    async def wait() -> tuple[dict[int, list[Path]], list[Path]]:
+        load = asyncio.ensure_future(asyncio.sleep(0))
+        # the outer bound only keeps a broken wait from hanging the suite
+        return await asyncio.wait_for(
+            _wait_for_ranks(staging, 1, "pcieprof123", 3600.0, load, alive), timeout=600)
+
+    assert asyncio.run(wait()) == ({}, [])
+    assert len(asked) == 1
