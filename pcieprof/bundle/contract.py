@@ -118,12 +118,16 @@ FILES: tuple[BundleFile, ...] = (
                "and comm_model.csv"),
     _doc(CommModel, "attribute --model --topology",
          "the analytic model's collectives priced per batch next to the measured step"),
-    _doc(Recommendations, "recommend", "the bottleneck, the recommendations with evidence and "
-         "gains, the ring, the inferred fabric, the parallel layouts, what needs measuring"),
+    _doc(Recommendations, "recommend (and report, topology before they draw)",
+         "the bottleneck, the recommendations with evidence and gains, the ring, the inferred "
+         "fabric, the parallel layouts, what needs measuring"),
     BundleFile("tune/nccl_graph.xml", "text", "recommend", "NCCL_GRAPH_FILE with the searched ring"),
     BundleFile("tune/nccl_topo.xml", "text", "recommend",
                "NCCL_TOPO_FILE describing the real tree pcieprof has seen, when a VM hides it "
                "(a simulated VM's host tree, or tune/host_pcie_tree.json)"),
+    BundleFile("tune/nccl_tuner.conf", "text", "recommend",
+               "NCCL_TUNER_CONFIG_FILE for NCCL's example tuner plugin: a protocol per "
+               "all-reduce size range, when a global NCCL_PROTO would slow a phase"),
     BundleFile("tune/host_pcie_tree.json", "json", "recommend --host-lspci",
                "the PCIe tree of the user's lspci -vvv of the GPUs' host (source, tree)"),
     BundleFile("tune/recommended.env", "text", "recommend",

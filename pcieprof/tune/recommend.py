@@ -37,7 +37,7 @@ from pcieprof.tune.ring import Ring, best_ring, ring_of_order
 from pcieprof.tune.rules import FINDING_RULES, RULES
 from pcieprof.tune.rules.base import RuleContext, fixed_rank
 from pcieprof.tune.vm_context import bottleneck_why
-from pcieprof.tune.workload import on_the_workload
+from pcieprof.tune.workload import TUNER_FILE, on_the_workload
 from pcieprof.units import size_label
 
 ENV_FILE = "tune/recommended.env"
@@ -231,7 +231,8 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
     # a global setting is offered only when it slows no phase of the card's workload
     base = ctx.curves.default()
     recs = [on_the_workload(r, band, ctx.collectives_per_step, base,
-                            ctx.curves.find(r.env) if r.kind == "env" and r.env else None)
+                            ctx.curves.find(r.env) if r.kind == "env" and r.env else None,
+                            bundle=ctx.bundle, write=write_files)
             for r in recs]
     recs.sort(key=lambda r: -r.priority)
     env: dict[str, str] = {}
@@ -444,7 +445,7 @@ def write_outputs(bundle: Bundle, result: Recommendations) -> dict[str, str]:
                     count=len(result.recommendations))
     out = {"recommendations": str(bundle.path / Recommendations.FILE),
            "env": str(bundle.path / ENV_FILE), "sglang": str(bundle.path / SGLANG_FILE)}
-    for name in (GRAPH_FILE, TOPO_FILE):
+    for name in (GRAPH_FILE, TOPO_FILE, TUNER_FILE):
         if bundle.has(name):
             out[name.split("/")[-1]] = str(bundle.path / name)
     return out

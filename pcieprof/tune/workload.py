@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable
 
 from pcieprof.analysis.curves import EXTRAPOLATED, Curve
 from pcieprof.analysis.decode_band import DecodeBand
+from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import Recommendation
 from pcieprof.cards.card import ModelCard
 from pcieprof.cards.step import message_bytes
@@ -134,9 +136,25 @@ def slowed(times: list[PhaseTime]) -> list[PhaseTime]:
 
 #: NCCL's example tuner plugin: size ranges per collective, read from a CSV file.
 TUNER_SOURCE = ("NVIDIA/nccl ext-tuner/example/README.md: CSV collective_type,min_bytes,"
-                "max_bytes,algorithm,protocol,channels,nNodes,nRanks; NCCL_TUNER_CONFIG_FILE; "
+                "max_bytes,algorithm,protocol,channels,nNodes,nRanks (8 fields; numPipeOps and "
+                "regBuff optional), `#` comments; the file named by NCCL_TUNER_CONFIG_FILE; "
                 "sizes no line matches fall back to ring/simple")
 MAX_BYTES = 4294967295  # the README's "covers all sizes" upper bound
+#: Where `pcieprof recommend` writes the tuner plugin's configuration (NCCL_TUNER_CONFIG_FILE).
+TUNER_FILE = "tune/nccl_tuner.conf"
+
+
+def tuner_config(proto: str, cross: int, why: str) -> str:
+    """The example tuner plugin's configuration: all-reduces up to `cross` bytes with `proto`,
+    larger ones with simple, both on the ring, on one node, any rank count (`why`: a comment
+    line saying where the split comes from)."""
+    return "\n".join([
+        "# NCCL example tuner plugin configuration (NVIDIA/nccl ext-tuner/example), written by "
+        "pcieprof recommend",
+        "# collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks",
+        f"# {why}",
+        f"allreduce,0,{cross},ring,{proto},-1,1,-1",
+        f"allreduce,{cross + 1},{MAX_BYTES},ring,simple,-1,1,-1", ""])
 
 
 def crossover(base: Curve, new: Curve) -> int | None:
@@ -151,7 +169,8 @@ def crossover(base: Curve, new: Curve) -> int | None:
 
 
 def on_the_workload(rec: Recommendation, band: DecodeBand, count: Callable[[int], int],
-                    base: Curve | None, new: Curve | None) -> Recommendation:
+                    base: Curve | None, new: Curve | None, bundle: Bundle | None = None,
+                    write: bool = False) -> Recommendation:
     """A global NCCL setting priced on the whole workload: its card states the phases and the
     ranking metric; one that slows any phase is turned into advice that sets nothing globally,
     with the size-aware route where NCCL has one (the protocol, through the tuner plugin).
@@ -162,6 +181,8 @@ def on_the_workload(rec: Recommendation, band: DecodeBand, count: Callable[[int]
         count: batch -> all-reduces per forward pass.
         base: the default curve; new: the curve measured with `rec.env` (None: not measured,
             returned as it is).
+        bundle: where the tuner plugin's configuration goes (TUNER_FILE), named in the card.
+        write: write it there (False: the card says `pcieprof recommend` writes it).
     """
     if base is None or new is None or rec.kind != "env" or not rec.env:
         return rec
@@ -184,15 +205,20 @@ def on_the_workload(rec: Recommendation, band: DecodeBand, count: Callable[[int]
     if "NCCL_PROTO" in rec.env and len(rec.env) == 1 and faster:
         proto = rec.env["NCCL_PROTO"].lower()
         cross = crossover(base, new) or max(t.phase.size_bytes for t in faster)
+        conf = Path(TUNER_FILE) if bundle is None else bundle.path / TUNER_FILE
+        if bundle is not None and write:
+            bundle.write_text(TUNER_FILE, tuner_config(
+                proto, cross, f"{setting} up to {size_label(cross)} ({cross} bytes): faster than "
+                f"NCCL's default at every measured size up to there in {bundle.path.name}'s "
+                f"{base.nranks}-rank all-reduce curves ({new.variant} vs {base.variant})"))
+        written = "" if bundle is not None and bundle.has(TUNER_FILE) else (
+            "   # written by: pcieprof recommend BUNDLE")
         action = (f"# {setting} only up to {size_label(cross)}: NCCL's example tuner plugin "
                   f"(NVIDIA/nccl ext-tuner/example; build it with make) picks the protocol per "
-                  f"size range\n"
+                  f"size range from {conf.name} (allreduce 0-{cross} bytes ring/{proto}, larger "
+                  f"ring/simple)\n"
                   f"export NCCL_TUNER_PLUGIN=/path/to/libnccl-tuner-example.so\n"
-                  f"export NCCL_TUNER_CONFIG_FILE=/path/to/nccl_tuner.conf\n"
-                  f"# nccl_tuner.conf (collective,min_bytes,max_bytes,algorithm,protocol,"
-                  f"channels,nNodes,nRanks):\n"
-                  f"allreduce,0,{cross},ring,{proto},-1,1,-1\n"
-                  f"allreduce,{cross + 1},{MAX_BYTES},ring,simple,-1,1,-1")
+                  f"export NCCL_TUNER_CONFIG_FILE={conf}{written}")
         caveats += [f"the tuner file's limits: it forces the ring algorithm for all-reduces, "
                     f"every other collective falls back to ring/simple, and the split at "
                     f"{size_label(cross)} is read from the {base.nranks}-rank curves only (smaller "

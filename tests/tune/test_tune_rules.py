@@ -47,7 +47,9 @@ def test_ll_recommended_with_measured_gain_and_large_message_caveat(tmp_path: Pa
     # LL is slower at 1 MiB, and so (at that ratio) at the card's 192 MiB prefill chunk: it is
     # not set globally, the tuner plugin's size split is offered instead (issue 22 pt 4)
     assert ll.env == {} and ll.kind == "info" and "NCCL_PROTO" not in res.env
-    assert "allreduce,0,262144,ring,ll,-1,1,-1" in ll.action
+    conf = (b.path / "tune" / "nccl_tuner.conf").read_text().splitlines()
+    assert "allreduce,0,262144,ring,ll,-1,1,-1" in conf  # the tuner plugin's file, in the bundle
+    assert f"export NCCL_TUNER_CONFIG_FILE={b.path / 'tune' / 'nccl_tuner.conf'}" in ll.action
     # batch 1 = 12 KiB: between 4 KiB (46 vs 22) and 32 KiB (48.16 vs 26.2), log-log interpolated
     assert 20 < ll.gain_us_per_allreduce[1] < 25
     assert ll.gain_ms_per_step[1] > 0  # per-step gain counted with the analytic collective count

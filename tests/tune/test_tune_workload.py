@@ -63,8 +63,10 @@ def test_ll_that_slows_prefill_is_not_global(demo_bundles: dict[str, Path],
     ll = next(r for r in doc.recommendations if r.rule == "proto_ll")
     assert ll.kind == "info" and ll.env == {} and "NCCL_PROTO" not in doc.env
     assert "slower in prefill" in ll.title and "tuner plugin" in ll.title
-    assert "allreduce,0," in ll.action and ",ring,ll,-1,1,-1" in ll.action
-    assert ",ring,simple,-1,1,-1" in ll.action and "NCCL_TUNER_CONFIG_FILE" in ll.action
+    # the tuner plugin's configuration is a file of the bundle, named in the card
+    assert f"export NCCL_TUNER_CONFIG_FILE={box / 'tune' / 'nccl_tuner.conf'}   # written by: " \
+        "pcieprof recommend BUNDLE" in ll.action
+    assert not (box / "tune" / "nccl_tuner.conf").exists()  # write_files=False writes nothing
     assert any("forces the ring algorithm" in c for c in ll.caveats)
     said = next(e for e in ll.evidence if e.startswith("whole workload"))
     assert "prefill in chunks of 16384 tokens (192 MiB" in said and "ranked by" in said
@@ -93,3 +95,22 @@ def test_no_recommended_setting_slows_a_phase_on_the_samples(samples: Path, tmp_
     assert r.returncode == 0, r.stderr
     b = Bundle.open(tmp_path / "b")
     assert not _settings_slowing_a_phase(b, tune(b, GLM5, BAND, write_files=False))
+
+
+def test_the_tuner_configuration_is_written_into_the_bundle(demo_bundles: dict[str, Path],
+                                                             tmp_path: Path) -> None:
+    box = tmp_path / "bare"
+    shutil.copytree(demo_bundles["rtxpro6000-8x-switch"], box)
+    doc = tune(Bundle.open(box), GLM5, BAND)
+    ll = next(r for r in doc.recommendations if r.rule == "proto_ll")
+    conf = box / "tune" / "nccl_tuner.conf"
+    assert f"export NCCL_TUNER_CONFIG_FILE={conf}" in ll.action.splitlines()
+    rows = [ln for ln in conf.read_text().splitlines() if ln and not ln.startswith("#")]
+    # NVIDIA/nccl ext-tuner/example/README.md: collective_type,min_bytes,max_bytes,algorithm,
+    # protocol,channels,nNodes,nRanks; 4294967295 covers all sizes
+    assert len(rows) == 2 and all(len(r.split(",")) == 8 for r in rows)
+    small, large = (r.split(",") for r in rows)
+    assert small[:2] == ["allreduce", "0"] and small[3:] == ["ring", "ll", "-1", "1", "-1"]
+    assert large[1] == str(int(small[2]) + 1) and large[2] == "4294967295"
+    assert large[3:] == ["ring", "simple", "-1", "1", "-1"]
+    assert f"0-{small[2]} bytes ring/ll" in ll.action
