@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from builders.bundles import (DEMO_PROFILES, REPORT_DATA, make_bundle, sim_bundle, two_switch,
                               write_matrix_bundle)
+from builders.launch_search import SearchRun, run_interrupted_and_resumed
 
 from pcieprof.bundle import Bundle
 
@@ -141,3 +142,12 @@ def demo_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     per session: copy one before changing it."""
     root = tmp_path_factory.mktemp("demo")
     return {p: sim_bundle(root / f"topology-{p}", p) for p in DEMO_PROFILES}
+
+
+@pytest.fixture(scope="session")
+def launch_search(tmp_path_factory: pytest.TempPathFactory) -> SearchRun:
+    """The launch search on the reference server under the field-report matrix, interrupted by
+    Ctrl-C and resumed (builders.launch_search), run once per session: copy its bundle before
+    changing it."""
+    pytest.importorskip("pcieprof.refserver.server")
+    return run_interrupted_and_resumed(tmp_path_factory.mktemp("search") / "search")

@@ -224,8 +224,11 @@ def test_bad_hellos_are_refused_and_node0_goes_on(bad: dict[str, Any],
     t.join(20)
     assert isinstance(got["0"], NodeGroup), got["0"]
     assert "refused a hello" in capsys.readouterr().err
-    one.leave()
+    # both ends close at once: each close waits (up to 2 s) for the other end's
+    leaving = threading.Thread(target=one.leave)
+    leaving.start()
     got["0"].close()
+    leaving.join(10)
 
 
 def test_a_node0_without_the_token_is_not_believed() -> None:

@@ -52,22 +52,35 @@ def find_traces(directory: Path, nranks: int, prefix: str) -> dict[int, list[Pat
     return out
 
 
-def trace_complete(path: Path) -> bool:
-    """Whether a trace file is whole: for `.gz` a gzip stream that reaches its end (the trailer
-    gzip writes last), else JSON whose last non-blank byte closes the document. SGLang exports
-    straight to the final name (torch's export_chrome_trace compresses into it), so a name that
-    exists and has stopped changing can still be half written."""
+def trace_state(path: Path) -> str:
+    """"whole", "growing" or "cut". Whole: JSON whose last non-blank byte closes the document,
+    and for `.gz` a gzip stream that reaches its end (the trailer gzip writes last) around it;
+    cut: a gzip that ended around a document that did not (it will not grow any more). SGLang
+    exports straight to the final name (torch's export_chrome_trace compresses into it), so a
+    name that exists and has stopped changing can still be half written; and a whole gzip can
+    hold a cut JSON: torch writes the JSON to a temporary file first and compresses whatever
+    landed there, so a full disk (Kineto: "Failed to write to log file!") leaves a valid gzip
+    of a truncated or empty document."""
     try:
         with path.open("rb") as f:
             if not path.name.endswith(".gz"):
                 f.seek(max(0, path.stat().st_size - 64))
-                return f.read().rstrip().endswith((b"}", b"]"))
+                return "whole" if _closes_document(f.read()) else "growing"
             d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip framing
+            tail = b""
             while not d.eof and (chunk := f.read(1 << 20)):
-                d.decompress(chunk)
-            return d.eof
+                out = d.decompress(chunk)
+                if out := out.rstrip():  # the last non-blank bytes decide
+                    tail = (tail + out)[-64:]
+            if not d.eof:
+                return "growing"
+            return "whole" if _closes_document(tail) else "cut"
     except (OSError, zlib.error):
-        return False
+        return "growing"
+
+
+def _closes_document(tail: bytes) -> bool:
+    return tail.rstrip().endswith((b"}", b"]"))
 
 
 def move_trace(src: Path, dest: Path) -> Path:
@@ -142,8 +155,8 @@ async def capture(base_url: str, staging: Path, dest: Path, *, nranks: int, num_
         await asyncio.sleep(settle_s)
         async with aiohttp.ClientSession() as session:
             record["reply"] = (await start_profile(session, base_url, body)).strip()
-        found, unfinished = await _wait_for_ranks(staging, nranks, prefix, timeout_s, load_task,
-                                                  alive)
+        found, unfinished, cut = await _wait_for_ranks(staging, nranks, prefix, timeout_s,
+                                                       load_task, alive)
         moved = [move_trace(p, dest) for rank in sorted(found) for p in found[rank]]
         record["files"] = [str(p.relative_to(dest.parent.parent)) for p in moved]
         record["ranks"] = sorted(found)
@@ -153,10 +166,15 @@ async def capture(base_url: str, staging: Path, dest: Path, *, nranks: int, num_
             missing = sorted(set(range(nranks)) - set(found))
             when = ("before the server exited" if alive is not None and not alive()
                     else f"within {timeout_s:.0f} s")
-            record.update(status="partial" if found else "failed",
-                          why=f"no complete trace from rank(s) {missing} {when}"
-                          + (f" (still being written: {', '.join(p.name for p in unfinished)})"
-                             if unfinished else ""))
+            why = f"no complete trace from rank(s) {missing}"
+            if cut:
+                why += (f": cut short ({', '.join(p.name for p in cut)}: a whole gzip of a "
+                        "truncated document, as torch leaves when the disk fills)")
+            if unfinished or not cut:
+                why += f" {when}"
+            if unfinished:
+                why += f" (still being written: {', '.join(p.name for p in unfinished)})"
+            record.update(status="partial" if found else "failed", why=why)
     except (RuntimeError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
         record["why"] = f"{type(exc).__name__}: {exc}"[:300]
     finally:
@@ -169,26 +187,29 @@ async def capture(base_url: str, staging: Path, dest: Path, *, nranks: int, num_
 
 async def _wait_for_ranks(staging: Path, nranks: int, prefix: str, timeout_s: float,
                           load_task: asyncio.Future[Any], alive: Callable[[], bool] | None = None
-                          ) -> tuple[dict[int, list[Path]], list[Path]]:
+                          ) -> tuple[dict[int, list[Path]], list[Path], list[Path]]:
     """Wait until every rank has a trace and every trace found is whole, `timeout_s`, or one
     look after `alive()` turned False (a server that has exited writes no more traces; the
     look lets the files it finished hold still and count).
 
-    Returns (whole traces by rank, traces still being written when the wait ended). A file counts
-    once its size has held still between two looks and its content is complete
-    (`trace_complete`, checked once per size); with profile_by_stage a rank may still start its
-    other stage's file, so the set of files must also hold still for SETTLE_S."""
+    Returns (whole traces by rank, traces still being written when the wait ended, traces cut
+    short). A file counts once its size has held still between two looks and its content is
+    complete (`trace_state`, checked once per size); a cut one will not grow, so the wait ends
+    once every other rank is whole; with profile_by_stage a rank may still start its other
+    stage's file, so the set of files must also hold still for SETTLE_S."""
     deadline = time.monotonic() + timeout_s
     sizes: dict[Path, int] = {}
-    whole: dict[Path, bool] = {}  # verdict per file at the size it had
+    state: dict[Path, str] = {}  # verdict per file at the size it had
     last: dict[int, list[Path]] = {}
     settled_since: float | None = None
     done: dict[int, list[Path]] = {}
     unfinished: list[Path] = []
+    cut: list[Path] = []
     gone = False
     while True:
         found = find_traces(staging, nranks, prefix)
-        done, unfinished = {}, []
+        done, unfinished, cut = {}, [], []
+        cut_ranks: set[int] = set()
         for rank, paths in found.items():
             for p in paths:
                 try:
@@ -197,24 +218,27 @@ async def _wait_for_ranks(staging: Path, nranks: int, prefix: str, timeout_s: fl
                     continue  # renamed or removed under us
                 if sizes.get(p) != size:
                     sizes[p] = size
-                    whole.pop(p, None)
+                    state.pop(p, None)
                     unfinished.append(p)
                     continue
-                if p not in whole:
-                    whole[p] = trace_complete(p)
-                if whole[p]:
+                if p not in state:
+                    state[p] = trace_state(p)
+                if state[p] == "whole":
                     done.setdefault(rank, []).append(p)
+                elif state[p] == "cut":
+                    cut.append(p)
+                    cut_ranks.add(rank)
                 else:
                     unfinished.append(p)
-        if len(done) == nranks and not unfinished:
+        if len(set(done) | cut_ranks) == nranks and not unfinished:
             settled_since = settled_since if found == last and settled_since else time.monotonic()
             if time.monotonic() - settled_since >= SETTLE_S:
-                return done, []
+                return done, [], cut
         else:
             settled_since = None
         last = found
         if time.monotonic() >= deadline or gone:
-            return done, unfinished
+            return done, unfinished, cut
         gone = alive is not None and not alive()
         if load_task.done() and not found and time.monotonic() > deadline - timeout_s + 30:
             progress.debug("profiling: the load finished before any trace appeared")

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from builders.cli import cli, pcieprof_argv
+from builders.cli import cli
+from builders.launch_search import FAST, FIELD_START, SearchRun, attempt_rows
 from builders.procs import group_gone
 
 from pcieprof.bundle.serve_search import ServeSearch
@@ -25,24 +24,6 @@ from pcieprof.tune.space import SearchSpace
 
 pytest.importorskip("pcieprof.refserver.server")
 pytestmark = pytest.mark.slow
-
-MATRIX = Path(__file__).resolve().parents[1] / "data" / "fault_matrix" / "field_report_sm120.toml"
-# what the field report's user began with
-FIELD_START = {"attention_backend": "dsa", "dsa_prefill_backend": "flashmla_sparse",
-               "dsa_decode_backend": "flashmla_kv"}
-FAST = ["--num-requests", "4", "--warmup", "1", "--input-len", "16", "--output-len", "12",
-        "--concurrency", "1", "--decode-batches", "none", "--no-profile"]
-# The card's stall timeout (30 s): the refserver imports torch before its first progress line,
-# which on a loaded machine has taken more than 15 s (a false hang then misleads the search).
-SEARCH = ["serve-bench", "--model", "tiny-cpu", "--tp", "2", "--sweep",
-          *[f"--{a.replace('_', '-')}={v}" for a, v in FIELD_START.items()], *FAST]
-
-
-def _rows(out: Path) -> list[dict]:
-    path = out / "serve" / "attempts.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
 
 
 def _assert_gone(attempts: list[dict]) -> None:
@@ -70,40 +51,24 @@ def _replays(rows: list[dict]) -> None:
 
 
 @pytest.mark.timeout(900)
-def test_search_finds_the_serving_backend_and_resumes_after_ctrl_c(tmp_path: Path) -> None:
-    out = tmp_path / "search"
-    argv = pcieprof_argv(*SEARCH, "--out", str(out), "--", "--inject-matrix", str(MATRIX))
-    t0 = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:  # Ctrl-C while the third attempt is under way (two results recorded)
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None:
-            rows = _rows(out)
-            if len(rows) >= 3 and rows[2]["outcome"] == "running":
-                break
-            time.sleep(0.2)
-        assert proc.poll() is None, "the search ended before the third attempt"
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    first_part = time.monotonic() - t0
+def test_search_finds_the_serving_backend_and_resumes_after_ctrl_c(launch_search: SearchRun
+                                                                   ) -> None:
+    # the run (builders.launch_search): Ctrl-C while the third attempt is under way (two
+    # results recorded), then --resume
+    run, out = launch_search, launch_search.out
+    proc, err = run.interrupted, run.interrupted.stderr
     assert proc.returncode == 130, err[-2000:]
-    before = _rows(out)
+    before = run.before
     _assert_gone(before)
     assert [r["outcome"] for r in before][2] == "interrupted"
-    doc = ServeSearch.from_json(json.loads((out / "serve" / "search.json").read_text()))
+    doc = ServeSearch.from_json(run.search_before)
     assert doc.status == "interrupted" and doc.winner is None
-    assert json.loads((out / "manifest.json").read_text())["status"] == "partial"
+    assert run.manifest_before["status"] == "partial"
 
-    t1 = time.monotonic()
-    p = cli(*SEARCH, "--resume", "--out", str(out), "--", "--inject-matrix", str(MATRIX),
-            process=True, timeout=600)
-    resumed = time.monotonic() - t1
+    p = run.resumed
     assert p.returncode == 0, p.stderr[-3000:]
     assert "resuming the launch search: 2 attempt(s) recorded, 1 interrupted" in p.stderr
-    rows = _rows(out)
+    rows = attempt_rows(out)
     _assert_gone(rows)
     # the recorded attempts are kept as they were; numbering goes on
     assert [r["index"] for r in rows] == list(range(len(rows)))
@@ -126,7 +91,7 @@ def test_search_finds_the_serving_backend_and_resumes_after_ctrl_c(tmp_path: Pat
     summary = json.loads((out / "serve" / "summary.json").read_text())
     assert summary["attempt"] == doc.winner.label and summary["runs"][0]["completed"] == 4
     print(f"\nsearch: {len(results)} attempts ({len(rows) - len(results)} interrupted); "
-          f"{first_part:.0f} s until Ctrl-C, {resumed:.0f} s resumed; "
+          f"{run.first_part_s:.0f} s until Ctrl-C, {run.resumed_s:.0f} s resumed; "
           + ", ".join(f"{a.outcome} {a.time_to_failure_s or a.time_to_ready_s or 0:.1f} s"
                       for a in doc.attempts))
 
@@ -143,7 +108,7 @@ def test_hung_attempt_is_declared_within_the_stall_timeout(tmp_path: Path) -> No
     p = cli("serve-bench", "--model", "tiny-cpu", "--inject", "hang", "--out", str(out), *FAST,
             process=True, timeout=600)
     assert p.returncode == 1, p.stderr[-2000:]
-    att = _rows(out)[0]
+    att = attempt_rows(out)[0]
     assert att["outcome"] == "hang" and "stall timeout 30 s" in att["summary"]
     log = (out / "serve" / "server-0.log").read_text().splitlines()
     stamped = [ln for ln in log if re.match(r"\[\d{4}-", ln)]

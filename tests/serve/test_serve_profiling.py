@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from pcieprof.refserver.names import trace_file_name
-from pcieprof.serve.profiling import _wait_for_ranks, move_trace, trace_complete
+from pcieprof.serve.profiling import _wait_for_ranks, move_trace, trace_state
 from pcieprof.serve.run import decode_traces
 
 
@@ -58,7 +58,7 @@ def test_a_trace_still_being_written_is_not_taken(tmp_path: Path) -> None:
 
     async def wait() -> tuple[dict[int, list[Path]], bytes]:
         load = asyncio.ensure_future(asyncio.sleep(0))
-        found, _ = await _wait_for_ranks(staging, 1, prefix, 30.0, load)
+        found, _, _ = await _wait_for_ranks(staging, 1, prefix, 30.0, load)
         return found, trace.read_bytes()  # what a move would have taken at that moment
 
     try:
@@ -77,9 +77,18 @@ def test_trace_completeness_by_content(tmp_path: Path) -> None:
     cut.write_bytes(whole.read_bytes()[:-6])
     plain = tmp_path / "c.trace.json"
     plain.write_text('{"traceEvents": [\n')
-    assert trace_complete(whole) and not trace_complete(cut) and not trace_complete(plain)
+    assert [trace_state(p) for p in (whole, cut, plain)] == ["whole", "growing", "growing"]
     plain.write_text('{"traceEvents": []}\n')
-    assert trace_complete(plain)
+    assert trace_state(plain) == "whole"
+    # A whole gzip of a cut or empty document (torch compresses what reached its temporary file
+    # when the disk filled) will not grow: it is cut, not whole.
+    for body in (b'{"traceEvents": [{"ph": "X"', b"", b"\n  \n"):
+        bad = tmp_path / "d.trace.json.gz"
+        bad.write_bytes(gzip.compress(body))
+        assert trace_state(bad) == "cut", body
+    spaced = tmp_path / "e.trace.json.gz"
+    spaced.write_bytes(gzip.compress(b'{"traceEvents": []}' + b" " * 100_000 + b"\n"))
+    assert trace_state(spaced) == "whole"
 
 
 def test_moving_a_trace_to_another_filesystem_never_shows_a_partial_file(tmp_path: Path) -> None:
@@ -105,11 +114,32 @@ def test_the_wait_for_traces_ends_once_the_server_has_exited(tmp_path: Path) -> 
         asked.append(False)
         return False
 
-    async def wait() -> tuple[dict[int, list[Path]], list[Path]]:
+    async def wait() -> tuple[dict[int, list[Path]], list[Path], list[Path]]:
         load = asyncio.ensure_future(asyncio.sleep(0))
         # the outer bound only keeps a broken wait from hanging the suite
         return await asyncio.wait_for(
             _wait_for_ranks(staging, 1, "pcieprof123", 3600.0, load, alive), timeout=600)
 
-    assert asyncio.run(wait()) == ({}, [])
+    assert asyncio.run(wait()) == ({}, [], [])
     assert len(asked) == 1
+
+
+def test_a_trace_cut_by_a_full_disk_ends_the_wait_while_the_server_lives(tmp_path: Path) -> None:
+    """A server that stays up after its trace write failed (the reference server does: Kineto
+    logs "Failed to write to log file!" and torch still gzips what it had) leaves a whole gzip
+    of a cut document. It was taken as a trace; it will never grow, so the wait ends once the
+    other ranks are whole and names it."""
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    prefix = "pcieprof123"
+    good = staging / f"{prefix}-1700000000.5-TP-0-DECODE.trace.json.gz"
+    good.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    bad = staging / f"{prefix}-1700000000.5-TP-1-DECODE.trace.json.gz"
+    bad.write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", "na'))
+
+    async def wait() -> tuple[dict[int, list[Path]], list[Path], list[Path]]:
+        load = asyncio.ensure_future(asyncio.sleep(0))
+        return await asyncio.wait_for(
+            _wait_for_ranks(staging, 2, prefix, 3600.0, load, lambda: True), timeout=600)
+
+    assert asyncio.run(wait()) == ({0: [good]}, [], [bad])
