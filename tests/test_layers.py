@@ -258,3 +258,37 @@ def test_the_report_reaches_no_tuner_and_no_search() -> None:
     reached = _reached(report, imps)
     bad = sorted(f"{m} (through {by})" for m, by in reached.items() if m.startswith(DECIDES))
     assert report and not bad, "the report reaches: " + ", ".join(bad)
+
+
+
+#: The tuner and the code that wires it into the commands.
+TUNER = ("pcieprof.tune", "pcieprof.commands.tuning")
+#: What the report may import of tune/: the VM story's words, which `compare` prints too and
+#: which read the fabric model's table, not a rule context (docs/design.md).
+REPORT_SHARES = ("pcieprof.tune.vm",)
+
+
+def test_the_report_imports_no_tuner() -> None:
+    """pcieprof/report and `pcieprof report` (commands/report.py) import nothing of tune/ or
+    commands/tuning, but for the VM words they share with `compare`."""
+    imps = all_imports()
+    bad = [f"{i.source}:{i.line} imports {i.target}" for i in imps
+           if (i.source.startswith("pcieprof.report") or i.source == "pcieprof.commands.report")
+           and i.target.startswith(TUNER) and i.target not in REPORT_SHARES]
+    assert not bad, "\n".join(bad)
+    assert not [i for i in imps if i.source == "pcieprof.commands.report"
+                and i.target.startswith(TUNER)]
+
+
+def test_the_report_command_reaches_the_tuner_only_through_recommends_save() -> None:
+    """`pcieprof report` draws what the bundles saved: recommend's result reaches the page only
+    as written into the bundle by pcieprof.commands.recommend (save_for_report); take that one
+    door away and nothing the command imports, directly or through others, runs the tuner, its
+    rules or the launch search, or wires them (commands/tuning)."""
+    imps = all_imports()
+    cmd = "pcieprof.commands.report"
+    assert any(i.source == cmd and i.target == "pcieprof.commands.recommend" for i in imps)
+    reached = _reached({cmd}, [i for i in imps if i.target != "pcieprof.commands.recommend"])
+    runs_tuner = (*(d for d in DECIDES if d != "pcieprof.commands"), "pcieprof.commands.tuning")
+    bad = sorted(f"{m} (through {by})" for m, by in reached.items() if m.startswith(runs_tuner))
+    assert not bad, "the report command reaches: " + ", ".join(bad)

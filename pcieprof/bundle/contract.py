@@ -117,8 +117,9 @@ FILES: tuple[BundleFile, ...] = (
                "and comm_model.csv"),
     _doc(CommModel, "attribute --model --topology",
          "the analytic model's collectives priced per batch next to the measured step"),
-    _doc(Recommendations, "recommend", "the bottleneck, the recommendations with evidence and "
-         "gains, the ring, the inferred fabric, the parallel layouts, what needs measuring"),
+    _doc(Recommendations, "recommend (and report, topology before they draw)",
+         "the bottleneck, the recommendations with evidence and gains, the ring, the inferred "
+         "fabric, the parallel layouts, what needs measuring"),
     BundleFile("tune/nccl_graph.xml", "text", "recommend", "NCCL_GRAPH_FILE with the searched ring"),
     BundleFile("tune/nccl_topo.xml", "text", "recommend",
                "NCCL_TOPO_FILE describing the real tree pcieprof has seen, when a VM hides it "

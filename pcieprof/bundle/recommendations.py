@@ -1,4 +1,5 @@
-"""recommendations.json: the tuner's output (pcieprof recommend; the report's in-memory run).
+"""recommendations.json: the tuner's output, as `pcieprof recommend` saves it (and `report` and
+`topology` through it, pcieprof.commands.recommend.save).
 
 The principal bottleneck, the recommendations (each with its evidence and its gain per decode
 all-reduce and per decode step), the searched ring, the inferred fabric, the ranked parallel
@@ -186,9 +187,10 @@ class Recommendations(Document):
         layouts: ranked parallel layouts, best first.
         env: the merged environment of every env/launch recommendation.
         verify: after --verify: {bundle, backend, source, rules}.
-        computed_by_report: True when `pcieprof report` computed it in memory (no env file,
-            NCCL files or SGLang command were written).
-        error: why the tuner could not run on the bundle (the report shows it), or None.
+
+    Files written before the report read only saved recommendations hold `computed_by_report`
+    (false) and `error` (null), which the report's in-memory run alone set; read, they are
+    dropped.
     """
 
     FILE = "recommendations.json"
@@ -206,8 +208,6 @@ class Recommendations(Document):
     layouts: list[LayoutAdvice] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     verify: dict[str, Any] | None = None
-    computed_by_report: bool = False
-    error: str | None = None
 
     @classmethod
     def from_json(cls, data: Any, where: str = "") -> "Recommendations":

@@ -9,7 +9,8 @@ the tutorial:
 3. `pcieprof serve-bench --model tiny-cpu`: the reference server on this machine's CPUs (real
    processes, real gloo all-reduces, real traces), load, decode curve, profiling and attribution;
    labelled `measured, backend cpu`.
-4. `pcieprof report` of all bundles side by side: one offline HTML page.
+4. `pcieprof report` of all bundles side by side: one offline HTML page (it first saves
+   `recommend`'s result into the baseline bundle, which has none: the page draws what is saved).
 """
 
 from __future__ import annotations

@@ -4,12 +4,18 @@ the SGLang launch backends, each with its evidence.
 Writes into the bundle (or, with `--out DIR`, into a copy of it at DIR, leaving BUNDLE as it
 is): recommendations.json, tune/recommended.env, tune/sglang_command.sh and the NCCL
 graph/topology files (tune/nccl_graph.xml, tune/nccl_topo.xml). Prints the recommendations.
+
+`save` is that write, and the one way the tuner's result reaches a bundle: the commands that
+draw a report (`report`, `topology`) save it first with `save_for_report`, and the report reads
+only what is saved (docs/design.md).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +25,21 @@ from pcieprof import progress
 from pcieprof.analysis.box import box_of
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.nodes import Nodes
-from pcieprof.bundle import Bundle
+from pcieprof.bundle import Bundle, writer
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.topology import Topology
+from pcieprof.cards import ModelCard
 from pcieprof.commands.card_choice import MODEL_HELP, card_for
 from pcieprof.commands.options import verbosity
-from pcieprof.commands.tuning import the_launch, tune
+from pcieprof.commands.tuning import launch_choice, serve_searches, the_launch, tune
 from pcieprof.discover.lspci import parse_lspci
 from pcieprof.discover.pcie_tree import build_tree
-from pcieprof.errors import BadInput
+from pcieprof.errors import BadInput, PcieprofError
 from pcieprof.importers.detect import is_lspci
 from pcieprof.importers.reading import read_input
 from pcieprof.measurement import MeasurementSession, allreduce_plan
 from pcieprof.schema import source_of
+from pcieprof.tune.launch import LaunchChoice, searched_in
 from pcieprof.tune.nccl_files import HOST_TREE_FILE
 from pcieprof.tune.recommend import write_outputs
 from pcieprof.tune.verify import (VerifyPlan, attach, check_verifiable, plan_verify,
@@ -175,10 +183,9 @@ def command(bundle: Path, out: Path | None, force: bool, model: str | None, batc
             raise BadInput(f"cannot write {HOST_TREE_FILE} into {b.path}: "
                            f"{exc.strerror or exc}", hint="pass --out DIR") from None
     progress.info(f"tuning {b.path} ({b.source}, backend {b.backend})")
-    result = tune(b, card, band, layouts=not no_layouts, context=context, choice=choice)
     try:
-        paths = write_outputs(b, result)
-        b.set_model(card)  # the card the recommendations are for
+        result, paths = save(b, card, band, layouts=not no_layouts, context=context,
+                             choice=choice)
     except OSError as exc:
         raise BadInput(f"cannot write the recommendations into {b.path}: {exc.strerror or exc}",
                        hint="pass --out DIR to write them into a copy of the bundle") from None
@@ -192,6 +199,125 @@ def command(bundle: Path, out: Path | None, force: bool, model: str | None, batc
     for what, p in paths.items():
         click.echo(f"{what}: {p}")
     click.echo(f"report: pcieprof report {b.path}")
+
+
+def save(b: Bundle, card: ModelCard, band: DecodeBand, *, layouts: bool = True,
+         context: int = 8192, choice: LaunchChoice | None = None
+         ) -> tuple[Recommendations, dict[str, str]]:
+    """The tuner's result for `b` (pcieprof.commands.tuning.tune), saved into it as `recommend`
+    saves it: recommendations.json, tune/recommended.env, tune/sglang_command.sh, the NCCL
+    graph/topology files, and the card they are for in the manifest (`model`).
+
+    Args:
+        b: the bundle, written in place.
+        card: the model card advised for.
+        band: the decode band of the gains.
+        layouts: also rank the parallel layouts.
+        context: tokens per request of the layouts' KV-cache fit.
+        choice: the launch backends of the SGLang commands (None: the_launch's default).
+
+    Returns:
+        The result and {what: path} of the files written.
+
+    Raises:
+        PcieprofError: the tuner cannot read the bundle (one line).
+        OSError: the bundle cannot be written.
+    """
+    result = tune(b, card, band, layouts=layouts, context=context, choice=choice)
+    paths = write_outputs(b, result)
+    b.set_model(card)  # the card the recommendations are for
+    return result, paths
+
+
+def save_for_report(bundles: Sequence[Bundle], card: ModelCard,
+                    band: DecodeBand) -> dict[str, str]:
+    """Before a report draws `bundles`, which reads only what they saved: `recommend`'s result
+    saved (`save`) into each bundle with P2P or all-reduce rows whose recommendations.json is
+    missing or stale (`stale`), with the launch search of a serve bundle among them
+    (`joined_search`). One progress line per bundle written.
+
+    Returns:
+        Per bundle path, why the report shows no recommendations for it (said on stderr too):
+        the bundle cannot be written (read-only, or another process is still writing it), or
+        the tuner could not run on it. The report leaves their stale recommendations.json out.
+    """
+    choice = joined_search(bundles, card)
+    why_not: dict[str, str] = {}
+    for b in bundles:
+        if b.read_table("p2p").empty and b.read_table("allreduce").empty:
+            continue
+        why = stale(b, card, choice)
+        if why is None:
+            continue
+        cannot = _unwritable(b)
+        if cannot is None:
+            progress.info(f"{b.path}: {why}; writing recommend's into the bundle "
+                          f"({Recommendations.FILE}, tune/), as `pcieprof recommend` would")
+            try:
+                save(b, card, band, choice=choice)
+                continue
+            except PcieprofError as exc:
+                cannot = f"the tuner could not run on it: {exc.one_line()}"
+            except OSError as exc:  # a full disk half-way
+                cannot = f"it cannot be written ({exc.strerror or exc})"
+        why_not[str(b.path)] = (f"{why}, and {cannot}; `pcieprof recommend {b.path} --out DIR` "
+                                f"writes them into a copy")
+        progress.warn(f"{b.path}: no recommendations in the report: {why_not[str(b.path)]}")
+    return why_not
+
+
+def stale(b: Bundle, card: ModelCard, choice: LaunchChoice | None = None) -> str | None:
+    """Why `b`'s saved recommendations do not answer for `card` (one line), None when they do:
+    none saved, made for another card or an older version of this one (the manifest's `model`,
+    which `save` sets), or made without the served launch search `choice` comes from."""
+    stored = b.read_doc(Recommendations)
+    if stored is None:
+        return f"no {Recommendations.FILE}"
+    if stored.model != card.name:
+        return f"{Recommendations.FILE} was made for {stored.model or 'another model'}, not {card.name}"
+    made = b.model()
+    if made is not None and made.name == card.name and made.hash != card.content_hash:
+        return (f"{Recommendations.FILE} was made for {made.short()}; the card is "
+                f"{card.short_hash()} now")
+    if choice is not None and choice.served and not _same(searched_in(stored),
+                                                          choice.serve_bundle):
+        return f"{Recommendations.FILE} was made without the launch search in {choice.serve_bundle}"
+    return None
+
+
+def joined_search(bundles: Sequence[Bundle], card: ModelCard) -> LaunchChoice | None:
+    """The launch backends from the first serve bundle among `bundles` whose search served
+    `card`, else the first-ranked ones of an unfinished search, else None: each bundle's own
+    box decides (a search of another model is shown, not joined)."""
+    first = None
+    for b in serve_searches(bundles):
+        try:
+            choice = launch_choice(card, b)
+        except BadInput as exc:
+            progress.warn(f"not joined: {exc.one_line()}")
+            continue
+        if choice.served:
+            return choice
+        first = first or choice
+    return first
+
+
+def _same(a: str | None, b: str) -> bool:
+    return a is not None and Path(a).resolve() == Path(b).resolve()
+
+
+def _unwritable(b: Bundle) -> str | None:
+    """Why `save` cannot write into `b` now (one line), None when it can."""
+    m = b.manifest
+    if (m.end_time is None and m.writer and writer.state(m.writer) == "running"
+            and not writer.is_this_process(m.writer)):
+        return f"it is still being written ({writer.describe(m.writer)})"
+    try:  # a read-only mount or directory refuses this, whoever runs it
+        with tempfile.TemporaryFile(dir=b.path):
+            pass
+    except OSError as exc:
+        return f"it cannot be written ({exc.strerror or exc})"
+    return None
 
 
 #: `lspci -t` output: a tree drawn with -+- and |, without the NUMA node of each root port

@@ -1,8 +1,12 @@
 """`pcieprof report BUNDLE... [-o FILE]`: one self-contained offline HTML page.
 
-A serve bundle of `serve-bench --sweep` given with a topology bundle is joined to it: the
-topology bundle's SGLang commands use the launch backends the search served correct tokens with
-(computed by the report when its recommendations.json was made without them).
+The page draws what the bundles saved. A bundle with P2P or all-reduce rows whose
+recommendations.json is missing or stale (made for another card, or without the launch search
+of a serve bundle given with it) gets `recommend`'s result written into it first
+(pcieprof.commands.recommend.save_for_report, one progress line); a bundle that cannot be
+written is drawn without recommendations, with one line saying why. A serve bundle of
+`serve-bench --sweep` given with a topology bundle is joined to it: the topology bundle's SGLang
+commands use the launch backends the search served correct tokens with.
 """
 
 from __future__ import annotations
@@ -14,12 +18,9 @@ import click
 from pcieprof import progress
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.bundle import Bundle, default_out_dir, prepare_out_file
-from pcieprof.cards import ModelCard
 from pcieprof.commands.card_choice import MODEL_HELP, card_for
 from pcieprof.commands.options import verbosity
-from pcieprof.commands.tuning import for_report, launch_choice, serve_searches
-from pcieprof.errors import BadInput
-from pcieprof.tune.launch import LaunchChoice
+from pcieprof.commands.recommend import save_for_report
 from pcieprof.report import ReportContext, write_report
 
 
@@ -33,7 +34,8 @@ from pcieprof.report import ReportContext, write_report
 @click.option("--batch-max", default=64, show_default=True, type=click.IntRange(1, 4096),
               help="Largest decode batch of the band.")
 @click.option("--no-tune", is_flag=True,
-              help="Do not run the tuner for bundles without recommendations.json.")
+              help="Do not write recommendations into bundles without a current "
+                   "recommendations.json: draw what each bundle saved, as it is.")
 @verbosity
 def command(bundles: tuple[Path, ...], out: Path | None, model: str | None, batch_max: int,
             no_tune: bool) -> None:
@@ -44,6 +46,11 @@ def command(bundles: tuple[Path, ...], out: Path | None, model: str | None, batc
     topology bundle and a `serve-bench --sweep` bundle together (`pcieprof report TOPOLOGY
     SERVE`) and the SGLang commands of the first use the launch backends the search found
     healthy; the second shows the search's attempts next to its winner.
+
+    The page draws what the bundles saved: a bundle with P2P or all-reduce rows and no current
+    recommendations.json (none, or one made for another model) first gets `pcieprof
+    recommend`'s written into it, said in one line; one that cannot be written is drawn without
+    recommendations, and the page says why.
     """
     opened = [Bundle.open(b).check() for b in bundles]
     card = card_for(model, opened)
@@ -52,24 +59,8 @@ def command(bundles: tuple[Path, ...], out: Path | None, model: str | None, batc
         out = (opened[0].path / "report.html" if len(opened) == 1
                else default_out_dir("compare").with_suffix(".html"))
     prepare_out_file(out)  # before the work: a directory or an unwritable place is one line
-    recs = {} if no_tune else for_report(opened, card, band, _joined(opened, card))
+    unsaved = {} if no_tune else save_for_report(opened, card, band)
     progress.info(f"report of {len(opened)} bundle(s) -> {out}")
-    path = write_report(opened, out, ctx=ReportContext(band=band, recommendations=recs))
+    path = write_report(opened, out, ctx=ReportContext(band=band, unsaved=unsaved))
     click.echo(f"report: {path}")
 
-
-def _joined(opened: list[Bundle], card: ModelCard) -> LaunchChoice | None:
-    """The launch backends from the first serve bundle whose search served `card`, else the
-    first-ranked ones of an unfinished search, else None: each bundle's own box decides (a
-    search of another model is shown, not joined)."""
-    first = None
-    for b in serve_searches(opened):
-        try:
-            choice = launch_choice(card, b)
-        except BadInput as exc:
-            progress.warn(f"not joined: {exc.one_line()}")
-            continue
-        if choice.served:
-            return choice
-        first = first or choice
-    return first

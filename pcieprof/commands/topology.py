@@ -21,7 +21,7 @@ from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.bundle import Bundle, default_out_dir
 from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
 from pcieprof.commands.options import out_dir, verbosity
-from pcieprof.commands.tuning import for_report
+from pcieprof.commands.recommend import save_for_report
 from pcieprof.errors import BadInput, EnvironmentMissing, ExitCode, PcieprofError
 from pcieprof.measurement import (
     MeasurementSession,
@@ -271,15 +271,16 @@ def expected_line(plan: Plan) -> str:
 
 
 def _report(bundle: Bundle, card: ModelCard, band: DecodeBand) -> None:
-    """report.html of the finished bundle (the tuner's advice computed in memory); a report
-    that cannot be written is a warning and a failed `report` part, not a failed run."""
+    """report.html of the finished bundle, after `recommend`'s result is saved into it (the
+    report draws what is saved); a report that cannot be written is a warning and a failed
+    `report` part, not a failed run."""
     why: str | None = None
     try:
         from pcieprof.report import write_report  # heavy: plotly, absent on a bare GPU box
 
-        recs = for_report([bundle], card, band)
+        unsaved = save_for_report([bundle], card, band)
         write_report([bundle], bundle.path / "report.html",
-                     ctx=ReportContext(band=band, recommendations=recs))
+                     ctx=ReportContext(band=band, unsaved=unsaved))
     except PcieprofError as exc:
         why = exc.one_line()
     except ImportError as exc:  # the measurements stand; the page can be drawn elsewhere

@@ -1,5 +1,5 @@
 """How the commands run the tuner: with SGLang's command builder and the launch backends wired
-in, and in memory for a report of bundles that have no recommendations.json yet.
+in (`tune`; `recommend` saves its result, pcieprof.commands.recommend.save).
 
 The tuner (pcieprof.tune) knows no launcher and the report (pcieprof.report) runs no tuner; the
 commands join them here. The launch backends of the commands (pcieprof.tune.launch) come from a
@@ -310,34 +310,3 @@ def serve_searches(bundles: Sequence[Bundle]) -> list[Bundle]:
     """The bundles that hold a launch search (serve/search.json)."""
     return [b for b in bundles if b.has(ServeSearch.FILE)]
 
-
-def for_report(bundles: Sequence[Bundle], card: ModelCard, band: DecodeBand,
-               choice: LaunchChoice | None = None) -> dict[str, Recommendations]:
-    """The tuner's output, computed in memory (nothing written), for each bundle that has P2P or
-    all-reduce rows but no recommendations.json, or one whose commands were made without the
-    served launch search `choice` comes from. A bundle the tuner cannot read gets a document
-    whose `error` says why, so the report shows it and renders the rest."""
-    out: dict[str, Recommendations] = {}
-    for b in bundles:
-        if b.read_table("p2p").empty and b.read_table("allreduce").empty:
-            continue
-        stored = b.read_doc(Recommendations)
-        if stored is not None and not (choice is not None and choice.served and not _same(
-                launch.searched_in(stored), choice.serve_bundle)):
-            continue
-        if stored is not None and choice is not None:
-            progress.info(f"{b.path}: recommendations.json was made without the launch search "
-                          f"in {choice.serve_bundle}; the report computes them with it")
-        try:
-            doc = tune(b, card, band, write_files=False, choice=choice)
-        except PcieprofError as exc:
-            progress.warn(f"{b.path}: the tuner could not run: {exc.one_line()}")
-            doc = Recommendations(model=card.name, error=exc.one_line())
-        doc.computed_by_report = True
-        out[str(b.path)] = doc
-    return out
-
-
-
-def _same(a: str | None, b: str) -> bool:
-    return a is not None and Path(a).resolve() == Path(b).resolve()

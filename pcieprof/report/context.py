@@ -15,17 +15,23 @@ class ReportContext:
 
     Attributes:
         band: decode-message band marked on all-reduce plots (its model names the card).
-        recommendations: per bundle path, the tuner's output computed by the command for bundles
-            without recommendations.json, or whose stored one is superseded (made without the
-            launch search of a serve bundle in the same report); the report never runs the
-            tuner.
+        unsaved: per bundle path, why the bundle's recommendations are left out (the command
+            could not save current ones into it: pcieprof.commands.recommend.save_for_report);
+            the page says why instead. The report reads recommendations.json alone and never
+            runs the tuner.
         views: every bundle of the report (set by the builder), for sections that combine them.
     """
 
     band: DecodeBand = field(default_factory=band_for)
-    recommendations: dict[str, Recommendations] = field(default_factory=dict)
+    unsaved: dict[str, str] = field(default_factory=dict)
     views: list[BundleView] = field(default_factory=list)
 
     def recommendations_for(self, view: BundleView) -> Recommendations | None:
-        """What the command computed for the bundle, else its recommendations.json, else None."""
-        return self.recommendations.get(str(view.path)) or view.doc(Recommendations)
+        """The bundle's recommendations.json, None without one or when it is left out."""
+        if str(view.path) in self.unsaved:
+            return None
+        return view.doc(Recommendations)
+
+    def unsaved_why(self, view: BundleView) -> str | None:
+        """Why the bundle's recommendations are left out, None when they are not."""
+        return self.unsaved.get(str(view.path))

@@ -21,7 +21,7 @@ from pcieprof.analysis.metrics import bundle_metrics
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.attribution import Attribution
 from pcieprof.cards import load_card
-from pcieprof.commands.tuning import for_report
+from pcieprof.commands.recommend import save_for_report
 from pcieprof.report import ReportContext
 from pcieprof.report.builder import build_sections, open_views
 from pcieprof.report.console import summarize
@@ -63,7 +63,7 @@ def _answers(path: Path, tmp_path: Path) -> dict[str, str | float]:
     got["recommendations.json"] = re.search(r"decode sizes: ([\d.]+) us", doc["bottleneck"]).group(1)
     # the report: the all-reduce section's decode table and the summary's headline
     views = open_views([path])
-    ctx = ReportContext(band=band, recommendations=for_report([b], load_card(band.model), band))
+    ctx = ReportContext(band=band, unsaved=save_for_report([b], load_card(band.model), band))
     rows = {s.id: s for s in (col for r in build_sections(views, ctx) for _, col in r.columns)}
     table = next(t for t in rows["allreduce"].blocks
                  if isinstance(t, Table) and t.title.startswith("all-reduce time at decode"))

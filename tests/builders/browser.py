@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 from pcieprof.analysis.decode_band import band_for
 from pcieprof.bundle import Bundle
 from pcieprof.cards import load_card
-from pcieprof.commands.tuning import for_report
+from pcieprof.commands.recommend import save_for_report
 from pcieprof.report import ReportContext, write_report
 
 #: Headless Chromium flags of the report's browser tests (no network, no first-run work).
@@ -92,9 +93,15 @@ def page_facts(exe: str, report: Path, tmp: Path, *, width: int = 1366) -> dict[
 
 
 def report_with_advice(bundles: list[Path], out: Path) -> Path:
-    """The report as `pcieprof report` writes it: the tuner's advice computed by the command
-    for bundles without recommendations.json (GLM-5's decode band)."""
+    """The report of copies of `bundles` as `pcieprof report` writes it: recommend's result saved
+    first into each copy without a current recommendations.json (GLM-5's decode band), then
+    drawn. The copies (under `out`'s folder, each keeping its name, which labels its column)
+    leave the given bundles, often a session's shared ones, as they are."""
     band = band_for()
-    opened = [Bundle.open(p) for p in bundles]
-    recs = for_report(opened, load_card(band.model), band)
-    return write_report(opened, out, ctx=ReportContext(band=band, recommendations=recs))
+    copies = []
+    for i, p in enumerate(bundles):
+        copies.append(out.parent / "bundles" / str(i) / p.name)
+        shutil.copytree(p, copies[-1])
+    opened = [Bundle.open(p) for p in copies]
+    unsaved = save_for_report(opened, load_card(band.model), band)
+    return write_report(opened, out, ctx=ReportContext(band=band, unsaved=unsaved))

@@ -1,15 +1,25 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from builders.bundles import REPORT_DATA
 from builders.cli import cli
 
 from pcieprof.analysis.decode_band import band_for
 from pcieprof.analysis.metrics import bundle_metrics, higher_is_better
+from pcieprof.bundle import Bundle
+from pcieprof.bundle.recommendations import Recommendations
+from pcieprof.cards import DEFAULT_CARD
 from pcieprof.report import write_report
+
+#: A dense Llama-style model's published config.json (tests/data/cards/NOTE.md).
+LLAMA = Path(__file__).resolve().parents[1] / "data" / "cards" / "llama-3.1-70b" / "config.json"
 
 
 def test_report_command_writes_into_the_bundle(bundle_factory) -> None:
@@ -34,8 +44,6 @@ def test_report_command_several_bundles_and_bad_input(bundle_factory, serve_bund
 
 
 def test_metrics_of_real_bundles(bundle_factory, serve_bundle: Path) -> None:
-    from pcieprof.bundle import Bundle
-
     band = band_for("glm5-nvfp4")
     m = bundle_metrics(bundle_factory("m"), band)
     assert m["p2p.p2p.bandwidth_gbps.median"] > m["p2p.host_staged.bandwidth_gbps.median"]
@@ -64,3 +72,85 @@ def test_gloo_trace_priced_with_the_gloo_curve(serve_bundle: Path, tmp_path: Pat
     assert "cpu_2rank_topology" in html
     alone = write_report([serve_bundle], tmp_path / "a.html").read_text(encoding="utf-8")
     assert "trace vs analytic model: not shown" in alone
+
+
+def test_report_saves_recommends_result_first_and_draws_what_is_saved(bundle_factory,
+                                                                        tmp_path: Path) -> None:
+    """A bundle with measurements and no recommendations.json: `report` writes recommend's into
+    it (said in one line), then draws the saved document; a second report finds it current and
+    writes nothing; a report for another model makes them again for that model."""
+    b = bundle_factory("box")
+    page = tmp_path / "r.html"
+    r = cli("report", str(b.path), "-o", str(page))
+    assert r.returncode == 0, r.stderr
+    said = [ln for ln in r.stderr.splitlines() if "recommendations.json" in ln]
+    assert said == [f"{b.path}: no recommendations.json; writing recommend's into the bundle "
+                    "(recommendations.json, tune/), as `pcieprof recommend` would"]
+    saved = Bundle.open(b.path)
+    doc = saved.read_doc(Recommendations)
+    assert doc is not None and doc.model == DEFAULT_CARD and doc.recommendations
+    assert (b.path / "tune" / "recommended.env").is_file()
+    assert (b.path / "tune" / "sglang_command.sh").is_file()
+    part = saved.part("recommendations")
+    assert part is not None and part.status == "ok"
+    record = saved.model()
+    assert record is not None and record.name == DEFAULT_CARD
+    html = page.read_text(encoding="utf-8")
+    assert 'id="recommendations"' in html and html.count('<div class="rec rec-') >= len(
+        [x for x in doc.recommendations if x.kind != "info"])
+    # current: nothing is written again
+    stamp = (b.path / "recommendations.json").stat().st_mtime_ns
+    again = cli("report", str(b.path), "-o", str(tmp_path / "again.html"))
+    assert again.returncode == 0 and "recommendations.json" not in again.stderr, again.stderr
+    assert (b.path / "recommendations.json").stat().st_mtime_ns == stamp
+    # another model: stale, made again for it (and the bundle records that card)
+    other = cli("report", str(b.path), "--model", str(LLAMA), "-o", str(tmp_path / "l.html"))
+    assert other.returncode == 0, other.stderr
+    assert f"recommendations.json was made for {DEFAULT_CARD}, not " in other.stderr
+    llama = Bundle.open(b.path)
+    doc = llama.read_doc(Recommendations)
+    assert doc is not None and doc.model != DEFAULT_CARD
+    assert llama.model() is not None and llama.model().name == doc.model
+
+
+def test_report_of_a_bundle_it_cannot_write_draws_no_recommendations_and_says_why(
+        bundle_factory, tmp_path: Path) -> None:
+    """A read-only bundle without recommendations.json: the page has no recommendations (nothing
+    computed in memory) and says why in one line, as stderr does; the bundle is unchanged."""
+    b = bundle_factory("readonly")
+    files = sorted(p.name for p in b.path.rglob("*"))
+    with _read_only(b.path):
+        r = cli("report", str(b.path), "-o", str(tmp_path / "r.html"))
+    assert r.returncode == 0, r.stderr
+    warned = [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warned) == 1 and "no recommendations in the report: no recommendations.json, " \
+        "and it cannot be written" in warned[0]
+    assert f"pcieprof recommend {b.path} --out DIR" in warned[0]
+    assert sorted(p.name for p in b.path.rglob("*")) == files
+    html = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert 'id="recommendations"' not in html and '<div class="rec rec-' not in html
+    assert "no recommendations: no recommendations.json, and it cannot be written" in html
+
+
+@contextlib.contextmanager
+def _read_only(path: Path) -> Iterator[None]:
+    """`path` refuses new files, also to root (the immutable attribute, chattr +i), else by
+    its mode; skips where neither holds."""
+    immutable = subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode == 0 \
+        if shutil.which("chattr") else False
+    if not immutable:
+        path.chmod(0o555)
+    try:
+        try:
+            (path / ".probe").touch()
+        except OSError:
+            pass
+        else:
+            (path / ".probe").unlink()
+            pytest.skip(f"{path} cannot be made read-only here (root without chattr)")
+        yield
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        else:
+            path.chmod(0o755)

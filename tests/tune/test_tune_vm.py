@@ -22,7 +22,7 @@ from pcieprof.analysis.virtualization import BASIS_HEADS, P2P_HANG
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import Recommendation, Recommendations
 from pcieprof.cards import load_card
-from pcieprof.commands.tuning import for_report
+from pcieprof.commands.recommend import save_for_report
 from pcieprof.report import ReportContext
 from pcieprof.report.builder import build_sections, open_views
 from pcieprof.report.model import Note, NoteGroup, Section, Table
@@ -41,9 +41,13 @@ ALLOWED_MEASURED = ("has to be measured", "measured on AMD with iommu=on")
 
 @pytest.fixture(scope="module")
 def demo(demo_bundles: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The demo's topology bundles (full plan) and `pcieprof recommend` run on a copy of the VM's."""
+    """Copies of the demo's topology bundles (full plan: the report writes recommendations into
+    them) and `pcieprof recommend` run on another copy of the VM's."""
     root = tmp_path_factory.mktemp("vmstory")
-    out = {p: demo_bundles[p] for p in (VM, BARE)}
+    out = {}
+    for p in (VM, BARE):
+        out[p] = root / f"topology-{p}"
+        shutil.copytree(demo_bundles[p], out[p])
     rec = root / "recommended-vm"
     shutil.copytree(out[VM], rec)
     r = cli("recommend", str(rec), "--no-layouts")
@@ -61,10 +65,11 @@ def model() -> vm_cost.LikeForLike:
 
 
 def _sections(paths: list[Path]) -> dict[str, dict[str, Section]]:
-    """section id -> bundle label -> the report's section, as `pcieprof report` builds it."""
+    """section id -> bundle label -> the report's section, as `pcieprof report` builds it
+    (recommend's result saved first into each bundle without one)."""
     band = band_for()
     opened = [Bundle.open(p) for p in paths]
-    ctx = ReportContext(band=band, recommendations=for_report(opened, GLM5, band))
+    ctx = ReportContext(band=band, unsaved=save_for_report(opened, GLM5, band))
     out: dict[str, dict[str, Section]] = {}
     for row in build_sections(open_views(opened), ctx):
         for view, sec in row.columns:
@@ -289,8 +294,8 @@ def test_an_imported_vm_without_the_model_says_what_is_known_and_what_to_measure
     host = cards["iommu_acs"]
     assert host.kind == "host" and "not known from this bundle" in host.gain_text
     assert "pcieprof topology` on the host" in host.gain_text
-    band = band_for()
-    ctx = ReportContext(band=band, recommendations={str(b.path): doc})
+    b.write_doc(doc)  # as recommend saves it: the report draws what is saved
+    ctx = ReportContext(band=band_for())
     secs = {row.id: row for row in build_sections(open_views([b]), ctx)}
     summary = secs["summary"].columns[0][1]
     verdict = next(n.text for n in summary.blocks if isinstance(n, Note) and n.level == "verdict")

@@ -73,7 +73,7 @@ def _verified_table(recs: list[Recommendation]) -> Table:
 
 def build(view: BundleView, ctx: ReportContext) -> Section | None:
     doc = ctx.recommendations_for(view)
-    if not doc or doc.error:
+    if not doc:
         return None
     sec = Section("recommendations", "Recommendations")
     prov = doc.provenance

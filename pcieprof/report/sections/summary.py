@@ -38,24 +38,23 @@ def serve_headline(view: BundleView) -> str | None:
 
 
 def build(view: BundleView, ctx: ReportContext) -> Section | None:
-    """Summary from the tuner's output (recommendations.json or computed in memory)."""
+    """Summary from the tuner's output as saved (recommendations.json)."""
     doc = ctx.recommendations_for(view)
     lines = [x for x in (serve_headline(view), decode_headline(view)) if x]
+    unsaved = ctx.unsaved_why(view)
     if not doc:
-        if not lines:
+        if not lines and unsaved is None:
             return None
         sec = Section("summary", "Summary")
         for i, line in enumerate(lines):
             sec.blocks.append(Note(line, "headline" if i == 0 else "info"))
-        sec.blocks.append(Note("no P2P or all-reduce measurements in this bundle: no tuning "
-                               "advice (run pcieprof topology)", "missing"))
+        sec.blocks.append(Note(f"no recommendations: {unsaved}", "warn") if unsaved is not None
+                          else Note("no P2P or all-reduce measurements in this bundle: no "
+                                    "tuning advice (run pcieprof topology)", "missing"))
         return sec
     sec = Section("summary", "Summary")
     for line in lines:
         sec.blocks.append(Note(line))
-    if doc.error:
-        sec.blocks.append(Note(f"the tuner could not run on this bundle: {doc.error}", "warn"))
-        return sec
     sec.blocks.append(Note(f"Principal bottleneck: {doc.bottleneck or 'unknown'}", "headline"))
     vm = vm_verdict(view, ctx)
     if vm is not None:
@@ -73,7 +72,4 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
     if doc.needs_measuring:
         sec.blocks.append(Note(f"{len(doc.needs_measuring)} question(s) need more measurements "
                                f"(see Recommendations)", "missing"))
-    if doc.computed_by_report:
-        sec.blocks.append(Note("computed by the report from this bundle; `pcieprof recommend` "
-                               "writes the env file, NCCL files and SGLang command", "missing"))
     return sec
