@@ -20,8 +20,9 @@ from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices, NcclParsed
 from pcieprof.bundle.rows import AllReduceRow
 from pcieprof.bundle.topology import Topology
-from pcieprof.cards import ModelCard
+from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
 from pcieprof.sim import collectives, model, vm_cost
+from pcieprof.sim.assumed import variant_times
 from pcieprof.sim.fabric import Fabric, load_profile, topology
 
 BACKEND = "sim"
@@ -150,6 +151,13 @@ def run_plan(plan: Any, profile: str, bundle: Bundle, card: ModelCard | None = N
     bundle.set_versions(nccl=fabric.nccl_version, driver=fabric.driver_version,
                         cuda=fabric.cuda_driver_version, sim_profile=fabric.name)
     topo = topology(fabric)
+    # the variants of the full group, at the card's decode sizes: what the tuner's gains rest on
+    full = {c.variant: (c.variant, dict(c.env), list(c.ranks)) for c in plan.allreduce
+            if list(c.ranks) == list(plan.devices)}
+    if full:
+        topo["sim"]["assumed"] = variant_times(
+            fabric, list(full.values()),
+            vm_cost.decode_sizes(card if card is not None else load_card(DEFAULT_CARD)))
     vm = vm_cost.bundle_section(fabric, card)
     if vm is not None:
         progress.info(f"sim: {fabric.name} is a VM: pricing it against its bare-metal twin "

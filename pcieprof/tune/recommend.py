@@ -37,6 +37,7 @@ from pcieprof.tune.ring import Ring, best_ring, ring_of_order
 from pcieprof.tune.rules import FINDING_RULES, RULES
 from pcieprof.tune.rules.base import RuleContext, fixed_rank
 from pcieprof.tune.vm_context import bottleneck_why
+from pcieprof.tune.assumed import gain_ranges
 from pcieprof.tune.workload import TUNER_FILE, on_the_workload
 from pcieprof.units import size_label
 
@@ -230,6 +231,11 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
         recs.extend(evaluate(ctx))
     # a global setting is offered only when it slows no phase of the card's workload
     base = ctx.curves.default()
+    for r in recs:  # a simulated gain at both ends of each assumed number it rests on
+        new = ctx.curves.find(r.env) if r.kind == "env" and r.env else None
+        if base is not None and new is not None and new is not base:
+            r.caveats.extend(gain_ranges(r, new.variant, base.variant, ctx.topology, band,
+                                         ctx.collectives_per_step))
     recs = [on_the_workload(r, band, ctx.collectives_per_step, base,
                             ctx.curves.find(r.env) if r.kind == "env" and r.env else None,
                             bundle=ctx.bundle, write=write_files)

@@ -6,4 +6,6 @@ path through tests/conftest.py).
 - `cuda`: a CPU stand-in for the CUDA stream/event API, for the probes' timing logic.
 - `cli`: the one way to run the `pcieprof` command line (in-process or as a real process).
 - `browser`: reports in headless Chromium.
+- `launch_search`: the launch search on the reference server, interrupted and resumed (made once
+  per session by conftest's `launch_search`).
 """

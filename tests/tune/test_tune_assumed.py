@@ -1,0 +1,55 @@
+"""A simulated gain at both ends of each assumed number it rests on (issue 22 point 7): the
+simulator stores every variant's decode all-reduces at the low and high end of each assumed
+parameter of the fabric model (topology.json sim.assumed), and a recommendation whose gain moves
+with one says so with both gains."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from pcieprof.analysis.decode_band import DecodeBand
+from pcieprof.bundle import Bundle
+from pcieprof.cards import load_card
+from pcieprof.commands.tuning import tune
+from pcieprof.sim.assumed import ASSUMED
+
+GLM5 = load_card("glm5-nvfp4")
+BAND = DecodeBand.of_card(GLM5)
+
+
+def _ends(line: str) -> tuple[float, float]:
+    """The two gains (ms) of a `... gain +1.90 ms at 0, +3.53 ms at 1` line."""
+    tail = line.split("mean decode-step gain ", 1)[1]
+    lo, hi = (part.split(" ms at ")[0] for part in tail.split(", "))
+    return float(lo), float(hi)
+
+
+def test_the_vm_p2p_gain_at_both_ends_of_the_iommu_latency(sim_vm_variants_bundle: Path,
+                                                             tmp_path: Path) -> None:
+    b = tmp_path / "vm"
+    shutil.copytree(sim_vm_variants_bundle, b)
+    stored = json.loads((b / "topology.json").read_text())["sim"]["assumed"]
+    assert [e["param"] for e in stored] == [f"{s}.{k}" for s, k, *_ in ASSUMED]
+    doc = tune(Bundle.open(b), GLM5, BAND, write_files=False)
+    rec = next(r for r in doc.recommendations if r.rule == "p2p_level")
+    line = next(c for c in rec.caveats if "rests on latency.iommu_us = 0.3" in c)
+    lo, hi = _ends(line)
+    # translation is paid per access: the default's host-memory steps pay it twice, P2P once,
+    # so allowing P2P gains more the dearer a translated access is
+    assert 0 < lo < hi
+    assert "at 0, " in line and line.endswith(" at 1")
+
+
+def test_the_ll_gain_rests_on_the_assumed_ll_channel_bandwidth(demo_bundles: dict[str, Path],
+                                                              tmp_path: Path) -> None:
+    b = tmp_path / "bare"
+    shutil.copytree(demo_bundles["rtxpro6000-8x-switch"], b)
+    doc = tune(Bundle.open(b), GLM5, BAND, write_files=False)
+    rec = next(r for r in doc.recommendations if r.rule == "proto_ll")
+    line = next(c for c in rec.caveats if "rests on nccl.ll_channel_gbps = 8" in c)
+    lo, hi = _ends(line)
+    assert 0 < lo < hi  # a faster LL channel, a larger gain
+    # parameters that do not move it are not named
+    assert not any("rests on nccl.tree_bw_factor" in c for c in rec.caveats)
