@@ -18,6 +18,7 @@ from pcieprof.bundle.document import Document
 from pcieprof.bundle.manifest import Manifest
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.recommendations import Recommendations
+from pcieprof.bundle.serve_command import RecordedCommand
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.bundle.served_card import ServedCard
@@ -91,8 +92,8 @@ FILES: tuple[BundleFile, ...] = (
                "the model card the bundle is for, in full (a card file's tables as JSON; the "
                "manifest's `model` names it), so the bundle reads the same card anywhere"),
     _doc(ServedCard, "serve-bench", "the model card served: name and file"),
-    BundleFile("serve/command.json", "json", "serve-bench",
-               "the first launch's argv, environment, notes and the recorded environment"),
+    _doc(RecordedCommand, "serve-bench",
+         "the first launch's argv, environment, notes and the recorded environment"),
     BundleFile("serve/server_info.json", "json", "serve-bench --url",
                "what an attached server's /get_server_info answered"),
     BundleFile("serve/attempts.jsonl", "text", "serve-bench",

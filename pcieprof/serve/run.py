@@ -191,8 +191,7 @@ def _attempt_all(bundle: Bundle, opts: BenchOptions, plan: Plan,
             entry.config = entry.config.with_(port=free_port(_client_host(entry.config.host)))
         cmd = build_command(opts.card, entry.config, parser=opts.parser, prefix=opts.prefix)
         if not bundle.has("serve/command.json"):
-            bundle.write_json("serve/command.json", {**cmd.to_json(),
-                                                     "recorded_env": recorded_env(cmd)})
+            bundle.write_doc(cmd.record(recorded_env(cmd)))
         base_url = f"http://{_client_host(entry.config.host)}:{entry.config.port}"
         rule = entry.search.get("rule")
         progress.info(f"attempt {i} {entry.config.name}" + (f" [{rule}]: {entry.why}" if rule
@@ -322,7 +321,7 @@ def _attached(bundle: Bundle, opts: BenchOptions) -> ServeSummary:
 def _follower_node(bundle: Bundle, opts: BenchOptions) -> None:
     """Node rank > 0 of a multi-node launch: run this node's server until it exits."""
     cmd = build_command(opts.card, opts.base, parser=opts.parser, prefix=opts.prefix)
-    bundle.write_json("serve/command.json", {**cmd.to_json(), "recorded_env": recorded_env(cmd)})
+    bundle.write_doc(cmd.record(recorded_env(cmd)))
     server = ServerProcess(cmd, bundle.file("serve/server-0.log"))
     bundle.register("serve/server-0.log")
     progress.info(f"node {opts.base.node_rank}/{opts.base.nnodes}: {cmd.shell()}")

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pcieprof.bundle.serve_command import RecordedCommand
 from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput, EnvironmentMissing
 from pcieprof.redact import redact
@@ -216,13 +217,16 @@ class ServerCommand:
         envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(redact(self.env).items()))
         return (envs + " " if envs else "") + shlex.join(redact(self.argv))
 
-    def to_json(self) -> dict[str, Any]:
-        """The command as it is recorded (serve/command.json, attempts.jsonl): secrets masked;
-        the process itself gets `exec_argv()` and `server_env()`."""
-        return redact({"argv": self.argv, "env": self.env, "notes": self.notes,
-                       "checked_against": self.checked_against, "reference": self.reference,
-                       "prefix": list(self.prefix.words) if self.prefix else None,
-                       "exec_argv": self.exec_argv()})
+    def record(self, recorded_env: dict[str, str] | None = None) -> RecordedCommand:
+        """The command as it is recorded (serve/command.json with `recorded_env`, attempts.jsonl
+        without): secrets masked; the process itself gets `exec_argv()` and `server_env()`."""
+        return RecordedCommand(
+            argv=redact(list(self.argv)), env=redact(dict(self.env)),
+            notes=redact(list(self.notes)),
+            checked_against=redact(self.checked_against) if self.checked_against else None,
+            reference=self.reference,
+            prefix=redact(list(self.prefix.words)) if self.prefix else None,
+            exec_argv=redact(self.exec_argv()), recorded_env=recorded_env)
 
 
 # -- building -----------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import aiohttp
 
 from pcieprof import aio
+from pcieprof.bundle.document import encode
 from pcieprof.bundle.serve_search import Outcome
 from pcieprof.errors import BadInput
 from pcieprof.redact import redact
@@ -224,7 +225,7 @@ def launch(index: int, entry: SweepEntry, cmd: ServerCommand, log_path: Path, ba
         The attempt (outcome `ok` when the probe passed) and its server process.
     """
     att = Attempt(index=index, name=entry.config.name, config=redact(entry.config.to_json()),
-                  command=cmd.to_json(), log=str(log_path), why=entry.why, source=entry.source,
+                  command=encode(cmd.record()), log=str(log_path), why=entry.why, source=entry.source,
                   search=dict(entry.search))
     server = ServerProcess(cmd, log_path)
     t0 = time.monotonic()

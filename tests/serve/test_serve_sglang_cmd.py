@@ -122,7 +122,7 @@ def test_launch_prefix_wraps_command_and_environment() -> None:
     assert ex[:6] == ["docker", "run", "--rm", "--gpus", "all", "--network"]
     i = ex.index("env")  # the container does not inherit this shell's environment
     assert "SGLANG_ENABLE_JIT_DEEPGEMM=0" in ex[i:] and ex[ex.index("python3") + 1] == "-m"
-    assert cmd.argv[0] == "python3" and cmd.to_json()["prefix"][0] == "docker"
+    assert cmd.argv[0] == "python3" and (cmd.record().prefix or [""])[0] == "docker"
     # ssh and {cmd} templates get the command as one shell string
     ssh = LaunchPrefix.parse("ssh gpu01").wrap(["python3", "-c", "print('a b')"])
     assert ssh == ["ssh", "gpu01", "python3 -c 'print('\"'\"'a b'\"'\"')'"]
