@@ -31,6 +31,7 @@ class NcclParsed(Document):
         comms: every communicator (see importers.nccl_log).
         tuner: [{coll, bytes, algo, proto, channels, time_us}] choices NCCL's tuner printed.
         failures: what its WARN lines name, with the fix ({kind: `shm_too_small`, what, fix, ...}).
+        p2p_disabled: [[a, b]] GPU pairs (NVML indexes) NCCL found P2P disabled between.
     """
 
     FORMAT = "pcieprof.nccl_choices"
@@ -51,6 +52,7 @@ class NcclParsed(Document):
     tuner: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[Any] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
+    p2p_disabled: list[list[int]] = field(default_factory=list)
     lines: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -40,6 +40,7 @@ from pcieprof.importers.reading import read_input
 from pcieprof.measurement import MeasurementSession, allreduce_plan
 from pcieprof.schema import source_of
 from pcieprof.tune.launch import LaunchChoice, searched_in
+from pcieprof.tune.assumed import RESTS_ON
 from pcieprof.tune.nccl_files import HOST_TREE_FILE
 from pcieprof.tune.recommend import write_outputs
 from pcieprof.tune.verify import (VerifyPlan, attach, check_verifiable, plan_verify,
@@ -81,6 +82,9 @@ def summary_lines(result: Recommendations) -> list[str]:
                     lines.append(f"   host-side alternative: {alt}")
         for e in r.evidence[:2]:
             lines.append(f"   evidence: {e}")
+        for c in r.caveats:  # a simulated gain's range over an assumed number it rests on
+            if c.startswith(RESTS_ON):
+                lines.append(f"   range: {c[len(RESTS_ON):]}")
     if result.layouts:
         lines += ["", "parallel layouts (best first):"]
         for lay in result.layouts:

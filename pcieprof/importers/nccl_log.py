@@ -73,16 +73,22 @@ _CUDA_DRIVER = re.compile(r"^cudaDriverVersion (\d+)")
 _ENV = re.compile(r"^(NCCL_\w+) set by environment to (.*)$")
 _INIT = re.compile(r"^(?:\[Rank \d+\] )?(?:(ncclCommInit\w*|ncclCommSplit|ncclCommInitAll) )?"
                    r"comm (0x[0-9a-fA-F]+) "
-                   r"rank (\d+) nranks (\d+) cudaDev (\d+)(?: nvmlDev (\d+))? busId ([0-9a-fA-F]+)"
+                   r"rank (\d+) nranks (\d+) cudaDev (\d+)(?: nvmlDev (\d+))?"
+                   r"(?: busId ([0-9a-fA-F]+))?"
                    r"(?: commId (0x[0-9a-fA-F]+))?(?: - Init (START|COMPLETE))?")
 _COMM = re.compile(r"^comm (0x[0-9a-fA-F]+) rank (\d+) nRanks (\d+) nNodes (\d+) "
                    r"localRanks (\d+) localRank (\d+)")
 _RING = re.compile(r"^(?:Channel|Ring) (\d+)(?:/(\d+))? :((?: +\d+)+)$")
 _NEIGHBOURS = re.compile(r"^Ring (\d+) : (-?\d+) -> (\d+) -> (-?\d+)$")
-_TRANSPORT = re.compile(r"^(?:Channel|Ring) (\d+)(?:/\d+)? : (\d+)\[([0-9a-fA-Fx]+)\] -> "
-                        r"(\d+)\[([0-9a-fA-Fx]+)\](?: \[(send|receive)\])? via (\S.*)$")
+#: NCCL 2.4 prints network hops without the device (`Ring 02 : 4 -> 19 [send] via NET/Socket/0`,
+#: pytorch/pytorch issue #23534): the `[dev]` after each rank is optional.
+_TRANSPORT = re.compile(r"^(?:Channel|Ring) (\d+)(?:/\d+)? : (\d+)(?:\[([0-9a-fA-Fx]+)\])? -> "
+                        r"(\d+)(?:\[([0-9a-fA-Fx]+)\])?(?: \[(send|receive)\])? via (\S.*)$")
 _TREES = re.compile(r"^Trees((?: \[\d+\] \S+)+)$")
 _TREE_ITEM = re.compile(r"\[(\d+)\] (\S+)")
+#: One channel's tree as a line (`Tree 14 : -1 -> 0 -> 1/-1/-1`: parent -> rank -> children,
+#: modelscope/easydistill issue #4); kept in the `Trees` spelling (`children->rank->parent`).
+_TREE_LINE = re.compile(r"^Tree (\d+) : (-?\d+) -> (\d+) -> (-?\d+(?:/-?\d+)*)$")
 _CHANNELS = re.compile(r"^(\d+) coll channels,(.*)$")
 _THRESH = re.compile(r"^threadThresholds (.+)$")
 _TUNER = re.compile(r"^(\w+): (\d+) Bytes -> Algo (\w+) proto (\w+)"
@@ -102,6 +108,26 @@ SHM_TOO_SMALL = ("/dev/shm too small: NCCL could not grow its shared-memory segm
 SHM_FIX = ("give the container more /dev/shm: `docker run --shm-size=1g --ulimit memlock=-1` "
            "(NCCL user guide, troubleshooting: shared memory) or share the host's with `--ipc=host`")
 _NETWORK = re.compile(r"^Using network (\S+)")
+#: graph/paths.cc p2pCanConnect: the path between two GPUs would allow P2P but CUDA says peer
+#: access is off (ACS, an IOMMU, a VM, a consumer card). INFO for a PCIe path, WARN (and init
+#: fails) for an NVLink one. The numbers are NVML device indexes (`indexes[]`, nvidia-smi order).
+_P2P_DISABLED = re.compile(r"P2P is disabled between (NVLINK )?connected GPUs (\d+) and (\d+)")
+#: CUDA error 217 (cudaErrorPeerAccessUnsupported) as NCCL's WARN lines word it: opening a peer's
+#: IPC handle (transport/p2p.cc, `failed to open CUDA IPC handle : 217 peer access is not
+#: supported ...`, ray-project/ray_lightning issue #24) or any `Cuda failure 'peer access ...'`.
+_PEER_ACCESS = re.compile(r"peer access is not supported|cudaErrorPeerAccessUnsupported")
+PEER_ACCESS_UNSUPPORTED = ("CUDA refused peer access between two GPUs "
+                           "(cudaErrorPeerAccessUnsupported, error 217): NCCL's P2P transport "
+                           "cannot work on this path")
+#: NVIDIA/nccl issue #631 (sjeaugey): P2P not working is usually ACS; NCCL_P2P_DISABLE=1 makes
+#: NCCL use shared memory instead, at some cost in bandwidth.
+PEER_ACCESS_FIX = ("run with NCCL_P2P_DISABLE=1 (NCCL then uses SHM); to get P2P back disable ACS "
+                   "on the PCIe switches, or VT-d / pass iommu=pt (NCCL user guide, "
+                   "troubleshooting: GPU Direct)")
+P2P_DISABLED_NVLINK = ("NCCL found P2P disabled between NVLink-connected GPUs and stopped (a "
+                       "hardware or driver problem, NCCL says)")
+P2P_DISABLED_NVLINK_FIX = ("check the NVLink state (`nvidia-smi nvlink -s`) and the driver; NCCL "
+                           "proceeds anyway with NCCL_IGNORE_DISABLED_P2P=1")
 
 
 def _find_prefix(line: str, lo: int, p: int) -> dict[str, Any] | None:
@@ -210,6 +236,8 @@ def _messages(text: str) -> tuple[list[dict[str, Any]], dict[str, int], list[str
                     if nxt["host"].endswith(real):
                         end += len(nxt["host"]) - len(real)
             body = line[m.end():end].rstrip()
+            if k + 1 == len(found) and body.endswith(" via") and lineno < len(lines):
+                body += " " + _wrapped_tail(lines[lineno], found_per_line[lineno])
             if pre is None or pre["pid"] is None:
                 counts["without_prefix"] += 1
                 body = _cut_paste_comment(body)
@@ -220,6 +248,18 @@ def _messages(text: str) -> tuple[list[dict[str, Any]], dict[str, int], list[str
                          "time": pre["time"] if pre else None, "spliced": k + 1 < len(found)})
             counts["nccl"] += 1
     return msgs, counts, bare_versions
+
+
+def _wrapped_tail(nxt: str, found: list[tuple[re.Match[str], dict[str, Any] | None]]) -> str:
+    """What a transport line cut after `via` continues with on the next physical line: its text
+    up to the next message, when the line starts with blanks (a terminal's or editor's wrap, as
+    in deepseek-ai/DeepEP issue #106: `... [receive] via` / ` NET/IBext/4/GDRDMA   host:...`)."""
+    if not nxt[:1].isspace():
+        return ""
+    stop = len(nxt)
+    if found:
+        stop = found[0][1]["start"] if found[0][1] else found[0][0].start()
+    return nxt[:stop].strip()
 
 
 def _recover_host(token: str, known: set[str]) -> str:
@@ -270,7 +310,11 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
           lines, `comm_id` null and `nranks` the highest rank seen + 1).
         - `tuner`: all tuner choices seen; `warnings`: [{line, host, pid, dev, rank, time
           (NCCL's timestamp or null), source (`misc/socket.cc:483` or null), text}].
-        - `failures`: what the WARN lines name, one entry per kind: {kind (`shm_too_small`),
+        - `p2p_disabled`: [[a, b]] pairs of GPUs (NVML indexes, as NCCL prints them) whose path
+          would carry P2P but CUDA has peer access off (`P2P is disabled between connected
+          GPUs a and b`): NCCL uses SHM or the network between them.
+        - `failures`: what the WARN lines name, one entry per kind: {kind (`shm_too_small`,
+          `peer_access_unsupported`, `p2p_disabled_nvlink`),
           what, fix, line (the first), host, dev, count (lines), and the kind's detail
           (segment, bytes, error)}; a communicator they hit lists the kinds in its `failures`.
         - `lines`: {total, nccl, spliced, without_prefix} counts.
@@ -292,6 +336,7 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
     warnings: list[dict[str, Any]] = []
     all_tuner: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
+    p2p_disabled: list[list[int]] = []
 
     # Lines without the host:pid:tid prefix carry no process to tie them to a communicator:
     # they belong to the one the last such Init line named (a log pasted in order), else to
@@ -332,6 +377,11 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
         for waiting in pending.pop(key, []):
             handle(waiting)
 
+    def note_p2p_disabled(m: re.Match[str]) -> None:
+        pair = sorted((int(m.group(2)), int(m.group(3))))
+        if pair not in p2p_disabled:
+            p2p_disabled.append(pair)
+
     def handle(msg: dict[str, Any], force: str | None = None) -> None:
         def comm_of_msg(m: dict[str, Any]) -> dict[str, Any] | None:
             return comms[force] if force is not None else comm_of(m)
@@ -351,6 +401,16 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
                 _note_failure(failures, comm, msg, "shm_too_small", SHM_TOO_SMALL, SHM_FIX,
                               segment=shm.group(1), bytes=int(shm.group(2)),
                               error=shm.group(3))
+            elif _PEER_ACCESS.search(t):
+                _note_failure(failures, comm, msg, "peer_access_unsupported",
+                              PEER_ACCESS_UNSUPPORTED, PEER_ACCESS_FIX)
+            elif m := _P2P_DISABLED.search(t):
+                note_p2p_disabled(m)
+                _note_failure(failures, comm, msg, "p2p_disabled_nvlink", P2P_DISABLED_NVLINK,
+                              P2P_DISABLED_NVLINK_FIX)
+            return
+        if m := _P2P_DISABLED.match(t):
+            note_p2p_disabled(m)
             return
         if m := _VERSION.match(t):
             if m.group(1) not in versions:
@@ -423,6 +483,9 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
                 me = re.search(r"->(\d+)->", next(iter(trees.values()), ""))
                 rank = int(me.group(1)) if me else None
             comm["trees"].setdefault(str(rank) if rank is not None else "?", trees)
+        elif (m := _TREE_LINE.match(t)) and (comm := comm_of_msg(msg)) is not None:
+            ch, up, me, down = m.groups()
+            comm["trees"].setdefault(me, {})[str(int(ch))] = f"{down}->{me}->{up}"
         elif (m := _CHANNELS.match(t)) and (comm := comm_of_msg(msg)) is not None:
             comm["coll_channels"] = int(m.group(1))
             if p := re.search(r"(\d+) p2p channels(?! per)", m.group(2)):
@@ -478,6 +541,8 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
             # Its size is what the lines show: the longest ring, or the highest rank seen.
             seen = [r for ring in c["rings"].values() for r in ring]
             seen += [x for e in c["transports"] for x in (e["src"], e["dst"])]
+            seen += [int(r) for spec in c["trees"].values() for tree in spec.values()
+                     for r in re.findall(r"-?\d+", tree) if r != "-1"]
             c["comm_id"] = None
             c["nranks"] = max(seen) + 1 if seen else 0
         c["ranks"] = dict(sorted(c["ranks"].items(), key=lambda kv: int(kv[0])))
@@ -504,7 +569,8 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
         rings={str(k): list(v) for k, v in main["rings"].items()} if main else {},
         peer_transport=dict(main["peer_transport"]) if main else {},
         transports=list(vias), transport_families=families, comms=comm_list, tuner=all_tuner,
-        warnings=list(warnings), failures=failures, lines=dict(counts))
+        warnings=list(warnings), failures=failures, p2p_disabled=sorted(p2p_disabled),
+        lines=dict(counts))
 
 
 def _note_failure(failures: list[dict[str, Any]], comm: dict[str, Any] | None,
@@ -539,8 +605,8 @@ def transport_family(via: str) -> str:
 def _needs_comm(text: str) -> bool:
     """A message that says something of one communicator (its channels, rings, transports)."""
     return (text.startswith("Connected all") or any(
-        r.match(text) for r in (_RING, _NEIGHBOURS, _TRANSPORT, _TREES, _CHANNELS, _THRESH,
-                                _P2P_TYPE, _NETWORK)))
+        r.match(text) for r in (_RING, _NEIGHBOURS, _TRANSPORT, _TREES, _TREE_LINE, _CHANNELS,
+                                _THRESH, _P2P_TYPE, _NETWORK)))
 
 
 def _merge_anonymous(comms: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -598,6 +664,8 @@ def summarize(choices: NcclParsed) -> str:
     parts.append(f"{len(choices.comms)} comms")
     if choices.warnings:
         parts.append(f"{len(choices.warnings)} WARN lines")
+    if choices.p2p_disabled:
+        parts.append(f"P2P disabled between {len(choices.p2p_disabled)} GPU pairs")
     for f in choices.failures:
         parts.append(f"failed: {f['what']}; fix: {f['fix']}")
     if choices.lines.get("spliced"):

@@ -384,8 +384,12 @@ def summarize_graph(doc: dict[str, Any]) -> str:
     """One line per graph file: pattern, channels and the first channel's GPU order."""
     parts = []
     for g in doc["graphs"]:
+        # NCCL's own dumps may hold a graph with no <channel> (NVLS, trees it did not keep):
+        # those show no GPU order rather than failing the import.
+        order = (f"({' '.join(map(str, g['channels'][0]['gpus']))}) " if g["channels"]
+                 else "(no channels) ")
         parts.append(f"graph {g['id']} {g['pattern_name']} x{g['nchannels']} "
-                     f"({' '.join(map(str, g['channels'][0]['gpus']))}) {g['typeintra']}")
+                     f"{order}{g['typeintra']}")
     return "NCCL graph XML: " + "; ".join(parts)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from builders.cli import cli
 
 from pcieprof.errors import BadInput
 from pcieprof.importers.nccl_xml import parse_graph_xml, parse_topo_xml
@@ -143,3 +144,15 @@ def test_the_forced_ring_takes_its_header_from_a_22x_dump() -> None:
     h = header_from_dump(nccl_22x_dump(), "default.graph.xml")
     assert (h.nchannels, h.speedintra, h.typeintra) == (2, 24.0, "SYS")
     assert h.source.startswith("NCCL's own ring graph")
+
+
+@pytest.mark.parametrize("name", [
+    "nccl_graph_dump_issue524_4gpu_2net_tree_without_channels.xml",
+    "nccl_graph_dump_issue1406_rccl_4graphs_nvls_without_channels.xml",
+])
+def test_real_dump_with_empty_graphs_imports(name: str, tmp_path: Path) -> None:
+    # imported alone, a dump whose later graphs found no channel was an IndexError in the
+    # one-line summary (audit of issue 22 on every fixture)
+    r = cli("import", str(DATA / name), "--out", str(tmp_path / "b"), "-q")
+    assert r.returncode == 0, r.stderr
+    assert "(no channels)" in r.stdout

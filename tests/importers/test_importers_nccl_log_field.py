@@ -1,0 +1,126 @@
+"""NCCL_DEBUG logs from other boxes (2.4 to 2.2x releases, multi-node, launcher tags, failures).
+
+Each fixture is a real excerpt (tests/data/importers/NOTE.md names its source); each test asserts
+what the source shows: communicators, ranks, transports per pair, P2P decisions, warnings.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pcieprof.bundle.nccl_choices import NcclParsed
+from pcieprof.cli import main
+from pcieprof.importers.formats import detect, parse_text
+from pcieprof.importers.nccl_log import parse_nccl_log
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "importers"
+
+
+def parse(name: str) -> NcclParsed:
+    text = (DATA / name).read_text()
+    assert detect(text) == "nccl-log", name
+    return parse_nccl_log(text, name)
+
+
+def test_nccl_2_4_init_line_without_bus_id_in_nccl_tests_output(tmp_path: Path) -> None:
+    # NCCL 2.4 prints `comm 0x.. rank 3 nranks 16 cudaDev 3 nvmlDev 3 - Init COMPLETE`: no busId.
+    name = "all_reduce_perf_16x_2node_efa_nccl2.4.8_init_without_busid_dlami.txt"
+    text = (DATA / name).read_text()
+    assert detect(text) == "nccl-tests"
+    parsed = parse_text(text, name)
+    assert len(parsed.collectives) == 56  # 28 sizes x out-of-place/in-place
+    c: NcclParsed = parsed.documents["nccl_choices"]
+    assert c.nccl_version == "2.4.8+cuda10.0" and c.env == {"NCCL_TREE_THRESHOLD": "0"}
+    assert c.nranks == 16 and len(c.comms) == 1
+    ranks = c.comms[0]["ranks"]
+    assert sorted(map(int, ranks)) == list(range(1, 16))  # rank 0's line is not in the excerpt
+    assert ranks["3"]["pid"] == 3804 and ranks["3"]["cuda_dev"] == 3
+    assert ranks["3"]["nvml_dev"] == 3 and ranks["3"]["bus_id"] is None
+    assert ranks["12"]["host"] == "ip-172-31-41-36" and ranks["12"]["init"] == "COMPLETE"
+    assert {r["host"] for r in ranks.values()} == {"ip-172-31-41-105", "ip-172-31-41-36"}
+    # The imported case maps rank r to index r, whatever ranks the excerpt names.
+    out = tmp_path / "b"
+    main(["import", "-q", "-o", str(out), str(DATA / name)])
+    case = json.loads((out / "nccl_choices.json").read_text())[f"imported:{name}"]
+    assert case["ranks"] == list(range(16))
+
+
+def test_nccl_2_4_network_hops_without_device() -> None:
+    c = parse("nccl_log_2.4_ring_net_hops_without_dev_shm_warn_pytorch23534.log")
+    comm = c.comms[0]
+    net = [e for e in comm["transports"] if e["family"] == "NET"]
+    assert [(e["channel"], e["src"], e["dst"], e["direction"], e["src_dev"]) for e in net] == [
+        (2, 4, 19, "send", None), (2, 19, 4, "receive", None)]
+    assert c.peer_transport == {"19->4": "NET/Socket/0", "4->1": "direct shared memory",
+                                "4->19": "NET/Socket/0", "4->3": "direct shared memory",
+                                "4->5": "P2P/IPC", "4->7": "P2P/IPC"}
+    assert c.transport_families == ["NET", "P2P", "SHM"]
+    assert c.nranks == 20  # the highest rank the excerpt names (19) + 1; the job had 32
+    assert [(w["source"], w["text"]) for w in c.warnings] == [
+        ("include/shm.h:42", "Cuda failure 'invalid argument'")]
+
+
+def test_ray_tag_and_peer_access_unsupported_failure() -> None:
+    c = parse("nccl_log_2.7_ray_pid_tag_peer_access_unsupported_raylightning24.log")
+    assert c.rings == {"0": [0, 1], "1": [0, 1]} and c.nchannels == 2
+    assert c.peer_transport == {"0->1": "P2P/IPC"}
+    assert c.comms[0]["trees"]["0"]["1"] == "1/-1/-1->0->-1|-1->0->1/-1/-1"
+    assert c.comms[0]["thread_thresholds"] == "8/8/64 | 16/8/64 | 8/8/64"
+    (w,) = c.warnings
+    assert w["host"] == "z-pc" and w["pid"] == 909608 and w["source"] == "transport/p2p.cc:238"
+    (f,) = c.failures
+    assert f["kind"] == "peer_access_unsupported" and f["count"] == 1 and f["line"] == 8
+    assert "NCCL_P2P_DISABLE=1" in f["fix"]
+
+
+def test_p2p_disabled_between_connected_gpus() -> None:
+    c = parse("nccl_log_p2p_disabled_between_connected_gpus_pytorch130113.log")
+    # Both orders and repeats, from three ranks: three unordered pairs of NVML indexes.
+    assert c.p2p_disabled == [[0, 1], [0, 2], [1, 2]]
+    assert c.failures == [] and c.comms == []
+
+
+def test_joined_lines_and_a_line_wrapped_after_via() -> None:
+    c = parse("nccl_log_2node_ibext_lines_joined_and_wrapped_deepep106.log")
+    assert c.lines["total"] == 3 and c.lines["nccl"] == 9
+    assert c.peer_transport["12->4"] == "NET/IBext/4/GDRDMA"  # `via` / ` NET/IBext/4/GDRDMA`
+    assert c.peer_transport == {f"{a}->{b}": f"NET/IBext/{d}/GDRDMA" for a, b, d in (
+        (1, 9, 1), (12, 4, 4), (13, 5, 5), (14, 6, 6), (15, 7, 7), (2, 10, 2), (3, 11, 3),
+        (8, 0, 0))}
+    sends = {(e["src"], e["dst"]) for e in c.comms[0]["transports"] if e["direction"] == "send"}
+    assert sends == {(2, 10), (1, 9), (3, 11)}
+    assert c.nranks == 16
+
+
+def test_python_logging_prefix_and_per_channel_tree_lines() -> None:
+    c = parse("nccl_log_python_logging_prefix_tree_lines_easydistill4.log")
+    trees = c.comms[0]["trees"]
+    assert trees["7"] == {str(ch): "-1/-1/-1->7->6" for ch in range(15)}
+    # `Tree 14 : -1 -> 0 -> 1/-1/-1` (parent -> rank -> children) in the `Trees` spelling.
+    assert trees["0"] == {str(ch): "1/-1/-1->0->-1" for ch in (3, 4, 5, 6, 14, 15, 16, 17)}
+    assert c.lines["spliced"] == 1 and c.nranks == 8
+
+
+def test_four_hosts_libfabric_and_channels_without_count() -> None:
+    c = parse("nccl_log_4node_aws_libfabric_mixed_channel_forms_nccl527.log")
+    assert c.nranks == 32
+    assert c.peer_transport["19->26"] == "NET/AWS Libfabric/0/GDRDMA"
+    assert c.peer_transport["24->31"] == "P2P/IPC/read"
+    assert c.transports == ["NET/AWS Libfabric/0/GDRDMA", "P2P/IPC/read"]
+    assert c.transport_families == ["NET", "P2P"]
+    channels = sorted({(e["channel"], e["src"], e["dst"]) for e in c.comms[0]["transports"]})
+    assert (3, 19, 26) in channels and (4, 8, 15) in channels and len(channels) == 12
+
+
+@pytest.mark.parametrize("name", [
+    "nccl_log_2.7_ray_pid_tag_peer_access_unsupported_raylightning24.log",
+    "nccl_log_p2p_disabled_between_connected_gpus_pytorch130113.log",
+])
+def test_import_summary_names_what_failed(name: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    main(["import", "-o", str(tmp_path / "b"), str(DATA / name)])
+    out = capsys.readouterr().out
+    assert ("peer access" in out) or ("P2P disabled between 3 GPU pairs" in out)
