@@ -487,6 +487,14 @@ class Bundle:
     def has(self, name: str) -> bool:
         return (self.path / name).exists()
 
+    def remove(self, name: str) -> None:
+        """Delete a file a command writes only when it applies (a stale copy from an earlier
+        run would read as this run's) and drop it from the manifest; absent: nothing to do."""
+        (self.path / name).unlink(missing_ok=True)
+        if name in self.manifest.files:
+            self.manifest.files.remove(name)
+            self.save_manifest()
+
     def write_json(self, name: str, obj: Any) -> Path:
         """Replace a JSON document atomically."""
         p = self.file(name)

@@ -13,6 +13,7 @@ only what is saved (docs/design.md).
 from __future__ import annotations
 
 import json
+import math
 import re
 import tempfile
 from collections.abc import Sequence
@@ -40,6 +41,7 @@ from pcieprof.importers.reading import read_input
 from pcieprof.measurement import MeasurementSession, allreduce_plan
 from pcieprof.schema import source_of
 from pcieprof.tune.launch import LaunchChoice, searched_in
+from pcieprof.tune.assumed import RESTS_ON
 from pcieprof.tune.nccl_files import HOST_TREE_FILE
 from pcieprof.tune.recommend import write_outputs
 from pcieprof.tune.verify import (VerifyPlan, attach, check_verifiable, plan_verify,
@@ -81,6 +83,9 @@ def summary_lines(result: Recommendations) -> list[str]:
                     lines.append(f"   host-side alternative: {alt}")
         for e in r.evidence[:2]:
             lines.append(f"   evidence: {e}")
+        for c in r.caveats:  # a simulated gain's range over an assumed number it rests on
+            if c.startswith(RESTS_ON):
+                lines.append(f"   range: {c[len(RESTS_ON):]}")
     if result.layouts:
         lines += ["", "parallel layouts (best first):"]
         for lay in result.layouts:
@@ -92,10 +97,19 @@ def summary_lines(result: Recommendations) -> list[str]:
                 lines.append(head + "does not fit: no launch line")
                 continue
             peak = fit[-1]  # side by side: latency at c=1, throughput where the KV still fits
-            step = f"c={c1.concurrency} {c1.step_ms:.1f} ms/step" if c1.step_ms is not None else ""
-            tok = f"{peak.tok_s:.0f}" if peak.tok_s is not None else "-"
-            lines.append(head + f"max concurrency {lay.max_concurrency}: {step}, "
-                         f"c={peak.concurrency} {tok} tok/s")
+            # no decode curve (a config.json card): the step is communication only, said so
+            # rather than "nan ms/step"
+            if c1.step_ms is not None and math.isfinite(c1.step_ms):
+                step = f"c={c1.concurrency} {c1.step_ms:.1f} ms/step"
+            else:
+                step = (f"c={c1.concurrency} comm {c1.comm_ms or 0:.1f} ms/step (compute not "
+                        "predicted)")
+            tok = (f"{peak.tok_s:.0f}" if peak.tok_s is not None and math.isfinite(peak.tok_s)
+                   else "-")
+            # memory unknown: the fit was not checked, so no concurrency bound is claimed
+            bound = (f"max concurrency {lay.max_concurrency}" if lay.gpu_memory_gib > 0
+                     else "fit not checked (GPU memory unknown)")
+            lines.append(head + f"{bound}: {step}, c={peak.concurrency} {tok} tok/s")
         if result.layouts[0].why:
             lines.append(f"  why: {result.layouts[0].why}")
     if result.needs_measuring:

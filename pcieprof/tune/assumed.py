@@ -23,6 +23,8 @@ from pcieprof.bundle.topology import Topology
 
 #: A gain moved less than this between the ends (ms per decode step) does not rest on it.
 MOVES_MS = 0.01
+#: How each line starts (recommend's console prints these caveats under the card).
+RESTS_ON = "the gain rests on "
 
 
 def gain_ranges(rec: Recommendation, variant: str, default: str, topology: Topology,
@@ -52,7 +54,7 @@ def gain_ranges(rec: Recommendation, variant: str, default: str, topology: Topol
                 ends.append((float(entry[end]["value"]), sum(gains) / len(gains)))
         if len(ends) == 2 and abs(ends[0][1] - ends[1][1]) > MOVES_MS:
             (lo, g_lo), (hi, g_hi) = ends
-            out.append(f"the gain rests on {entry['param']} = {entry['value']:g} (assumed, "
+            out.append(f"{RESTS_ON}{entry['param']} = {entry['value']:g} (assumed, "
                        f"range {entry.get('why', '')}): mean decode-step gain {g_lo:+.2f} ms at "
                        f"{lo:g}, {g_hi:+.2f} ms at {hi:g}")
     return out

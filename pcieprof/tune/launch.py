@@ -24,7 +24,7 @@ from pcieprof.analysis.box import GIB, Box, gib
 from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation, Recommendations
 from pcieprof.cards import ModelCard
 from pcieprof.tune.communicators import env_for
-from pcieprof.tune.layout import Candidate, CommandBuilder
+from pcieprof.tune.layout import Candidate, CommandBuilder, gpu_memory
 from pcieprof.tune.memory import Placement, fit, widest_tp
 
 #: The rule name of the launch recommendation.
@@ -186,8 +186,19 @@ def _default_layout(result: Recommendations, card: ModelCard, command: CommandBu
         return "", f"TP{tp}", (f"no launch line: this bundle shows no GPUs, so no layout of "
                                f"{card.name} can be checked against its box (run pcieprof "
                                f"topology, or import nvidia-smi topo -m, on the serving box)"), tp, {}
+    # memory the bundle does not tell is the card's, said to be assumed: the same fit the
+    # ranked layouts get, so a 2x RTX 2080 Ti is not handed a 210 GiB-per-GPU launch line
+    sized = gpu_memory(box, card)
     tp = widest_tp(card, min(tp, box.gpus))
-    f = fit(card, Placement(tp=tp), box, context)
+    f = fit(card, Placement(tp=tp), sized, context)
+    # the card's default TP may be narrower than the box needs (a config.json card says TP1):
+    # the narrowest wider TP that fits, up to the GPU count, rather than "does not fit"
+    for wider in sorted({widest_tp(card, t) for t in range(tp + 1, box.gpus + 1)}):
+        if f.fits is not False or wider <= tp:
+            continue
+        wf = fit(card, Placement(tp=wider), sized, context)
+        if wf.fits:
+            tp, f = wider, wf
     label = f"TP{tp}"
     if f.fits is False:
         return "", label, f"{card.name} at {label}: {f.verdict()}", tp, {}

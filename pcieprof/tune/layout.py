@@ -272,7 +272,8 @@ def fit_compute(card: ModelCard, pricer: Pricer, bundle: Bundle,
 def gpu_memory(box: Box, card: ModelCard) -> Box:
     """`box` with its GPU memory; where the bundle does not tell it, the memory the card was
     written for, said to be assumed."""
-    if box.memory_bytes is not None:
+    if box.memory_bytes is not None or card.sglang.gpu_memory_gib <= 0:
+        # a card made from a config.json names no GPU: the memory stays unknown, not 0 GiB
         return box
     # a card's nominal size is a binary unit (96 GB GDDR7 = 97887 MiB)
     return replace(box, memory_bytes=float(card.sglang.gpu_memory_gib) * GIB,
@@ -319,6 +320,11 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
         max_c = int(f.requests_per_gpu / requests_per_gpu(c, 1)) if f.requests_per_gpu else 0
         points = []
         notes: list[str] = []
+        if f.fits is None:
+            # neither the bundle nor the card tells the GPU memory: the fit is unknown, not
+            # "does not fit" (0 GiB); the layout is offered with what it needs, said unchecked
+            max_c = max(CONCURRENCY)
+            notes.append(f"{c.label}: {f.verdict()}")
         for conc in CONCURRENCY:
             batch = conc / c.replicas
             b_int = max(1, int(math.ceil(batch)))
@@ -411,13 +417,18 @@ def _why(results: list[LayoutAdvice], compute: ComputeModel | None) -> str:
     if not top.fits or not fit_rows:
         return "no layout fits the GPU memory at this context"
     r = fit_rows[-1]
-    parts = [f"{top.label}: {r.tok_s:.0f} tok/s at concurrency {r.concurrency} "
-             f"(step {r.step_ms:.1f} ms = compute {r.compute_ms:.1f} + comm {r.comm_ms:.1f})"]
+    if compute is not None:
+        parts = [f"{top.label}: {r.tok_s:.0f} tok/s at concurrency {r.concurrency} "
+                 f"(step {r.step_ms:.1f} ms = compute {r.compute_ms:.1f} + comm {r.comm_ms:.1f})"]
+    else:  # no decode curve: ranked on communication alone, no "nan tok/s" shown
+        parts = [f"{top.label}: comm {r.comm_ms:.1f} ms per step at concurrency "
+                 f"{r.concurrency} (compute not predicted)"]
     if len(results) > 1:
         nxt = results[1]
         rr = next((p for p in nxt.per_concurrency if p.concurrency == r.concurrency), None)
         if rr:
-            parts.append(f"next {nxt.label}: compute {rr.compute_ms:.1f} + comm "
+            comp = f"compute {rr.compute_ms:.1f} + " if compute is not None else ""
+            parts.append(f"next {nxt.label}: {comp}comm "
                          f"{rr.comm_ms:.1f} ms{'' if rr.fits else ' (KV does not fit)'}")
     parts.append("driven by: " + ("the fitted compute roofline (" + compute.source + ")" if compute
                                   else "communication only (no decode curve)")

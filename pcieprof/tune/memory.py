@@ -131,6 +131,8 @@ class Fit:
                     f"per GPU)")
         has = (f"has {self.has / GIB:.1f} = {gib(self.memory or 0)} x --mem-fraction-static "
                f"{self.fraction:g}")
+        if self.memory_source.startswith("assumed"):
+            has += f" ({self.memory_source})"  # an assumed size is said where it decides
         if not self.fits:
             return (f"does not fit this box (needs {gib(self.needs + self.kv_request)} per GPU "
                     f"for the weights and one request's KV, {has})")

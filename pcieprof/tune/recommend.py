@@ -226,6 +226,7 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
         return _cpu_only(ctx, card)
     if write_files:  # before the rules, whose actions name the files
         _write_nccl_files(ctx)
+        ctx.bundle.remove(TUNER_FILE)  # written again below when the tuner route applies
     recs: list[Recommendation] = []
     for evaluate in RULES:
         recs.extend(evaluate(ctx))

@@ -79,17 +79,17 @@ def refserver_traces(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 def test_refserver_gloo_allreduce_is_comm_per_rank_and_decode_step(refserver_traces: list[Path]) -> None:
     doc = attribute_traces(refserver_traces)
-    assert doc["timeline"] == "cpu"
-    assert sorted(r["rank"] for r in doc["ranks"]) == [0, 1]
-    for r in doc["ranks"]:
-        assert r["rank_source"] == "distributedInfo"
-        assert r["totals"]["comm_us"] > 0 and r["totals"]["compute_us"] > 0
-        fams = {f["family"]: f for f in r["families"]}
+    assert doc.timeline == "cpu"
+    assert sorted(r.rank for r in doc.ranks) == [0, 1]
+    for r in doc.ranks:
+        assert r.rank_source == "distributedInfo"
+        assert r.totals["comm_us"] > 0 and r.totals["compute_us"] > 0
+        fams = {f["family"]: f for f in r.families}
         assert fams["gloo"]["class"] == "communication"
-    decode = [s for s in doc["steps"] if s["kind"] == "DECODE"]
-    assert decode, [s["name"] for s in doc["steps"]]
-    assert all(s["bs"] and s["bs"] >= 1 for s in decode)
-    assert all(s["comm_us"] > 0 for s in decode)
-    names = {k["name"] for k in doc["top_kernels"] if k["class"] == "communication"}
+    decode = [s for s in doc.steps if s.kind == "DECODE"]
+    assert decode, [s.name for s in doc.steps]
+    assert all(s.bs and s.bs >= 1 for s in decode)
+    assert all(s.comm_us and s.comm_us > 0 for s in decode)
+    names = {k["name"] for k in doc.top_kernels if k["class"] == "communication"}
     assert "gloo:all_reduce" in names
-    assert doc["cross_rank"]["status"] == "ok"
+    assert doc.cross_rank["status"] == "ok"

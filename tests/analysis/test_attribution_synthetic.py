@@ -40,7 +40,7 @@ def test_synthetic_steps_and_totals(tmp_path: Path, graphs: bool) -> None:
     info = _gen().main(["--out", str(tmp_path), "--ranks", "2", "--target-mb", "1.5",
                         "--layers", "6", "--gzip", *(["--graphs"] if graphs else [])])
     files = [Path(i["path"]) for i in info]
-    doc = attribute_traces(files)
+    doc = attribute_traces(files).to_json()  # the shape attribution.json holds
     for r in doc["ranks"]:
         assert r["steps_from"] == ("cudaGraphLaunch gaps" if graphs else "ProfilerStep spans")
         assert r["n_steps"] == info[r["rank"]]["steps"]

@@ -105,7 +105,7 @@ def test_vllm_step_split_matches_independent_computation(samples: Path) -> None:
     ref = independent_step(events, ann[0]["ts"], ann[0]["ts"] + ann[0]["dur"])
     assert ref["n_comm"] == 74 and ref["comm_us"] > 0 and ref["compute_us"] > 0
 
-    doc = attribute_traces([samples / VLLM], workers=1)
+    doc = attribute_traces([samples / VLLM], workers=1).to_json()
     r = doc["ranks"][0]
     assert r["steps_from"] == "vLLM execute_context annotations" and r["steps_note"] is None
     (step,) = doc["steps"]
@@ -127,7 +127,7 @@ def test_decode_step_of_vllm(samples: Path, tmp_path: Path) -> None:
             e["name"] = name
         return e
 
-    doc = attribute_traces([_variant(samples, tmp_path, edit)], workers=1)
+    doc = attribute_traces([_variant(samples, tmp_path, edit)], workers=1).to_json()
     (step,) = doc["steps"]
     assert (step["kind"], step["bs"]) == ("DECODE", 4)
     d = doc["ranks"][0]["decode_steps"]
@@ -141,7 +141,7 @@ def test_execute_model_frame_when_no_annotation(samples: Path, tmp_path: Path) -
     assert len(frame) == 1
     ref = independent_step(events, frame[0]["ts"], frame[0]["ts"] + frame[0]["dur"])
     path = _variant(samples, tmp_path, lambda e: None if e.get("name") == STEP else e)
-    doc = attribute_traces([path], workers=1)
+    doc = attribute_traces([path], workers=1).to_json()
     assert doc["ranks"][0]["steps_from"] == "execute_model spans"
     (step,) = doc["steps"]
     _check(step, ref)
@@ -153,7 +153,7 @@ def test_trace_without_step_markers_says_so(samples: Path, tmp_path: Path) -> No
         return None if n == STEP or n.endswith(": execute_model") else e
 
     path = _variant(samples, tmp_path, edit)
-    doc = attribute_traces([path], workers=1)
+    doc = attribute_traces([path], workers=1).to_json()
     r = doc["ranks"][0]
     assert (r["steps_from"], r["n_steps"], r["steps_note"]) == ("none", 0, NO_STEPS)
     assert r["totals"]["comm_us"] > 0

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from builders.cli import cli
 
+from pcieprof.bundle import Bundle
+from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.commands import launch_arch
 from pcieprof.discover.nvml import Nvml
 from pcieprof.discover.nvml_snapshot import NvmlReplay
@@ -62,3 +64,16 @@ def test_the_gpus_facts_go_through_gpus_toml() -> None:
     assert box is not None and box.gpus == 8 and box.arch == "sm120"
     assert box.memory_source == "NVML memory total (this machine)"
     assert launch_arch.local_box(Nvml(NvmlReplay(NO_DRIVER)))[0] is None
+
+
+def test_a_resumed_search_keeps_its_architecture_without_a_gpu(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _nvml(monkeypatch, NO_DRIVER)
+    out = tmp_path / "search"
+    b = Bundle.create(out, command="serve-bench", source="measured", backend="cuda")
+    b.write_doc(ServeSearch(card="glm5-nvfp4", arch="sm100", status="interrupted"))
+    b.finish()
+    lines = _comments("--sweep", "--resume", "--out", str(out))
+    assert "# launch search: glm5-nvfp4 on sm100; " in "\n".join(lines)
+    assert any(ln.startswith("# GPU architecture sm100: the resumed search's (no GPU seen")
+               for ln in lines)

@@ -115,8 +115,12 @@ def test_report_of_both_bundles_joins_them_and_shows_the_attempts(searched: Path
     out = tmp_path / "joined.html"
     r = cli("report", str(box), str(searched), "-o", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
-    # the box's recommendations.json predates the search: the report computes them with it
+    # the box's recommendations.json predates the search: the report saves recommend's with it
+    # into the box first, then draws what is saved
     assert "was made without the launch search" in r.stderr
+    saved = Bundle.open(box).read_doc(Recommendations)
+    assert saved is not None and searched_in(saved) is not None
+    assert Path(searched_in(saved) or "").resolve() == searched.resolve()
     page = out.read_text(encoding="utf-8")
     actions = [html.unescape(a) for a in re.findall(r'<pre class="action">(.*?)</pre>', page,
                                                     re.S)]
@@ -151,12 +155,13 @@ def test_report_of_both_bundles_joins_them_and_shows_the_attempts(searched: Path
 
 def test_report_without_a_search_labels_the_first_ranked_command(tmp_path: Path) -> None:
     box = _box(tmp_path)
-    (box / "recommendations.json").unlink()  # so the report computes the advice itself
+    (box / "recommendations.json").unlink()  # so the report saves recommend's first
     out = tmp_path / "box.html"
     r = cli("report", str(box), "-o", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
     page = html.unescape(out.read_text(encoding="utf-8"))
     assert NOT_YET in page
+    assert (box / "recommendations.json").is_file()  # what the page drew is saved
     commands = re.findall(r"python3 -m sglang\.launch_server[^<\n]*", page)
     assert commands and all("--dsa-decode-backend trtllm" in c for c in commands)
     assert not any("--attention-backend flashinfer" in c for c in commands)

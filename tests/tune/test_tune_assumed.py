@@ -9,6 +9,8 @@ import json
 import shutil
 from pathlib import Path
 
+from builders.cli import cli
+
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.bundle import Bundle
 from pcieprof.cards import load_card
@@ -53,3 +55,10 @@ def test_the_ll_gain_rests_on_the_assumed_ll_channel_bandwidth(demo_bundles: dic
     assert 0 < lo < hi  # a faster LL channel, a larger gain
     # parameters that do not move it are not named
     assert not any("rests on nccl.tree_bw_factor" in c for c in rec.caveats)
+
+
+def test_recommend_prints_the_range_under_the_card(sim_vm_variants_bundle: Path,
+                                                   tmp_path: Path) -> None:
+    r = cli("recommend", str(sim_vm_variants_bundle), "--out", str(tmp_path / "vm"), "-q")
+    assert r.returncode == 0, r.stderr
+    assert "   range: latency.iommu_us = 0.3 (assumed, range 0 (translation costs" in r.stdout

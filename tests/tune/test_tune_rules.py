@@ -65,6 +65,15 @@ def test_nothing_recommended_without_measured_variant(tmp_path: Path) -> None:
     assert any("NCCL_PROTO=LL" in m for m in res.needs_measuring)
 
 
+def test_a_tuner_file_of_an_earlier_run_is_not_left_behind(tmp_path: Path) -> None:
+    b = _bundle(tmp_path)
+    add_allreduce(b, "default", {}, TURIN_DEFAULT)
+    b.write_text("tune/nccl_tuner.conf", "allreduce,0,262144,ring,ll,-1,1,-1\n")
+    recommend(b, GLM5, layouts=False)  # no LL variant: no tuner route this time
+    assert not b.has("tune/nccl_tuner.conf")
+    assert "tune/nccl_tuner.conf" not in Bundle.open(b.path).manifest.files
+
+
 def test_worse_variant_is_not_recommended(tmp_path: Path) -> None:
     b = _bundle(tmp_path)
     add_allreduce(b, "default", {}, TURIN_LL)

@@ -1,0 +1,65 @@
+"""`recommend` on real imported boxes (the issue 22 audit): the launch line fits the box it is
+printed for. Memory the bundle does not tell is the card's, said to be assumed; a card that
+names no GPU (a config.json) leaves it unknown rather than 0 GiB; the card's default TP widens
+to the narrowest TP that fits."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from builders.cli import cli
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+CARD = DATA / "cards" / "gpt-oss-120b"
+MORE = Path(__file__).resolve().parents[3] / "shared" / "samples" / "tool-outputs-more"
+
+
+def _recommend(files: list[Path], tmp_path: Path, *card: str) -> str:
+    out = tmp_path / "b"
+    r = cli("import", *map(str, files), "--out", str(out), "-q")
+    assert r.returncode == 0, r.stderr
+    r = cli("recommend", str(out), *card)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+    return r.stdout
+
+
+def _tp(text: str) -> list[int]:
+    return [int(m) for m in re.findall(r"sglang\.launch_server .*?--tp-size (\d+)", text)]
+
+
+def test_unknown_memory_takes_the_cards_assumed_size(tmp_path: Path) -> None:
+    # 2x RTX 2080 Ti (nvbandwidth names them; gpus.toml does not know the product): GLM-5
+    # NVFP4 at TP2 needs ~210 GiB per GPU; was a launch line with "fit not checked"
+    out = _recommend([DATA / "importers" / "nvbandwidth_2x2080ti_waived.txt"], tmp_path)
+    assert not _tp(out)
+    assert re.search(r"at TP2: does not fit this box \(needs [\d.]+ GiB per GPU .* \(assumed: "
+                     r"card glm5-nvfp4's gpu_memory_gib", out)
+
+
+def test_config_json_card_without_memory_is_not_zero_gib(tmp_path: Path) -> None:
+    # 4 ranks of all-reduce rows, no GPU named: a config.json card names no GPU memory either;
+    # every layout was "does not fit" at "has 0.0 GiB"
+    out = _recommend([DATA / "importers" / "all_reduce_perf_rows_only_tinygrad_pr22.txt"],
+                     tmp_path, "--model", str(CARD))
+    assert "0.0 GiB" not in out and "does not fit" not in out and "nan" not in out
+    assert _tp(out) == [4]
+    assert "fit not checked (GPU memory unknown)" in out
+
+
+def test_default_tp_widens_to_the_narrowest_that_fits(tmp_path: Path) -> None:
+    # 8x RTX 4090 (24 GiB each): gpt-oss-120b at the card's TP1 needs ~61 GiB; TP4 fits
+    out = _recommend([DATA / "importers" / "nvbandwidth_8x4090_h2d_d2h.txt"], tmp_path,
+                     "--model", str(CARD))
+    assert _tp(out) == [4]
+    assert "does not fit" not in out
+
+
+def test_ada_box_gets_tp2_of_the_small_card(tmp_path: Path) -> None:
+    files = sorted(MORE.glob("*rtx6000ada*"))
+    if not files:
+        pytest.skip("../shared/samples/tool-outputs-more absent")
+    out = _recommend(files, tmp_path, "--model", str(CARD))
+    assert _tp(out) == [2]  # 4x 48 GiB: TP1 needs ~61 GiB, TP2 ~31
