@@ -39,7 +39,13 @@ src/enqueue.cc over 2.x):
   communicator line never comes (an excerpt) go to the one communicator of the log, else to an
   `unattributed` one. `via direct shared memory` is the SHM transport of those releases;
   channel lines without `/N` give the channel count from `N coll channels` or the ring lines;
-- `2 coll channels, 2 collnet channels, 0 nvls channels, 2 p2p channels, ...`;
+- `2 coll channels, 2 collnet channels, 0 nvls channels, 2 p2p channels, ...`,
+  `NVLS multicast support is available on dev 0`;
+- the graph search: `Pattern 4, crossNic 0, nChannels 2, bw 24.0/24.0, type NVL/PIX, sameChannels
+  1` (`speed` in older releases) and its channels `  0 : NET/0 GPU/0 GPU/1 NET/0`; the
+  per-channel `Tree 3 : -1 -> 0 -> 1/-1/-1` (parent -> rank -> children);
+- `P2P is disabled between connected GPUs 1 and 0` (graph/paths.cc: the path allows P2P, CUDA
+  does not);
 - `threadThresholds ...`, tuner choices `AllReduce: 4096 Bytes -> Algo RING proto LL
   channel{Lo..Hi}={0..1}` and the older `4096 Bytes -> Algo 1 proto 2 time 12.3`;
 - `NCCL WARN ...` lines are kept as warnings, with their timestamp and source line.
@@ -56,6 +62,7 @@ from typing import Any
 
 from pcieprof.bundle.nccl_choices import NcclParsed
 from pcieprof.importers._text import clean_lines, fail, head_lines
+from pcieprof.importers.nccl_xml import PATTERNS
 
 #: Where a message starts: NCCL's level word. A literal, so finding every one is linear; the
 #: `host:pid:tid [dev]` prefix is then read backwards from it over a bounded window.
@@ -108,6 +115,15 @@ SHM_TOO_SMALL = ("/dev/shm too small: NCCL could not grow its shared-memory segm
 SHM_FIX = ("give the container more /dev/shm: `docker run --shm-size=1g --ulimit memlock=-1` "
            "(NCCL user guide, troubleshooting: shared memory) or share the host's with `--ipc=host`")
 _NETWORK = re.compile(r"^Using network (\S+)")
+#: The graph search's result per pattern (graph/search.cc ncclTopoPrintGraph): `Pattern 4, crossNic
+#: 0, nChannels 16, bw 44.000000/44.000000, type LOC/PIX, sameChannels 1` (`speed` for `bw` in older
+#: releases, NVIDIA/nccl issue #601), then one line per channel, `  0 : NET/0 GPU/6 GPU/5 NET/0`.
+_PATTERN = re.compile(r"^Pattern (\w+), crossNic (\d+), nChannels (\d+), (?:bw|speed) "
+                      r"([\d.]+)/([\d.]+), type (\w+)/(\w+), sameChannels (\d+)")
+_GRAPH_CHANNEL = re.compile(r"^\s*(\d+) : ([A-Z]+/\S+(?: [A-Z]+/\S+)*)$")
+#: Whether the GPU can use NVLink SHARP (NVLS, multicast through the NVSwitch) (transport/nvls.cc):
+#: `NVLS multicast support is available on dev 0 (NVLS_NCHANNELS 16)` or `... is not available`.
+_NVLS_SUPPORT = re.compile(r"^NVLS multicast support is (not )?available on dev \d+")
 #: graph/paths.cc p2pCanConnect: the path between two GPUs would allow P2P but CUDA says peer
 #: access is off (ACS, an IOMMU, a VM, a consumer card). INFO for a PCIe path, WARN (and init
 #: fails) for an NVLink one. The numbers are NVML device indexes (`indexes[]`, nvidia-smi order).
@@ -303,6 +319,11 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
           {channel: [previous, next]}}), `trees` ({rank: {channel:
           "up/.../->r->down"}}), `transports` ([{channel, src, dst, src_dev, dst_dev, via,
           family, direction, reported_by}]), `peer_transport`, `coll_channels`, `p2p_channels`,
+          `nvls_channels`, `collnet_channels` (from `N coll channels, ...`), `nvls_multicast`
+          (bool|None: `NVLS multicast support is [not] available`), `graphs` (the graph
+          search's `Pattern` lines, per host one process's: [{pattern, pattern_name, crossnic,
+          nchannels, bw_intra, bw_inter (GB/s), type_intra, type_inter, same_channels,
+          channels ([[`NET/0`, `GPU/6`, ...]]), host, reported_by}]),
           `thread_thresholds`, `p2p_type`, `network`, `tuner` ([{coll, bytes, algo, proto,
           channels, time_us}]), `connected_rings`, `connected_trees`, `attribution` (how
           lines were tied to it: `prefix` by process and device, `order` lines without a
@@ -337,6 +358,9 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
     all_tuner: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     p2p_disabled: list[list[int]] = []
+    # comm -> {(host, pid, dev): the graphs that process printed}
+    graphs_by: dict[str, dict[tuple[Any, ...], list[dict[str, Any]]]] = {}
+    last_graph: dict[tuple[Any, ...], dict[str, Any]] = {}  # (host, pid, dev) -> its last Pattern
 
     # Lines without the host:pid:tid prefix carry no process to tie them to a communicator:
     # they belong to the one the last such Init line named (a log pasted in order), else to
@@ -488,8 +512,27 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
             comm["trees"].setdefault(me, {})[str(int(ch))] = f"{down}->{me}->{up}"
         elif (m := _CHANNELS.match(t)) and (comm := comm_of_msg(msg)) is not None:
             comm["coll_channels"] = int(m.group(1))
-            if p := re.search(r"(\d+) p2p channels(?! per)", m.group(2)):
-                comm["p2p_channels"] = int(p.group(1))
+            for kind in ("p2p", "nvls", "collnet"):
+                if p := re.search(rf"(\d+) {kind} channels(?! per)", m.group(2)):
+                    comm[f"{kind}_channels"] = int(p.group(1))
+        elif (m := _PATTERN.match(t)) and (comm := comm_of_msg(msg)) is not None:
+            pat = m.group(1)
+            graph = {"pattern": int(pat) if pat.isdigit() else pat,
+                     "pattern_name": PATTERNS.get(int(pat), "unknown") if pat.isdigit()
+                     else pat.lower(), "crossnic": int(m.group(2)),
+                     "nchannels": int(m.group(3)), "bw_intra": float(m.group(4)),
+                     "bw_inter": float(m.group(5)), "type_intra": m.group(6),
+                     "type_inter": m.group(7), "same_channels": int(m.group(8)),
+                     "channels": [], "host": msg["host"], "reported_by": rank_of(msg, comm)}
+            who = (msg["host"], msg["pid"], msg["dev"])
+            graphs_by.setdefault(comm["comm_id"], {}).setdefault(who, []).append(graph)
+            last_graph[who] = graph
+        elif (m := _GRAPH_CHANNEL.match(t)) and (comm := comm_of_msg(msg)) is not None:
+            shown = last_graph.get((msg["host"], msg["pid"], msg["dev"]))
+            if shown is not None and int(m.group(1)) == len(shown["channels"]):
+                shown["channels"].append(m.group(2).split())
+        elif (m := _NVLS_SUPPORT.match(t)) and (comm := comm_of_msg(msg)) is not None:
+            comm["nvls_multicast"] = m.group(1) is None
         elif (m := _THRESH.match(t)) and (comm := comm_of_msg(msg)) is not None:
             comm["thread_thresholds"] = m.group(1)
         elif (m := _P2P_TYPE.match(t)) and (comm := comm_of_msg(msg)) is not None:
@@ -524,16 +567,28 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
     one = len(named) == 1 or (len({comms[k]["nranks"] for k in named}) == 1
                               and all(k.startswith("comm:") for k in named))
     only = named[0] if named and one else None
+    loose_prefixed = any(key != ("anon",) for key in pending)
     for key in list(pending):
         for waiting in pending.pop(key):
             if only is None:
                 comms.setdefault("unattributed", _new_comm("unattributed", 0))[
                     "attribution"] = "none"
             handle(waiting, force=only or "unattributed")
+    for comm_key, by in graphs_by.items():
+        # Every rank of a node prints the same search (its node's GPUs, by rank): per host, keep
+        # the process that printed the most of it (an excerpt cuts the others).
+        best: dict[Any, list[dict[str, Any]]] = {}
+        for (host, _pid, _dev), graphs in by.items():
+            if len(graphs) > len(best.get(host, [])):
+                best[host] = graphs
+        comms[comm_key]["graphs"] = [g for graphs in best.values() for g in graphs]
     loose = comms.get("unattributed")
     if loose is not None and not (loose["rings"] or loose["transports"] or loose["trees"]
-                                  or loose["tuner"] or loose["ring_neighbours"]):
-        del comms["unattributed"]  # only settings lines came without a prefix: nothing to keep
+                                  or loose["tuner"] or loose["ring_neighbours"] or loose["graphs"]
+                                  or (loose_prefixed and loose["coll_channels"] is not None)):
+        # Only settings lines came without a prefix: nothing to keep. Channel counts printed
+        # by processes whose Init line is not in the excerpt (NVIDIA/nccl issue #1646) stay.
+        del comms["unattributed"]
     comm_list = _merge_anonymous(list(comms.values()))
     eager = not versions or _release(versions[0]) < (2, 19)
     for c in comm_list:
@@ -606,7 +661,8 @@ def _needs_comm(text: str) -> bool:
     """A message that says something of one communicator (its channels, rings, transports)."""
     return (text.startswith("Connected all") or any(
         r.match(text) for r in (_RING, _NEIGHBOURS, _TRANSPORT, _TREES, _TREE_LINE, _CHANNELS,
-                                _THRESH, _P2P_TYPE, _NETWORK)))
+                                _THRESH, _P2P_TYPE, _NETWORK, _NVLS_SUPPORT, _PATTERN,
+                                _GRAPH_CHANNEL)))
 
 
 def _merge_anonymous(comms: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -631,8 +687,10 @@ def _merge_anonymous(comms: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 g[key].setdefault(k, v)
         g["transports"] += [t for t in c["transports"] if t not in g["transports"]]
         g["tuner"] += c["tuner"]
-        for key in ("nnodes", "nchannels", "coll_channels", "p2p_channels", "thread_thresholds",
-                    "p2p_type", "network"):
+        g["graphs"] = g.get("graphs") or c["graphs"]
+        for key in ("nnodes", "nchannels", "coll_channels", "p2p_channels", "nvls_channels",
+                    "collnet_channels", "nvls_multicast", "thread_thresholds", "p2p_type",
+                    "network"):
             if g.get(key) is None:
                 g[key] = c[key]
         g["connected_rings"] = g["connected_rings"] or c["connected_rings"]
@@ -644,7 +702,9 @@ def _new_comm(key: str, nranks: int) -> dict[str, Any]:
     return {"comm_id": key, "nranks": nranks, "nnodes": None, "ranks": {}, "rings": {},
             "nchannels": None, "ring_neighbours": {}, "trees": {}, "transports": [],
             "peer_transport": {},
-            "coll_channels": None, "p2p_channels": None, "thread_thresholds": None,
+            "coll_channels": None, "p2p_channels": None, "nvls_channels": None,
+            "collnet_channels": None, "nvls_multicast": None, "graphs": [],
+            "thread_thresholds": None,
             "p2p_type": None, "network": None, "tuner": [], "connected_rings": False,
             "connected_trees": False, "attribution": "prefix"}
 

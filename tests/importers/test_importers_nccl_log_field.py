@@ -124,3 +124,55 @@ def test_import_summary_names_what_failed(name: str, tmp_path: Path,
     main(["import", "-o", str(tmp_path / "b"), str(DATA / name)])
     out = capsys.readouterr().out
     assert ("peer access" in out) or ("P2P disabled between 3 GPU pairs" in out)
+
+
+def test_torchrun_tag_glued_to_prefix_and_nvls_support() -> None:
+    c = parse("nccl_log_torchrun_rank_tag_glued_nvls_available_torchtitan1570.log")
+    (comm,) = c.comms
+    assert comm["ranks"]["0"]["host"] == "costa-671b-5-worker-1"
+    assert comm["ranks"]["0"]["pid"] == 382 and comm["ranks"]["0"]["local_rank"] == 0
+    assert comm["nranks"] == 4 and comm["nnodes"] == 1 and comm["nchannels"] == 24
+    assert c.rings == {str(ch): [0, 1, 2, 3] for ch in range(10)}
+    assert comm["nvls_multicast"] is True  # printed before the comm line: waits for it
+    assert c.env == {"NCCL_TOPO_FILE": "/proc/self/fd/156"}
+
+
+def test_channel_counts_kept_without_a_communicator_line() -> None:
+    c = parse("nccl_log_8xB200_channel_counts_without_comm_line_nccl1646.log")
+    (comm,) = c.comms
+    assert (comm["coll_channels"], comm["collnet_channels"], comm["nvls_channels"],
+            comm["p2p_channels"]) == (32, 32, 32, 32)
+    assert comm["thread_thresholds"] == "8/8/64 | 64/8/64 | 512 | 512"
+    assert comm["p2p_type"] == "intraNodeP2pSupport 1 directMode 0"
+    assert c.nchannels == 32
+
+
+def test_graph_search_of_two_hosts_with_the_older_speed_word() -> None:
+    c = parse("nccl_log_2node_graph_search_speed_pattern_lines_nccl601.log")
+    (comm,) = c.comms
+    graphs = comm["graphs"]
+    assert [(g["host"], g["pattern_name"], g["nchannels"], g["bw_intra"], g["type_inter"])
+            for g in graphs] == [("gpu23", "ring", 4, 1.2, "SYS"), ("gpu24", "ring", 4, 1.2, "SYS")]
+    assert graphs[0]["channels"][3] == ["NET/3", "GPU/2", "GPU/3", "GPU/0", "GPU/1", "NET/3"]
+    assert graphs[1]["channels"][0] == ["NET/0", "GPU/4", "GPU/5", "GPU/6", "GPU/7", "NET/0"]
+    assert all(len(g["channels"]) == 4 for g in graphs)
+
+
+def test_nvls_graph_waits_for_the_comm_line() -> None:
+    c = parse("nccl_log_2node_h100_nvls_pattern5_graph_before_comm_nccl1519.log")
+    (comm,) = c.comms
+    assert comm["nranks"] == 16 and comm["nnodes"] == 2 and comm["ranks"]["0"]["local_rank"] == 0
+    (g,) = comm["graphs"]
+    assert (g["pattern"], g["pattern_name"], g["nchannels"], g["type_intra"],
+            g["type_inter"], g["reported_by"]) == (5, "nvls", 7, "NVL", "PHB", 0)
+    assert [ch[0] for ch in g["channels"]] == ["NET/1", "NET/3", "NET/2", "NET/4", "NET/6",
+                                               "NET/7", "NET/5"]
+
+
+def test_one_process_many_threads_graph_search() -> None:
+    c = parse("nccl_log_8x4090_one_process_graph_search_per_thread_nccltests307.log")
+    (comm,) = c.comms
+    # Dev 0's thread printed both searches; the others' excerpts hold one each.
+    assert [(g["pattern_name"], g["type_intra"], g["type_inter"]) for g in comm["graphs"]] == [
+        ("ring", "SYS", "PIX"), ("balanced_tree", "SYS", "PIX")]
+    assert comm["graphs"][0]["channels"] == [[f"GPU/{i}" for i in range(8)]]
