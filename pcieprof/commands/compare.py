@@ -19,7 +19,7 @@ from pcieprof.commands.card_choice import MODEL_HELP, card_for
 from pcieprof.commands.options import verbosity
 from pcieprof.errors import BadInput, ExitCode
 from pcieprof.analysis.metrics import bundle_metrics, higher_is_better
-from pcieprof.tune.vm import settings, text_table, unknown_cost, verdict
+from pcieprof.analysis.vm_words import settings, text_table, unknown_cost, verdict
 
 _EXPR = re.compile(r"^\s*(?P<metric>[A-Za-z0-9_.@*?\-\[\]=,]+)\s*(?P<op>[<>])\s*"
                    r"(?P<num>[+-]?\d+(?:\.\d+)?)\s*(?P<pct>%?)\s*$")
@@ -104,7 +104,7 @@ def _first_sentence(text: str) -> str:
 
 def vm_lines(a: Bundle, b: Bundle, band: DecodeBand, *, full: bool = True) -> list[str]:
     """When one bundle is a VM and the other bare metal: the VM verdict and the like-for-like
-    table (pcieprof.tune.vm, as the report shows them), before the metrics, whose per-variant
+    table (pcieprof.analysis.vm_words, as the report shows them), before the metrics, whose per-variant
     rows compare the same setting on both sides although NCCL chooses differently under it.
     Not `full`: the verdict's first sentence and the decode-step row of the table."""
     pair = pick_pair(a, b)

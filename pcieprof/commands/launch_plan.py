@@ -85,10 +85,9 @@ def _row(a: Attempt) -> SearchAttempt:
 
 def _winner(a: Attempt) -> Winner:
     cmd = a.command
-    argv = [str(x) for x in cmd.get("argv", [])]
-    env = {str(k): str(v) for k, v in cmd.get("env", {}).items()}
+    argv, env = list(cmd.argv), dict(cmd.env)
     line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
     return Winner(index=a.index, label=str(a.search.get("label", a.name)),
                   config=dict(a.search.get("config", {})), argv=argv, env=env,
                   command=(line + " " if line else "") + shlex.join(argv),
-                  launch_prefix=[str(x) for x in cmd.get("prefix") or []])
+                  launch_prefix=list(cmd.prefix or []))

@@ -22,8 +22,10 @@ from typing import Any, NoReturn
 
 from pcieprof import aio, progress
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.document import decode, encode
 from pcieprof.bundle.rows import DecodeCurveRow
 from pcieprof.bundle.serve_search import NOT_A_RESULT, Outcome, SearchEnd
+from pcieprof.bundle.serve_command import RecordedCommand
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.bundle.served_card import ServedCard
 from pcieprof.cards import ModelCard
@@ -159,9 +161,12 @@ def _resumed(bundle: Bundle) -> list[Attempt]:
         for ln in path.read_text(encoding="utf-8").splitlines():
             if ln.strip():
                 try:
-                    rows.append(Attempt.from_json(json.loads(ln)))
-                except (ValueError, TypeError) as exc:
+                    row = json.loads(ln)
+                except ValueError as exc:
                     raise BadInput(f"{path}: unreadable attempt row ({exc})") from None
+                if not isinstance(row, dict):
+                    raise BadInput(f"{path}: unreadable attempt row (not a JSON object)")
+                rows.append(decode(Attempt, row, f"{path}: attempt row"))
     if rows and not all(r.search for r in rows):
         raise BadInput(f"{bundle.path} holds attempts that no launch search made",
                        hint="--resume continues a serve-bench --sweep bundle")
@@ -278,7 +283,7 @@ def _local_ranks(cfg: LaunchConfig, card: ModelCard) -> int:
 
 def _write_attempts(bundle: Bundle, attempts: list[Attempt]) -> None:
     bundle.write_text("serve/attempts.jsonl",
-                      "".join(json.dumps(a.to_json(), default=str) + "\n" for a in attempts))
+                      "".join(json.dumps(encode(a), default=str) + "\n" for a in attempts))
 
 
 # -- attaching / follower nodes -------------------------------------------------------------------
@@ -308,7 +313,7 @@ def _attached(bundle: Bundle, opts: BenchOptions) -> ServeSummary:
         tp = int(server_info.get("tp_size") or opts.base.tp or opts.card.sglang.tp_default)
     except (TypeError, ValueError):
         tp = int(opts.base.tp or opts.card.sglang.tp_default)
-    att = Attempt(index=0, name="attached", config={"url": shown}, command={}, log="",
+    att = Attempt(index=0, name="attached", config={"url": shown}, command=RecordedCommand(), log="",
                   outcome=Outcome.OK.value, summary="attached to a running server",
                   benchmarked=True)
     _write_attempts(bundle, [att])

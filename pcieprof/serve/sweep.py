@@ -22,7 +22,7 @@ from typing import Any, Callable
 import aiohttp
 
 from pcieprof import aio
-from pcieprof.bundle.document import encode
+from pcieprof.bundle.serve_command import RecordedCommand
 from pcieprof.bundle.serve_search import Outcome
 from pcieprof.errors import BadInput
 from pcieprof.redact import redact
@@ -84,12 +84,13 @@ def entries_from(base: LaunchConfig, path: Path) -> list[SweepEntry]:
 
 @dataclass
 class Attempt:
-    """How one launch went (one row of attempts.jsonl)."""
+    """How one launch went (one row of attempts.jsonl, written with `encode` and read with
+    `decode` of pcieprof.bundle.document, like the bundle's documents)."""
 
     index: int
     name: str
     config: dict[str, Any]
-    command: dict[str, Any]
+    command: RecordedCommand
     log: str
     why: str = ""
     source: str = ""
@@ -138,14 +139,6 @@ class Attempt:
                 return ln[1:].strip()
         return ""
 
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Attempt":
-        """A row of attempts.jsonl (fields a row lacks get their defaults)."""
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in d.items() if k in known})
 
 
 async def probe_tokens(base_url: str, *, tokens: int, n: int, timeout_s: float,
@@ -225,7 +218,7 @@ def launch(index: int, entry: SweepEntry, cmd: ServerCommand, log_path: Path, ba
         The attempt (outcome `ok` when the probe passed) and its server process.
     """
     att = Attempt(index=index, name=entry.config.name, config=redact(entry.config.to_json()),
-                  command=encode(cmd.record()), log=str(log_path), why=entry.why, source=entry.source,
+                  command=cmd.record(), log=str(log_path), why=entry.why, source=entry.source,
                   search=dict(entry.search))
     server = ServerProcess(cmd, log_path)
     t0 = time.monotonic()

@@ -9,7 +9,7 @@ one that moves its gain, the mean decode-step gain at both ends: the verdict may
 
 The other assumed inputs of the tuner's pricing carry their range where they are used: the
 layouts' anchor communication (pcieprof.tune.layout), the VM's like-for-like verdict
-(pcieprof.tune.vm), SGLang's default chunk when a card names none and the GPU memory a card
+(pcieprof.analysis.vm_words), SGLang's default chunk when a card names none and the GPU memory a card
 assumes (stated, without a range: they are facts of the launch, not of the box).
 """
 

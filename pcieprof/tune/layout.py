@@ -10,7 +10,7 @@ model fits half the GPUs):
   * compute: a roofline on bytes read per GPU per step (weights touched + KV read), with an
     effective memory bandwidth and a fixed per-step cost fitted to a decode curve: this bundle's
     serve/decode_curve.csv when it served the same model, else the published points of
-    data/decode_anchors.toml (their comm priced with this bundle's curves: an assumption);
+    analysis/decode_anchors.toml (their comm priced with this bundle's curves: an assumption);
 - the SGLang command and its environment, from the `CommandBuilder` the caller passes (the
   commands pass pcieprof.serve.sglang_cmd's; the tuner itself knows no launcher).
 Ranked by output tok/s at the highest concurrency that every fitting layout reaches.
@@ -26,6 +26,7 @@ from typing import Callable
 
 import numpy as np
 
+from pcieprof.analysis.anchors import ANCHORS, published_compute_ms
 from pcieprof.analysis.box import GIB, Box, box_from
 from pcieprof.analysis.comm_model import Layout, Pricer, measured_decode_steps, predict_step_comm
 from pcieprof.bundle import Bundle
@@ -41,7 +42,6 @@ from pcieprof.tune.memory import Placement
 from pcieprof.tune.nccl_defaults import two_rank_note
 
 CONCURRENCY = (1, 2, 4, 8, 16, 32, 64)
-ANCHORS = Path(__file__).with_name("data") / "decode_anchors.toml"
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ class Anchor:
 def anchor_curve(bundle: Bundle, card: ModelCard) -> Anchor | None:
     """The decode curve for `card`: this bundle's serve/decode_curve.csv when it served the same
     model (its communication priced with this bundle's curves: the same box), else the published
-    points with the communication of the published box (data/decode_anchors.toml)."""
+    points with the communication of the published box (analysis/decode_anchors.toml)."""
     summary = bundle.read_doc(ServeSummary)
     if summary is not None and summary.model == card.name:
         steps = measured_decode_steps(bundle)
@@ -207,29 +207,6 @@ def anchor_curve(bundle: Bundle, card: ModelCard) -> Anchor | None:
             f"{a.get('comm_profile', '?')}, {env or 'NCCL defaults'})") if comm else ""
     return Anchor(steps, f"published: {a['source']} (imported)", int(a["tp"]),
                   int(a["context_tokens"]), comm, high, note)
-
-
-def published_compute_ms(model: str, batch: int) -> float | None:
-    """The compute of one decode step at `batch` on the published box (its step less its own
-    communication, data/decode_anchors.toml), or None where no anchor point is at that batch."""
-    data = tomllib.loads(ANCHORS.read_text(encoding="utf-8")).get(model)
-    if not data or not data.get("comm_ms"):
-        return None
-    steps = {int(c): c / tps * 1000.0 for c, tps in data["points"]}
-    comm = {int(b): float(ms) for b, ms in data["comm_ms"]}
-    return steps[batch] - comm[batch] if batch in steps and batch in comm else None
-
-
-def token_share(model: str, batch: int, comm_ms: float, saved_ms: float) -> str:
-    """`19% of a ~22.2 ms token, its compute 12.1 ms assumed as published` for a saving at `batch` on a step whose communication costs
-    `comm_ms` here, the compute taken from the published box (assumed the same here); "" when
-    the model has no anchor at that batch."""
-    comp = published_compute_ms(model, batch)
-    if comp is None or comp + comm_ms <= 0:
-        return ""
-    token = comp + comm_ms
-    return (f"{saved_ms / token * 100:.0f}% of a ~{token:.1f} ms token, its compute "
-            f"{comp:.1f} ms assumed as published")
 
 
 def fit_compute(card: ModelCard, pricer: Pricer, bundle: Bundle,

@@ -1,7 +1,7 @@
 """The VM story read from a rule context: the hang risk of a setting whose P2P runs through a
 translating IOMMU, the fabric model's cost table, and why the default all-reduce costs what it
 does. For the rules and the principal bottleneck (pcieprof.tune.recommend); the words they use
-are pcieprof.tune.vm's, which the report and `compare` share without the tuner.
+are pcieprof.analysis.vm_words's, which the report and `compare` share without the tuner.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from pcieprof.analysis.virtualization import P2P_HANG, VmCost, from_topology, known_state
 from pcieprof.bundle.recommendations import Risk
 from pcieprof.tune.rules.base import RuleContext
-from pcieprof.tune.vm import p2p_hang_risk
+from pcieprof.analysis.vm_words import p2p_hang_risk
 
 
 def iommu_path_risk(ctx: RuleContext, env: dict[str, str], variant: str | None = None) -> Risk | None:

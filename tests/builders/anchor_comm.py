@@ -1,4 +1,4 @@
-"""The communication of the published GLM-5 decode anchor (pcieprof/tune/data/decode_anchors.toml),
+"""The communication of the published GLM-5 decode anchor (pcieprof/analysis/decode_anchors.toml),
 priced with the fabric model of the box it ran on: how the anchor's `comm_ms` rows were made and
 are checked (tests/tune/test_tune_anchor.py)."""
 

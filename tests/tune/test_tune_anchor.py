@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from builders.anchor_comm import anchor_comm_ms
 
+from pcieprof.analysis.anchors import ANCHORS
 from pcieprof.analysis.comm_model import Pricer
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.topology import Topology
@@ -19,7 +20,7 @@ GLM5 = load_card("glm5-nvfp4")
 
 
 def test_the_anchor_communication_is_the_fabric_models_price_of_the_published_box() -> None:
-    a = tomllib.loads(L.ANCHORS.read_text(encoding="utf-8"))["glm5-nvfp4"]
+    a = tomllib.loads(ANCHORS.read_text(encoding="utf-8"))["glm5-nvfp4"]
     for key, env in (("comm_ms", dict(a["comm_env"])), ("comm_ms_default", {})):
         for batch, ms in a[key]:
             assert ms == pytest.approx(anchor_comm_ms(GLM5, a["comm_profile"], env, a["tp"],
@@ -56,7 +57,7 @@ def test_the_vm_verdict_shows_the_range_of_its_assumed_parameter(vm: Bundle) -> 
     the like-for-like numbers at 0 and 1 us, where the VM's extra cost at decode sizes vanishes
     and grows."""
     from pcieprof.analysis.virtualization import from_topology
-    from pcieprof.tune.vm import verdict
+    from pcieprof.analysis.vm_words import verdict
 
     cost = from_topology(vm.read_doc(Topology))
     assert cost is not None

@@ -1,6 +1,6 @@
 """What the VM costs: the like-for-like table against bare metal, why, and what only the host can
 change (a VM bundle's column only). The verdict in words is the summary's (`vm_verdict`); the
-table, its footnotes and the words come from pcieprof.tune.vm, as `pcieprof compare` prints them.
+table, its footnotes and the words come from pcieprof.analysis.vm_words, as `pcieprof compare` prints them.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from pcieprof.analysis.virtualization import VmCost, bare_for, is_vm, known_state, like_for_like
 from pcieprof.report.context import ReportContext
 from pcieprof.report.model import BundleView, Note, NoteGroup, Section, Table
-from pcieprof.tune.vm import host_change_gain, setting_rows, table, unknown_cost, verdict_parts
+from pcieprof.analysis.vm_words import host_change_gain, setting_rows, table, unknown_cost, verdict_parts
 from pcieprof.units import size_label
 
 

@@ -16,7 +16,7 @@ from pcieprof.analysis.provenance import obtained
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices
 from pcieprof.bundle.topology import Topology
-from pcieprof.tune.layout import token_share
+from pcieprof.analysis.anchors import token_share
 from pcieprof.tune.ring import Ring
 
 #: A difference smaller than this (relative) is within measurement spread: no recommendation.

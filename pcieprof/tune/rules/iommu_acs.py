@@ -22,7 +22,7 @@ from pcieprof.analysis.matrices import gpu_indices, pair_matrix
 from pcieprof.analysis.virtualization import known_state
 from pcieprof.bundle.recommendations import Recommendation, Risk
 from pcieprof.tune.rules.base import RuleContext, fixed_rank
-from pcieprof.tune.vm import (best_host_change, host_change_line, known_words, step_gain,
+from pcieprof.analysis.vm_words import (best_host_change, host_change_line, known_words, step_gain,
                               what_to_measure)
 from pcieprof.tune.vm_context import vm_cost
 

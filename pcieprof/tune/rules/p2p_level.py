@@ -6,7 +6,7 @@ virtual tree is flat every pair looks like PHB, so NCCL may use SHM everywhere a
 copies over P2P are fast. Where the IOMMU translates the GPUs' DMA (a VFIO guest, an iommu=on
 host) the P2P transport runs through it and NCCL can hang on its first collective: the
 recommendation then carries that risk, how `recommend --verify` checks it safely, and the
-host-side alternative (pcieprof.tune.vm, pcieprof.tune.vm_context).
+host-side alternative (pcieprof.analysis.vm_words, pcieprof.tune.vm_context).
 """
 
 from __future__ import annotations

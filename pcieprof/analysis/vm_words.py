@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from pcieprof.analysis.anchors import token_share
 from pcieprof.analysis.virtualization import (BASIS_HEADS, P2P_HANG, KnownState, Row, VmCost,
                                               from_topology, known_state)
 from pcieprof.bundle.recommendations import Risk
 from pcieprof.bundle.vm_cost import HostChange
-from pcieprof.tune.layout import token_share
 from pcieprof.units import size_label
 
 #: How `recommend --verify` checks a setting that can hang, before anyone serves with it.
