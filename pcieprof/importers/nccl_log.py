@@ -77,7 +77,9 @@ _PREFIX_WINDOW = 512
 _BARE_VERSION = re.compile(r"^\s*NCCL version (\S+)")
 _VERSION = re.compile(r"^NCCL version (\S+)")
 _CUDA_DRIVER = re.compile(r"^cudaDriverVersion (\d+)")
-_ENV = re.compile(r"^(NCCL_\w+) set by environment to (.*)$")
+#: `NCCL_IB_HCA set to mlx5_2:1,mlx5_0:1` (transport/net_ib.cc) is the same fact without `by
+#: environment` (NVIDIA/nccl-tests issue #228).
+_ENV = re.compile(r"^(NCCL_\w+) set (?:by environment )?to (.*)$")
 _INIT = re.compile(r"^(?:\[Rank \d+\] )?(?:(ncclCommInit\w*|ncclCommSplit|ncclCommInitAll) )?"
                    r"comm (0x[0-9a-fA-F]+) "
                    r"rank (\d+) nranks (\d+) cudaDev (\d+)(?: nvmlDev (\d+))?"
@@ -140,6 +142,27 @@ PEER_ACCESS_UNSUPPORTED = ("CUDA refused peer access between two GPUs "
 PEER_ACCESS_FIX = ("run with NCCL_P2P_DISABLE=1 (NCCL then uses SHM); to get P2P back disable ACS "
                    "on the PCIe switches, or VT-d / pass iommu=pt (NCCL user guide, "
                    "troubleshooting: GPU Direct)")
+#: A failed InfiniBand/RoCE work completion (transport/net_ib.cc, the IB plugins): `NET/IB : Got
+#: completion with error 4, opcode 8983, len 0, vendor err 81` (NVIDIA/nccl issue #707), newer
+#: `NET/IB : Got completion from peer 10.0.0.2<54862> with status=12 opcode=0 len=0 vendor err 129
+#: (Recv)` (issue #1405). The status is libibverbs' `enum ibv_wc_status`.
+_IB_COMPLETION = re.compile(r"NET/IB ?: Got completion (?:from peer (\S+) )?with "
+                            r"(?:error |status=)(\d+).*?vendor err (\d+)")
+#: enum ibv_wc_status (libibverbs verbs.h), the values NCCL's users meet.
+IBV_WC_STATUS = {1: "IBV_WC_LOC_LEN_ERR", 2: "IBV_WC_LOC_QP_OP_ERR", 4: "IBV_WC_LOC_PROT_ERR",
+                 5: "IBV_WC_WR_FLUSH_ERR", 8: "IBV_WC_LOC_ACCESS_ERR",
+                 10: "IBV_WC_REM_ACCESS_ERR", 11: "IBV_WC_REM_OP_ERR",
+                 12: "IBV_WC_RETRY_EXC_ERR", 13: "IBV_WC_RNR_RETRY_EXC_ERR"}
+IB_COMPLETION = ("the InfiniBand/RoCE network failed a transfer (a work completion with an error "
+                 "status); the collective then fails or hangs")
+#: What to check, by status; the default for the others.
+IB_COMPLETION_FIX = {
+    12: ("retry exceeded: the peer or a link stopped answering; check the links, switches and the "
+         "peer host (`ibstat`, the ports' error counters)"),
+    4: ("local protection error: the NIC could not use the registered (GPU) memory; check "
+        "GPUDirect RDMA (nvidia-peermem or dmabuf) or try NCCL_NET_GDR_LEVEL=LOC"),
+    0: "check the links and switches (`ibstat`, the ports' error counters) and the peer host",
+}
 P2P_DISABLED_NVLINK = ("NCCL found P2P disabled between NVLink-connected GPUs and stopped (a "
                        "hardware or driver problem, NCCL says)")
 P2P_DISABLED_NVLINK_FIX = ("check the NVLink state (`nvidia-smi nvlink -s`) and the driver; NCCL "
@@ -335,7 +358,8 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
           would carry P2P but CUDA has peer access off (`P2P is disabled between connected
           GPUs a and b`): NCCL uses SHM or the network between them.
         - `failures`: what the WARN lines name, one entry per kind: {kind (`shm_too_small`,
-          `peer_access_unsupported`, `p2p_disabled_nvlink`),
+          `peer_access_unsupported`, `p2p_disabled_nvlink`, `ib_completion_error` with
+          status, status_name, vendor_err, peer),
           what, fix, line (the first), host, dev, count (lines), and the kind's detail
           (segment, bytes, error)}; a communicator they hit lists the kinds in its `failures`.
         - `lines`: {total, nccl, spliced, without_prefix} counts.
@@ -425,6 +449,12 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
                 _note_failure(failures, comm, msg, "shm_too_small", SHM_TOO_SMALL, SHM_FIX,
                               segment=shm.group(1), bytes=int(shm.group(2)),
                               error=shm.group(3))
+            elif ib := _IB_COMPLETION.search(t):
+                status = int(ib.group(2))
+                _note_failure(failures, comm, msg, "ib_completion_error", IB_COMPLETION,
+                              IB_COMPLETION_FIX.get(status, IB_COMPLETION_FIX[0]), status=status,
+                              status_name=IBV_WC_STATUS.get(status), vendor_err=int(ib.group(3)),
+                              peer=ib.group(1))
             elif _PEER_ACCESS.search(t):
                 _note_failure(failures, comm, msg, "peer_access_unsupported",
                               PEER_ACCESS_UNSUPPORTED, PEER_ACCESS_FIX)
@@ -583,11 +613,14 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
                 best[host] = graphs
         comms[comm_key]["graphs"] = [g for graphs in best.values() for g in graphs]
     loose = comms.get("unattributed")
-    if loose is not None and not (loose["rings"] or loose["transports"] or loose["trees"]
-                                  or loose["tuner"] or loose["ring_neighbours"] or loose["graphs"]
-                                  or (loose_prefixed and loose["coll_channels"] is not None)):
-        # Only settings lines came without a prefix: nothing to keep. Channel counts printed
-        # by processes whose Init line is not in the excerpt (NVIDIA/nccl issue #1646) stay.
+    settings = ("coll_channels", "network", "thread_thresholds", "p2p_type", "nvls_multicast")
+    if loose is not None and not (
+            loose["rings"] or loose["transports"] or loose["trees"] or loose["tuner"]
+            or loose["ring_neighbours"] or loose["graphs"]
+            or (loose_prefixed and any(loose[k] is not None for k in settings))):
+        # Only settings lines came without a prefix: nothing to keep. What processes whose
+        # Init line is not in the excerpt printed (channel counts, the network: NVIDIA/nccl
+        # issue #1646, NVIDIA/nccl-tests issue #228) stays.
         del comms["unattributed"]
     comm_list = _merge_anonymous(list(comms.values()))
     eager = not versions or _release(versions[0]) < (2, 19)

@@ -176,3 +176,50 @@ def test_one_process_many_threads_graph_search() -> None:
     assert [(g["pattern_name"], g["type_intra"], g["type_inter"]) for g in comm["graphs"]] == [
         ("ring", "SYS", "PIX"), ("balanced_tree", "SYS", "PIX")]
     assert comm["graphs"][0]["channels"] == [[f"GPU/{i}" for i in range(8)]]
+
+
+def test_network_lines_without_a_communicator_and_set_to_without_by_environment() -> None:
+    c = parse("nccl_log_ib_hca_set_to_using_network_ib_no_comm_nccltests228.log")
+    assert c.env == {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "mlx5_2:1,mlx5_0:1"}
+    (comm,) = c.comms
+    assert comm["network"] == "IB" and comm["comm_id"] is None
+
+
+def test_ib_completion_error_names_the_status() -> None:
+    c = parse("nccl_warn_ib_completion_status12_ib_plugin_nccl1405.log")
+    assert len(c.warnings) == 3 and {w["source"] for w in c.warnings} == {"ib_plugin.c:1615"}
+    (f,) = c.failures
+    assert (f["kind"], f["count"], f["status"], f["status_name"], f["vendor_err"], f["peer"],
+            f["dev"]) == ("ib_completion_error", 3, 12, "IBV_WC_RETRY_EXC_ERR", 129,
+                          "10.216.210.236<54862>", 4)
+    assert f["fix"].startswith("retry exceeded")
+
+
+def test_bazel_version_string_and_warnings_of_one_process() -> None:
+    c = parse("nccl_log_2.8.3_bazel_version_ibv_create_qp_warn_nccl562.log")
+    assert c.nccl_version == "2.8.3+cudaCUDA_MAJOR.CUDA_MINOR"
+    assert [(w["dev"], w["source"], w["text"]) for w in c.warnings] == [
+        (d, "ibvwrap.c:130", "Call to ibv_create_qp failed") for d in (4, 5, 6)]
+    assert c.comms[0]["network"] == "IBext" and c.failures == []
+
+
+def test_topology_xml_of_a_vm_with_nvswitch_targets_outside_the_tree() -> None:
+    name = "nccl_topo_ibm_h100_vsi_nvswitch_targets_link_width_0.xml"
+    text = (DATA / name).read_text()
+    assert detect(text) == "nccl-topo-xml"
+    doc = parse_text(text, name).documents["nccl_topo"]
+    gpus = doc["gpus"]
+    assert [g["dev"] for g in gpus] == list(range(8)) and {g["sm"] for g in gpus} == {90}
+    switches = {"0000:f3:00.0", "0000:f4:00.0", "0000:f5:00.0", "0000:f6:00.0"}
+    for g in gpus:
+        assert {n["target"] for n in g["nvlinks"]} == switches
+        assert sum(n["count"] for n in g["nvlinks"]) == 18
+        assert {n["tclass"] for n in g["nvlinks"]} == {"0x068000"}
+    assert not switches & {p["busid"] for p in doc["pci"]}
+    assert [(n["name"], n["dev"], n["speed"]) for n in doc["nics"]][:2] == [
+        ("mlx5_7", 7, 200000), ("mlx5_6", 6, 200000)]
+    assert len(doc["nics"]) == 8
+    by_bus = {p["busid"]: p for p in doc["pci"]}
+    assert by_bus["0000:a4:00.0"]["link_width"] == 0
+    assert by_bus["0000:a1:00.0"]["link_speed"] == "2.5 GT/s PCIe"
+    assert gpus[4]["numaid"] == 1 and gpus[0]["pci_path"] == ["0000:a4:00.0", "0000:a1:00.0"]
