@@ -81,3 +81,13 @@ def test_nvfp4_on_unknown_architecture_says_to_check(tmp_path: Path) -> None:
                      tmp_path)
     doc = (tmp_path / "b" / "recommendations.json").read_text()
     assert _tp(out) == [8] and "does not tell the GPUs' architecture" in doc
+
+
+def test_failed_all_gather_is_not_called_a_hanging_all_reduce(tmp_path: Path) -> None:
+    # nccl-tests all_gather_perf with wrong data (error rows, no hang) on a DGX-1: the rule
+    # titled it "NCCL's default all-reduce hangs on this box"
+    out = _recommend([DATA / "importers" /
+                      "all_gather_perf_8xV100_oob_failed_then_topo_m_dgx1_nccltests37.txt"],
+                     tmp_path)
+    assert "NCCL's default all-gather fails on this box" in out
+    assert "hangs" not in out
