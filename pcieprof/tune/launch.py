@@ -26,6 +26,7 @@ from pcieprof.cards import ModelCard
 from pcieprof.tune.communicators import env_for
 from pcieprof.tune.layout import Candidate, CommandBuilder, gpu_memory
 from pcieprof.tune.memory import Placement, fit, widest_tp
+from pcieprof.tune.quant_arch import blocked, unchecked
 
 #: The rule name of the launch recommendation.
 RULE = "launch_config"
@@ -139,6 +140,11 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
     else:
         line, where, verdict, tp, own = _default_layout(result, card, command, box, context,
                                                         caveats)
+    # a checkpoint the box's GPUs cannot load stops the launch whatever the layout
+    if line and (why := blocked(card.sglang.quantization, box)):
+        line, verdict = "", f"{card.name} does not run on this box: {why}"
+    if line and (check := unchecked(card.sglang.quantization, box)):
+        caveats.append(check)
     if bench is not None and line:
         line += "\n" + BENCH + bench(top, tp, {k: v for k, v in result.env.items() if k in own})
     if verdict and not line:

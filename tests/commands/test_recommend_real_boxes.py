@@ -63,3 +63,31 @@ def test_ada_box_gets_tp2_of_the_small_card(tmp_path: Path) -> None:
         pytest.skip("../shared/samples/tool-outputs-more absent")
     out = _recommend(files, tmp_path, "--model", str(CARD))
     assert _tp(out) == [2]  # 4x 48 GiB: TP1 needs ~61 GiB, TP2 ~31
+
+
+def test_nvfp4_checkpoint_gets_no_launch_line_on_ampere(tmp_path: Path) -> None:
+    # 8x A100-SXM4-80GB (sm80 from the product name): GLM-5 NVFP4 at TP8 fits the memory, but
+    # SGLang's modelopt_fp4 needs compute capability 10.0: the loader would refuse it
+    out = _recommend([DATA / "importers" / "p2pbwlat_8xA100sxm4_ce_then_sm_copy_runs.txt"],
+                     tmp_path)
+    assert not _tp(out)
+    assert "needs compute capability 10.0 or newer" in out and "this box is sm80" in out
+    sh = (tmp_path / "b" / "tune" / "sglang_command.sh").read_text()
+    assert "launch_server" not in sh
+
+
+def test_nvfp4_on_unknown_architecture_says_to_check(tmp_path: Path) -> None:
+    out = _recommend([DATA / "importers" / "topo_m_8xA100sxm4_no_nv_no_gpu_numa_id_nvb53.txt"],
+                     tmp_path)
+    doc = (tmp_path / "b" / "recommendations.json").read_text()
+    assert _tp(out) == [8] and "does not tell the GPUs' architecture" in doc
+
+
+def test_failed_all_gather_is_not_called_a_hanging_all_reduce(tmp_path: Path) -> None:
+    # nccl-tests all_gather_perf with wrong data (error rows, no hang) on a DGX-1: the rule
+    # titled it "NCCL's default all-reduce hangs on this box"
+    out = _recommend([DATA / "importers" /
+                      "all_gather_perf_8xV100_oob_failed_then_topo_m_dgx1_nccltests37.txt"],
+                     tmp_path)
+    assert "NCCL's default all-gather fails on this box" in out
+    assert "hangs" not in out

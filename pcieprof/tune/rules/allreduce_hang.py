@@ -44,6 +44,13 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
             rule="allreduce_hang", kind="warn", priority=50, confidence=ctx.confidence,
             title=f"Some NCCL settings hang or fail here: do not use {', '.join(sorted(bad))}",
             gain_text="avoids a hang at start-up", evidence=ev)]
+    # say what the rows show: a hang, a failure (an error row: a dead rank or wrong data), and
+    # which collective (imported nccl-tests name theirs in the variant: imported:all_gather:...)
+    statuses = {d["status"] for d in bad.values()}
+    verb = ("hangs" if statuses == {"hang"} else "fails" if statuses == {"error"}
+            else "hangs or fails")
+    colls = {v.split(":")[1] for v in bad if v.startswith("imported:") and v.count(":") == 2}
+    what = f"{'/'.join(sorted(colls)).replace('_', '-')}" if colls else "all-reduce"
     # the default hangs: the measured alternative is the working variant of smallest decode time
     alt = None
     if working:
@@ -53,7 +60,7 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
     rec = Recommendation(
         rule="allreduce_hang", kind="env" if alt and alt.env else "warn", priority=900,
         confidence=ctx.confidence,
-        title="NCCL's default all-reduce hangs on this box" + (
+        title=f"NCCL's default {what} {verb} on this box" + (
             f": run with {' '.join(f'{k}={v}' for k, v in alt.env.items())} ({ctx.obtained} to work)"
             if alt and alt.env else ""),
         env=dict(alt.env) if alt else {},
