@@ -44,6 +44,8 @@ src/enqueue.cc over 2.x):
 - the graph search: `Pattern 4, crossNic 0, nChannels 2, bw 24.0/24.0, type NVL/PIX, sameChannels
   1` (`speed` in older releases) and its channels `  0 : NET/0 GPU/0 GPU/1 NET/0`; the
   per-channel `Tree 3 : -1 -> 0 -> 1/-1/-1` (parent -> rank -> children);
+- RCCL's spellings: ` comm 0x.. nRanks 08` after a transport line, `used N bytes` in its Init
+  COMPLETE line;
 - `P2P is disabled between connected GPUs 1 and 0` (graph/paths.cc: the path allows P2P, CUDA
   does not);
 - `threadThresholds ...`, tuner choices `AllReduce: 4096 Bytes -> Algo RING proto LL
@@ -76,6 +78,7 @@ _TIMESTAMP = re.compile(r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d[^\]]*)\]\s*$")
 _PREFIX_WINDOW = 512
 _BARE_VERSION = re.compile(r"^\s*NCCL version (\S+)")
 _VERSION = re.compile(r"^NCCL version (\S+)")
+_GLUED_VERSION = re.compile(r" NCCL version (\d+\.\d+\.\d+\+cuda\S*)")
 _CUDA_DRIVER = re.compile(r"^cudaDriverVersion (\d+)")
 #: `NCCL_IB_HCA set to mlx5_2:1,mlx5_0:1` (transport/net_ib.cc) is the same fact without `by
 #: environment` (NVIDIA/nccl-tests issue #228).
@@ -84,15 +87,21 @@ _INIT = re.compile(r"^(?:\[Rank \d+\] )?(?:(ncclCommInit\w*|ncclCommSplit|ncclCo
                    r"comm (0x[0-9a-fA-F]+) "
                    r"rank (\d+) nranks (\d+) cudaDev (\d+)(?: nvmlDev (\d+))?"
                    r"(?: busId ([0-9a-fA-F]+))?"
-                   r"(?: commId (0x[0-9a-fA-F]+))?(?: - Init (START|COMPLETE))?")
+                   r"(?: commId (0x[0-9a-fA-F]+))?(?: used \d+ bytes)?"
+                   r"(?: - Init (START|COMPLETE))?")
+#: (RCCL's Init COMPLETE line says the memory it took: `... busId 63000 used 67129296 bytes - Init
+#: COMPLETE`, ROCm/rccl issue #419.)
 _COMM = re.compile(r"^comm (0x[0-9a-fA-F]+) rank (\d+) nRanks (\d+) nNodes (\d+) "
                    r"localRanks (\d+) localRank (\d+)")
 _RING = re.compile(r"^(?:Channel|Ring) (\d+)(?:/(\d+))? :((?: +\d+)+)$")
 _NEIGHBOURS = re.compile(r"^Ring (\d+) : (-?\d+) -> (\d+) -> (-?\d+)$")
+#: RCCL (AMD's fork) ends these lines with its communicator: `... via P2P/IPC comm 0xfb16e30 nRanks
+#: 08` (ROCm/rccl issue #1026); that is not part of the transport.
 #: NCCL 2.4 prints network hops without the device (`Ring 02 : 4 -> 19 [send] via NET/Socket/0`,
 #: pytorch/pytorch issue #23534): the `[dev]` after each rank is optional.
 _TRANSPORT = re.compile(r"^(?:Channel|Ring) (\d+)(?:/\d+)? : (\d+)(?:\[([0-9a-fA-Fx]+)\])? -> "
-                        r"(\d+)(?:\[([0-9a-fA-Fx]+)\])?(?: \[(send|receive)\])? via (\S.*)$")
+                        r"(\d+)(?:\[([0-9a-fA-Fx]+)\])?(?: \[(send|receive)\])? via (\S.*?)"
+                        r"(?: comm 0x[0-9a-fA-F]+ nRanks \d+)?$")
 _TREES = re.compile(r"^Trees((?: \[\d+\] \S+)+)$")
 _TREE_ITEM = re.compile(r"\[(\d+)\] (\S+)")
 #: One channel's tree as a line (`Tree 14 : -1 -> 0 -> 1/-1/-1`: parent -> rank -> children,
@@ -275,6 +284,11 @@ def _messages(text: str) -> tuple[list[dict[str, Any]], dict[str, int], list[str
                     if nxt["host"].endswith(real):
                         end += len(nxt["host"]) - len(real)
             body = line[m.end():end].rstrip()
+            if glued := _GLUED_VERSION.search(body):
+                # The bare version line glued to a message by a paste that joined the lines
+                # (vllm-project/vllm issue #12292: `cudaDriverVersion 12060 NCCL version 2.20.5`).
+                bare_versions.append(glued.group(1))
+                body = body[:glued.start()].rstrip()
             if k + 1 == len(found) and body.endswith(" via") and lineno < len(lines):
                 body += " " + _wrapped_tail(lines[lineno], found_per_line[lineno])
             if pre is None or pre["pid"] is None:

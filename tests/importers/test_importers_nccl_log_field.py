@@ -223,3 +223,27 @@ def test_topology_xml_of_a_vm_with_nvswitch_targets_outside_the_tree() -> None:
     assert by_bus["0000:a4:00.0"]["link_width"] == 0
     assert by_bus["0000:a1:00.0"]["link_speed"] == "2.5 GT/s PCIe"
     assert gpus[4]["numaid"] == 1 and gpus[0]["pci_path"] == ["0000:a4:00.0", "0000:a1:00.0"]
+
+
+def test_rccl_transport_lines_end_with_their_communicator() -> None:
+    c = parse("rccl_log_2node_mi250x_transport_lines_with_comm_suffix_rccl1026.log")
+    assert c.transports == ["NET/Socket/1", "NET/Socket/2", "P2P/IPC"]
+    assert c.peer_transport == {"1->4": "NET/Socket/1", "2->0": "P2P/IPC", "2->3": "P2P/IPC",
+                                "3->6": "NET/Socket/2", "7->5": "P2P/IPC"}
+    assert c.nranks == 8 and c.comms[0]["connected_rings"] is True
+
+
+def test_rccl_init_complete_with_used_bytes() -> None:
+    c = parse("rccl_log_4gpu_init_complete_used_bytes_rccl419.log")
+    (comm,) = c.comms
+    assert comm["ranks"]["3"]["init"] == "COMPLETE" and comm["ranks"]["3"]["bus_id"] == "63000"
+    assert comm["nranks"] == 4 and comm["coll_channels"] == 4 and comm["nchannels"] == 4
+    assert c.env == {"NCCL_NTHREADS": "256"}
+    assert c.peer_transport == {"1->0": "P2P/IPC", "2->1": "P2P/IPC", "3->0": "P2P/IPC",
+                                "3->2": "P2P/IPC"}
+
+
+def test_joined_lines_keep_the_version_printed_mid_line() -> None:
+    c = parse("nccl_log_vllm_worker_lines_joined_version_mid_line_vllm12292.log")
+    assert c.nccl_version == "2.20.5+cuda12.4" and c.cuda_driver_version == "12060"
+    assert c.lines["total"] == 3 and c.lines["nccl"] == 9 and c.lines["spliced"] == 2
