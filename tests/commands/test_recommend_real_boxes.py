@@ -91,3 +91,12 @@ def test_failed_all_gather_is_not_called_a_hanging_all_reduce(tmp_path: Path) ->
                      tmp_path)
     assert "NCCL's default all-gather fails on this box" in out
     assert "hangs" not in out
+
+
+def test_custom_all_reduce_note_names_no_tp_the_box_lacks(tmp_path: Path) -> None:
+    # 4x RTX A4000 (topo -m in an env report): was "At TP4/TP8 ..." and "the NCCL settings
+    # above" with no NCCL setting above it
+    out = _recommend([DATA / "importers" / "env_report_4xA4000_threadripper_topo_header_twice.md"],
+                     tmp_path)
+    assert "Above TP2 (up to TP4 here) SGLang sends every all-reduce through NCCL" in out
+    assert "TP8" not in out and "settings above" not in out

@@ -44,8 +44,12 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         ev.append("serve/server-*.log: SGLang printed the warning itself")
     return [Recommendation(
         rule="sglang_custom_ar", kind="info", priority=0.5, confidence="advice",
-        title="At TP4/TP8 SGLang sends every all-reduce through NCCL (its custom all-reduce is off on >2 PCIe GPUs)",
-        gain_text="the NCCL settings above are what decode all-reduces pay; TP2 groups may use "
-                  "SGLang's custom kernel, which this bundle did not measure",
+        # no TP size the box cannot hold is named (a 4-GPU box was told "TP4/TP8")
+        title=(f"Above TP2 (up to TP{n} here) SGLang sends every all-reduce through NCCL (its "
+               "custom all-reduce is off on >2 PCIe GPUs)"),
+        # the NCCL price holds whether or not this run recommends NCCL settings (none above on
+        # a box with nothing to set)
+        gain_text="decode all-reduces pay NCCL's price (with any NCCL settings recommended here); "
+                  "TP2 groups may use SGLang's custom kernel, which this bundle did not measure",
         evidence=ev,
         caveats=["nothing to set: --disable-custom-all-reduce only silences the warning"])]
