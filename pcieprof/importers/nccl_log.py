@@ -125,7 +125,13 @@ SHM_TOO_SMALL = ("/dev/shm too small: NCCL could not grow its shared-memory segm
                  "a container 64 MB of /dev/shm unless --shm-size is set)")
 SHM_FIX = ("give the container more /dev/shm: `docker run --shm-size=1g --ulimit memlock=-1` "
            "(NCCL user guide, troubleshooting: shared memory) or share the host's with `--ipc=host`")
-_NETWORK = re.compile(r"^Using network (\S+)")
+#: The network plugin's name may hold spaces: `Using network NCCL RDMA Plugin v6` (NVIDIA/nccl-tests
+#: issue #321), `Using network AWS Libfabric`.
+_NETWORK = re.compile(r"^Using network (\S.*)$")
+#: PXN: a network hop that goes through another GPU of the node first names that rank in
+#: parentheses after the NIC, `[send] via NET/IB/0(8)/GDRDMA` (the local rank whose NIC carries
+#: it; graph/paths.cc PXN, NCCL_PXN_DISABLE=0).
+_PXN = re.compile(r"^NET/.+?/\d+\((\d+)\)")
 #: The graph search's result per pattern (graph/search.cc ncclTopoPrintGraph): `Pattern 4, crossNic
 #: 0, nChannels 16, bw 44.000000/44.000000, type LOC/PIX, sameChannels 1` (`speed` for `bw` in older
 #: releases, NVIDIA/nccl issue #601), then one line per channel, `  0 : NET/0 GPU/6 GPU/5 NET/0`.
@@ -355,7 +361,8 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
           bus_id, comm, local_rank, init}}), `rings`, `nchannels`, `ring_neighbours` ({rank:
           {channel: [previous, next]}}), `trees` ({rank: {channel:
           "up/.../->r->down"}}), `transports` ([{channel, src, dst, src_dev, dst_dev, via,
-          family, direction, reported_by}]), `peer_transport`, `coll_channels`, `p2p_channels`,
+          family, direction, reported_by, pxn_rank (the rank whose NIC a PXN hop goes out through,
+          else null)}]), `peer_transport`, `coll_channels`, `p2p_channels`,
           `nvls_channels`, `collnet_channels` (from `N coll channels, ...`), `nvls_multicast`
           (bool|None: `NVLS multicast support is [not] available`), `graphs` (the graph
           search's `Pattern` lines, per host one process's: [{pattern, pattern_name, crossnic,
@@ -540,7 +547,8 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
             ch, src, sdev, dst, ddev, direction, via = m.groups()
             entry = {"channel": int(ch), "src": int(src), "dst": int(dst), "src_dev": sdev,
                      "dst_dev": ddev, "via": via, "family": transport_family(via),
-                     "direction": direction, "reported_by": rank_of(msg, comm)}
+                     "direction": direction, "reported_by": rank_of(msg, comm),
+                     "pxn_rank": int(px.group(1)) if (px := _PXN.match(via)) else None}
             if entry not in comm["transports"]:
                 comm["transports"].append(entry)
             comm["peer_transport"].setdefault(f"{int(src)}->{int(dst)}", via)

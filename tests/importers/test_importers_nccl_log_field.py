@@ -247,3 +247,33 @@ def test_joined_lines_keep_the_version_printed_mid_line() -> None:
     c = parse("nccl_log_vllm_worker_lines_joined_version_mid_line_vllm12292.log")
     assert c.nccl_version == "2.20.5+cuda12.4" and c.cuda_driver_version == "12060"
     assert c.lines["total"] == 3 and c.lines["nccl"] == 9 and c.lines["spliced"] == 2
+
+
+def test_two_vms_pxn_hops_and_a_plugin_name_with_spaces() -> None:
+    name = "alltoall_perf_2vm_h20_pxn_rdma_plugin_with_spaces_nccltests321.txt"
+    parsed = parse_text((DATA / name).read_text(), name)
+    assert parsed.format == "nccl-tests" and len(parsed.collectives) == 26
+    c: NcclParsed = parsed.documents["nccl_choices"]
+    (comm,) = c.comms
+    assert comm["comm_id"] == "0x5bfdf821d2742f21" and comm["nnodes"] == 2
+    assert {r: (i["host"], i["cuda_dev"], i["nvml_dev"], i["init"])
+            for r, i in comm["ranks"].items()} == {
+        "0": ("vm-host40", 0, 1, "COMPLETE"), "1": ("vm-host40", 1, 0, "COMPLETE"),
+        "2": ("vm-host38", 0, 1, "COMPLETE"), "3": ("vm-host38", 1, 0, "COMPLETE")}
+    assert c.rings == {"0": [0, 3, 2, 1], "1": [0, 1, 2, 3], "2": [0, 3, 2, 1],
+                       "3": [0, 1, 2, 3]}
+    assert c.env["NCCL_P2P_LEVEL"] == "NVL" and c.env["NCCL_PXN_DISABLE"] == "0"
+    assert (comm["coll_channels"], comm["collnet_channels"], comm["nvls_channels"]) == (4, 4, 0)
+    sends = {(e["src"], e["dst"]): e for e in comm["transports"]
+             if e["direction"] == "send" and e["channel"] == 1}
+    assert sends[(3, 0)]["via"] == "NET/NCCL RDMA Plugin v6/0(2)/GDRDMA/Shared"
+    assert sends[(3, 0)]["pxn_rank"] == 2 and sends[(3, 0)]["family"] == "NET"
+    assert sends[(2, 0)]["pxn_rank"] is None  # rank 2's own NIC
+    assert c.peer_transport["2->3"] == "P2P/CUMEM"
+    assert c.transport_families == ["NET", "P2P"]
+
+
+def test_network_name_with_spaces() -> None:
+    # The line as NVIDIA/nccl-tests issue #321 shows it, before the excerpt above starts.
+    line = "vm-host40:34002:34044 [1] NCCL INFO Using network NCCL RDMA Plugin v6\n"
+    assert parse_nccl_log(line * 2, "l").comms[0]["network"] == "NCCL RDMA Plugin v6"
