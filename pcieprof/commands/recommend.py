@@ -109,6 +109,9 @@ def summary_lines(result: Recommendations) -> list[str]:
             # memory unknown: the fit was not checked, so no concurrency bound is claimed
             bound = (f"max concurrency {lay.max_concurrency}" if lay.gpu_memory_gib > 0
                      else "fit not checked (GPU memory unknown)")
+            if lay.memory_source.startswith("assumed"):  # the bound rests on the card's size
+                bound += f" (assumed {lay.gpu_memory_gib:g} GiB/GPU)"
+
             lines.append(head + f"{bound}: {step}, c={peak.concurrency} {tok} tok/s")
         if result.layouts[0].why:
             lines.append(f"  why: {result.layouts[0].why}")

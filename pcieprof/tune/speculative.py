@@ -58,7 +58,9 @@ def recommendation(result: Recommendations, card: ModelCard) -> Recommendation |
     fits_c = reqs * (top.tp if top.dp_attention else 1) * top.replicas
     mem = (f"{gib(need)} of weights per GPU with the MTP layer (+{gib(extra)}), KV room for "
            f"{fits_c} request(s) at {top.context_tokens} tokens ({gib(room)} at "
-           f"--mem-fraction-static {top.mem_fraction:g})")
+           f"--mem-fraction-static {top.mem_fraction:g})"
+           # memory the bundle does not tell is the card's: the KV room rests on it, said so
+           + (f"; {top.memory_source}" if top.memory_source.startswith("assumed") else ""))
     base, spec = (float(x) for x in f["reported_tok_s"])
     share = (f"reported ~{spec / base:.1f}x tokens per second at concurrency 1: the token time "
              f"~{1000 / base:.0f} -> ~{1000 / spec:.0f} ms")

@@ -114,3 +114,14 @@ def test_bundle_without_gpus_names_no_0x_box(tmp_path: Path) -> None:
     out = _recommend([DATA / "host_logs" / "cmdline_proxmox_zfs_amd_iommu_on_pt_acs_override.txt"],
                      tmp_path)
     assert "0x GPU" not in out and "no launch line: this bundle shows no GPUs" in out
+
+
+def test_concurrency_bound_on_assumed_memory_says_so(tmp_path: Path) -> None:
+    # 16 ranks of nccl-tests 2.18.3 on 'NVIDIA Graphics Device' GPUs (no memory size): the
+    # layouts' concurrency and MTP's KV room rest on the card's 96 GiB; printed unmarked before
+    out = _recommend([DATA / "importers" / "all_reduce_perf_16x_2node_nccl_tests_2.18.3.txt"],
+                     tmp_path)
+    rows = [ln for ln in out.splitlines() if "max concurrency" in ln]
+    assert rows and all("(assumed 96 GiB/GPU)" in ln for ln in rows)
+    kv = [ln for ln in out.splitlines() if "KV room for" in ln]
+    assert kv and all("assumed: card glm5-nvfp4's gpu_memory_gib" in ln for ln in kv)
