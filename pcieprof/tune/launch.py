@@ -155,7 +155,7 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
     else:
         title = f"SGLang launch backends {choice.describe()}: {NOT_YET}"
     evidence = list(choice.evidence)
-    if box is not None:
+    if box is not None and box.gpus:  # no "0x GPU" box where the bundle names none
         evidence.insert(0, f"the box: {box.describe()}; architecture from {box.arch_source}; "
                            f"memory from {box.memory_source}")
     if choice.serve_bundle:

@@ -254,7 +254,9 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
                 f"{k}={v}" for r in measured_env for k, v in r.env.items())
             + f"): each setting was {ctx.obtained} on its own; their gains need not add up")
     ranked: list[LayoutAdvice] = []
-    if layouts and not len(ctx.curves):
+    if layouts and len(ctx.topology.gpus) == 1:
+        pass  # one GPU: no layout to rank, nothing to measure for it
+    elif layouts and not len(ctx.curves):
         ctx.needs_measuring.append("parallel layouts not ranked: no all-reduce rows to price "
                                    "communication with")
     elif layouts and not _prices_decode(ctx):

@@ -100,3 +100,17 @@ def test_custom_all_reduce_note_names_no_tp_the_box_lacks(tmp_path: Path) -> Non
                      tmp_path)
     assert "Above TP2 (up to TP4 here) SGLang sends every all-reduce through NCCL" in out
     assert "TP8" not in out and "settings above" not in out
+
+
+def test_one_gpu_box_is_not_asked_for_pairs_or_layouts(tmp_path: Path) -> None:
+    # nvidia-smi -q of a 1-GPU vGPU guest: was "would need measuring: P2P bandwidth/latency
+    # between every GPU pair" and "parallel layouts not ranked"
+    out = _recommend([DATA / "host_logs" / "smi_q_vgpu_guest_rtxa6000_24q_535_link_na.txt"],
+                     tmp_path)
+    assert "would need measuring" not in out and "every GPU pair" not in out
+
+
+def test_bundle_without_gpus_names_no_0x_box(tmp_path: Path) -> None:
+    out = _recommend([DATA / "host_logs" / "cmdline_proxmox_zfs_amd_iommu_on_pt_acs_override.txt"],
+                     tmp_path)
+    assert "0x GPU" not in out and "no launch line: this bundle shows no GPUs" in out

@@ -62,7 +62,9 @@ def worst_latency(ring: Ring) -> float:
 def evaluate(ctx: RuleContext) -> list[Recommendation]:
     ring, old = ctx.ring, ctx.nccl_ring
     if ring is None or old is None or len(ring.order) < 3:
-        if ring is None and ctx.p2p[ctx.p2p["path"] == "p2p"].empty:
+        # a ring order needs 3 GPUs: a box known to hold fewer has nothing to measure for it
+        few = 0 < len(ctx.topology.gpus) < 3
+        if ring is None and ctx.p2p[ctx.p2p["path"] == "p2p"].empty and not few:
             ctx.needs_measuring.append("P2P bandwidth/latency between every GPU pair (for the ring search)")
         return []
     n = len(ring.order)
