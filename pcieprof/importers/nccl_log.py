@@ -87,8 +87,11 @@ _INIT = re.compile(r"^(?:\[Rank \d+\] )?(?:(ncclCommInit\w*|ncclCommSplit|ncclCo
                    r"comm (0x[0-9a-fA-F]+) "
                    r"rank (\d+) nranks (\d+) cudaDev (\d+)(?: nvmlDev (\d+))?"
                    r"(?: busId ([0-9a-fA-F]+))?"
-                   r"(?: commId (0x[0-9a-fA-F]+))?(?: used \d+ bytes)?"
-                   r"(?: - Init (START|COMPLETE))?")
+                   r"(?: commId (0x[0-9a-fA-F]+))?"
+                   r"(?: parent 0x[0-9a-fA-F]+ splitCount (\d+) color (-?\d+) key -?\d+)?"
+                   r"(?: used \d+ bytes)?(?: ?- Init (START|COMPLETE))?")
+#: (`ncclCommSplit comm 0x.. rank 0 nranks 4 ... busId 36000 parent 0x.. splitCount 1 color
+#: 2003953581 key 0- Init START` names no commId: the split's color and count identify it.)
 #: (RCCL's Init COMPLETE line says the memory it took: `... busId 63000 used 67129296 bytes - Init
 #: COMPLETE`, ROCm/rccl issue #419.)
 _COMM = re.compile(r"^comm (0x[0-9a-fA-F]+) rank (\d+) nRanks (\d+) nNodes (\d+) "
@@ -355,7 +358,8 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
           order]}), `peer_transport` ({"src->dst": "P2P/CUMEM"}), `transports` (sorted unique
           `via` strings), `transport_families` (e.g. ["P2P", "SHM", "NET"]): taken from the
           main communicator (the first one with the most ranks).
-        - `comms`: one entry per communicator (by commId; old logs without commId: the
+        - `comms`: one entry per communicator (by commId; `split:<color>:<splitCount>` for an
+          ncclCommSplit one whose lines print no commId; old logs without commId: the
           per-process entries of one size joined, `comm_id` null):
           `comm_id`, `nranks`, `nnodes`, `ranks` ({rank: {pid, host, cuda_dev, nvml_dev,
           bus_id, comm, local_rank, init}}), `rings`, `nchannels`, `ring_neighbours` ({rank:
@@ -495,8 +499,13 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
         elif m := _ENV.match(t):
             env.setdefault(m.group(1), m.group(2).rstrip().removesuffix("."))
         elif m := _INIT.match(t):
-            _fn, ptr, rank, nranks, cdev, ndev, bus, cid, phase = m.groups()
-            key = cid or ptr_to_comm.get((msg["pid"], ptr)) or f"comm:{msg['pid']}:{ptr}"
+            _fn, ptr, rank, nranks, cdev, ndev, bus, cid, split_count, color, phase = m.groups()
+            known = ptr_to_comm.get((msg["pid"], ptr))
+            split = f"split:{color}:{split_count}" if color is not None else None
+            # A split communicator is named by its color on every rank (the same on all its
+            # members, NCCL's ncclCommSplit contract); its pointer keeps that name.
+            key = ((known if known and known.startswith("split:") else None) or cid or known
+                   or split or f"comm:{msg['pid']}:{ptr}")
             ptr_to_comm[(msg["pid"], ptr)] = key
             comm = comms.setdefault(key, _new_comm(key, int(nranks)))
             comm["ranks"].setdefault(rank, {"pid": msg["pid"], "host": msg["host"],

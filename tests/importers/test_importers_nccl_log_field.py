@@ -277,3 +277,19 @@ def test_network_name_with_spaces() -> None:
     # The line as NVIDIA/nccl-tests issue #321 shows it, before the excerpt above starts.
     line = "vm-host40:34002:34044 [1] NCCL INFO Using network NCCL RDMA Plugin v6\n"
     assert parse_nccl_log(line * 2, "l").comms[0]["network"] == "NCCL RDMA Plugin v6"
+
+
+def test_comm_split_named_by_its_color_and_its_init_phases_read() -> None:
+    c = parse("nccl_log_comm_split_color_runtime_connect_deepspeed_4node_g6e.log")
+    (comm,) = c.comms
+    assert comm["comm_id"] == "split:2003953581:1" and comm["nranks"] == 4
+    assert comm["nnodes"] == 4 and comm["network"] == "Socket"
+    r0 = comm["ranks"]["0"]
+    assert (r0["init"], r0["bus_id"], r0["comm"], r0["local_rank"]) == (
+        "COMPLETE", "36000", "0x562b2ca93860", 0)
+    assert c.rings == {"0": [0, 1, 2, 3], "1": [0, 1, 2, 3]}
+    assert c.peer_transport == {"0->1": "NET/Socket/0", "0->2": "NET/Socket/0",
+                                "1->0": "NET/Socket/0", "2->0": "NET/Socket/0",
+                                "3->0": "NET/Socket/0"}
+    assert comm["connected_rings"] and comm["connected_trees"]
+    assert comm["p2p_type"] == "isAllDirectP2p 0 directMode 0"
