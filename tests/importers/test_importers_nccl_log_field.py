@@ -292,4 +292,5 @@ def test_comm_split_named_by_its_color_and_its_init_phases_read() -> None:
                                 "1->0": "NET/Socket/0", "2->0": "NET/Socket/0",
                                 "3->0": "NET/Socket/0"}
     assert comm["connected_rings"] and comm["connected_trees"]
+    assert (comm["ring_pxn"], comm["ring_gdr"]) == (False, False)  # `use ring PXN 0 GDR 0`
     assert comm["p2p_type"] == "isAllDirectP2p 0 directMode 0"
