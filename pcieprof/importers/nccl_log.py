@@ -141,6 +141,9 @@ _PXN = re.compile(r"^NET/.+?/\d+\((\d+)\)")
 _PATTERN = re.compile(r"^Pattern (\w+), crossNic (\d+), nChannels (\d+), (?:bw|speed) "
                       r"([\d.]+)/([\d.]+), type (\w+)/(\w+), sameChannels (\d+)")
 _GRAPH_CHANNEL = re.compile(r"^\s*(\d+) : ([A-Z]+/\S+(?: [A-Z]+/\S+)*)$")
+#: `Connected all rings, use ring PXN 0 GDR 1` (newer releases): whether the ring's network hops
+#: go through another GPU (PXN) and use GPUDirect RDMA (GDR 0: staged through host memory).
+_RING_NET = re.compile(r"use ring PXN (\d) GDR (\d)")
 #: Whether the GPU can use NVLink SHARP (NVLS, multicast through the NVSwitch) (transport/nvls.cc):
 #: `NVLS multicast support is available on dev 0 (NVLS_NCHANNELS 16)` or `... is not available`.
 _NVLS_SUPPORT = re.compile(r"^NVLS multicast support is (not )?available on dev \d+")
@@ -372,6 +375,7 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
           search's `Pattern` lines, per host one process's: [{pattern, pattern_name, crossnic,
           nchannels, bw_intra, bw_inter (GB/s), type_intra, type_inter, same_channels,
           channels ([[`NET/0`, `GPU/6`, ...]]), host, reported_by}]),
+          `ring_pxn`, `ring_gdr` (bool|None: `Connected all rings, use ring PXN 0 GDR 1`),
           `thread_thresholds`, `p2p_type`, `network`, `tuner` ([{coll, bytes, algo, proto,
           channels, time_us}]), `connected_rings`, `connected_trees`, `attribution` (how
           lines were tied to it: `prefix` by process and device, `order` lines without a
@@ -616,6 +620,8 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
                 comm["tuner"].append(choice)
         elif t.startswith("Connected all rings") and (comm := comm_of_msg(msg)) is not None:
             comm["connected_rings"] = True
+            if ring := _RING_NET.search(t):
+                comm["ring_pxn"], comm["ring_gdr"] = ring.group(1) == "1", ring.group(2) == "1"
         elif t.startswith("Connected all trees") and (comm := comm_of_msg(msg)) is not None:
             comm["connected_trees"] = True
 
@@ -754,7 +760,7 @@ def _merge_anonymous(comms: list[dict[str, Any]]) -> list[dict[str, Any]]:
         g["graphs"] = g.get("graphs") or c["graphs"]
         for key in ("nnodes", "nchannels", "coll_channels", "p2p_channels", "nvls_channels",
                     "collnet_channels", "nvls_multicast", "thread_thresholds", "p2p_type",
-                    "network"):
+                    "network", "ring_pxn", "ring_gdr"):
             if g.get(key) is None:
                 g[key] = c[key]
         g["connected_rings"] = g["connected_rings"] or c["connected_rings"]
@@ -767,7 +773,8 @@ def _new_comm(key: str, nranks: int) -> dict[str, Any]:
             "nchannels": None, "ring_neighbours": {}, "trees": {}, "transports": [],
             "peer_transport": {},
             "coll_channels": None, "p2p_channels": None, "nvls_channels": None,
-            "collnet_channels": None, "nvls_multicast": None, "graphs": [],
+            "collnet_channels": None, "nvls_multicast": None, "graphs": [], "ring_pxn": None,
+            "ring_gdr": None,
             "thread_thresholds": None,
             "p2p_type": None, "network": None, "tuner": [], "connected_rings": False,
             "connected_trees": False, "attribution": "prefix"}

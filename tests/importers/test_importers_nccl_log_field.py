@@ -292,4 +292,15 @@ def test_comm_split_named_by_its_color_and_its_init_phases_read() -> None:
                                 "1->0": "NET/Socket/0", "2->0": "NET/Socket/0",
                                 "3->0": "NET/Socket/0"}
     assert comm["connected_rings"] and comm["connected_trees"]
+    assert (comm["ring_pxn"], comm["ring_gdr"]) == (False, False)  # `use ring PXN 0 GDR 0`
     assert comm["p2p_type"] == "isAllDirectP2p 0 directMode 0"
+
+
+def test_four_split_communicators_of_one_size_stay_apart() -> None:
+    c = parse("nccl_log_four_comm_splits_torchrun_default_tag_elided_host.log")
+    assert [(x["comm_id"], x["nranks"], x["ranks"]["0"]["cuda_dev"], x["ranks"]["0"]["pid"],
+             x["ranks"]["0"]["host"], x["ranks"]["0"]["init"]) for x in c.comms] == [
+        ("split:923304772:1", 2, 0, 78, "...", "START"),
+        ("split:1449462471:1", 2, 1, 79, "...", "START"),
+        ("split:120142604:1", 2, 2, 80, "...", "START"),
+        ("split:1211335945:1", 2, 3, 81, "...", "START")]
