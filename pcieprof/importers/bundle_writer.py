@@ -106,6 +106,10 @@ def build_topology(files: list[ImportedFile]) -> tuple[dict[str, Any], list[str]
             if logs:
                 problems += _cuda_to_nvml(topo, p, str(f.path))
             problems += topo_mod.add_gpus(topo, p.gpus, str(f.path))
+        elif p.gpus and "topo_m" in p.documents:
+            # product names an environment report prints above its matrix (sglang.check_env),
+            # numbered as the matrix is: they only fill names nothing else gave
+            problems += topo_mod.add_gpus(topo, p.gpus, str(f.path))
         if "nccl_topo" in p.documents:
             topo_mod.merge_nccl_topo(topo, p.documents["nccl_topo"], str(f.path))
     topo_mod.merge_virtualization(topo, [f.parsed for f in files])

@@ -152,6 +152,10 @@ def _machine_log(text: str, name: str, fmt: str, what: str) -> Parsed:
             facts.setdefault("warnings", []).extend(p2p.facts.get("warnings", []))
             p2p_summary = p2p.summary
         counts = _level_counts(parsed.pair_levels)
+        # sglang.check_env prints the product above its matrix ("GPU 0,1,...,7: NVIDIA H100
+        # 80GB HBM3"): keep the names, so the box's architecture and memory are known
+        parsed.gpus = [GpuRecord(i, n) for i, n in _env_gpu_names(text).items()
+                       if i < t["gpus"]] or parsed.gpus
         facts.update(gpus=t["gpus"], levels=counts, topo_view=t["view"])
         parsed.documents["topo_m"] = t
         what = ("nvidia-smi topo -mp (PCIe-only view: NVLink not shown)"
@@ -167,3 +171,12 @@ def _machine_log(text: str, name: str, fmt: str, what: str) -> Parsed:
         parsed.summary = f"{what}: {len(text.splitlines())} lines (machine log)"
     parsed.facts = facts
     return parsed
+
+
+#: sglang.check_env's GPU line: `GPU 0,1,2,3: NVIDIA H100 80GB HBM3` (one line per product).
+_ENV_GPU = re.compile(r"^GPU ((?:\d+,)*\d+): (\S.*?)\s*$", re.M)
+
+
+def _env_gpu_names(text: str) -> dict[int, str]:
+    """GPU index -> product name from an environment report's `GPU i,j: NAME` lines."""
+    return {int(i): m[2] for m in _ENV_GPU.finditer(text) for i in m[1].split(",")}

@@ -125,3 +125,12 @@ def test_concurrency_bound_on_assumed_memory_says_so(tmp_path: Path) -> None:
     assert rows and all("(assumed 96 GiB/GPU)" in ln for ln in rows)
     kv = [ln for ln in out.splitlines() if "KV room for" in ln]
     assert kv and all("assumed: card glm5-nvfp4's gpu_memory_gib" in ln for ln in kv)
+
+
+def test_check_env_names_its_gpus_so_nvfp4_is_refused_on_hopper(tmp_path: Path) -> None:
+    # sglang.check_env of 8x H100 NV18: the product line above the matrix was dropped, so the
+    # box was 'architecture unknown' and got a GLM-5 NVFP4 TP8 launch line
+    out = _recommend([DATA / "importers" / "sglang_check_env_8xH100_nv18_8nic_sglang30401.txt"],
+                     tmp_path)
+    assert "8x NVIDIA H100 80GB HBM3 (sm90" in out
+    assert not _tp(out) and "this box is sm90" in out
