@@ -134,3 +134,10 @@ def test_check_env_names_its_gpus_so_nvfp4_is_refused_on_hopper(tmp_path: Path) 
                      tmp_path)
     assert "8x NVIDIA H100 80GB HBM3 (sm90" in out
     assert not _tp(out) and "this box is sm90" in out
+
+
+def test_nothing_fits_names_the_widest_tp_the_box_holds(tmp_path: Path) -> None:
+    # 2x RTX 4090: gpt-oss-120b fits neither TP1 nor TP2; the verdict was TP1's
+    out = _recommend([DATA / "importers" / "p2pbwlat_2x4090_overflowing_columns.txt"], tmp_path,
+                     "--model", str(CARD))
+    assert "gpt-oss-120b at TP2: does not fit this box" in out and not _tp(out)
