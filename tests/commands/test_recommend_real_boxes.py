@@ -98,7 +98,7 @@ def test_custom_all_reduce_note_names_no_tp_the_box_lacks(tmp_path: Path) -> Non
     # above" with no NCCL setting above it
     out = _recommend([DATA / "importers" / "env_report_4xA4000_threadripper_topo_header_twice.md"],
                      tmp_path)
-    assert "Above TP2 (up to TP4 here) SGLang sends every all-reduce through NCCL" in out
+    assert "Above TP2 (4 GPUs here) SGLang sends every all-reduce through NCCL" in out
     assert "TP8" not in out and "settings above" not in out
 
 
