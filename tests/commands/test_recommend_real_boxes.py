@@ -141,3 +141,15 @@ def test_nothing_fits_names_the_widest_tp_the_box_holds(tmp_path: Path) -> None:
     out = _recommend([DATA / "importers" / "p2pbwlat_2x4090_overflowing_columns.txt"], tmp_path,
                      "--model", str(CARD))
     assert "gpt-oss-120b at TP2: does not fit this box" in out and not _tp(out)
+
+
+def test_report_of_unknown_memory_says_fit_not_checked(tmp_path: Path) -> None:
+    # the report's layout table printed "yes", a concurrency of 64 and "0.0 GiB x 0.85 per GPU"
+    _recommend([DATA / "importers" / "all_reduce_perf_rows_only_tinygrad_pr22.txt"], tmp_path,
+               "--model", str(CARD))
+    page = tmp_path / "r.html"
+    r = cli("report", str(tmp_path / "b"), "-o", str(page), "-q")
+    assert r.returncode == 0, r.stderr
+    text = page.read_text()
+    assert "GPU memory unknown: fit not checked" in text and "0.0 GiB x" not in text
+    assert "<td>not checked</td>" in text
