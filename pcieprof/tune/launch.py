@@ -199,12 +199,16 @@ def _default_layout(result: Recommendations, card: ModelCard, command: CommandBu
     f = fit(card, Placement(tp=tp), sized, context)
     # the card's default TP may be narrower than the box needs (a config.json card says TP1):
     # the narrowest wider TP that fits, up to the GPU count, rather than "does not fit"
+    widest = (tp, f)
     for wider in sorted({widest_tp(card, t) for t in range(tp + 1, box.gpus + 1)}):
         if f.fits is not False or wider <= tp:
             continue
         wf = fit(card, Placement(tp=wider), sized, context)
         if wf.fits:
             tp, f = wider, wf
+        widest = (wider, wf)
+    if f.fits is False:  # none fits: the verdict of the widest TP the box holds says the most
+        tp, f = widest
     label = f"TP{tp}"
     if f.fits is False:
         return "", label, f"{card.name} at {label}: {f.verdict()}", tp, {}
