@@ -53,21 +53,21 @@ def local_box(nvml: Nvml | None = None) -> tuple[Box | None, str]:
 
 
 def launch_arch(card: ModelCard, given: str | None, resumed: ServeSearch | None = None,
-                nvml: Nvml | None = None) -> ArchChoice:
+                seen: tuple[Box | None, str] | None = None) -> ArchChoice:
     """The architecture of serve-bench's launch (see the module docstring for the order).
 
     Args:
         card: the model card (its search's `arch` is the last resort).
         given: `--arch`, or None.
         resumed: the launch search `--resume` continues, or None.
-        nvml: NVML to ask (default: this machine's, through the one wrapper).
+        seen: local_box()'s answer when the caller already asked NVML (default: ask it).
     """
     if given:
         return ArchChoice(given, None, f"GPU architecture {given}: given (--arch)")
     if card.sglang.is_reference:  # it plays the card's search on the CPU, whatever GPUs are here
         return ArchChoice(None, None, f"GPU architecture {_cards(card)}: the card's (the "
                                       "reference server runs on the CPU)")
-    box, why = local_box(nvml if nvml is not None else Nvml())
+    box, why = seen if seen is not None else local_box()
     if box is not None:
         here = f"this machine's {box.describe()}"
         if box.arch:

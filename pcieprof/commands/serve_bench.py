@@ -37,10 +37,11 @@ from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.bundle.served_card import ServedCard
 from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
-from pcieprof.commands.launch_arch import launch_arch
+from pcieprof.commands.launch_arch import launch_arch, local_box
 from pcieprof.commands.launch_plan import SearchPlan
 from pcieprof.commands.options import out_dir, verbosity
-from pcieprof.commands.serve_checks import check_modes, check_values, env_pairs, ints
+from pcieprof.commands.serve_checks import (check_gpu_count, check_modes, check_values, env_pairs,
+                                            ints)
 from pcieprof.commands.serve_dry_run import print_commands, print_search
 from pcieprof.commands.tuning import the_launch
 from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
@@ -171,6 +172,9 @@ def command(**kw: Any) -> None:
         dist_init_addr=kw["dist_init_addr"])
     check_modes(kw)
     prefix = LaunchPrefix.parse(kw["launch_prefix"])
+    seen = None if tiny or kw["url"] else local_box()  # this machine's GPUs, asked once
+    fits = None if seen is None or kw["sweep_file"] else check_gpu_count(
+        card, base, seen, elsewhere=prefix is not None, dry_run=kw["dry_run"])
     if not (tiny or kw["dry_run"] or kw["url"] or prefix) and not _sglang_runs_here():
         raise EnvironmentMissing("sglang is not installed for python3 on this machine, so it "
                                  "cannot be launched here",
@@ -178,9 +182,13 @@ def command(**kw: Any) -> None:
                                       "IMAGE' (or srun/ssh) starts it where it is; --dry-run "
                                       "shows the command, --url attaches, --model tiny-cpu")
     parser, notes = _parser(kw, prefix, tiny)
+    if fits:
+        notes = [*notes, fits]
+        if not kw["dry_run"]:
+            progress.info(fits)
     box = None
     if card.search and (kw["sweep"] or not (kw["sweep_file"] or kw["url"])):
-        where = launch_arch(card, kw["arch"], _resumed(kw))
+        where = launch_arch(card, kw["arch"], _resumed(kw), seen)
         kw, box, notes = {**kw, "arch": where.arch}, where.box, [*notes, where.line]
         if not kw["dry_run"]:
             progress.info(where.line)

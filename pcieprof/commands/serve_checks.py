@@ -6,9 +6,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pcieprof.analysis.box import Box
 from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput
 from pcieprof.refserver.args import ArgsError, parse_injection
+from pcieprof.serve.sglang_cmd import LaunchConfig
 
 def ints(text: str, what: str) -> tuple[int, ...]:
     """Comma-separated integers of at least 1; `0`, `none` or nothing is ()."""
@@ -125,3 +127,43 @@ def _context_length(card: ModelCard, server_args: tuple[str, ...]) -> int:
         if value is not None:
             return int(value) if value.isdigit() else 0
     return card.max_context
+
+
+def check_gpu_count(card: ModelCard, cfg: LaunchConfig, seen: tuple[Box | None, str], *,
+                    elsewhere: bool, dry_run: bool) -> str | None:
+    """The launch's GPUs per node against this machine's (NVML): refused (BadInput) when it
+    needs more than NVML sees here and the server would start here; otherwise a note, or None
+    when they fit.
+
+    SGLang takes tp x pp GPUs per replica, times dp without --enable-dp-attention (the data
+    parallel controller starts dp schedulers of tp x pp GPUs each; with DP attention dp lives
+    inside the TP group: sglang/srt/managers/data_parallel_controller.py), split over --nnodes.
+
+    Args:
+        card: the model card (its default TP when none is given).
+        cfg: the launch configuration (its tp/pp/dp/nnodes).
+        seen: launch_arch.local_box()'s answer: (this machine's GPUs, "") or (None, why not).
+        elsewhere: --launch-prefix runs the server (maybe on another machine): the local GPUs
+            do not decide.
+        dry_run: nothing is launched.
+    """
+    tp = cfg.tp or card.sglang.tp_default
+    replicas = cfg.dp if cfg.dp and cfg.dp > 1 and not cfg.dp_attention else 1
+    need = tp * (cfg.pp or 1) * replicas // max(cfg.nnodes, 1)
+    layout = " ".join(f"--{k} {v}" for k, v in (("tp", tp), ("pp", cfg.pp), ("dp", cfg.dp))
+                      if v and (k == "tp" or v > 1))
+    nodes = f" over {cfg.nnodes} nodes" if cfg.nnodes > 1 else ""
+    per = " per node" if cfg.nnodes > 1 else ""
+    box, why = seen
+    if box is None:
+        return (f"{layout}{nodes} needs {need} GPUs{per}: not checked against this machine "
+                f"(no GPU seen: {why})")
+    if need <= box.gpus:
+        return None
+    said = (f"{layout}{nodes} needs {need} GPUs{per}; this machine has {box.gpus} (NVML)")
+    if elsewhere:
+        return f"{said}: --launch-prefix starts the server, so its machine's GPUs decide"
+    if dry_run:
+        return f"{said}: this launch would be refused here"
+    raise BadInput(said, hint=f"lower --tp to at most {box.gpus}, or --launch-prefix to run "
+                              "the server where the GPUs are")

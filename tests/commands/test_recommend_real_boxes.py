@@ -79,8 +79,10 @@ def test_nvfp4_checkpoint_gets_no_launch_line_on_ampere(tmp_path: Path) -> None:
 def test_nvfp4_on_unknown_architecture_says_to_check(tmp_path: Path) -> None:
     out = _recommend([DATA / "importers" / "topo_m_8xA100sxm4_no_nv_no_gpu_numa_id_nvb53.txt"],
                      tmp_path)
-    doc = (tmp_path / "b" / "recommendations.json").read_text()
-    assert _tp(out) == [8] and "does not tell the GPUs' architecture" in doc
+    assert _tp(out) == [8]
+    assert "RISK: --quantization modelopt_fp4 needs compute capability 10.0 or newer; this " \
+           "bundle does not tell the GPUs' architecture" in out
+    assert "check: nvidia-smi --query-gpu=compute_cap --format=csv" in out
 
 
 def test_failed_all_gather_is_not_called_a_hanging_all_reduce(tmp_path: Path) -> None:
@@ -98,7 +100,7 @@ def test_custom_all_reduce_note_names_no_tp_the_box_lacks(tmp_path: Path) -> Non
     # above" with no NCCL setting above it
     out = _recommend([DATA / "importers" / "env_report_4xA4000_threadripper_topo_header_twice.md"],
                      tmp_path)
-    assert "Above TP2 (up to TP4 here) SGLang sends every all-reduce through NCCL" in out
+    assert "Above TP2 (4 GPUs here) SGLang sends every all-reduce through NCCL" in out
     assert "TP8" not in out and "settings above" not in out
 
 
@@ -134,3 +136,22 @@ def test_check_env_names_its_gpus_so_nvfp4_is_refused_on_hopper(tmp_path: Path) 
                      tmp_path)
     assert "8x NVIDIA H100 80GB HBM3 (sm90" in out
     assert not _tp(out) and "this box is sm90" in out
+
+
+def test_nothing_fits_names_the_widest_tp_the_box_holds(tmp_path: Path) -> None:
+    # 2x RTX 4090: gpt-oss-120b fits neither TP1 nor TP2; the verdict was TP1's
+    out = _recommend([DATA / "importers" / "p2pbwlat_2x4090_overflowing_columns.txt"], tmp_path,
+                     "--model", str(CARD))
+    assert "gpt-oss-120b at TP2: does not fit this box" in out and not _tp(out)
+
+
+def test_report_of_unknown_memory_says_fit_not_checked(tmp_path: Path) -> None:
+    # the report's layout table printed "yes", a concurrency of 64 and "0.0 GiB x 0.85 per GPU"
+    _recommend([DATA / "importers" / "all_reduce_perf_rows_only_tinygrad_pr22.txt"], tmp_path,
+               "--model", str(CARD))
+    page = tmp_path / "r.html"
+    r = cli("report", str(tmp_path / "b"), "-o", str(page), "-q")
+    assert r.returncode == 0, r.stderr
+    text = page.read_text()
+    assert "GPU memory unknown: fit not checked" in text and "0.0 GiB x" not in text
+    assert "<td>not checked</td>" in text

@@ -77,3 +77,52 @@ def test_a_resumed_search_keeps_its_architecture_without_a_gpu(
     assert "# launch search: glm5-nvfp4 on sm100; " in "\n".join(lines)
     assert any(ln.startswith("# GPU architecture sm100: the resumed search's (no GPU seen")
                for ln in lines)
+
+
+def _two_gpus() -> dict[str, object]:
+    """The 8x RTX PRO 6000 snapshot as a 2-GPU machine sees it: NVML counts 2 devices (the
+    first two of the recorded ones answer as recorded)."""
+    snap = json.loads(SNAP.read_text())
+    snap["calls"]["nvmlDeviceGetCount()"] = {"value": 2}
+    return snap
+
+
+def _serve(*args: str) -> tuple[int, str, str]:
+    r = cli("serve-bench", "--model", "glm5-nvfp4", "--port", "30000", *args)
+    return r.returncode, r.stdout, r.stderr
+
+
+def test_tp_larger_than_this_machines_gpus_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    _nvml(monkeypatch, _two_gpus())
+    rc, out, err = _serve("--tp", "8")
+    assert rc == 2, err
+    assert "--tp 8 needs 8 GPUs; this machine has 2 (NVML)" in err
+    assert "Traceback" not in err and out == ""
+    rc, out, err = _serve("--tp", "8", "--pp", "2", "--nnodes", "2",
+                          "--dist-init-addr", "10.0.0.1:5000")
+    assert rc == 2 and "--tp 8 --pp 2 over 2 nodes needs 8 GPUs per node; this machine has 2" \
+        in err
+
+
+def test_tp_within_the_gpus_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    _nvml(monkeypatch, _two_gpus())
+    assert not any("needs" in ln for ln in _comments("--tp", "2"))
+
+
+def test_tp_larger_than_the_gpus_is_a_note_when_launched_elsewhere_or_dry(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _nvml(monkeypatch, _two_gpus())
+    dry = [ln for ln in _comments("--tp", "8") if "needs 8 GPUs" in ln]
+    assert dry == ["# --tp 8 needs 8 GPUs; this machine has 2 (NVML): this launch would be "
+                   "refused here"]
+    there = [ln for ln in _comments("--tp", "8", "--launch-prefix", "ssh gpuhost")
+             if "needs 8 GPUs" in ln]
+    assert there == ["# --tp 8 needs 8 GPUs; this machine has 2 (NVML): --launch-prefix starts "
+                     "the server, so its machine's GPUs decide"]
+
+
+def test_without_a_gpu_the_count_is_said_unchecked(monkeypatch: pytest.MonkeyPatch) -> None:
+    _nvml(monkeypatch, NO_DRIVER)
+    line = next(ln for ln in _comments("--tp", "8") if "needs 8 GPUs" in ln)
+    assert line.startswith("# --tp 8 needs 8 GPUs: not checked against this machine (no GPU "
+                           "seen: ")

@@ -45,7 +45,7 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
     return [Recommendation(
         rule="sglang_custom_ar", kind="info", priority=0.5, confidence="advice",
         # no TP size the box cannot hold is named (a 4-GPU box was told "TP4/TP8")
-        title=(f"Above TP2 (up to TP{n} here) SGLang sends every all-reduce through NCCL (its "
+        title=(f"Above TP2 ({n} GPUs here) SGLang sends every all-reduce through NCCL (its "
                "custom all-reduce is off on >2 PCIe GPUs)"),
         # the NCCL price holds whether or not this run recommends NCCL settings (none above on
         # a box with nothing to set)
