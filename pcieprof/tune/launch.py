@@ -143,8 +143,7 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
     # a checkpoint the box's GPUs cannot load stops the launch whatever the layout
     if line and (why := blocked(card.sglang.quantization, box)):
         line, verdict = "", f"{card.name} does not run on this box: {why}"
-    if line and (check := unchecked(card.sglang.quantization, box)):
-        caveats.append(check)
+    risk = unchecked(card.sglang.quantization, box) if line else None
     if bench is not None and line:
         line += "\n" + BENCH + bench(top, tp, {k: v for k, v in result.env.items() if k in own})
     if verdict and not line:
@@ -170,7 +169,8 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
     rec = Recommendation(
         rule=RULE, kind="launch" if line else "info", title=title, action=line,
         gain_text=choice.label, evidence=evidence,
-        caveats=caveats, confidence="measured" if choice.served else "advice",
+        caveats=caveats, risks=[risk] if risk else [],
+        confidence="measured" if choice.served else "advice",
         priority=PRIORITY_SERVED if choice.served else PRIORITY_UNSERVED,
         ranked_by=(f"score {PRIORITY_SERVED:g}, fixed: served correct tokens (above every "
                    "speed-up)" if choice.served else

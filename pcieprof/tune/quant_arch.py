@@ -9,6 +9,7 @@ stop there is not offered.
 from __future__ import annotations
 
 from pcieprof.analysis.box import Box
+from pcieprof.bundle.recommendations import Risk
 
 #: --quantization value -> the minimum compute capability (major x 10 + minor) SGLang accepts.
 #: Only methods whose bound was read in the source are listed; others are not checked.
@@ -37,12 +38,17 @@ def blocked(quantization: str, box: Box | None) -> str:
             f"is {box.arch if box else '?'} ({box.arch_source if box else ''})")
 
 
-def unchecked(quantization: str, box: Box | None) -> str:
-    """The caveat a launch line carries when the method has a bound but the box's architecture
-    is unknown, or ""."""
+def unchecked(quantization: str, box: Box | None) -> Risk | None:
+    """The risk a launch line carries when the method has a bound but the box's architecture
+    is unknown (shown with the line, with its check), or None."""
     need = MIN_CAPABILITY.get(quantization)
     if need is None or (box is not None and capability(box.arch) is not None):
-        return ""
-    return (f"--quantization {quantization} needs compute capability {need // 10}.{need % 10} "
-            f"or newer and this bundle does not tell the GPUs' architecture: check "
-            f"`nvidia-smi --query-gpu=compute_cap --format=csv` before launching")
+        return None
+    return Risk(id="quantization_min_capability",
+                title=(f"--quantization {quantization} needs compute capability "
+                       f"{need // 10}.{need % 10} or newer; this bundle does not tell the GPUs' "
+                       "architecture"),
+                check=("nvidia-smi --query-gpu=compute_cap --format=csv (SGLang refuses to load "
+                       "the checkpoint below it)"),
+                sources=["sgl-project/sglang python/sglang/srt/layers/quantization/"
+                         "modelopt_quant.py @faeb968 (get_min_capability)"])

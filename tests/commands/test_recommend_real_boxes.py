@@ -79,8 +79,10 @@ def test_nvfp4_checkpoint_gets_no_launch_line_on_ampere(tmp_path: Path) -> None:
 def test_nvfp4_on_unknown_architecture_says_to_check(tmp_path: Path) -> None:
     out = _recommend([DATA / "importers" / "topo_m_8xA100sxm4_no_nv_no_gpu_numa_id_nvb53.txt"],
                      tmp_path)
-    doc = (tmp_path / "b" / "recommendations.json").read_text()
-    assert _tp(out) == [8] and "does not tell the GPUs' architecture" in doc
+    assert _tp(out) == [8]
+    assert "RISK: --quantization modelopt_fp4 needs compute capability 10.0 or newer; this " \
+           "bundle does not tell the GPUs' architecture" in out
+    assert "check: nvidia-smi --query-gpu=compute_cap --format=csv" in out
 
 
 def test_failed_all_gather_is_not_called_a_hanging_all_reduce(tmp_path: Path) -> None:

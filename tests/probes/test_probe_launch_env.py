@@ -21,7 +21,8 @@ from pcieprof.importers.nccl_xml import parse_graph_xml
 from pcieprof.probe_runner import ProbeRunner, launch_environ
 from probes import variants as V
 from probes.nccl_graph import check_ring, ring_graph_xml, same_ring
-from probes.plan import Plan, build_plan
+from pcieprof.bundle.plan import Plan
+from probes.plan import build_plan
 
 LOG = "tool-outputs/nccl_debug_info_4x5060ti_p2p_cumem.log"
 GRAPH = "tool-outputs/nccl_graph_azure_ncv4_4xA100pcie_vm.xml"
@@ -192,7 +193,7 @@ def test_sizes_where_the_tuner_chose_tree_do_not_claim_the_ring(
                       variants=[V.VARIANTS["default"]], group_kinds=[], orders=[[2, 3, 4, 1]])
     bundle = _allreduce_only(tmp_path, plan)
     timed = [s for s in launches.seen if "--untimed" not in s["cmd"]]
-    case = Plan.from_dict(timed[1]["plan"]).allreduce[1]
+    case = Plan.from_json(timed[1]["plan"]).allreduce[1]
     assert "ring order applied" in case.detail
     assert "TREE at 8 B" in case.detail_at(8) and "TREE at 16 B" in case.detail_at(16)
     assert "TREE" not in case.detail_at(32) and "TREE" not in case.detail_at(64)
