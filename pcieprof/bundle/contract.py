@@ -17,6 +17,7 @@ from pcieprof.bundle.comm_model import CommModel
 from pcieprof.bundle.document import Document
 from pcieprof.bundle.manifest import Manifest
 from pcieprof.bundle.nccl_choices import NcclChoices
+from pcieprof.bundle.nccl_graph import NcclGraph
 from pcieprof.bundle.plan import Plan
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.serve_command import RecordedCommand
@@ -87,8 +88,8 @@ FILES: tuple[BundleFile, ...] = (
     BundleFile("imported/*", "data", "import", "the original bytes of every imported file"),
     BundleFile("nccl_topo*.json", "json", "import",
                "an imported NCCL topology XML, parsed (format pcieprof.nccl_topo/1)"),
-    BundleFile("nccl_graph*.json", "json", "import",
-               "an imported NCCL graph XML, parsed (format pcieprof.nccl_graph/1)"),
+    BundleFile("nccl_graph*.json", "document", "import",
+               "an imported NCCL graph XML, parsed: its graphs and their channels", NcclGraph),
     BundleFile("model_card.json", "json", "topology, serve-bench, recommend, attribute --model",
                "the model card the bundle is for, in full (a card file's tables as JSON; the "
                "manifest's `model` names it), so the bundle reads the same card anywhere"),
