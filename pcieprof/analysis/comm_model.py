@@ -32,6 +32,12 @@ from pcieprof.cards.step import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, P2P, Collec
                                  count_collectives)
 from pcieprof.errors import BadInput
 
+#: An all-gather of S bytes as a share of an all-reduce of S: the ring's step count (n-1 of
+#: 2(n-1) steps), which holds where bandwidth decides; the range for the verdict at both ends is
+#: itself assumed: up to 1.0 where latency decides (one launch and hop chain either way).
+ALL_GATHER_FACTOR = 0.5
+ALL_GATHER_RANGE = (0.5, 1.0)
+
 ASSUMPTIONS = [
     "all-gather of S bytes costs 0.5 x all-reduce(S) (ring: n-1 of the 2(n-1) steps)",
     "all-to-all of S bytes in total costs all-reduce(S/2) (bytes moved per rank)",
@@ -48,12 +54,16 @@ class Pricer:
         bundle: a bundle with allreduce.csv (measured, simulated or imported).
         variant: the all-reduce variant to price with; when the bundle lacks it, the default
             curve (said in `notes`).
+        all_gather_factor: an all-gather's time as a share of an all-reduce's of the same
+            size (assumed; ALL_GATHER_RANGE).
 
     Raises:
         BadInput: the bundle has no usable all-reduce rows.
     """
 
-    def __init__(self, bundle: Bundle, variant: str = "default") -> None:
+    def __init__(self, bundle: Bundle, variant: str = "default",
+                 all_gather_factor: float = ALL_GATHER_FACTOR) -> None:
+        self.all_gather_factor = all_gather_factor
         self.curves = Curves(bundle.read_table("allreduce"))
         if not len(self.curves):
             raise BadInput(f"{bundle.path}: no usable all-reduce rows in allreduce.csv",
@@ -111,7 +121,8 @@ class Pricer:
             how = f"all-reduce {n} ranks"
         elif c.op == ALL_GATHER:
             t, n = self.allreduce_us(c.group_size, c.size_bytes)
-            t, how = 0.5 * t, f"0.5 x all-reduce {n} ranks (assumed)"
+            f = self.all_gather_factor
+            t, how = f * t, f"{f:g} x all-reduce {n} ranks (assumed)"
         elif c.op == ALL_TO_ALL:
             t, n = self.allreduce_us(c.group_size, c.size_bytes / 2)
             how = f"all-reduce of S/2, {n} ranks (assumed)"

@@ -28,7 +28,8 @@ import numpy as np
 
 from pcieprof.analysis.anchors import ANCHORS, published_compute_ms
 from pcieprof.analysis.box import GIB, Box, box_from
-from pcieprof.analysis.comm_model import Layout, Pricer, measured_decode_steps, predict_step_comm
+from pcieprof.analysis.comm_model import (ALL_GATHER_RANGE, Layout, Pricer, measured_decode_steps,
+                                          predict_step_comm)
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import LayoutAdvice, LayoutPoint
 from pcieprof.bundle.rows import DecodeCurveRow
@@ -367,7 +368,37 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
         rng = _at_high_end(card, cand, results[0], high, context)
         if rng:
             results[0].why += "; " + rng
+        rng = _all_gather_high_end(card, cand, results[0], Pricer(
+            bundle, pricer.variant, all_gather_factor=ALL_GATHER_RANGE[1]))
+        if rng:
+            results[0].why += "; " + rng
     return results
+
+
+def _all_gather_high_end(card: ModelCard, c: Candidate, top: LayoutAdvice, high: Pricer) -> str:
+    """The top layout's c=1 step and peak with every all-gather priced at the high end of
+    comm_model's assumed ALL_GATHER_FACTOR (`high`'s factor), or "" when that moves neither."""
+    fit_rows = [p for p in top.per_concurrency if p.fits]
+    if not top.fits or not fit_rows or c.tp < 2 or any(
+            p.compute_ms is None or p.compute_ms != p.compute_ms for p in fit_rows):
+        return ""  # no compute predicted: no step to state a range of
+    out = []
+    for p in (top.per_concurrency[0], fit_rows[-1]):
+        lay = Layout(tp=c.tp, ep=c.ep, pp=c.pp, dp_attention=c.dp_attention, dp=c.dp)
+        comm = predict_step_comm(card, lay, max(1, int(math.ceil(p.batch_per_replica))),
+                                 high)["total_us"] / 1e3
+        step = (p.compute_ms or 0.0) + comm
+        out.append((p, step, p.concurrency / step * 1000 if step > 0 else float("nan")))
+    (p1, s1, _), (pk, _, tk) = out
+    (_, sk, _) = out[1]
+    if p1.step_ms is None or pk.step_ms is None or max(abs(s1 - p1.step_ms),
+                                                       abs(sk - pk.step_ms)) < 0.05:
+        return ""  # moves no step by 0.05 ms
+    lo, hi = ALL_GATHER_RANGE[0], high.all_gather_factor
+    peak = f", {tk:.0f} tok/s at c={pk.concurrency} (not {pk.tok_s:.0f})" if tk == tk else ""
+    return (f"range of the assumed all-gather cost ({lo:g} x an all-reduce of its size; range "
+            f"{lo:g}-{hi:g}, itself assumed): at {hi:g}, {top.label} {s1:.1f} ms per step at "
+            f"c={p1.concurrency} (not {p1.step_ms:.1f}){peak}")
 
 
 def _at_high_end(card: ModelCard, c: Candidate, top: LayoutAdvice, high: ComputeModel | None,

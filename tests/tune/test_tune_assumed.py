@@ -6,6 +6,7 @@ with one says so with both gains."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -62,3 +63,23 @@ def test_recommend_prints_the_range_under_the_card(sim_vm_variants_bundle: Path,
     r = cli("recommend", str(sim_vm_variants_bundle), "--out", str(tmp_path / "vm"), "-q")
     assert r.returncode == 0, r.stderr
     assert "   range: latency.iommu_us = 0.3 (assumed, range 0 (translation costs" in r.stdout
+
+
+
+def test_the_top_layout_at_both_ends_of_the_assumed_all_gather_cost(
+        demo_bundles: dict[str, Path], tmp_path: Path) -> None:
+    """The layouts price every all-gather (the lm_head logits each step) at 0.5 x an all-reduce
+    of its size, an assumed factor: the top layout's `why` (printed by recommend, kept in
+    recommendations.json) gives its step and peak at the factor's high end."""
+    for name, src in sorted(demo_bundles.items()):
+        b = tmp_path / name
+        shutil.copytree(src, b)
+        doc = tune(Bundle.open(b), GLM5, BAND, write_files=False)
+        why = doc.layouts[0].why
+        said = why.split("range of the assumed all-gather cost (0.5 x an all-reduce of its size; "
+                         "range 0.5-1, itself assumed): at 1, ", 1)[1]
+        step, was = (float(x) for x in re.findall(r"([\d.]+) ms per step at c=1 \(not ([\d.]+)\)",
+                                                 said)[0])
+        peak, peak_was = (float(x) for x in re.findall(r"([\d.]+) tok/s at c=\d+ \(not ([\d.]+)\)",
+                                                      said)[0])
+        assert step >= was and peak < peak_was  # a dearer all-gather, a slower step
