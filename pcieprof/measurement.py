@@ -36,7 +36,8 @@ from pcieprof.sim.backend import run_plan
 from pcieprof.sim.fabric import DEFAULT_PROFILE, load_profile
 from pcieprof.sim.fabric import topology as fabric_topology
 from probes import variants as V
-from probes.plan import Plan, build_plan
+from pcieprof.bundle.plan import Plan
+from probes.plan import build_plan
 from probes.plan_time import allreduce_case_s, copies_s, minutes
 
 #: The cpu backend runs one process per rank on this machine; more than this is not a useful
@@ -299,12 +300,13 @@ class MeasurementSession:
         if group is None:
             return
         if group.leader:
-            group.send_plan(plan.to_dict())
+            group.send_plan(plan.to_json())
             return
         try:
             # node 0 discovers its machine first (seconds; minutes at worst); a node 0 that is
             # gone is seen at once
-            theirs = Plan.from_dict(group.plan(self.launch.rdzv_timeout_s + 300.0))
+            theirs = Plan.from_json(group.plan(self.launch.rdzv_timeout_s + 300.0),
+                                   f"rendezvous {group.endpoint}: node 0's plan")
         except NodeLost as exc:
             raise EnvironmentMissing(f"rendezvous {group.endpoint}: {exc}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -314,7 +316,7 @@ class MeasurementSession:
         # stay its own, node 0 only picks (and orders) known variants over its devices
         plan.allreduce = accept_cases(plan, theirs.allreduce)
         if self.bundle.has("plan.json"):
-            self.bundle.write_json("plan.json", plan.to_dict())
+            self.bundle.write_doc(plan)
 
     def _probe(self, plan: Plan) -> None:
         b = self.bundle

@@ -13,7 +13,8 @@ from dataclasses import replace
 
 from pcieprof.errors import BadInput
 from probes import variants as V
-from probes.plan import DTYPES, AllReduceCase, Plan
+from pcieprof.bundle.plan import AllReduceCase, Plan
+from probes.plan import DTYPES
 
 #: Longest caveat text taken from node 0 per case (it lands in rows and the report).
 MAX_DETAIL = 500

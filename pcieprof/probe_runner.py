@@ -81,7 +81,7 @@ from pcieprof.node_group import NodeGroup, NodeLost, free_port
 from pcieprof.redact import redact
 from probes.nccl_graph import (GraphHeader, check_ring, header_from_dump, not_ring_sizes,
                                ring_graph_xml)
-from probes.plan import AllReduceCase, P2PCase, Plan
+from pcieprof.bundle.plan import AllReduceCase, P2PCase, Plan
 from probes.rows import STORE_FILE_VAR
 from probes.variants import GLOO_IGNORES_NCCL, NCCL_DEBUG_ENV, NCCL_TUNING_LOG_ENV
 
@@ -341,12 +341,12 @@ class ProbeRunner:
                 if _is_ring_order(case) and "NCCL_GRAPH_FILE" not in case.env:
                     case.env = {**case.env, "NCCL_GRAPH_FILE": f"nccl/{self._name(case)}.graph.xml"}
             if bundle.has("plan.json"):
-                bundle.write_json("plan.json", self.plan.to_dict())
+                bundle.write_doc(self.plan)
         # inside the bundle directory, so a run killed with SIGKILL leaves its raw per-rank rows
         # with its bundle (not in /tmp); removed by cleanup() after a normal end
         self.work = Path(tempfile.mkdtemp(prefix=".probe-work-", dir=bundle.path))
         self.plan_file = self.work / "plan.json"
-        self.plan_file.write_text(self.plan.to_json(), encoding="utf-8")
+        self.plan_file.write_text(json.dumps(self.plan.to_json(), indent=1), encoding="utf-8")
         self._proc: subprocess.Popen[Any] | None = None
         self._nlaunch = 0
 
@@ -881,7 +881,7 @@ class ProbeRunner:
                              f"{len(case.sizes)} sizes ran another)")
                 # said in every row of the timed launch
                 case.detail = "; ".join(x for x in (case.detail, said) if x)
-                self.plan_file.write_text(self.plan.to_json(), encoding="utf-8")
+                self.plan_file.write_text(json.dumps(self.plan.to_json(), indent=1), encoding="utf-8")
             if r.status == "ok":
                 r = None  # the timed launch follows
             else:

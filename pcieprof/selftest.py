@@ -39,7 +39,8 @@ from pcieprof.discover.nvml import LinkSampler, gpu_facts
 from pcieprof.discover.pci import normalize_bdf
 from pcieprof.measurement import MeasurementSession
 from probes.gpu_api import CudaApi
-from probes.plan import AllReduceCase, MiB, P2PCase, Plan, sizes_pow2
+from pcieprof.bundle.plan import AllReduceCase, P2PCase, Plan
+from probes.plan import MiB, sizes_pow2
 
 
 def cuda_ordinal(bus_id: str | None, api: CudaApi, count: int) -> tuple[int | None, str]:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import statistics
 import time
@@ -46,7 +47,8 @@ import torch.distributed as dist
 from pcieprof.bundle.rows import AllReduceRow
 from pcieprof.schema import busbw_factor_allreduce
 from probes.gpu_api import CudaApi, TorchCuda
-from probes.plan import AllReduceCase, Plan, iters_for
+from pcieprof.bundle.plan import AllReduceCase, Plan
+from probes.plan import iters_for
 from probes.rows import RowWriter, die_with_parent, dist_env, exit_now, init_group, test_hook
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -164,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--untimed", action="store_true",
                     help="one all-reduce per size and dtype, no rows (the NCCL tuner log run)")
     args = ap.parse_args(argv)
-    plan = Plan.from_json(args.plan.read_text(encoding="utf-8"))
+    plan = Plan.from_json(json.loads(args.plan.read_text(encoding="utf-8")), str(args.plan))
     case = plan.allreduce[args.case]
     die_with_parent()
     rank, world, local_rank = dist_env()

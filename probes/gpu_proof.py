@@ -526,7 +526,7 @@ def host_flag_proof(device: int) -> dict[str, Any]:
     """The host flag on one GPU (see the module docstring, step 3b); `problems` lists what failed."""
     from probes.host_flag import DriverHostFlag
     from probes.p2p_worker import CudaCopier, p2p_row
-    from probes.plan import P2PCase, Plan
+    from pcieprof.bundle.plan import P2PCase, Plan
 
     res: dict[str, Any] = {}
     flag = DriverHostFlag([device])

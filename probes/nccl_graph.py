@@ -76,11 +76,10 @@ def header_from_dump(text: str, name: str) -> GraphHeader:
     doc = parse_graph_xml(text, name)
     # NCCL loads graph id 0 from a graph file as the ring graph (search.cc: each graph of the
     # file is matched by id); a 2.2x dump lists all five graphs, the tree's pattern is not 4
-    for g in doc["graphs"]:
-        if g["id"] == 0 and g["pattern"] == RING_PATTERN and g["nchannels"] > 0:
-            return GraphHeader(int(g["nchannels"]), float(g["speedintra"]),
-                               float(g["speedinter"]), str(g["typeintra"]),
-                               str(g["typeinter"]), 1, f"NCCL's own ring graph ({name})")
+    for g in doc.graphs:
+        if g.id == 0 and g.pattern == RING_PATTERN and g.nchannels > 0:
+            return GraphHeader(g.nchannels, g.speedintra, g.speedinter, g.typeintra, g.typeinter,
+                               1, f"NCCL's own ring graph ({name})")
     raise ValueError(f"{name}: no ring graph (id 0, pattern {RING_PATTERN}, with channels)")
 
 

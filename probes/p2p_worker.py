@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import statistics
 import threading
@@ -45,7 +46,7 @@ from probes.gpu_api import CudaApi, Cudart, HostFlag, TorchCuda
 from probes.host_flag import FlagError
 from probes.numa import SYSFS, on_numa_node, pci_numa_node
 from probes.pattern import HOST_END, case_seed, matches, pattern, poison
-from probes.plan import ConcurrentCase, P2PCase, Plan
+from pcieprof.bundle.plan import ConcurrentCase, P2PCase, Plan
 from probes.rows import (RowWriter, die_with_parent, dist_env, exit_now, init_group, test_corrupt,
                          test_hook)
 
@@ -764,7 +765,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", default="", help="classes of cases not to run (Plan.copy_class: "
                     "p2p, host_staged, h2d, d2h, concurrent), comma-separated")
     args = ap.parse_args(argv)
-    plan = Plan.from_json(args.plan.read_text(encoding="utf-8"))
+    plan = Plan.from_json(json.loads(args.plan.read_text(encoding="utf-8")), str(args.plan))
     die_with_parent()
     rank, world, _ = dist_env()
     out = RowWriter(args.rows, rank)

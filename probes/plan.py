@@ -1,8 +1,9 @@
-"""The measurement plan: every case `pcieprof topology` measures, as plain JSON-able dataclasses.
+"""Building the measurement plan: every case `pcieprof topology` measures.
 
-The runner builds a `Plan` with `build_plan`, writes it to a JSON file, and each torchrun worker
-(probes.p2p_worker, probes.allreduce_worker) reads the part it runs. The sim backend
-(pcieprof.sim.backend.run_plan) reads the same plan and writes the rows a real run would.
+`build_plan` makes a `pcieprof.bundle.plan.Plan` (the typed document plan.json holds; its cases
+live there too); the runner writes it, and each torchrun worker (probes.p2p_worker,
+probes.allreduce_worker) reads the part it runs. The sim backend (pcieprof.sim.backend.run_plan)
+reads the same plan and writes the rows a real run would.
 
 Device numbers are NVML / nvidia-smi indices (PCI bus order) on `cuda` (the runner sets
 CUDA_DEVICE_ORDER=PCI_BUS_ID so that CUDA ordinals agree), and process ranks on `cpu`.
@@ -10,10 +11,10 @@ CUDA_DEVICE_ORDER=PCI_BUS_ID so that CUDA ordinals agree), and process ranks on 
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any, Sequence
 
+from pcieprof.bundle.plan import AllReduceCase, ConcurrentCase, P2PCase, Plan
 from pcieprof.errors import BadInput
 from probes import variants as V
 
@@ -25,196 +26,6 @@ DIRECTIONS = ("uni", "bi")
 OPS = ("write", "read")
 PATTERNS = ("ring", "shared_uplink", "all_to_all")
 DTYPES = ("bf16", "fp32")
-
-
-@dataclass
-class P2PCase:
-    """One copy measurement (one p2p.csv row).
-
-    Attributes:
-        src: source device (for h2d: the GPU written to; the host end is -1 in the row).
-        dst: destination device (-1 for h2d/d2h rows' host end; see `row_ends`).
-        path: `p2p` (direct), `host_staged` (through pinned host memory), `h2d`, `d2h`.
-        direction: `uni`, or `bi` (both directions at once; bandwidth is the sum).
-        kind: `bandwidth` (large copies) or `latency` (small copies, time per copy).
-        size_bytes: bytes per copy (per direction).
-        iters: copies per trial.
-        trials: timed trials; the row keeps their median, min and max.
-    """
-
-    src: int
-    dst: int
-    path: str
-    direction: str
-    kind: str
-    size_bytes: int
-    iters: int
-    trials: int
-
-    def row_ends(self) -> tuple[int, int]:
-        """(src, dst) as p2p.csv writes them: for h2d/d2h the host end is -1."""
-        if self.path == "h2d":
-            return -1, self.dst
-        if self.path == "d2h":
-            return self.src, -1
-        return self.src, self.dst
-
-
-@dataclass
-class ConcurrentCase:
-    """Several copies at once (concurrent.csv rows: one per flow and the aggregate, flow=-1).
-
-    Attributes:
-        pattern: `ring` (each device to its ring neighbour), `shared_uplink` (two flows whose
-            sources share a switch uplink, towards destinations under different root ports),
-            `all_to_all` (every ordered pair).
-        op: `write` (the source pushes) or `read` (the destination pulls).
-        flows: (src, dst) per flow.
-        size_bytes: bytes per copy per flow.
-        iters: copies per flow.
-        detail: how the flows were chosen (e.g. an assumed switch layout).
-    """
-
-    pattern: str
-    op: str
-    flows: list[tuple[int, int]]
-    size_bytes: int
-    iters: int
-    detail: str = ""
-
-
-@dataclass
-class AllReduceCase:
-    """One variant over one group: a fresh process group (a fresh torchrun launch).
-
-    Attributes:
-        variant: name in probes.variants.VARIANTS.
-        env: environment of the launch (the variant's settings).
-        ranks: devices in ring order (a CUDA_VISIBLE_DEVICES permutation on cuda).
-        sizes: message sizes in bytes.
-        dtypes: `bf16`, `fp32`.
-        warmup: untimed all-reduces per size.
-        iters: the most timed all-reduces per size (fewer at large sizes, see `iters_for`).
-        detail: caveat written into every row (e.g. gloo ignoring NCCL_* settings).
-        node0_only: in a multi-node plan, a case that runs on node 0 alone (the intra-node
-            reference); every other case runs its ranks on every node.
-        size_detail: caveat of the rows of one size ({size in bytes as a string: text}), after
-            `detail` (e.g. a ring order NCCL's tuner did not use at that size).
-    """
-
-    variant: str
-    env: dict[str, str]
-    ranks: list[int]
-    sizes: list[int]
-    dtypes: list[str]
-    warmup: int
-    iters: int
-    detail: str = ""
-    node0_only: bool = False
-    size_detail: dict[str, str] = field(default_factory=dict)
-
-    def detail_at(self, size: int) -> str:
-        """The `detail` of the rows of message size `size` (bytes)."""
-        return "; ".join(x for x in (self.detail, self.size_detail.get(str(size), "")) if x)
-
-    @property
-    def label(self) -> str:
-        """`variant` plus the group, unique within a plan (file names, progress)."""
-        return f"{self.variant}@{'-'.join(map(str, self.ranks))}" + (
-            ".node0" if self.node0_only else "")
-
-
-@dataclass
-class Plan:
-    """Everything one `pcieprof topology` run measures.
-
-    Attributes:
-        backend: `cuda`, `cpu` or `sim`.
-        devices: the devices (GPU indices or cpu ranks) of the run.
-        p2p: copy cases, in the order they run.
-        concurrent: concurrent-traffic cases.
-        allreduce: all-reduce cases, one launch each.
-        timeout_s: deadline of each copy / collective; past it the launch is killed (status=hang).
-        quick: built with --quick.
-        keep_env: names of the user's NCCL_* / TORCH_NCCL_* variables that launches inherit (all
-            others are left out, so that every variant, `default` included, measures only its
-            own settings).
-        nnodes: nodes the all-reduce cases span (each runs `devices` on every node; the copy
-            probes stay on each node).
-    """
-
-    backend: str
-    devices: list[int]
-    p2p: list[P2PCase] = field(default_factory=list)
-    concurrent: list[ConcurrentCase] = field(default_factory=list)
-    allreduce: list[AllReduceCase] = field(default_factory=list)
-    timeout_s: float = 60.0
-    quick: bool = False
-    keep_env: list[str] = field(default_factory=list)
-    nnodes: int = 1
-
-    @property
-    def nranks(self) -> int:
-        """Ranks on this node (the devices)."""
-        return len(self.devices)
-
-    @property
-    def stride(self) -> int:
-        """Global GPU number = node rank * stride + device (pcieprof.bundle.nodes)."""
-        return max(self.devices) + 1 if self.devices else 0
-
-    def case_nodes(self, case: AllReduceCase) -> int:
-        """Nodes one all-reduce case runs on."""
-        return 1 if case.node0_only else self.nnodes
-
-    def world(self, case: AllReduceCase) -> int:
-        """Ranks of one all-reduce case over all its nodes (the rows' `nranks`)."""
-        return len(case.ranks) * self.case_nodes(case)
-
-    def global_ranks(self, case: AllReduceCase) -> tuple[int, ...]:
-        """The rows' `ranks` of a case: global GPU numbers in global rank order (node 0's
-        ranks first, each node's in the case's ring order); the devices on one node."""
-        return tuple(n * self.stride + d for n in range(self.case_nodes(case)) for d in case.ranks)
-
-    def copy_class(self, part: str, idx: int) -> str:
-        """The class of copy case `idx` of `part` (`p2p` or `concurrent`) whose hangs stop the
-        rest of it (pcieprof.probe_runner): the p2p path (`p2p`, `host_staged`, `h2d`, `d2h`: a
-        broken peer path hangs every peer copy while host copies still run), or `concurrent`
-        (every concurrent case is peer copies)."""
-        return self.p2p[idx].path if part == "p2p" else "concurrent"
-
-    def to_dict(self) -> dict[str, Any]:
-        """The plan as plan.json holds it: `nranks` the ranks over every node, and per
-        all-reduce case its `nranks` and `global_ranks` as its rows will say them."""
-        d = asdict(self)
-        d["nranks"] = self.nranks * self.nnodes
-        d["ranks_per_node"] = self.nranks
-        d["stride"] = self.stride
-        for case, c in zip(self.allreduce, d["allreduce"]):
-            c["nranks"], c["global_ranks"] = self.world(case), list(self.global_ranks(case))
-        return d
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=1)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Plan":
-        return cls(
-            backend=d["backend"], devices=[int(x) for x in d["devices"]],
-            p2p=[P2PCase(**c) for c in d.get("p2p", [])],
-            concurrent=[ConcurrentCase(**{**c, "flows": [tuple(f) for f in c["flows"]]})
-                        for c in d.get("concurrent", [])],
-            allreduce=[AllReduceCase(**{k: v for k, v in c.items() if k in _CASE_FIELDS})
-                       for c in d.get("allreduce", [])],
-            timeout_s=float(d.get("timeout_s", 60.0)), quick=bool(d.get("quick", False)),
-            keep_env=[str(k) for k in d.get("keep_env", [])], nnodes=int(d.get("nnodes", 1)))
-
-    @classmethod
-    def from_json(cls, text: str) -> "Plan":
-        return cls.from_dict(json.loads(text))
-
-
-_CASE_FIELDS = frozenset(AllReduceCase.__dataclass_fields__)
 
 
 def sizes_pow2(lo: int, hi: int) -> list[int]:

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from probes.plan import Plan, iters_for
+from pcieprof.bundle.plan import Plan
+from probes.plan import iters_for
 
 #: ASSUMED seconds per torchrun launch outside its cases (cuda: a first guess, to be replaced by
 #: the first box's manifest). The cpu figures here and below are fitted to one run on the

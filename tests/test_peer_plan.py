@@ -11,7 +11,8 @@ import pytest
 from pcieprof.errors import BadInput
 from pcieprof.peer_plan import accept_cases
 from probes import variants as V
-from probes.plan import Plan, build_plan
+from pcieprof.bundle.plan import Plan
+from probes.plan import build_plan
 
 
 def _own() -> Plan:
@@ -20,7 +21,7 @@ def _own() -> Plan:
 
 
 def _theirs(own: Plan, **change: object) -> Plan:
-    hostile = Plan.from_dict({**own.to_dict(), "timeout_s": 1e12})
+    hostile = Plan.from_json({**own.to_json(), "timeout_s": 1e12})
     hostile.allreduce = [replace(c, **change) for c in hostile.allreduce]  # type: ignore[arg-type]
     return hostile
 

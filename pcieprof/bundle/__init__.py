@@ -288,9 +288,14 @@ class Bundle:
             BadInput: the first file that is not what its reader expects.
         """
         for f in contract.FILES:
-            if f.read_as is None or "*" in f.name or not (self.path / f.name).is_file():
+            if f.read_as is None:
                 continue
-            if f.kind == "table":
+            if f.kind == "document" and "*" in f.name:  # a family: each file of it
+                for p in sorted(self.path.glob(f.name)):
+                    self.read_doc(f.read_as, p.relative_to(self.path).as_posix())
+            elif "*" in f.name or not (self.path / f.name).is_file():
+                continue
+            elif f.kind == "table":
                 self.read_table(R.table_of(f.read_as))
             elif f.kind == "document":
                 self.read_doc(f.read_as, f.name)

@@ -17,6 +17,8 @@ from pcieprof.bundle.comm_model import CommModel
 from pcieprof.bundle.document import Document
 from pcieprof.bundle.manifest import Manifest
 from pcieprof.bundle.nccl_choices import NcclChoices
+from pcieprof.bundle.nccl_graph import NcclGraph
+from pcieprof.bundle.plan import Plan
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.serve_command import RecordedCommand
 from pcieprof.bundle.serve_search import ServeSearch
@@ -64,9 +66,9 @@ FILES: tuple[BundleFile, ...] = (
                "the files listed here", Manifest),
     _doc(Topology, "topology (discovery), import, sim",
          "GPUs, pairwise levels and P2P status, PCIe tree, IOMMU, ACS, virtualization, NUMA"),
-    BundleFile("plan.json", "json", "topology, recommend --verify",
-               "the measurement plan the probes ran (probes.plan.Plan: cases, sizes, variants, "
-               "deadlines)"),
+    _doc(Plan, "topology, recommend --verify",
+         "the measurement plan the probes ran: cases, sizes, variants, deadlines (built by "
+         "probes.plan.build_plan)"),
     _table("p2p", "topology (copy probes), import, sim", "one row per copy measurement"),
     _table("concurrent", "topology (copy probes), import, sim",
            "several copies at once: a row per flow and the aggregate"),
@@ -86,8 +88,8 @@ FILES: tuple[BundleFile, ...] = (
     BundleFile("imported/*", "data", "import", "the original bytes of every imported file"),
     BundleFile("nccl_topo*.json", "json", "import",
                "an imported NCCL topology XML, parsed (format pcieprof.nccl_topo/1)"),
-    BundleFile("nccl_graph*.json", "json", "import",
-               "an imported NCCL graph XML, parsed (format pcieprof.nccl_graph/1)"),
+    BundleFile("nccl_graph*.json", "document", "import",
+               "an imported NCCL graph XML, parsed: its graphs and their channels", NcclGraph),
     BundleFile("model_card.json", "json", "topology, serve-bench, recommend, attribute --model",
                "the model card the bundle is for, in full (a card file's tables as JSON; the "
                "manifest's `model` names it), so the bundle reads the same card anywhere"),

@@ -383,7 +383,7 @@ def measure_verify(b: Bundle, plan: VerifyPlan, out: Path, timeout_s: float) -> 
     probe_plan = allreduce_plan(plan.backend, list(plan.devices),
                                 [(c.name, c.env, c.ranks, c.title) for c in plan.cases],
                                 list(plan.sizes), timeout_s=timeout_s, topology=topo)
-    vb.write_json("plan.json", probe_plan.to_dict())
+    vb.write_doc(probe_plan)
     if plan.backend != "sim" and topo is not None:  # sim writes the fabric's own topology
         vb.write_doc(topo)
     vb.set_versions(verifies=str(b.path.resolve()))

@@ -8,6 +8,7 @@ see GPUs, else cpu, said in one line).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import sys
@@ -36,7 +37,8 @@ from pcieprof.report.console import summarize
 from pcieprof.schema import source_of
 from pcieprof.sim.fabric import DEFAULT_PROFILE
 from probes import variants as V
-from probes.plan import Plan, build_plan
+from pcieprof.bundle.plan import Plan
+from probes.plan import build_plan
 from probes.plan_time import estimate
 
 
@@ -238,7 +240,7 @@ def command(backend: str, sim_profile: str | None, devices: str | None, nranks: 
             plan.p2p, plan.concurrent = [], []
         if "allreduce" not in wanted:
             plan.allreduce = []
-        bundle.write_json("plan.json", plan.to_dict())
+        bundle.write_doc(plan)
         progress.info(f"plan: {expected_line(plan)}")
         session.measure(plan)
         nothing = session.nothing_measured()
@@ -266,7 +268,7 @@ def expected_line(plan: Plan) -> str:
     backend, how long the same plan would take on the GPUs (the model itself takes seconds)."""
     if plan.backend != "sim":
         return estimate(plan).describe()
-    on_gpus = estimate(Plan.from_dict({**plan.to_dict(), "backend": "cuda"}))
+    on_gpus = estimate(dataclasses.replace(plan, backend="cuda"))
     return f"simulated in seconds; on these GPUs (cuda): {on_gpus.describe()}"
 
 

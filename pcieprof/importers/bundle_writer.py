@@ -22,6 +22,7 @@ from typing import Any
 from pcieprof import progress
 from pcieprof.bundle import Bundle, outdir
 from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices, NcclParsed
+from pcieprof.bundle.nccl_graph import NcclGraph
 from pcieprof.bundle.topology import Topology
 from pcieprof.errors import BadInput
 from pcieprof.importers import topology as topo_mod
@@ -242,7 +243,11 @@ def _write_documents(bundle: Bundle, files: list[ImportedFile]) -> None:
         for f, doc in found:
             name = (f"{kind}.json" if len(found) == 1
                     else f"{kind}-{Path(f.stored_as).name.split('.')[0]}.json")
-            bundle.write_json(name, {**doc, "source_file": f.stored_as})
+            if isinstance(doc, NcclGraph):
+                doc.source_file = f.stored_as
+                bundle.write_doc(doc, name)
+            else:
+                bundle.write_json(name, {**doc, "source_file": f.stored_as})
 
 
 def _record_versions(bundle: Bundle, files: list[ImportedFile], topo: dict[str, Any]) -> None:

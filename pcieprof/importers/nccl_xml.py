@@ -41,6 +41,7 @@ import xml.parsers.expat
 from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
+from pcieprof.bundle.nccl_graph import Graph, GraphChannel, NcclGraph
 from pcieprof.importers._text import fail
 from pcieprof.importers.topology import flat_tree_evidence
 from pcieprof.schema import NCCL_PATH_TYPES
@@ -48,12 +49,9 @@ from pcieprof.schema import NCCL_PATH_TYPES
 N = TypeVar("N", int, float)
 
 TOPO_FORMAT = "pcieprof.nccl_topo/1"
-GRAPH_FORMAT = "pcieprof.nccl_graph/1"
 
 PATTERNS = {1: "balanced_tree", 2: "split_tree", 3: "tree", 4: "ring", 5: "nvls",
             6: "collnet_direct"}
-_GRAPH_INT = ("id", "pattern", "crossnic", "nchannels", "samechannels")
-_GRAPH_FLOAT = ("speedintra", "speedinter")
 
 
 #: Deepest element nesting accepted. NCCL's own files nest system > cpu > pci (one level per PCIe
@@ -152,7 +150,13 @@ def _float(node: Node, attr: str, name: str, *, required: bool = True) -> float 
     return _attr(node, attr, name, float, "number", required)
 
 
-def parse_graph_xml(text: str, name: str = "<graph.xml>") -> dict[str, Any]:
+def _required(value: N | None) -> N:
+    """A value read with required=True (the reader raised BadInput where it was missing)."""
+    assert value is not None
+    return value
+
+
+def parse_graph_xml(text: str, name: str = "<graph.xml>") -> NcclGraph:
     """Parse an NCCL graph file (`NCCL_GRAPH_FILE` / `NCCL_GRAPH_DUMP_FILE`).
 
     Args:
@@ -160,10 +164,7 @@ def parse_graph_xml(text: str, name: str = "<graph.xml>") -> dict[str, Any]:
         name: file name for messages.
 
     Returns:
-        {"format": "pcieprof.nccl_graph/1", "version": 1, "graphs": [{"id", "pattern",
-        "pattern_name", "crossnic", "nchannels", "speedintra", "speedinter" (GB/s as NCCL
-        means them), "latencyinter" (us, 0.0 when absent), "typeintra", "typeinter",
-        "samechannels", "channels": [{"gpus": [dev, ...], "nets": [dev, ...]}]}]}.
+        The typed document (pcieprof.bundle.nccl_graph: the graphs with their channels).
 
     Raises:
         BadInput: what NCCL would refuse or misread (see the module docstring), with the line.
@@ -175,27 +176,33 @@ def parse_graph_xml(text: str, name: str = "<graph.xml>") -> dict[str, Any]:
     if version != 1:
         fail(name, root.line, "graphs version=\"1\" (the only version NCCL writes)",
              got=str(version))
-    graphs = []
+    graphs: list[Graph] = []
     ids: set[int] = set()
     for g in root.children:
         if g.tag != "graph":
             fail(name, g.line, "<graph> elements inside <graphs>", got=f"<{g.tag}>")
-        rec: dict[str, Any] = {k: _int(g, k, name) for k in _GRAPH_INT}
-        rec.update({k: _float(g, k, name) for k in _GRAPH_FLOAT})
-        lat = _float(g, "latencyinter", name, required=False)
-        rec["latencyinter"] = 0.0 if lat is None else lat
+        types: dict[str, str] = {}
         for k in ("typeintra", "typeinter"):
             v = g.attrs.get(k)
             if v is None:
                 fail(name, g.line, f"attribute {k}=\"<link type>\" on <graph>")
             if v not in NCCL_PATH_TYPES:
                 fail(name, g.line, f"{k} in {', '.join(NCCL_PATH_TYPES)}", got=v)
-            rec[k] = v
-        if rec["id"] in ids:
-            fail(name, g.line, f"a graph id not used before (id {rec['id']} repeats)")
-        ids.add(rec["id"])
-        rec["pattern_name"] = PATTERNS.get(rec["pattern"], "unknown")
-        channels = []
+            types[k] = v
+        lat = _float(g, "latencyinter", name, required=False)
+        rec = Graph(id=_required(_int(g, "id", name)), pattern=_required(_int(g, "pattern", name)),
+                    crossnic=_required(_int(g, "crossnic", name)),
+                    nchannels=_required(_int(g, "nchannels", name)),
+                    samechannels=_required(_int(g, "samechannels", name)),
+                    speedintra=_required(_float(g, "speedintra", name)),
+                    speedinter=_required(_float(g, "speedinter", name)),
+                    latencyinter=0.0 if lat is None else lat, typeintra=types["typeintra"],
+                    typeinter=types["typeinter"])
+        if rec.id in ids:
+            fail(name, g.line, f"a graph id not used before (id {rec.id} repeats)")
+        ids.add(rec.id)
+        rec.pattern_name = PATTERNS.get(rec.pattern, "unknown")
+        channels: list[GraphChannel] = []
         width: int | None = None
         for ch in g.children:
             if ch.tag != "channel":
@@ -216,17 +223,17 @@ def parse_graph_xml(text: str, name: str = "<graph.xml>") -> dict[str, Any]:
             if width is not None and len(gpus) != width:
                 fail(name, ch.line, f"{width} GPUs in every channel of the graph", got=str(len(gpus)))
             width = len(gpus)
-            channels.append({"gpus": gpus, "nets": nets})
-        if not channels and rec["nchannels"] != 0:
+            channels.append(GraphChannel(gpus, nets))
+        if not channels and rec.nchannels != 0:
             fail(name, g.line, "at least one <channel> in the graph (or nchannels=\"0\")")
-        if rec["nchannels"] != len(channels):
+        if rec.nchannels != len(channels):
             fail(name, g.line, f"nchannels=\"{len(channels)}\" (the number of <channel> elements)",
-                 got=str(rec["nchannels"]))
-        rec["channels"] = channels
+                 got=str(rec.nchannels))
+        rec.channels = channels
         graphs.append(rec)
     if not graphs:
         fail(name, root.line, "at least one <graph> inside <graphs>")
-    return {"format": GRAPH_FORMAT, "version": version, "graphs": graphs}
+    return NcclGraph(version=version, graphs=graphs)
 
 
 def parse_topo_xml(text: str, name: str = "<topo.xml>") -> dict[str, Any]:
@@ -380,16 +387,15 @@ def _mask_to_list(mask: str | None, name: str, line: int) -> str | None:
     return ",".join(ranges)
 
 
-def summarize_graph(doc: dict[str, Any]) -> str:
+def summarize_graph(doc: NcclGraph) -> str:
     """One line per graph file: pattern, channels and the first channel's GPU order."""
     parts = []
-    for g in doc["graphs"]:
+    for g in doc.graphs:
         # NCCL's own dumps may hold a graph with no <channel> (NVLS, trees it did not keep):
         # those show no GPU order rather than failing the import.
-        order = (f"({' '.join(map(str, g['channels'][0]['gpus']))}) " if g["channels"]
+        order = (f"({' '.join(map(str, g.channels[0].gpus))}) " if g.channels
                  else "(no channels) ")
-        parts.append(f"graph {g['id']} {g['pattern_name']} x{g['nchannels']} "
-                     f"{order}{g['typeintra']}")
+        parts.append(f"graph {g.id} {g.pattern_name} x{g.nchannels} {order}{g.typeintra}")
     return "NCCL graph XML: " + "; ".join(parts)
 
 

@@ -10,6 +10,8 @@ from the CommandBuilder its caller passes).
 
 from __future__ import annotations
 
+import json
+
 import math
 import shlex
 from typing import Callable
@@ -454,7 +456,14 @@ def write_outputs(bundle: Bundle, result: Recommendations) -> dict[str, str]:
                     count=len(result.recommendations))
     out = {"recommendations": str(bundle.path / Recommendations.FILE),
            "env": str(bundle.path / ENV_FILE), "sglang": str(bundle.path / SGLANG_FILE)}
+    # An NCCL file this result does not name (an earlier run's, or written before the rules
+    # turned it down) would read as this run's advice: only the files named stay.
+    named = "".join((bundle.path / f).read_text() for f in (Recommendations.FILE, ENV_FILE,
+                                                            SGLANG_FILE))
     for name in (GRAPH_FILE, TOPO_FILE, TUNER_FILE):
-        if bundle.has(name):
+        path = str(bundle.path / name)
+        if path not in named and json.dumps(path)[1:-1] not in named:  # as JSON escapes it
+            bundle.remove(name)
+        elif bundle.has(name):
             out[name.split("/")[-1]] = str(bundle.path / name)
     return out

@@ -66,3 +66,24 @@ def test_lspci_tree_view_and_other_files_are_one_line(sim_vm_bundle: Path,
     r = cli("recommend", str(b), "--host-lspci", str(other))
     assert r.returncode == 2 and "not `lspci -vvv` output" in r.stderr
 
+
+
+def test_a_topo_file_no_longer_recommended_is_removed(samples: Path, sim_vm_bundle: Path,
+                                                       tmp_path: Path) -> None:
+    """recommend's save removes the tune/ files an earlier run wrote that the new result does
+    not name: here the host tree given before is taken away (it was the wrong box's), so the
+    new run has no tree to describe, and a topo file left behind would read as this run's."""
+    lspci = samples / "rtxpro6000-8x-asus-baremetal" / "lspci_full.log"
+    b = _guest(sim_vm_bundle, tmp_path / "vm")
+    assert cli("recommend", str(b), "--host-lspci", str(lspci), "-q").returncode == 0
+    assert (b / "tune" / "nccl_topo.xml").is_file()
+    Bundle.open(b).remove("tune/host_pcie_tree.json")
+    r = cli("recommend", str(b), "-q")
+    assert r.returncode == 0, r.stderr
+    assert not (b / "tune" / "nccl_topo.xml").exists()
+    assert "tune/nccl_topo.xml" not in json.loads((b / "manifest.json").read_text())["files"]
+    named = "".join((b / f).read_text() for f in (Recommendations.FILE, "tune/recommended.env",
+                                                  "tune/sglang_command.sh"))
+    assert "nccl_topo.xml" not in named + r.stdout
+    for name in ("nccl_graph.xml", "nccl_tuner.conf"):  # what is left is named
+        assert not (b / "tune" / name).exists() or name in named

@@ -16,15 +16,15 @@ TOPO = "tool-outputs/nccl_topo_azure_ncv4_4xA100pcie_vm.xml"
 
 def test_graph_file(samples: Path) -> None:
     doc = parse_graph_xml((samples / GRAPH).read_text(), "graph.xml")
-    assert [g["id"] for g in doc["graphs"]] == [0, 1, 2]
-    ring = doc["graphs"][0]
-    assert (ring["pattern"], ring["pattern_name"], ring["nchannels"]) == (4, "ring", 2)
-    assert (ring["speedintra"], ring["speedinter"], ring["typeintra"], ring["typeinter"]) == (
+    assert [g.id for g in doc.graphs] == [0, 1, 2]
+    ring = doc.graphs[0]
+    assert (ring.pattern, ring.pattern_name, ring.nchannels) == (4, "ring", 2)
+    assert (ring.speedintra, ring.speedinter, ring.typeintra, ring.typeinter) == (
         12.0, 12.0, "SYS", "PIX")
-    assert [c["gpus"] for c in ring["channels"]] == [[0, 1, 2, 3], [0, 3, 2, 1]]
-    tree = doc["graphs"][1]
-    assert tree["pattern_name"] == "balanced_tree" and tree["channels"][2]["gpus"] == [3, 2, 1, 0]
-    assert doc["graphs"][2]["pattern"] == 3 and doc["graphs"][2]["channels"][3]["gpus"] == [2, 3, 0, 1]
+    assert [c.gpus for c in ring.channels] == [[0, 1, 2, 3], [0, 3, 2, 1]]
+    tree = doc.graphs[1]
+    assert tree.pattern_name == "balanced_tree" and tree.channels[2].gpus == [3, 2, 1, 0]
+    assert doc.graphs[2].pattern == 3 and doc.graphs[2].channels[3].gpus == [2, 3, 0, 1]
 
 
 def test_topology_file(samples: Path) -> None:
@@ -52,7 +52,7 @@ def ring(channels: list[list[int]], n: int | None = None, t: str = "PHB") -> str
 
 def test_a_written_ring_parses() -> None:
     doc = parse_graph_xml(ring([[0, 1, 2, 3, 7, 6, 5, 4]]), "ring.xml")
-    assert doc["graphs"][0]["channels"][0]["gpus"] == [0, 1, 2, 3, 7, 6, 5, 4]
+    assert doc.graphs[0].channels[0].gpus == [0, 1, 2, 3, 7, 6, 5, 4]
 
 
 @pytest.mark.parametrize("text,line,expected", [
@@ -96,10 +96,10 @@ def test_real_dumps_list_graphs_that_found_nothing(name: str, ids: list[int],
     # NCCL dumps every graph of the communicator; one that found nothing has nchannels="0" and
     # no <channel> (tests/data/importers/NOTE.md says where each dump comes from)
     doc = parse_graph_xml((DATA / name).read_text(), name)
-    assert [g["id"] for g in doc["graphs"]] == ids
-    assert [g["id"] for g in doc["graphs"] if not g["channels"]] == empty
-    ring = doc["graphs"][0]
-    assert ring["pattern_name"] == "ring" and ring["channels"][0]["nets"]
+    assert [g.id for g in doc.graphs] == ids
+    assert [g.id for g in doc.graphs if not g.channels] == empty
+    ring = doc.graphs[0]
+    assert ring.pattern_name == "ring" and ring.channels[0].nets
 
 
 def nccl_22x_dump(ngpus: int = 8) -> str:
@@ -133,9 +133,9 @@ def test_a_22x_dump_with_hex_devs_and_five_graphs() -> None:
     text = nccl_22x_dump(12)
     assert '<gpu dev="0xa"/>' in text and '<gpu dev="0"/>' in text
     doc = parse_graph_xml(text, "dump.xml")
-    assert [g["id"] for g in doc["graphs"]] == [0, 1, 2, 3, 4]
-    assert doc["graphs"][0]["channels"][0]["gpus"] == list(range(12))  # 0xa is GPU 10, not 0
-    assert [c["gpus"] for c in doc["graphs"][3]["channels"]] == [[0], [1]]  # NVLS: first GPU
+    assert [g.id for g in doc.graphs] == [0, 1, 2, 3, 4]
+    assert doc.graphs[0].channels[0].gpus == list(range(12))  # 0xa is GPU 10, not 0
+    assert [c.gpus for c in doc.graphs[3].channels] == [[0], [1]]  # NVLS: first GPU
 
 
 def test_the_forced_ring_takes_its_header_from_a_22x_dump() -> None:

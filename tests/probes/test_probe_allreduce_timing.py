@@ -8,7 +8,7 @@ import pytest
 
 from builders.cuda import CudaStandin
 from probes.allreduce_worker import TRIALS, allreduce_row, time_back_to_back, time_graph
-from probes.plan import AllReduceCase
+from pcieprof.bundle.plan import AllReduceCase
 from probes.variants import NCCL_DEBUG_ENV, NCCL_TUNING_LOG_ENV
 
 

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from probes.p2p_worker import CudaCopier, concurrent_rows, p2p_result_row, p2p_row
-from probes.plan import KiB, ConcurrentCase, P2PCase, Plan, build_plan
+from pcieprof.bundle.plan import ConcurrentCase, P2PCase, Plan
+from probes.plan import KiB, build_plan
 from builders.cuda import CudaStandin, PeerCopies, StandinEvent, Stream
 
 

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.gpu
 
 def test_cuda_host_copies_are_timed_and_checked() -> None:
     from probes.p2p_worker import CudaCopier, p2p_row
-    from probes.plan import MiB, P2PCase, Plan
+    from pcieprof.bundle.plan import P2PCase, Plan
+    from probes.plan import MiB
 
     cases = [P2PCase(-1, 0, "h2d", "uni", "bandwidth", 16 * MiB, 3, 3),
              P2PCase(0, -1, "d2h", "uni", "bandwidth", 16 * MiB, 3, 3),
@@ -34,7 +35,8 @@ def test_cuda_p2p_between_two_gpus() -> None:
     import torch
 
     from probes.p2p_worker import CudaCopier
-    from probes.plan import MiB, P2PCase, Plan
+    from pcieprof.bundle.plan import P2PCase, Plan
+    from probes.plan import MiB
 
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two GPUs")

@@ -21,7 +21,8 @@ from pcieprof.importers.nccl_xml import parse_graph_xml
 from pcieprof.probe_runner import ProbeRunner, launch_environ
 from probes import variants as V
 from probes.nccl_graph import check_ring, ring_graph_xml, same_ring
-from probes.plan import Plan, build_plan
+from pcieprof.bundle.plan import Plan
+from probes.plan import build_plan
 
 LOG = "tool-outputs/nccl_debug_info_4x5060ti_p2p_cumem.log"
 GRAPH = "tool-outputs/nccl_graph_azure_ncv4_4xA100pcie_vm.xml"
@@ -96,13 +97,13 @@ def test_launch_environ_masks_nothing_it_keeps_and_drops_by_prefix() -> None:
 
 def test_ring_graph_file_is_one_nccl_reads() -> None:
     doc = parse_graph_xml(ring_graph_xml([0, 2, 3, 1]))
-    (g,) = doc["graphs"]
-    assert (g["id"], g["pattern"], g["nchannels"]) == (0, 4, 2)
-    assert [c["gpus"] for c in g["channels"]] == [[0, 2, 3, 1]] * 2
+    (g,) = doc.graphs
+    assert (g.id, g.pattern, g.nchannels) == (0, 4, 2)
+    assert [c.gpus for c in g.channels] == [[0, 2, 3, 1]] * 2
     # NCCL 2.2x writes <gpu dev> "%#lx" and reads it with strtol(..., 16), older releases with
     # strtol base 0 (search.cc ncclTopoGetChannelFromXml): "0xa" is 10 to both, a bare "a" is not
     assert '<gpu dev="0xa"/>' in ring_graph_xml([0, 10]) and '<gpu dev="0"/>' in ring_graph_xml([0, 10])
-    assert [c["gpus"] for c in parse_graph_xml(ring_graph_xml([0, 10]))["graphs"][0]["channels"]] \
+    assert [c.gpus for c in parse_graph_xml(ring_graph_xml([0, 10])).graphs[0].channels] \
         == [[0, 10]] * 2
 
 
@@ -146,11 +147,11 @@ def test_ring_orders_go_through_a_graph_file_and_are_checked(
     assert "NCCL_GRAPH_DUMP_FILE" in untimed[0]["env"] and "NCCL_GRAPH_FILE" not in untimed[0]["env"]
     graph_file = Path(untimed[1]["env"]["NCCL_GRAPH_FILE"])
     assert graph_file == bundle.path / "nccl" / "default@2-3-4-1.graph.xml"
-    (g,) = parse_graph_xml(graph_file.read_text())["graphs"]
-    azure = next(x for x in parse_graph_xml((samples / GRAPH).read_text())["graphs"]
-                 if x["pattern"] == 4)
-    assert all(c["gpus"] == [2, 3, 4, 1] for c in g["channels"])
-    assert (g["nchannels"], g["speedintra"]) == (azure["nchannels"], azure["speedintra"])
+    (g,) = parse_graph_xml(graph_file.read_text()).graphs
+    azure = next(x for x in parse_graph_xml((samples / GRAPH).read_text()).graphs
+                 if x.pattern == 4)
+    assert all(c.gpus == [2, 3, 4, 1] for c in g.channels)
+    assert (g.nchannels, g.speedintra) == (azure.nchannels, azure.speedintra)
 
     choices = bundle.read_json("nccl_choices.json")
     applied = choices["default@2-3-4-1"]
@@ -192,7 +193,7 @@ def test_sizes_where_the_tuner_chose_tree_do_not_claim_the_ring(
                       variants=[V.VARIANTS["default"]], group_kinds=[], orders=[[2, 3, 4, 1]])
     bundle = _allreduce_only(tmp_path, plan)
     timed = [s for s in launches.seen if "--untimed" not in s["cmd"]]
-    case = Plan.from_dict(timed[1]["plan"]).allreduce[1]
+    case = Plan.from_json(timed[1]["plan"]).allreduce[1]
     assert "ring order applied" in case.detail
     assert "TREE at 8 B" in case.detail_at(8) and "TREE at 16 B" in case.detail_at(16)
     assert "TREE" not in case.detail_at(32) and "TREE" not in case.detail_at(64)

@@ -53,7 +53,7 @@ def test_tuning_choices_get_the_dtype_of_their_all_reduce() -> None:
     # issue 23 pt 8: a TUNING line names bytes only, so bf16 and fp32 of one size merged; the
     # untimed launch runs dtype by dtype, size by size, and rank 0 logs in that order
     from pcieprof.probe_runner import with_dtypes
-    from probes.plan import AllReduceCase
+    from pcieprof.bundle.plan import AllReduceCase
 
     case = AllReduceCase("default", {}, [0, 1], [8, 16], ["bf16", "fp32"], 1, 1)
     algo = ["TREE", "RING", "RING", "RING"]

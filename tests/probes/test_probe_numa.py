@@ -11,7 +11,7 @@ import torch
 from builders.cuda import CudaStandin, PeerCopies
 from probes.numa import on_numa_node, parse_cpulist, pci_numa_node
 from probes.p2p_worker import CudaCopier
-from probes.plan import P2PCase, Plan
+from pcieprof.bundle.plan import P2PCase, Plan
 
 
 def _sysfs(tmp_path: Path, gpus: dict[str, str], nodes: dict[int, str]) -> Path:

@@ -11,7 +11,7 @@ import torch
 from probes.allreduce_worker import allreduce_row
 from probes.p2p_worker import concurrent_rows, p2p_row
 from probes.pattern import matches, pattern
-from probes.plan import AllReduceCase, ConcurrentCase, P2PCase
+from pcieprof.bundle.plan import AllReduceCase, ConcurrentCase, P2PCase
 from probes.rows import RowWriter
 
 

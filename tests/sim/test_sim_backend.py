@@ -48,7 +48,7 @@ def test_run_plan_writes_every_row(tmp_path: Path) -> None:
 
 
 def test_concurrent_rows_show_the_collapse_on_bare_metal(tmp_path: Path) -> None:
-    from probes.plan import ConcurrentCase
+    from pcieprof.bundle.plan import ConcurrentCase
 
     # GPU0 and GPU1 share uplink vs01; GPU4 and GPU6 sit behind two other root complexes.
     # (A pair like 0->2 would stay inside chip A and never reach the uplink.)

@@ -77,8 +77,8 @@ def test_emitted_graph_parses_as_nccl_files_and_no_topo_is_invented(vm_bundle) -
     g = root.find("graph")
     assert g.get("pattern") == "4" and g.get("id") == "0"
     nccl_xml = pytest.importorskip("pcieprof.importers.nccl_xml")
-    (graph,) = nccl_xml.parse_graph_xml(paths["graph"].read_text())["graphs"]
-    assert graph["pattern"] == 4 and graph["channels"][0]["gpus"] == ring.order
+    (graph,) = nccl_xml.parse_graph_xml(paths["graph"].read_text()).graphs
+    assert graph.pattern == 4 and graph.channels[0].gpus == ring.order
     # the switches of this VM are only inferred from bandwidth: no NCCL_TOPO_FILE (issue 22 pt 5)
     assert "topo" not in paths and not vm_bundle.has("tune/nccl_topo.xml")
 
