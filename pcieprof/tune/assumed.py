@@ -9,8 +9,9 @@ one that moves its gain, the mean decode-step gain at both ends: the verdict may
 
 The other assumed inputs of the tuner's pricing carry their range where they are used: the
 layouts' anchor communication (pcieprof.tune.layout), the VM's like-for-like verdict
-(pcieprof.analysis.vm_words), SGLang's default chunk when a card names none and the GPU memory a card
-assumes (stated, without a range: they are facts of the launch, not of the box).
+(pcieprof.analysis.vm_words), SGLang's default chunk when a card names none (the prefill
+verdict at both ends of an assumed range: pcieprof.tune.workload.chunk_range); the GPU memory a
+card assumes is stated, without a range.
 """
 
 from __future__ import annotations

@@ -27,11 +27,16 @@ from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import Recommendation
 from pcieprof.cards.card import ModelCard
 from pcieprof.cards.step import message_bytes
+from pcieprof.tune.assumed import RESTS_ON
 from pcieprof.units import size_label
 
 #: SGLang's --chunked-prefill-size when the card sets none (server_args.py default for GPUs
 #: without a per-GPU rule; assumed for the cards that name none).
 SGLANG_DEFAULT_CHUNK = 8192
+#: The range that default may take, for the verdict at both ends (issue 22 point 7): the range
+#: itself is assumed (SGLang sizes its default by the GPU's memory and version; pcieprof does
+#: not read which one the server picks), from a small-GPU 2048 to the 16384 large cards set.
+SGLANG_CHUNK_RANGE = (2048, 16384)
 #: A phase is slowed when the setting takes more than this much longer there (relative): the
 #: spread below which pcieprof's measurements do not separate two settings.
 SLOWER = 0.02
@@ -134,6 +139,26 @@ def slowed(times: list[PhaseTime]) -> list[PhaseTime]:
     return [t for t in times if t.change > SLOWER]
 
 
+def chunk_range(band: DecodeBand, base: Curve, new: Curve) -> list[str]:
+    """When the card names no prefill chunk (SGLang's default is assumed): the setting's change
+    of the prefill all-reduce at both ends of SGLANG_CHUNK_RANGE, one line starting as
+    pcieprof.tune.assumed's (recommend prints it as `range: ...`); [] when the card names one."""
+    if band.card is None or chunked_prefill(band.card)[1].startswith("the card's"):
+        return []
+    ends = []
+    for chunk in SGLANG_CHUNK_RANGE:
+        size = message_bytes(band.card, chunk)
+        t0, t1 = base.at(size), new.at(size)
+        if not (math.isfinite(t0) and math.isfinite(t1) and t0 > 0):
+            return []
+        change = t1 / t0 - 1
+        ends.append(f"{change * 100:+.0f}% at {chunk} ({'slowed' if change > SLOWER else 'not slowed'})")
+    lo, hi = SGLANG_CHUNK_RANGE
+    return [f"{RESTS_ON}SGLang's default --chunked-prefill-size = {SGLANG_DEFAULT_CHUNK} tokens "
+            f"(assumed: the card names none; range {lo}-{hi} tokens, itself assumed): prefill "
+            f"all-reduce {ends[0]}, {ends[1]}"]
+
+
 #: NCCL's example tuner plugin: size ranges per collective, read from a CSV file.
 TUNER_SOURCE = ("NVIDIA/nccl ext-tuner/example/README.md: CSV collective_type,min_bytes,"
                 "max_bytes,algorithm,protocol,channels,nNodes,nRanks (8 fields; numPipeOps and "
@@ -194,6 +219,7 @@ def on_the_workload(rec: Recommendation, band: DecodeBand, count: Callable[[int]
     rec.evidence.append(f"whole workload ({describe(band)}): "
                         + "; ".join(t.text() for t in shown) + f" [{new.variant} vs "
                         f"{base.variant}, {base.nranks} ranks]")
+    rec.caveats.extend(chunk_range(band, base, new))
     slow = slowed(times)
     if not slow:
         return rec

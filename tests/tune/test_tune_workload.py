@@ -114,3 +114,28 @@ def test_the_tuner_configuration_is_written_into_the_bundle(demo_bundles: dict[s
     assert large[1] == str(int(small[2]) + 1) and large[2] == "4294967295"
     assert large[3:] == ["ring", "simple", "-1", "1", "-1"]
     assert f"0-{small[2]} bytes ring/ll" in ll.action
+
+
+def test_the_prefill_verdict_at_both_ends_of_sglangs_assumed_chunk(
+        demo_bundles: dict[str, Path], tmp_path: Path) -> None:
+    """A card naming no --chunked-prefill-size is priced at SGLang's default, an assumed
+    number: the prefill change is shown at both ends of its (assumed) range."""
+    from dataclasses import replace
+
+    flags = list(GLM5.sglang.recommended_flags)
+    i = flags.index("--chunked-prefill-size")
+    card = replace(GLM5, sglang=replace(GLM5.sglang,
+                                        recommended_flags=tuple(flags[:i] + flags[i + 2:])))
+    box = tmp_path / "bare"
+    shutil.copytree(demo_bundles["rtxpro6000-8x-switch"], box)
+    doc = tune(Bundle.open(box), card, DecodeBand.of_card(card), write_files=False)
+    ll = next(r for r in doc.recommendations if r.rule == "proto_ll")
+    line = next(c for c in ll.caveats if "--chunked-prefill-size = 8192" in c)
+    assert line.startswith("the gain rests on SGLang's default --chunked-prefill-size = 8192 "
+                           "tokens (assumed: the card names none; range 2048-16384 tokens, "
+                           "itself assumed): prefill all-reduce ")
+    assert " at 2048 (" in line and " at 16384 (slowed)" in line  # +35-40% at 128+ MiB
+    # the card's own chunk is a fact of the launch: no range
+    doc = tune(Bundle.open(box), GLM5, BAND, write_files=False)
+    ll = next(r for r in doc.recommendations if r.rule == "proto_ll")
+    assert not any("--chunked-prefill-size =" in c for c in ll.caveats)
