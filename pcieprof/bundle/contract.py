@@ -23,6 +23,7 @@ from pcieprof.bundle.nccl_topo import NcclTopo
 from pcieprof.bundle.plan import Plan
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.serve_command import RecordedCommand
+from pcieprof.bundle.server_info import ServerInfo
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.bundle.served_card import ServedCard
@@ -99,8 +100,8 @@ FILES: tuple[BundleFile, ...] = (
     _doc(ServedCard, "serve-bench", "the model card served: name and file"),
     _doc(RecordedCommand, "serve-bench",
          "the first launch's argv, environment, notes and the recorded environment"),
-    BundleFile("serve/server_info.json", "json", "serve-bench --url",
-               "what an attached server's /get_server_info answered"),
+    _doc(ServerInfo, "serve-bench --url",
+         "what an attached server's /get_server_info answered, its keys as the server gave them"),
     BundleFile("serve/attempts.jsonl", "text", "serve-bench",
                "one JSON line per launch attempt: config, argv, env, outcome, times, log excerpt, "
                "last start-up progress line, and for a launch search the step that chose it"),

@@ -14,6 +14,7 @@ from pcieprof.bundle.document import Document
 from pcieprof.bundle.nccl_graph import NcclGraph
 from pcieprof.bundle.nccl_topo import NcclTopo
 from pcieprof.bundle.plan import Plan
+from pcieprof.bundle.server_info import ServerInfo
 from pcieprof.importers.nccl_xml import parse_graph_xml, parse_topo_xml
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -63,3 +64,12 @@ def test_committed_file_reads_and_writes_back_what_it_holds(cls: type[Document],
     out = json.loads(json.dumps(doc.to_json()))
     assert _kept(raw, out)
     assert cls.from_json(out) == doc
+
+
+def test_server_info_keeps_the_servers_keys_as_answered() -> None:
+    # the keys are the server's (none is pcieprof's): read and written back unchanged, nested
+    # values and nulls included
+    answer = {"tp_size": 2, "model_path": "m", "internal_states": [{"avg_spec_accept_length": None}],
+              "version": "0.5.4"}
+    doc = ServerInfo.from_json(answer)
+    assert doc.extra == answer and doc.to_json() == answer
