@@ -18,6 +18,7 @@ from pcieprof.bundle.document import Document
 from pcieprof.bundle.manifest import Manifest
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.nccl_graph import NcclGraph
+from pcieprof.bundle.nccl_topo import NcclTopo
 from pcieprof.bundle.plan import Plan
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.serve_command import RecordedCommand
@@ -86,8 +87,9 @@ FILES: tuple[BundleFile, ...] = (
                "--ring-order (docs/probes.md)"),
     BundleFile("logs/copies-*.log", "text", "topology (cuda, cpu)", "output of each copy-probe launch"),
     BundleFile("imported/*", "data", "import", "the original bytes of every imported file"),
-    BundleFile("nccl_topo*.json", "json", "import",
-               "an imported NCCL topology XML, parsed (format pcieprof.nccl_topo/1)"),
+    BundleFile("nccl_topo*.json", "document", "import",
+               "an imported NCCL topology XML, parsed: CPUs, PCI nodes, GPUs, NICs, whether the "
+               "tree is a VM's flat one", NcclTopo),
     BundleFile("nccl_graph*.json", "document", "import",
                "an imported NCCL graph XML, parsed: its graphs and their channels", NcclGraph),
     BundleFile("model_card.json", "json", "topology, serve-bench, recommend, attribute --model",

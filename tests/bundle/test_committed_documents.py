@@ -12,13 +12,14 @@ import pytest
 from pcieprof.bundle import contract
 from pcieprof.bundle.document import Document
 from pcieprof.bundle.nccl_graph import NcclGraph
+from pcieprof.bundle.nccl_topo import NcclTopo
 from pcieprof.bundle.plan import Plan
-from pcieprof.importers.nccl_xml import parse_graph_xml
+from pcieprof.importers.nccl_xml import parse_graph_xml, parse_topo_xml
 
 TESTS = Path(__file__).resolve().parents[1]
 #: The documents checked here, and each one's committed files (any bundle under tests/, the
 #: runner's scratch copies included: the workers read the same shape).
-KINDS: tuple[type[Document], ...] = (Plan, NcclGraph)
+KINDS: tuple[type[Document], ...] = (Plan, NcclGraph, NcclTopo)
 FILES = [(cls, p) for cls in KINDS for p in sorted(TESTS.glob(f"**/{cls.FILE}"))
          if contract.entry(p.name) is not None]
 
@@ -38,7 +39,7 @@ def test_every_kind_has_a_committed_file() -> None:
 
 #: Documents `pcieprof import` writes, whose committed sources are the XML files (no committed
 #: bundle holds their JSON): each file parsed, written and read again.
-IMPORTED = {NcclGraph: ("<graphs", parse_graph_xml)}
+IMPORTED = {NcclGraph: ("<graphs", parse_graph_xml), NcclTopo: ("<system", parse_topo_xml)}
 XMLS = [(cls, p) for cls, (root, _) in IMPORTED.items() for p in sorted(TESTS.glob("**/*.xml"))
         if root in p.read_text(encoding="utf-8", errors="replace")[:4096]]
 
