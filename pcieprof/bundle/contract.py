@@ -15,6 +15,7 @@ from pcieprof.bundle import rows
 from pcieprof.bundle.attribution import Attribution
 from pcieprof.bundle.comm_model import CommModel
 from pcieprof.bundle.document import Document
+from pcieprof.bundle.host_tree import HostPcieTree
 from pcieprof.bundle.manifest import Manifest
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.nccl_graph import NcclGraph
@@ -132,8 +133,8 @@ FILES: tuple[BundleFile, ...] = (
     BundleFile("tune/nccl_tuner.conf", "text", "recommend",
                "NCCL_TUNER_CONFIG_FILE for NCCL's example tuner plugin: a protocol per "
                "all-reduce size range, when a global NCCL_PROTO would slow a phase"),
-    BundleFile("tune/host_pcie_tree.json", "json", "recommend --host-lspci",
-               "the PCIe tree of the user's lspci -vvv of the GPUs' host (source, tree)"),
+    _doc(HostPcieTree, "recommend --host-lspci",
+         "the PCIe tree of the user's lspci -vvv of the GPUs' host (source, tree)"),
     BundleFile("tune/recommended.env", "text", "recommend",
                "the recommended environment, each line with its reason"),
     BundleFile("tune/sglang_command.sh", "text", "recommend",
