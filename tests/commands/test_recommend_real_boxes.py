@@ -162,3 +162,10 @@ def test_report_of_unknown_memory_says_fit_not_checked(tmp_path: Path) -> None:
     text = page.read_text()
     assert "GPU memory unknown: fit not checked" in text and "0.0 GiB x" not in text
     assert "<td>not checked</td>" in text
+
+
+def test_launch_line_fitted_on_assumed_memory_says_so(tmp_path: Path) -> None:
+    # topo -m of 8 unnamed GPUs: GLM-5 TP8 fits only the card's assumed 96 GiB
+    _recommend([DATA / "host_logs" / "topo_m_8xV100_pcie_2nic_same_box_as_dash_i.txt"], tmp_path)
+    doc = (tmp_path / "b" / "recommendations.json").read_text()
+    assert "TP8: fits: " in doc and "(assumed: card glm5-nvfp4's gpu_memory_gib" in doc
