@@ -17,6 +17,7 @@ from pcieprof.bundle.comm_model import CommModel
 from pcieprof.bundle.document import Document
 from pcieprof.bundle.host_tree import HostPcieTree
 from pcieprof.bundle.manifest import Manifest
+from pcieprof.bundle.model import ModelCardFile
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.nccl_graph import NcclGraph
 from pcieprof.bundle.nccl_topo import NcclTopo
@@ -94,9 +95,10 @@ FILES: tuple[BundleFile, ...] = (
                "tree is a VM's flat one", NcclTopo),
     BundleFile("nccl_graph*.json", "document", "import",
                "an imported NCCL graph XML, parsed: its graphs and their channels", NcclGraph),
-    BundleFile("model_card.json", "json", "topology, serve-bench, recommend, attribute --model",
+    BundleFile("model_card.json", "document", "topology, serve-bench, recommend, attribute --model",
                "the model card the bundle is for, in full (a card file's tables as JSON; the "
-               "manifest's `model` names it), so the bundle reads the same card anywhere"),
+               "manifest's `model` names it), so the bundle reads the same card anywhere",
+               ModelCardFile),
     _doc(ServedCard, "serve-bench", "the model card served: name and file"),
     _doc(RecordedCommand, "serve-bench",
          "the first launch's argv, environment, notes and the recorded environment"),

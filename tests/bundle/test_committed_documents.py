@@ -13,8 +13,11 @@ from pcieprof.bundle import contract
 from pcieprof.bundle.document import Document
 from pcieprof.bundle.nccl_graph import NcclGraph
 from pcieprof.bundle.nccl_topo import NcclTopo
+from pcieprof.bundle.model import ModelCardFile
 from pcieprof.bundle.plan import Plan
 from pcieprof.bundle.server_info import ServerInfo
+from pcieprof.cards import CARDS_DIR
+from pcieprof.cards.toml_file import read_card_file
 from pcieprof.importers.nccl_xml import parse_graph_xml, parse_topo_xml
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -73,3 +76,14 @@ def test_server_info_keeps_the_servers_keys_as_answered() -> None:
               "version": "0.5.4"}
     doc = ServerInfo.from_json(answer)
     assert doc.extra == answer and doc.to_json() == answer
+
+
+@pytest.mark.parametrize("toml", sorted(CARDS_DIR.glob("*.toml")), ids=lambda p: p.name)
+def test_model_card_file_keeps_a_shipped_card(toml: Path, tmp_path: Path) -> None:
+    # model_card.json is the card file's tables as JSON, through the card's own decoder: a card
+    # read back from it is the same card (its content hash), its tables written back unchanged
+    card = read_card_file(toml)
+    raw = json.loads(json.dumps(ModelCardFile.of(card).to_json()))
+    doc = ModelCardFile.from_json(raw)
+    assert doc.to_json() == raw
+    assert doc.card(tmp_path / "model_card.json").content_hash == card.content_hash
