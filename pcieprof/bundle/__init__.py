@@ -32,17 +32,13 @@ from pcieprof.bundle import writer
 from pcieprof.bundle.document import Readable
 from pcieprof.bundle.manifest import FILE as MANIFEST
 from pcieprof.bundle.manifest import Manifest, Part
-from pcieprof.bundle.model import ModelRecord
+from pcieprof.bundle.model import ModelCardFile, ModelRecord
 from pcieprof.cards import ModelCard
-from pcieprof.cards.toml_file import card_from_dict, card_to_dict
 from pcieprof.bundle.nodes import NodeLayout
 from pcieprof.schema import Status
 
 if TYPE_CHECKING:  # pandas costs ~0.3 s to import; only readers of tables pay for it
     import pandas as pd
-
-#: The copy of the bundle's model card (pcieprof.cards, the tables of a card file as JSON).
-MODEL_CARD = "model_card.json"
 
 DocT = TypeVar("DocT", bound=Readable)
 
@@ -396,7 +392,7 @@ class Bundle:
     def set_model(self, card: ModelCard) -> None:
         """Record the card the bundle is measured, served or tuned for: the manifest's `model`
         (pcieprof.bundle.model) and the card itself in model_card.json."""
-        self.write_json(MODEL_CARD, card_to_dict(card))
+        self.write_doc(ModelCardFile.of(card))
         self.manifest.model = ModelRecord.of_card(card)
         self.save_manifest()
 
@@ -410,12 +406,8 @@ class Bundle:
         Raises:
             BadInput: a model_card.json that is not a card (one line).
         """
-        data = self.read_json(MODEL_CARD)
-        if data is None:
-            return None
-        if not isinstance(data, dict):
-            raise BadInput(f"{self.file(MODEL_CARD)}: expected a JSON object")
-        return card_from_dict(data, self.file(MODEL_CARD))
+        doc = self.read_doc(ModelCardFile)
+        return None if doc is None else doc.card(self.file(ModelCardFile.FILE))
 
     def set_versions(self, **versions: str | None) -> None:
         """Record tool versions (driver, cuda, nccl, torch, sglang)."""

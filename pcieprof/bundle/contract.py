@@ -15,12 +15,16 @@ from pcieprof.bundle import rows
 from pcieprof.bundle.attribution import Attribution
 from pcieprof.bundle.comm_model import CommModel
 from pcieprof.bundle.document import Document
+from pcieprof.bundle.host_tree import HostPcieTree
 from pcieprof.bundle.manifest import Manifest
+from pcieprof.bundle.model import ModelCardFile
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.nccl_graph import NcclGraph
+from pcieprof.bundle.nccl_topo import NcclTopo
 from pcieprof.bundle.plan import Plan
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.serve_command import RecordedCommand
+from pcieprof.bundle.server_info import ServerInfo
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.bundle.served_card import ServedCard
@@ -86,18 +90,20 @@ FILES: tuple[BundleFile, ...] = (
                "--ring-order (docs/probes.md)"),
     BundleFile("logs/copies-*.log", "text", "topology (cuda, cpu)", "output of each copy-probe launch"),
     BundleFile("imported/*", "data", "import", "the original bytes of every imported file"),
-    BundleFile("nccl_topo*.json", "json", "import",
-               "an imported NCCL topology XML, parsed (format pcieprof.nccl_topo/1)"),
+    BundleFile("nccl_topo*.json", "document", "import",
+               "an imported NCCL topology XML, parsed: CPUs, PCI nodes, GPUs, NICs, whether the "
+               "tree is a VM's flat one", NcclTopo),
     BundleFile("nccl_graph*.json", "document", "import",
                "an imported NCCL graph XML, parsed: its graphs and their channels", NcclGraph),
-    BundleFile("model_card.json", "json", "topology, serve-bench, recommend, attribute --model",
+    BundleFile("model_card.json", "document", "topology, serve-bench, recommend, attribute --model",
                "the model card the bundle is for, in full (a card file's tables as JSON; the "
-               "manifest's `model` names it), so the bundle reads the same card anywhere"),
+               "manifest's `model` names it), so the bundle reads the same card anywhere",
+               ModelCardFile),
     _doc(ServedCard, "serve-bench", "the model card served: name and file"),
     _doc(RecordedCommand, "serve-bench",
          "the first launch's argv, environment, notes and the recorded environment"),
-    BundleFile("serve/server_info.json", "json", "serve-bench --url",
-               "what an attached server's /get_server_info answered"),
+    _doc(ServerInfo, "serve-bench --url",
+         "what an attached server's /get_server_info answered, its keys as the server gave them"),
     BundleFile("serve/attempts.jsonl", "text", "serve-bench",
                "one JSON line per launch attempt: config, argv, env, outcome, times, log excerpt, "
                "last start-up progress line, and for a launch search the step that chose it"),
@@ -130,8 +136,8 @@ FILES: tuple[BundleFile, ...] = (
     BundleFile("tune/nccl_tuner.conf", "text", "recommend",
                "NCCL_TUNER_CONFIG_FILE for NCCL's example tuner plugin: a protocol per "
                "all-reduce size range, when a global NCCL_PROTO would slow a phase"),
-    BundleFile("tune/host_pcie_tree.json", "json", "recommend --host-lspci",
-               "the PCIe tree of the user's lspci -vvv of the GPUs' host (source, tree)"),
+    _doc(HostPcieTree, "recommend --host-lspci",
+         "the PCIe tree of the user's lspci -vvv of the GPUs' host (source, tree)"),
     BundleFile("tune/recommended.env", "text", "recommend",
                "the recommended environment, each line with its reason"),
     BundleFile("tune/sglang_command.sh", "text", "recommend",

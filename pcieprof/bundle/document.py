@@ -6,12 +6,14 @@ version 1) and refuses a file whose tag is newer than this pcieprof knows, with 
 Keys a class does not know go to its `extra` field when it has one (so a document read and
 written again keeps them), else they are dropped. The conversion follows the type hints: nested
 documents, lists, tuples, dicts (JSON's string keys back to int where the hint says int),
-optional values; NaN and infinity are written as null.
+optional values; NaN and infinity are written as null. A field named after a Python keyword with
+an underscore (`class_`) is stored under the keyword (`class`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import math
 import re
 import types
@@ -106,7 +108,7 @@ def encode(obj: Any) -> Any:
             if f.name == "extra":
                 out.update({k: encode(x) for k, x in v.items() if k not in out})
             else:
-                out[f.name] = encode(v)
+                out[_json_key(f.name)] = encode(v)
         return out
     if isinstance(obj, dict):
         return {(k if isinstance(k, str) else str(k)): encode(v) for k, v in obj.items()}
@@ -129,11 +131,11 @@ def decode(cls: type[Any], data: dict[str, Any], where: str) -> Any:
     for key, value in data.items():
         if key in fields and key != "extra":
             f = fields[key]
-            if value is None and not _nullable(hints[key]):
+            if value is None and not _nullable(hints[f.name]):
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                     raise BadInput(f"{where}: {key}: expected a value, got null")
                 continue  # null where the field has a default: read as absent
-            kwargs[key] = _value(hints[key], value, f"{where}: {key}")
+            kwargs[f.name] = _value(hints[f.name], value, f"{where}: {key}")
         else:
             extra[key] = value
     if "extra" in fields:
@@ -149,13 +151,19 @@ _SHAPES: dict[type[Any], _Shape] = {}
 
 
 def _shape(cls: type[Any]) -> _Shape:
-    """A dataclass's resolved type hints and its init fields, worked out once per class (the
-    hints are strings, evaluated anew on every object read before)."""
+    """A dataclass's resolved type hints (by field name) and its init fields (by JSON key),
+    worked out once per class (the hints are strings, evaluated anew on every object read
+    before)."""
     shape = _SHAPES.get(cls)
     if shape is None:
         shape = _SHAPES[cls] = (typing.get_type_hints(cls),
-                                {f.name: f for f in dataclasses.fields(cls) if f.init})
+                                {_json_key(f.name): f for f in dataclasses.fields(cls) if f.init})
     return shape
+
+
+def _json_key(name: str) -> str:
+    """The JSON key of a field: its name, less the underscore of a keyword's (`class_`)."""
+    return name[:-1] if name.endswith("_") and keyword.iskeyword(name[:-1]) else name
 
 
 def _nullable(hint: Any) -> bool:

@@ -9,10 +9,14 @@ before the key existed have none; their readers use the default card.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
 
+from pcieprof.bundle.document import Document
 from pcieprof.cards import CARDS_DIR, ModelCard
 from pcieprof.cards.hf_config import repo_of
+from pcieprof.cards.toml_file import card_from_dict, card_to_dict
 
 
 @dataclass(frozen=True)
@@ -43,3 +47,25 @@ class ModelRecord:
     def short(self) -> str:
         """`glm5-nvfp4 (61083d23936e)`: the name and the first 12 hex digits of the hash."""
         return f"{self.name} ({self.hash[:12]})"
+
+
+@dataclass
+class ModelCardFile(Document):
+    """model_card.json: the card itself, so the bundle reads the same card on any machine.
+
+    Its content is a card file's tables as JSON (pcieprof.cards.toml_file), decoded by the card's
+    own decoder, the one that reads card files: a second description of the card's fields here
+    would be a second decoder to keep equal. The tables are kept whole in `extra` (written back
+    unchanged); `card()` decodes them."""
+
+    FILE: ClassVar[str] = "model_card.json"
+
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, card: ModelCard) -> ModelCardFile:
+        return cls(extra=card_to_dict(card))
+
+    def card(self, where: Path) -> ModelCard:
+        """The card; BadInput (one line, naming `where`) for tables that are not a card."""
+        return card_from_dict(self.extra, where)

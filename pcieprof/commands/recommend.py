@@ -18,7 +18,6 @@ import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -27,6 +26,7 @@ from pcieprof.analysis.box import box_of
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.nodes import Nodes
 from pcieprof.bundle import Bundle, writer
+from pcieprof.bundle.host_tree import HostPcieTree
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard
@@ -42,7 +42,6 @@ from pcieprof.measurement import MeasurementSession, allreduce_plan
 from pcieprof.schema import source_of
 from pcieprof.tune.launch import LaunchChoice, searched_in
 from pcieprof.tune.assumed import RESTS_ON
-from pcieprof.tune.nccl_files import HOST_TREE_FILE
 from pcieprof.tune.recommend import write_outputs
 from pcieprof.tune.verify import (VerifyPlan, attach, check_verifiable, plan_verify,
                                   verify_lines, verify_results)
@@ -195,9 +194,9 @@ def command(bundle: Path, out: Path | None, force: bool, model: str | None, batc
         progress.info(f"copied the bundle to {b.path}")
     if host is not None:
         try:
-            b.write_json(HOST_TREE_FILE, host)
+            b.write_doc(host)
         except OSError as exc:
-            raise BadInput(f"cannot write {HOST_TREE_FILE} into {b.path}: "
+            raise BadInput(f"cannot write {HostPcieTree.FILE} into {b.path}: "
                            f"{exc.strerror or exc}", hint="pass --out DIR") from None
     progress.info(f"tuning {b.path} ({b.source}, backend {b.backend})")
     try:
@@ -341,8 +340,8 @@ def _unwritable(b: Bundle) -> str | None:
 _LSPCI_TREE = re.compile(r"-\[[0-9a-fA-F]{4}:[0-9a-fA-F]{2}\]-|[+\\]-[0-9a-fA-F]{2}\.[0-7]")
 
 
-def host_tree_of(path: Path) -> dict[str, Any]:
-    """HOST_TREE_FILE's content from the user's `lspci -vvv` (pcieprof.discover.lspci, the
+def host_tree_of(path: Path) -> HostPcieTree:
+    """tune/host_pcie_tree.json from the user's `lspci -vvv` (pcieprof.discover.lspci, the
     parser the importers use), or BadInput naming what is wrong with the file."""
     _, text = read_input(path)
     if _LSPCI_TREE.search(text) and not is_lspci(text):
@@ -356,8 +355,8 @@ def host_tree_of(path: Path) -> dict[str, Any]:
     if not tree["gpu_paths"]:
         raise BadInput(f"{path}: lspci shows no NVIDIA GPU",
                        hint="give `lspci -vvv` of the machine the GPUs sit in")
-    return {"source": f"the user's lspci -vvv ({path.name}, recommend --host-lspci)",
-            "tree": tree}
+    return HostPcieTree(source=f"the user's lspci -vvv ({path.name}, recommend --host-lspci)",
+                        tree=tree)
 
 
 def _verify(b: Bundle, result: Recommendations, band: DecodeBand, out: Path | None,

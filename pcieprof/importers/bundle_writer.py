@@ -23,6 +23,7 @@ from pcieprof import progress
 from pcieprof.bundle import Bundle, outdir
 from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices, NcclParsed
 from pcieprof.bundle.nccl_graph import NcclGraph
+from pcieprof.bundle.nccl_topo import NcclTopo
 from pcieprof.bundle.topology import Topology
 from pcieprof.errors import BadInput
 from pcieprof.importers import topology as topo_mod
@@ -223,7 +224,8 @@ def _write_tables(bundle: Bundle, files: list[ImportedFile]) -> dict[str, int]:
 
 def _write_documents(bundle: Bundle, files: list[ImportedFile]) -> None:
     choices = NcclChoices()
-    by_kind: dict[str, list[tuple[ImportedFile, Any]]] = {"nccl_topo": [], "nccl_graph": []}
+    by_kind: dict[str, list[tuple[ImportedFile, NcclTopo | NcclGraph]]] = {
+        "nccl_topo": [], "nccl_graph": []}
     for f in files:
         docs = f.parsed.documents
         if "nccl_choices" in docs:
@@ -243,11 +245,8 @@ def _write_documents(bundle: Bundle, files: list[ImportedFile]) -> None:
         for f, doc in found:
             name = (f"{kind}.json" if len(found) == 1
                     else f"{kind}-{Path(f.stored_as).name.split('.')[0]}.json")
-            if isinstance(doc, NcclGraph):
-                doc.source_file = f.stored_as
-                bundle.write_doc(doc, name)
-            else:
-                bundle.write_json(name, {**doc, "source_file": f.stored_as})
+            doc.source_file = f.stored_as
+            bundle.write_doc(doc, name)
 
 
 def _record_versions(bundle: Bundle, files: list[ImportedFile], topo: dict[str, Any]) -> None:

@@ -42,13 +42,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TypeVar
 
 from pcieprof.bundle.nccl_graph import Graph, GraphChannel, NcclGraph
+from pcieprof.bundle.nccl_topo import (NcclTopo, NvLink, PciGpu, PciNic, TopoCpu, TopoGpu,
+                                       TopoNic, TopoPci, VirtualTree)
 from pcieprof.importers._text import fail
 from pcieprof.importers.topology import flat_tree_evidence
 from pcieprof.schema import NCCL_PATH_TYPES
 
 N = TypeVar("N", int, float)
 
-TOPO_FORMAT = "pcieprof.nccl_topo/1"
 
 PATTERNS = {1: "balanced_tree", 2: "split_tree", 3: "tree", 4: "ring", 5: "nvls",
             6: "collnet_direct"}
@@ -236,7 +237,7 @@ def parse_graph_xml(text: str, name: str = "<graph.xml>") -> NcclGraph:
     return NcclGraph(version=version, graphs=graphs)
 
 
-def parse_topo_xml(text: str, name: str = "<topo.xml>") -> dict[str, Any]:
+def parse_topo_xml(text: str, name: str = "<topo.xml>") -> NcclTopo:
     """Parse an NCCL topology file (`NCCL_TOPO_FILE` / `NCCL_TOPO_DUMP_FILE`).
 
     Args:
@@ -244,19 +245,11 @@ def parse_topo_xml(text: str, name: str = "<topo.xml>") -> dict[str, Any]:
         name: file name for messages.
 
     Returns:
-        {"format": "pcieprof.nccl_topo/1", "version": 1,
-         "cpus": [{"numaid", "affinity", "cpus" (list form of the mask), "arch", "vendor",
-                   "familyid", "modelid"}],
-         "pci": [{"busid", "parent" (busid or None under a CPU), "numaid", "class", "vendor",
-                  "device", "link_speed", "link_width"}],
-         "gpus": [{"dev", "rank", "sm", "gdr", "busid", "numaid", "pci_path" (busids from the
-                   GPU up to its CPU), "nvlinks": [{"target", "count", "tclass"}]}],
-         "nics": [{"name", "dev", "speed", "port", "latency", "guid", "maxconn", "gdr",
-                   "busid", "numaid"}],
-         "pci_gpus": [{"busid", "numaid", "pci_path"}] (PCI devices of a display class,
-                     0x0300/0x0302, whether or not a <gpu> is under them),
-         "pci_nics": [{"busid", "numaid", "class"}] (Ethernet 0x0200 / InfiniBand 0x0207),
-         "virtual_tree": {"flat": bool (a VM's flat virtual PCI tree), "evidence": [str]}}.
+        The typed document (pcieprof.bundle.nccl_topo): CPUs (NUMA nodes, `cpus` the list form
+        of the affinity mask), PCI nodes with their parent, GPUs with the PCI path up to their
+        CPU and their NVLinks, NICs, the PCI devices of a display class (`pci_gpus`, whether or
+        not a <gpu> is under them) and of a NIC class (`pci_nics`: Ethernet 0x0200 /
+        InfiniBand 0x0207), and `virtual_tree` (a VM's flat virtual PCI tree, with evidence).
 
     Raises:
         BadInput: malformed XML, a root other than <system>, a CPU without numaid, a PCI device
@@ -265,21 +258,19 @@ def parse_topo_xml(text: str, name: str = "<topo.xml>") -> dict[str, Any]:
     root = parse_xml(text, name)
     if root.tag != "system":
         fail(name, root.line, "the root element <system version=\"1\">", got=f"<{root.tag}>")
-    version = _int(root, "version", name)
-    out: dict[str, Any] = {"format": TOPO_FORMAT, "version": version, "cpus": [], "pci": [],
-                           "gpus": [], "nics": [], "pci_gpus": [], "pci_nics": []}
+    out = NcclTopo(version=_required(_int(root, "version", name)))
 
     def walk(node: Node, numaid: int | None, path: list[str]) -> None:
         for child in node.children:
             if child.tag == "cpu":
-                nid = _int(child, "numaid", name)
+                nid = _required(_int(child, "numaid", name))
                 aff = child.attrs.get("affinity")
-                out["cpus"].append({"numaid": nid, "affinity": aff,
-                                    "cpus": _mask_to_list(aff, name, child.line),
-                                    "arch": child.attrs.get("arch"),
-                                    "vendor": child.attrs.get("vendor"),
-                                    "familyid": _int(child, "familyid", name, required=False),
-                                    "modelid": _int(child, "modelid", name, required=False)})
+                out.cpus.append(TopoCpu(numaid=nid, affinity=aff,
+                                        cpus=_mask_to_list(aff, name, child.line),
+                                        arch=child.attrs.get("arch"),
+                                        vendor=child.attrs.get("vendor"),
+                                        familyid=_int(child, "familyid", name, required=False),
+                                        modelid=_int(child, "modelid", name, required=False)))
                 walk(child, nid, [])
             elif child.tag == "pci":
                 bus = child.attrs.get("busid")
@@ -287,48 +278,49 @@ def parse_topo_xml(text: str, name: str = "<topo.xml>") -> dict[str, Any]:
                     fail(name, child.line, "attribute busid=\"dddd:bb:dd.f\" on <pci>")
                 bus = bus.lower()
                 width = child.attrs.get("link_width")
-                out["pci"].append({"busid": bus, "parent": path[-1] if path else None,
-                                   "numaid": numaid, "class": child.attrs.get("class"),
-                                   "vendor": child.attrs.get("vendor"),
-                                   "device": child.attrs.get("device"),
-                                   "link_speed": child.attrs.get("link_speed") or None,
-                                   "link_width": int(width) if width and width.isdigit() else None})
+                out.pci.append(TopoPci(busid=bus, parent=path[-1] if path else None,
+                                       numaid=numaid, class_=child.attrs.get("class"),
+                                       vendor=child.attrs.get("vendor"),
+                                       device=child.attrs.get("device"),
+                                       link_speed=child.attrs.get("link_speed") or None,
+                                       link_width=int(width) if width and width.isdigit()
+                                       else None))
                 cls = (child.attrs.get("class") or "").lower()
                 if cls.startswith(_GPU_CLASSES):
-                    out["pci_gpus"].append({"busid": bus, "numaid": numaid,
-                                            "pci_path": list(reversed(path + [bus]))})
+                    out.pci_gpus.append(PciGpu(bus, numaid, list(reversed(path + [bus]))))
                 elif cls.startswith(_NIC_CLASSES):
-                    out["pci_nics"].append({"busid": bus, "numaid": numaid, "class": cls})
+                    out.pci_nics.append(PciNic(bus, numaid, cls))
                 walk(child, numaid, path + [bus])
             elif child.tag == "gpu":
-                out["gpus"].append({
-                    "dev": _int(child, "dev", name), "rank": _int(child, "rank", name,
-                                                                  required=False),
-                    "sm": _int(child, "sm", name, required=False),
-                    "gdr": _int(child, "gdr", name, required=False),
-                    "busid": path[-1] if path else None, "numaid": numaid,
-                    "pci_path": list(reversed(path)),
-                    "nvlinks": [{"target": n.attrs.get("target"),
-                                 "count": _int(n, "count", name, required=False),
-                                 "tclass": n.attrs.get("tclass")}
-                                for n in child.children if n.tag == "nvlink"]})
+                out.gpus.append(TopoGpu(
+                    dev=_required(_int(child, "dev", name)),
+                    rank=_int(child, "rank", name, required=False),
+                    sm=_int(child, "sm", name, required=False),
+                    gdr=_int(child, "gdr", name, required=False),
+                    busid=path[-1] if path else None, numaid=numaid,
+                    pci_path=list(reversed(path)),
+                    nvlinks=[NvLink(n.attrs.get("target"),
+                                    _int(n, "count", name, required=False), n.attrs.get("tclass"))
+                             for n in child.children if n.tag == "nvlink"]))
             elif child.tag == "nic":
                 walk(child, numaid, path)
             elif child.tag == "net":
-                rec: dict[str, Any] = {k: child.attrs.get(k) for k in ("name", "guid")}
-                for k in ("dev", "speed", "port", "maxconn", "gdr"):
-                    rec[k] = _int(child, k, name, required=k == "dev")
-                rec["latency"] = _float(child, "latency", name, required=False)
-                rec["busid"] = path[-1] if path else None
-                rec["numaid"] = numaid
-                out["nics"].append(rec)
+                out.nics.append(TopoNic(
+                    dev=_required(_int(child, "dev", name)), name=child.attrs.get("name"),
+                    guid=child.attrs.get("guid"),
+                    speed=_int(child, "speed", name, required=False),
+                    port=_int(child, "port", name, required=False),
+                    maxconn=_int(child, "maxconn", name, required=False),
+                    gdr=_int(child, "gdr", name, required=False),
+                    latency=_float(child, "latency", name, required=False),
+                    busid=path[-1] if path else None, numaid=numaid))
             else:
                 walk(child, numaid, path)
 
     walk(root, None, [])
-    if not out["cpus"]:
+    if not out.cpus:
         fail(name, root.line, "at least one <cpu numaid=...> inside <system>")
-    out["virtual_tree"] = _virtual_tree(out, name)
+    out.virtual_tree = _virtual_tree(out, name)
     return out
 
 
@@ -338,7 +330,7 @@ _GPU_CLASSES = ("0x0300", "0x0302")
 _NIC_CLASSES = ("0x0200", "0x0207")
 
 
-def _virtual_tree(doc: dict[str, Any], name: str) -> dict[str, Any]:
+def _virtual_tree(doc: NcclTopo, name: str) -> VirtualTree:
     """Whether the dump describes a VM's flat virtual PCI tree, with the evidence.
 
     Decisive: every GPU on bus 00 (flat_tree_evidence), or no PCI bridge above any GPU together
@@ -347,23 +339,23 @@ def _virtual_tree(doc: dict[str, Any], name: str) -> dict[str, Any]:
     NUMA information).
     """
     # A cloud's file places GPUs by PCI class only (no <gpu>): judge those PCI nodes.
-    gpus = doc["gpus"] or doc["pci_gpus"]
+    gpus: list[TopoGpu] | list[PciGpu] = doc.gpus or doc.pci_gpus
     if not gpus:
-        return {"flat": None, "evidence": []}
-    bus00 = flat_tree_evidence([g["busid"] for g in gpus], name)
+        return VirtualTree()
+    bus00 = flat_tree_evidence([g.busid for g in gpus], name)
     evidence = list(bus00)
-    pci = {p["busid"]: p for p in doc["pci"]}
-    no_bridge = all(len(g["pci_path"]) <= 1 for g in gpus)
-    no_link = all(not pci.get(g["busid"] or "", {}).get("link_speed")
-                  and not pci.get(g["busid"] or "", {}).get("link_width") for g in gpus)
+    pci = {p.busid: p for p in doc.pci}
+    no_bridge = all(len(g.pci_path) <= 1 for g in gpus)
+    no_link = all(not (node := pci.get(g.busid or "")) or not (node.link_speed or node.link_width)
+                  for g in gpus)
     if no_bridge:
         evidence.append(f"{name}: no PCI bridge between any GPU and its CPU")
     if no_link:
         evidence.append(f'{name}: link_speed="" and link_width="0" on every GPU: no PCIe link '
                         "NCCL could read, as for a hypervisor's virtual device")
-    if any(c["numaid"] == -1 for c in doc["cpus"]):
+    if any(c.numaid == -1 for c in doc.cpus):
         evidence.append(f'{name}: numaid="-1": the guest was given no NUMA information')
-    return {"flat": bool(bus00) or (no_bridge and no_link), "evidence": evidence}
+    return VirtualTree(flat=bool(bus00) or (no_bridge and no_link), evidence=evidence)
 
 
 def _mask_to_list(mask: str | None, name: str, line: int) -> str | None:
@@ -399,12 +391,12 @@ def summarize_graph(doc: NcclGraph) -> str:
     return "NCCL graph XML: " + "; ".join(parts)
 
 
-def summarize_topo(doc: dict[str, Any]) -> str:
+def summarize_topo(doc: NcclTopo) -> str:
     """One line: CPUs, GPUs, NICs (those only placed by PCI class said so)."""
-    if doc["gpus"] or not doc.get("pci_gpus"):
-        devices = f"{len(doc['gpus'])} GPUs, {len(doc['nics'])} NICs"
+    if doc.gpus or not doc.pci_gpus:
+        devices = f"{len(doc.gpus)} GPUs, {len(doc.nics)} NICs"
     else:
-        devices = (f"{len(doc['pci_gpus'])} GPUs and {len(doc['pci_nics'])} NICs placed by PCI "
+        devices = (f"{len(doc.pci_gpus)} GPUs and {len(doc.pci_nics)} NICs placed by PCI "
                    "class (no <gpu>/<net>: NCCL adds them at run time)")
-    return (f"NCCL topology XML: {len(doc['cpus'])} CPUs/NUMA nodes, {devices}, "
-            f"{len(doc['pci'])} PCI devices")
+    return (f"NCCL topology XML: {len(doc.cpus)} CPUs/NUMA nodes, {devices}, "
+            f"{len(doc.pci)} PCI devices")

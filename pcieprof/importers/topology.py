@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from pcieprof.bundle.nccl_topo import NcclTopo
 from pcieprof.bundle.topology import Iommu, Topology, Virtualization
 from pcieprof.discover.from_logs import topology_from_logs
 from pcieprof.importers.records import GpuRecord, Parsed
@@ -132,21 +133,21 @@ def merge_p2p_status(topo: dict[str, Any], pair_p2p: dict[tuple[int, int], dict[
             pair.get("status", {}).pop("p2p", None)
 
 
-def merge_nccl_topo(topo: dict[str, Any], doc: dict[str, Any], source: str) -> None:
+def merge_nccl_topo(topo: dict[str, Any], doc: NcclTopo, source: str) -> None:
     """GPU bus ids and NUMA nodes from an NCCL topology XML (dev = CUDA device index)."""
-    cpus = {c["numaid"]: c for c in doc["cpus"]}
-    for gx in doc["gpus"]:
-        g = ensure_gpu(topo, gx["dev"])
-        _set(g, "bus_id", gx["busid"])
-        numa = gx["numaid"] if gx["numaid"] is not None and gx["numaid"] >= 0 else None
+    cpus = {c.numaid: c for c in doc.cpus}
+    for gx in doc.gpus:
+        g = ensure_gpu(topo, gx.dev)
+        _set(g, "bus_id", gx.busid)
+        numa = gx.numaid if gx.numaid is not None and gx.numaid >= 0 else None
         _set(g, "numa_node", numa)  # numaid="-1": NCCL had no NUMA node for it
-        cpu = cpus.get(gx["numaid"])
+        cpu = cpus.get(gx.numaid) if gx.numaid is not None else None
         if cpu:
-            _set(g, "cpu_affinity", cpu["cpus"])
+            _set(g, "cpu_affinity", cpu.cpus)
     nodes = {n["id"] for n in topo["numa"]["nodes"]}
-    for c in doc["cpus"]:
-        if c["numaid"] not in nodes and c["numaid"] >= 0:
-            topo["numa"]["nodes"].append({"id": c["numaid"], "cpus": c["cpus"]})
+    for c in doc.cpus:
+        if c.numaid not in nodes and c.numaid >= 0:
+            topo["numa"]["nodes"].append({"id": c.numaid, "cpus": c.cpus})
     topo["numa"]["nodes"].sort(key=lambda n: n["id"])
     topo.setdefault("evidence", []).append(
         f"{source}: NCCL topology XML; GPU dev numbers are CUDA device indices")
@@ -207,9 +208,10 @@ def merge_virtualization(topo: dict[str, Any], parsed: list[Parsed]) -> None:
     for p in parsed:
         if p.facts.get("flat_pcie_tree"):
             note_flat_tree(topo, p.facts["flat_pcie_tree"], flat=True)
-        vt = p.documents.get("nccl_topo", {}).get("virtual_tree")
-        if vt and vt["evidence"]:
-            note_flat_tree(topo, vt["evidence"], flat=bool(vt["flat"]))
+        nccl_topo = p.documents.get("nccl_topo")
+        if isinstance(nccl_topo, NcclTopo) and nccl_topo.virtual_tree.evidence:
+            vt = nccl_topo.virtual_tree
+            note_flat_tree(topo, vt.evidence, flat=bool(vt.flat))
         hint = p.documents.get("topo_m", {}).get("flat_evidence")
         if hint:
             hints.append(f"{p.name}: {hint}")

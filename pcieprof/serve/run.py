@@ -27,6 +27,7 @@ from pcieprof.bundle.rows import DecodeCurveRow
 from pcieprof.bundle.serve_search import NOT_A_RESULT, Outcome, SearchEnd
 from pcieprof.bundle.serve_command import RecordedCommand
 from pcieprof.bundle.serve_summary import ServeSummary
+from pcieprof.bundle.server_info import ServerInfo
 from pcieprof.bundle.served_card import ServedCard
 from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput, ExitCode, PcieprofError
@@ -308,7 +309,7 @@ def _attached(bundle: Bundle, opts: BenchOptions) -> ServeSummary:
         server_info = parsed if isinstance(parsed, dict) else {}
     except ValueError:
         pass
-    bundle.write_json("serve/server_info.json", redact(server_info))
+    bundle.write_doc(ServerInfo(extra=redact(server_info)))
     try:
         tp = int(server_info.get("tp_size") or opts.base.tp or opts.card.sglang.tp_default)
     except (TypeError, ValueError):

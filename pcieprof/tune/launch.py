@@ -212,7 +212,7 @@ def _default_layout(result: Recommendations, card: ModelCard, command: CommandBu
     label = f"TP{tp}"
     if f.fits is False:
         return "", label, f"{card.name} at {label}: {f.verdict()}", tp, {}
-    if f.fits is None:
+    if f.fits is None or sized is not box:  # unchecked, or checked against assumed memory
         caveats.append(f"{label}: {f.verdict()}")
     own, left_out = env_for(dict(result.env), set(result.ring.order) if result.ring else None,
                             tp)

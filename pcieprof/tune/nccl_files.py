@@ -33,6 +33,7 @@ from xml.sax.saxutils import quoteattr
 
 from pcieprof.analysis.infer import InferredTopology
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.host_tree import HostPcieTree
 from pcieprof.bundle.topology import Gpu, Topology
 from pcieprof.schema import NCCL_PATH_TYPES, nccl_dev
 from pcieprof.tune.ring import Ring
@@ -114,9 +115,6 @@ def _link_attrs(gpu: Gpu, vm: bool) -> dict[str, Any]:
 #: Where the real tree of a simulated VM comes from (topology.json sim.real_pcie_tree).
 SEEN_IN_PROFILE = ("the host's PCIe tree as the fabric profile records it (the real box's "
                    "lspci -vvv), topology.json sim.real_pcie_tree")
-#: The PCIe tree of the user's `lspci -vvv` (`recommend --host-lspci`): {"source": words,
-#: "tree": the pcie_tree object of topology.json (pcieprof.discover.pcie_tree.build_tree)}.
-HOST_TREE_FILE = "tune/host_pcie_tree.json"
 
 
 @dataclass(frozen=True)
@@ -139,18 +137,18 @@ class SeenTree:
     assumed: str = ""
 
 
-def seen_tree(topology: Topology, host: dict[str, Any] | None = None,
+def seen_tree(topology: Topology, host: HostPcieTree | None = None,
               inferred: InferredTopology | None = None) -> SeenTree | None:
     """The real tree behind a VM's flat one when pcieprof has seen it (`host_tree`'s, without
     the reason)."""
     return host_tree(topology, host, inferred)[0]
 
 
-def host_tree(topology: Topology, host: dict[str, Any] | None = None,
+def host_tree(topology: Topology, host: HostPcieTree | None = None,
               inferred: InferredTopology | None = None) -> tuple[SeenTree | None, str]:
     """(the real tree behind the GPUs, "") or (None, why not), from what pcieprof has seen:
     a simulated VM's host tree (the profile's, itself read from the real box's lspci), else
-    `host` (HOST_TREE_FILE: the user's `lspci -vvv` of the machine the GPUs sit in). A measured
+    `host` (tune/host_pcie_tree.json: the user's `lspci -vvv` of the machine the GPUs sit in). A measured
     guest cannot see its host's tree; never inferred from bandwidth levels (issue 22 pt 5:
     NCCL would trust an invented tree).
 
@@ -164,10 +162,10 @@ def host_tree(topology: Topology, host: dict[str, Any] | None = None,
         tree = _groups(sim, {int(i): p for i, p in (sim.get("gpu_paths") or {}).items()},
                        SEEN_IN_PROFILE)
         return tree, "" if tree is not None else "the profile's tree names no GPU"
-    if not host:
+    if host is None:
         return None, "no tree seen: a guest cannot see its host's"
-    raw: dict[str, Any] = host["tree"] if isinstance(host.get("tree"), dict) else {}
-    source = str(host.get("source") or HOST_TREE_FILE)
+    raw = host.tree
+    source = host.source or HostPcieTree.FILE
     paths = [p for _, p in sorted(((int(i), p) for i, p in (raw.get("gpu_paths") or {}).items()
                                    if isinstance(p, list) and p))]
     by_bdf = {str(p[0]).lower(): p for p in paths}
@@ -286,7 +284,7 @@ def write_files(bundle: Bundle, ring: Ring, inferred: InferredTopology | None,
     """
     paths = {"graph": bundle.write_text(GRAPH_FILE, graph_xml(ring, nchannels=nchannels,
                                                                inferred=inferred))}
-    tree = (seen_tree(topology, bundle.read_json(HOST_TREE_FILE), inferred)
+    tree = (seen_tree(topology, bundle.read_doc(HostPcieTree), inferred)
             if topology is not None and topology.gpus and inferred is not None
             and inferred.hidden_structure else None)
     if tree is not None and topology is not None:

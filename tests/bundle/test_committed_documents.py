@@ -12,13 +12,18 @@ import pytest
 from pcieprof.bundle import contract
 from pcieprof.bundle.document import Document
 from pcieprof.bundle.nccl_graph import NcclGraph
+from pcieprof.bundle.nccl_topo import NcclTopo
+from pcieprof.bundle.model import ModelCardFile
 from pcieprof.bundle.plan import Plan
-from pcieprof.importers.nccl_xml import parse_graph_xml
+from pcieprof.bundle.server_info import ServerInfo
+from pcieprof.cards import CARDS_DIR
+from pcieprof.cards.toml_file import read_card_file
+from pcieprof.importers.nccl_xml import parse_graph_xml, parse_topo_xml
 
 TESTS = Path(__file__).resolve().parents[1]
 #: The documents checked here, and each one's committed files (any bundle under tests/, the
 #: runner's scratch copies included: the workers read the same shape).
-KINDS: tuple[type[Document], ...] = (Plan, NcclGraph)
+KINDS: tuple[type[Document], ...] = (Plan, NcclGraph, NcclTopo)
 FILES = [(cls, p) for cls in KINDS for p in sorted(TESTS.glob(f"**/{cls.FILE}"))
          if contract.entry(p.name) is not None]
 
@@ -38,7 +43,7 @@ def test_every_kind_has_a_committed_file() -> None:
 
 #: Documents `pcieprof import` writes, whose committed sources are the XML files (no committed
 #: bundle holds their JSON): each file parsed, written and read again.
-IMPORTED = {NcclGraph: ("<graphs", parse_graph_xml)}
+IMPORTED = {NcclGraph: ("<graphs", parse_graph_xml), NcclTopo: ("<system", parse_topo_xml)}
 XMLS = [(cls, p) for cls, (root, _) in IMPORTED.items() for p in sorted(TESTS.glob("**/*.xml"))
         if root in p.read_text(encoding="utf-8", errors="replace")[:4096]]
 
@@ -62,3 +67,23 @@ def test_committed_file_reads_and_writes_back_what_it_holds(cls: type[Document],
     out = json.loads(json.dumps(doc.to_json()))
     assert _kept(raw, out)
     assert cls.from_json(out) == doc
+
+
+def test_server_info_keeps_the_servers_keys_as_answered() -> None:
+    # the keys are the server's (none is pcieprof's): read and written back unchanged, nested
+    # values and nulls included
+    answer = {"tp_size": 2, "model_path": "m", "internal_states": [{"avg_spec_accept_length": None}],
+              "version": "0.5.4"}
+    doc = ServerInfo.from_json(answer)
+    assert doc.extra == answer and doc.to_json() == answer
+
+
+@pytest.mark.parametrize("toml", sorted(CARDS_DIR.glob("*.toml")), ids=lambda p: p.name)
+def test_model_card_file_keeps_a_shipped_card(toml: Path, tmp_path: Path) -> None:
+    # model_card.json is the card file's tables as JSON, through the card's own decoder: a card
+    # read back from it is the same card (its content hash), its tables written back unchanged
+    card = read_card_file(toml)
+    raw = json.loads(json.dumps(ModelCardFile.of(card).to_json()))
+    doc = ModelCardFile.from_json(raw)
+    assert doc.to_json() == raw
+    assert doc.card(tmp_path / "model_card.json").content_hash == card.content_hash

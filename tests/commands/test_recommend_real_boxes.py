@@ -31,12 +31,19 @@ def _tp(text: str) -> list[int]:
 
 
 def test_unknown_memory_takes_the_cards_assumed_size(tmp_path: Path) -> None:
-    # 2x RTX 2080 Ti (nvbandwidth names them; gpus.toml does not know the product): GLM-5
-    # NVFP4 at TP2 needs ~210 GiB per GPU; was a launch line with "fit not checked"
-    out = _recommend([DATA / "importers" / "nvbandwidth_2x2080ti_waived.txt"], tmp_path)
+    # nvidia-smi -q of 2 GPUs whose names the excerpt cuts: GLM-5 NVFP4 at TP2 needs ~210 GiB
+    # per GPU; such a box (a 2x RTX 2080 Ti before gpus.toml knew it) got a launch line with
+    # "fit not checked"
+    out = _recommend([DATA / "host_logs" / "smi_q_d_clock_2gpu_kepler_470.txt"], tmp_path)
     assert not _tp(out)
     assert re.search(r"at TP2: does not fit this box \(needs [\d.]+ GiB per GPU .* \(assumed: "
                      r"card glm5-nvfp4's gpu_memory_gib", out)
+
+
+def test_older_products_are_known_by_name(tmp_path: Path) -> None:
+    # gpus.toml rows for the products the real fixtures name: 2x RTX 2080 Ti is sm75, 11 GiB
+    out = _recommend([DATA / "importers" / "nvbandwidth_2x2080ti_waived.txt"], tmp_path)
+    assert "2x NVIDIA GeForce RTX 2080 Ti (sm75, 11.0 GiB each)" in out and not _tp(out)
 
 
 def test_config_json_card_without_memory_is_not_zero_gib(tmp_path: Path) -> None:
@@ -155,3 +162,10 @@ def test_report_of_unknown_memory_says_fit_not_checked(tmp_path: Path) -> None:
     text = page.read_text()
     assert "GPU memory unknown: fit not checked" in text and "0.0 GiB x" not in text
     assert "<td>not checked</td>" in text
+
+
+def test_launch_line_fitted_on_assumed_memory_says_so(tmp_path: Path) -> None:
+    # topo -m of 8 unnamed GPUs: GLM-5 TP8 fits only the card's assumed 96 GiB
+    _recommend([DATA / "host_logs" / "topo_m_8xV100_pcie_2nic_same_box_as_dash_i.txt"], tmp_path)
+    doc = (tmp_path / "b" / "recommendations.json").read_text()
+    assert "TP8: fits: " in doc and "(assumed: card glm5-nvfp4's gpu_memory_gib" in doc

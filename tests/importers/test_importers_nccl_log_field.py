@@ -208,21 +208,21 @@ def test_topology_xml_of_a_vm_with_nvswitch_targets_outside_the_tree() -> None:
     text = (DATA / name).read_text()
     assert detect(text) == "nccl-topo-xml"
     doc = parse_text(text, name).documents["nccl_topo"]
-    gpus = doc["gpus"]
-    assert [g["dev"] for g in gpus] == list(range(8)) and {g["sm"] for g in gpus} == {90}
+    gpus = doc.gpus
+    assert [g.dev for g in gpus] == list(range(8)) and {g.sm for g in gpus} == {90}
     switches = {"0000:f3:00.0", "0000:f4:00.0", "0000:f5:00.0", "0000:f6:00.0"}
     for g in gpus:
-        assert {n["target"] for n in g["nvlinks"]} == switches
-        assert sum(n["count"] for n in g["nvlinks"]) == 18
-        assert {n["tclass"] for n in g["nvlinks"]} == {"0x068000"}
-    assert not switches & {p["busid"] for p in doc["pci"]}
-    assert [(n["name"], n["dev"], n["speed"]) for n in doc["nics"]][:2] == [
+        assert {n.target for n in g.nvlinks} == switches
+        assert sum(n.count for n in g.nvlinks) == 18
+        assert {n.tclass for n in g.nvlinks} == {"0x068000"}
+    assert not switches & {p.busid for p in doc.pci}
+    assert [(n.name, n.dev, n.speed) for n in doc.nics][:2] == [
         ("mlx5_7", 7, 200000), ("mlx5_6", 6, 200000)]
-    assert len(doc["nics"]) == 8
-    by_bus = {p["busid"]: p for p in doc["pci"]}
-    assert by_bus["0000:a4:00.0"]["link_width"] == 0
-    assert by_bus["0000:a1:00.0"]["link_speed"] == "2.5 GT/s PCIe"
-    assert gpus[4]["numaid"] == 1 and gpus[0]["pci_path"] == ["0000:a4:00.0", "0000:a1:00.0"]
+    assert len(doc.nics) == 8
+    by_bus = {p.busid: p for p in doc.pci}
+    assert by_bus["0000:a4:00.0"].link_width == 0
+    assert by_bus["0000:a1:00.0"].link_speed == "2.5 GT/s PCIe"
+    assert gpus[4].numaid == 1 and gpus[0].pci_path == ["0000:a4:00.0", "0000:a1:00.0"]
 
 
 def test_rccl_transport_lines_end_with_their_communicator() -> None:

@@ -8,6 +8,7 @@ import pytest
 from builders.cli import cli
 
 from pcieprof.errors import BadInput
+from pcieprof.bundle.nccl_topo import NvLink
 from pcieprof.importers.nccl_xml import parse_graph_xml, parse_topo_xml
 
 GRAPH = "tool-outputs/nccl_graph_azure_ncv4_4xA100pcie_vm.xml"
@@ -29,13 +30,13 @@ def test_graph_file(samples: Path) -> None:
 
 def test_topology_file(samples: Path) -> None:
     doc = parse_topo_xml((samples / TOPO).read_text(), "topo.xml")
-    assert [c["numaid"] for c in doc["cpus"]] == [0, 1, 2, 3]
-    assert doc["cpus"][3]["cpus"] == "72-95"  # ffffff00,00000000,00000000
-    g1 = doc["gpus"][1]
-    assert (g1["dev"], g1["rank"], g1["sm"], g1["busid"], g1["numaid"]) == (1, 1, 80, "0002:00:00.0", 1)
-    assert g1["nvlinks"] == [{"target": "0002:00:00.0", "count": 12, "tclass": "0x030200"}]
-    assert [(n["name"], n["speed"], n["numaid"]) for n in doc["nics"]] == [("eth0", 100000, 0)]
-    assert doc["pci"][0]["link_speed"] is None and doc["pci"][0]["link_width"] == 0
+    assert [c.numaid for c in doc.cpus] == [0, 1, 2, 3]
+    assert doc.cpus[3].cpus == "72-95"  # ffffff00,00000000,00000000
+    g1 = doc.gpus[1]
+    assert (g1.dev, g1.rank, g1.sm, g1.busid, g1.numaid) == (1, 1, 80, "0002:00:00.0", 1)
+    assert g1.nvlinks == [NvLink(target="0002:00:00.0", count=12, tclass="0x030200")]
+    assert [(n.name, n.speed, n.numaid) for n in doc.nics] == [("eth0", 100000, 0)]
+    assert doc.pci[0].link_speed is None and doc.pci[0].link_width == 0
 
 
 RING = ('<graphs version="1">\n'

@@ -196,27 +196,27 @@ def test_cloud_topology_file_places_gpus_and_nics_by_pci_class() -> None:
     p = parse("nccl_topo_azure_ndv4_8xA100_vm_pci_class_only.xml")
     doc = p.documents["nccl_topo"]
     # NCCL adds <gpu>/<net> at run time: the file itself names them only by PCI class
-    assert doc["gpus"] == [] and doc["nics"] == []
-    gpus = {g["busid"]: g["numaid"] for g in doc["pci_gpus"]}
+    assert doc.gpus == [] and doc.nics == []
+    gpus = {g.busid: g.numaid for g in doc.pci_gpus}
     assert gpus == {"0003:00:00.0": 0, "0004:00:00.0": 0, "0001:00:00.0": 1, "0002:00:00.0": 1,
                     "000d:00:00.0": 2, "000e:00:00.0": 2, "000b:00:00.0": 3, "000c:00:00.0": 3}
-    assert [n["busid"] for n in doc["pci_nics"]][:2] == ["0103:00:00.0", "0104:00:00.0"]
-    assert {n["class"] for n in doc["pci_nics"]} == {"0x020700"} and len(doc["pci_nics"]) == 8
-    assert doc["pci_gpus"][0]["pci_path"] == ["0003:00:00.0", "ffff:ff:01.0"]
+    assert [n.busid for n in doc.pci_nics][:2] == ["0103:00:00.0", "0104:00:00.0"]
+    assert {n.class_ for n in doc.pci_nics} == {"0x020700"} and len(doc.pci_nics) == 8
+    assert doc.pci_gpus[0].pci_path == ["0003:00:00.0", "ffff:ff:01.0"]
     # was "0 GPUs, 0 NICs" and no word on the VM
     assert "8 GPUs and 8 NICs placed by PCI class" in p.summary
-    assert doc["virtual_tree"]["flat"] is True
-    assert "each in a PCI domain of its own" in doc["virtual_tree"]["evidence"][0]
-    assert [c["cpus"] for c in doc["cpus"]] == ["0-23", "24-47", "48-71", "72-95"]
+    assert doc.virtual_tree.flat is True
+    assert "each in a PCI domain of its own" in doc.virtual_tree.evidence[0]
+    assert [c.cpus for c in doc.cpus] == ["0-23", "24-47", "48-71", "72-95"]
 
 
 def test_cloud_topology_file_without_bridges() -> None:
     p = parse("nccl_topo_azure_ndv2_8xV100_vm_pci_class_only.xml")
     doc = p.documents["nccl_topo"]
-    assert [g["numaid"] for g in doc["pci_gpus"]] == [0, 0, 0, 0, 1, 1, 1, 1]
-    assert [n["busid"] for n in doc["pci_nics"]] == ["0101:00:00.0"]
-    assert doc["virtual_tree"]["flat"] is True
-    assert any("no PCI bridge" in e for e in doc["virtual_tree"]["evidence"])
+    assert [g.numaid for g in doc.pci_gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [n.busid for n in doc.pci_nics] == ["0101:00:00.0"]
+    assert doc.virtual_tree.flat is True
+    assert any("no PCI bridge" in e for e in doc.virtual_tree.evidence)
 
 
 def test_cloud_topology_file_makes_the_bundle_a_vm(tmp_path: Path) -> None:

@@ -158,8 +158,8 @@ def test_vm_with_pci_domains_is_a_flat_virtual_tree(samples: Path, tmp_path: Pat
 def test_nccl_xml_made_in_a_vm(samples: Path, tmp_path: Path, rel: str) -> None:
     f = DATA / rel[5:] if rel.startswith("data:") else samples / rel
     doc = parse_topo_xml(f.read_text(), f.name)
-    assert doc["virtual_tree"]["flat"] is True
-    ev = " | ".join(doc["virtual_tree"]["evidence"])
+    assert doc.virtual_tree.flat is True
+    ev = " | ".join(doc.virtual_tree.evidence)
     assert "sits on bus 00" in ev and 'link_speed="" and link_width="0" on every GPU' in ev
     b = import_one([f], tmp_path / "b")
     topo = json.loads((b / "topology.json").read_text())

@@ -106,7 +106,7 @@ def test_topo_of_the_seen_tree_parses_as_nccl_files(sim_vm_bundle: Path, tmp_pat
     assert gpu_busids == {g["bus_id"] for g in b.read_json("topology.json")["gpus"]}
     nccl_xml = pytest.importorskip("pcieprof.importers.nccl_xml")
     parsed = nccl_xml.parse_topo_xml(paths["topo"].read_text())
-    assert sorted(g["dev"] for g in parsed["gpus"]) == list(range(8))
+    assert sorted(g.dev for g in parsed.gpus) == list(range(8))
     topology = b.read_doc(Topology)
     topology.gpus[0].bus_id = None
     tree = seen_tree(topology)

@@ -6,7 +6,8 @@ invented switch makes it put pairs on P2P)."""
 from __future__ import annotations
 
 from pcieprof.bundle.recommendations import Recommendation
-from pcieprof.tune.nccl_files import HOST_TREE_FILE, TOPO_FILE, host_tree
+from pcieprof.bundle.host_tree import HostPcieTree
+from pcieprof.tune.nccl_files import TOPO_FILE, host_tree
 from pcieprof.tune.rules.base import RuleContext
 from pcieprof.tune.vm_context import iommu_path_risk
 
@@ -15,7 +16,7 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
     t = ctx.inferred
     if t is None or not t.hidden_structure or len(t.levels) < 2 or not ctx.topology.gpus:
         return []
-    tree, why = host_tree(ctx.topology, ctx.bundle.read_json(HOST_TREE_FILE), t)
+    tree, why = host_tree(ctx.topology, ctx.bundle.read_doc(HostPcieTree), t)
     if tree is None:
         ctx.needs_measuring.append(
             f"NCCL_TOPO_FILE: the bandwidth levels suggest switches the VM hides, but pcieprof "
