@@ -8,9 +8,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
-from builders.procs import alive
+from builders.procs import alive, gone
 
 MIDDLE = """
 import os, signal, subprocess, sys
@@ -27,21 +26,12 @@ print(child.returncode, flush=True)
 """
 
 
-def _gone(pid: int, within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_child_dies_with_its_parent() -> None:
     out = subprocess.run([sys.executable, "-c", MIDDLE, "self"], capture_output=True, text=True,
                          timeout=60)
     child = int(out.stdout.split()[0])
     try:
-        assert _gone(child, 5.0), "the child outlived its parent"
+        assert gone(child, 5.0), "the child outlived its parent"
     finally:
         if alive(child):
             os.kill(child, signal.SIGKILL)

@@ -8,9 +8,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
-from builders.procs import alive
+from builders.procs import alive, gone
 
 from pcieprof import proc_group
 
@@ -25,15 +24,6 @@ child = proc_group.start_member([sys.executable, "-c", "import time; time.sleep(
 print(child.pid, os.getpgid(child.pid) == os.getpgrp(), flush=True)
 os._exit(0)
 """
-
-
-def _gone(pid: int, within_s: float) -> bool:
-    deadline = time.monotonic() + within_s
-    while alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def test_a_member_stays_in_its_callers_group_and_is_killed_and_reaped() -> None:
@@ -57,7 +47,7 @@ def test_a_member_dies_with_its_caller() -> None:
     child = int(pid)
     try:
         assert same_group == "True"
-        assert _gone(child, 5.0), "the member outlived its caller"
+        assert gone(child, 5.0), "the member outlived its caller"
     finally:
         if alive(child):
             os.kill(child, signal.SIGKILL)

@@ -47,6 +47,16 @@ def alive(pid: int) -> bool:
     return stat is not None and stat[0] != "Z"
 
 
+def gone(pid: int, within_s: float) -> bool:
+    """True once `pid` has exited (or is a zombie), waiting up to `within_s` for it."""
+    deadline = time.monotonic() + within_s
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def descendants(pid: int) -> set[int]:
     """All processes below `pid` (children, their children, ...), from /proc."""
     children: dict[int, list[int]] = {}
