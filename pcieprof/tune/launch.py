@@ -26,7 +26,7 @@ from pcieprof.cards import ModelCard
 from pcieprof.tune.communicators import env_for
 from pcieprof.tune.layout import Candidate, CommandBuilder, gpu_memory
 from pcieprof.tune.memory import Placement, fit, widest_tp
-from pcieprof.tune.quant_arch import blocked, unchecked
+from pcieprof.tune.quant_arch import blocked, fallback, unchecked
 
 #: The rule name of the launch recommendation.
 RULE = "launch_config"
@@ -143,7 +143,8 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
     # a checkpoint the box's GPUs cannot load stops the launch whatever the layout
     if line and (why := blocked(card.sglang.quantization, box)):
         line, verdict = "", f"{card.name} does not run on this box: {why}"
-    risk = unchecked(card.sglang.quantization, box) if line else None
+    risk = (unchecked(card.sglang.quantization, box)
+            or fallback(card.sglang.quantization, box)) if line else None
     if bench is not None and line:
         line += "\n" + BENCH + bench(top, tp, {k: v for k, v in result.env.items() if k in own})
     if verdict and not line:

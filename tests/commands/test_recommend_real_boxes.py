@@ -72,22 +72,41 @@ def test_ada_box_gets_tp2_of_the_small_card(tmp_path: Path) -> None:
     assert _tp(out) == [2]  # 4x 48 GiB: TP1 needs ~61 GiB, TP2 ~31
 
 
-def test_nvfp4_checkpoint_gets_no_launch_line_on_ampere(tmp_path: Path) -> None:
-    # 8x A100-SXM4-80GB (sm80 from the product name): GLM-5 NVFP4 at TP8 fits the memory, but
-    # SGLang's modelopt_fp4 needs compute capability 10.0: the loader would refuse it
+def test_nvfp4_checkpoint_on_ampere_runs_through_marlin_and_says_so(tmp_path: Path) -> None:
+    # 8x A100-SXM4-80GB (sm80 from the product name): GLM-5 NVFP4 at TP8 fits the memory and
+    # SGLang 0.5.23 loads modelopt_fp4 from compute capability 8.0 (get_min_capability 80), but
+    # its native FP4 GEMMs need 10.0: below it `auto` picks Marlin. The line carries that risk
+    # and no Blackwell backend.
     out = _recommend([DATA / "importers" / "p2pbwlat_8xA100sxm4_ce_then_sm_copy_runs.txt"],
                      tmp_path)
-    assert not _tp(out)
-    assert "needs compute capability 10.0 or newer" in out and "this box is sm80" in out
+    assert _tp(out) == [8]
+    assert "RISK: --quantization modelopt_fp4 on sm80: SGLang's native kernels for it need " \
+           "compute capability 10.0; below that it runs through marlin" in out
     sh = (tmp_path / "b" / "tune" / "sglang_command.sh").read_text()
-    assert "launch_server" not in sh
+    assert "launch_server" in sh and "flashinfer" not in sh
+
+
+def test_nvfp4_is_refused_below_its_minimum_and_warned_below_its_native_kernels() -> None:
+    # SGLang 0.5.23: modelopt_fp4 loads from compute capability 8.0; native GEMMs from 10.0
+    from pcieprof.analysis.box import Box
+    from pcieprof.tune.quant_arch import blocked, fallback
+
+    def box(arch: str) -> Box:
+        return Box(gpus=8, arch=arch, arch_source="test")
+
+    assert "needs compute capability 8.0 or newer" in blocked("modelopt_fp4", box("sm70"))
+    assert fallback("modelopt_fp4", box("sm70")) is None  # refused, not slowed
+    assert blocked("modelopt_fp4", box("sm80")) == ""
+    risk = fallback("modelopt_fp4", box("sm89"))
+    assert risk is not None and "marlin" in risk.title
+    assert fallback("modelopt_fp4", box("sm120")) is None and blocked("modelopt_fp4", box("sm120")) == ""
 
 
 def test_nvfp4_on_unknown_architecture_says_to_check(tmp_path: Path) -> None:
     out = _recommend([DATA / "importers" / "topo_m_8xA100sxm4_no_nv_no_gpu_numa_id_nvb53.txt"],
                      tmp_path)
     assert _tp(out) == [8]
-    assert "RISK: --quantization modelopt_fp4 needs compute capability 10.0 or newer; this " \
+    assert "RISK: --quantization modelopt_fp4 needs compute capability 8.0 or newer; this " \
            "bundle does not tell the GPUs' architecture" in out
     assert "check: nvidia-smi --query-gpu=compute_cap --format=csv" in out
 
@@ -136,13 +155,13 @@ def test_concurrency_bound_on_assumed_memory_says_so(tmp_path: Path) -> None:
     assert kv and all("assumed: card glm5-nvfp4's gpu_memory_gib" in ln for ln in kv)
 
 
-def test_check_env_names_its_gpus_so_nvfp4_is_refused_on_hopper(tmp_path: Path) -> None:
+def test_check_env_names_its_gpus_so_nvfp4_on_hopper_says_marlin(tmp_path: Path) -> None:
     # sglang.check_env of 8x H100 NV18: the product line above the matrix was dropped, so the
-    # box was 'architecture unknown' and got a GLM-5 NVFP4 TP8 launch line
+    # box was 'architecture unknown'; sm90 loads NVFP4 only through Marlin (SGLang 0.5.23)
     out = _recommend([DATA / "importers" / "sglang_check_env_8xH100_nv18_8nic_sglang30401.txt"],
                      tmp_path)
     assert "8x NVIDIA H100 80GB HBM3 (sm90" in out
-    assert not _tp(out) and "this box is sm90" in out
+    assert "RISK: --quantization modelopt_fp4 on sm90" in out and "runs through marlin" in out
 
 
 def test_nothing_fits_names_the_widest_tp_the_box_holds(tmp_path: Path) -> None:
