@@ -8,6 +8,8 @@ import re
 from typing import Any, Callable
 
 from pcieprof.discover.lspci import parse_lspci
+from pcieprof.discover.lspci_tree import MISSING as TREE_MISSING
+from pcieprof.discover.lspci_tree import parse_lspci_tree
 from pcieprof.discover.smi_query import parse_smi_query
 from pcieprof.discover.topo_matrix import PCIE_ONLY_VIEW, parse_topo_matrix
 from pcieprof.errors import BadInput
@@ -119,6 +121,20 @@ def _machine_log(text: str, name: str, fmt: str, what: str) -> Parsed:
                 "before the first header are left out")
         facts["pci_devices"] = len(devices)
         parsed.summary = f"lspci -vvv: {len(devices)} PCI devices"
+    elif fmt == "lspci-tree":
+        _check_complete(text, name, "a complete last line")
+        devices = parse_lspci_tree(text, source=name)
+        if not any(d.description for d in devices if d.secondary_bus is None):
+            # plain `lspci -t` draws addresses only: which function is a GPU is not in it
+            raise BadInput(f"{name}: `lspci -t` without -v names no device, so its GPUs "
+                           "cannot be found", hint="run `lspci -tv` (or `sudo lspci -vvv`, "
+                           "which adds NUMA node, links and ACS)")
+        gpus = sum(1 for d in devices if d.is_nvidia_gpu)
+        facts.update(pci_devices=len(devices), gpus_by_name=gpus)
+        facts.setdefault("warnings", []).append(
+            f"{name}: lspci -tv draws the tree only ({TREE_MISSING}); switch ports are inferred "
+            "from its shape and GPUs from their NVIDIA names; `sudo lspci -vvv` has it all")
+        parsed.summary = f"lspci -tv: {len(devices)} PCI functions, {gpus} NVIDIA GPUs by name"
     elif fmt == "nvidia-smi-q":
         _check_complete(text, name, "a complete last line")
         q = parse_smi_query(text, source=name)
