@@ -36,7 +36,7 @@ from pcieprof.commands.tuning import launch_choice, serve_searches, the_launch, 
 from pcieprof.discover.lspci import parse_lspci
 from pcieprof.discover.pcie_tree import build_tree
 from pcieprof.errors import BadInput, PcieprofError
-from pcieprof.importers.detect import is_lspci
+from pcieprof.importers.detect import is_lspci, is_lspci_tree
 from pcieprof.importers.reading import read_input
 from pcieprof.measurement import MeasurementSession, allreduce_plan
 from pcieprof.schema import source_of
@@ -352,15 +352,11 @@ def _unwritable(b: Bundle) -> str | None:
     return None
 
 
-#: `lspci -t` output: a tree drawn with -+- and |, without the NUMA node of each root port
-_LSPCI_TREE = re.compile(r"-\[[0-9a-fA-F]{4}:[0-9a-fA-F]{2}\]-|[+\\]-[0-9a-fA-F]{2}\.[0-7]")
-
-
 def host_tree_of(path: Path) -> HostPcieTree:
     """tune/host_pcie_tree.json from the user's `lspci -vvv` (pcieprof.discover.lspci, the
     parser the importers use), or BadInput naming what is wrong with the file."""
     _, text = read_input(path)
-    if _LSPCI_TREE.search(text) and not is_lspci(text):
+    if is_lspci_tree(text) and not is_lspci(text):
         raise BadInput(f"{path}: this is `lspci -t` output: it draws the tree but not the NUMA "
                        "node of each root port, which NCCL_TOPO_FILE's <cpu numaid> needs",
                        hint="give `lspci -vvv` of the same machine (sudo shows ACS too)")
