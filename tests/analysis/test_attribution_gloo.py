@@ -47,14 +47,28 @@ WORKER = textwrap.dedent("""
 """)
 
 
+def ranks_report(procs: list[subprocess.Popen[bytes]], logs: list[Path]) -> str:
+    """Each rank's exit status and the end of its output, as one string (pytest shortens the repr
+    of anything else, which hid the failing rank once in CI)."""
+    parts = []
+    for rank, (p, log) in enumerate(zip(procs, logs, strict=True)):
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if not ln.startswith("USDT:")]
+        parts.append(f"rank {rank}: exit {p.returncode}\n" + "\n".join(lines[-40:]))
+    return "\n".join(parts)
+
+
 @pytest.fixture(scope="module")
 def gloo_traces(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     out = tmp_path_factory.mktemp("gloo")
     script = out / "worker.py"
     script.write_text(WORKER)
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), "2", str(out)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(2)]
+    logs = [out / f"rank{r}.log" for r in range(2)]
+    procs = []
+    for r, log in enumerate(logs):
+        with log.open("wb") as sink:  # a file, not a pipe: nothing blocks on a full pipe
+            procs.append(subprocess.Popen([sys.executable, "-X", "faulthandler", str(script), str(r), "2",
+                                           str(out)], env=env, stdout=sink, stderr=subprocess.STDOUT))
     try:
         for p in procs:
             p.wait(timeout=120)
@@ -63,7 +77,7 @@ def gloo_traces(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    assert all(p.returncode == 0 for p in procs), [p.stdout.read().decode()[-2000:] for p in procs]
+    assert all(p.returncode == 0 for p in procs), ranks_report(procs, logs)
     files = sorted(out.glob("*-TP-*.trace.json.gz"))
     assert len(files) == 2
     return files
@@ -92,9 +106,9 @@ def test_gloo_allreduce_is_communication_per_rank_and_step(gloo_traces: list[Pat
     # rank 0 is fast, so it spends its all-reduces waiting for rank 1
     r0, r1 = doc.ranks
     assert (r0.totals["comm_us"] or 0) > (r1.totals["comm_us"] or 0)
-    sk = {p["rank"]: p for p in doc.cross_rank["per_rank"]}
-    assert sk[0]["wait_us"] > sk[1]["wait_us"]
-    assert sk[0]["wait_us"] > 0.5 * 12 * 4000 * 0.5  # most of the ~4 ms x 12 of rank 1's extra work
+    sk = {p.rank: p for p in doc.cross_rank.per_rank}
+    assert sk[0].wait_us > sk[1].wait_us
+    assert sk[0].wait_us > 0.5 * 12 * 4000 * 0.5  # most of the ~4 ms x 12 of rank 1's extra work
 
 
 def test_cli_writes_bundle_tables(gloo_traces: list[Path], tmp_path: Path) -> None:
