@@ -39,6 +39,9 @@ _NETWORK = re.compile(r"ethernet|connectx|network|infiniband", re.I)
 # A root bus line: `-[0000:00]-+-...` or `+-[0000:80]---...`; used to tell the tree from prose.
 _ROOT = re.compile(r"-\[[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}\]-")
 
+# A poster's note after a name (`... [B300 SXM6 AC]   # GPU0`); pci.ids names hold no ` #`.
+_PASTE_COMMENT = re.compile(r"\s{2,}#.*$")
+
 #: What the tree view lacks, for messages.
 MISSING = "no NUMA node, PCIe link or ACS"
 
@@ -81,7 +84,8 @@ def parse_lspci_tree(text: str, *, source: str = "lspci -tv") -> list[PciDevice]
 
     Args:
         text: the whole output (a shell prompt or a title line before the tree is skipped, and
-            so is a `+-...` row a poster used to leave devices out).
+            so are the `...` rows and `   # notes` a poster used to leave devices out or to
+            label them).
         source: file name (or command) for error messages.
 
     Returns:
@@ -100,8 +104,8 @@ def parse_lspci_tree(text: str, *, source: str = "lspci -tv") -> list[PciDevice]
             if not _ROOT.search(line):
                 continue  # the prompt, or a title the poster put above the tree
             started = True
-        if _BARS_ONLY.match(line):
-            continue
+        if _BARS_ONLY.match(line) or line.lstrip(" |").startswith(("...", "…")):
+            continue  # a continuation, or the poster's `...` where devices were left out
         if not _TREE_LINE.match(line):
             raise BadInput(f"{source}:{lineno}: expected a line of the lspci -t tree, got "
                            f"{line.strip()[:60]!r}", hint="pass the output of `lspci -tv`, whole")
@@ -141,7 +145,7 @@ def parse_lspci_tree(text: str, *, source: str = "lspci -tv") -> list[PciDevice]
                 if _BUS.match(line, pos + 1) and line[pos:pos + 1] == "-":
                     dev.class_code, dev.class_name = 0x0604, "PCI bridge"
                     continue
-                _classify(dev, line[pos:].strip() or None)
+                _classify(dev, _PASTE_COMMENT.sub("", line[pos:]).strip() or None)
                 break  # a device that is no bridge ends the line (its name follows)
             if line.startswith("...", pos):
                 break  # the poster's `+-...`: devices left out

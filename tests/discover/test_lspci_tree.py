@@ -17,6 +17,7 @@ from pcieprof.importers.formats import detect, parse_text
 DATA = Path(__file__).resolve().parents[1] / "data" / "host_logs"
 TITANX = "lspci_tv_4x_titanx_two_plx_pex8747_elided_rows_prompt.txt"
 NO_NAMES = "lspci_t_no_names_2x5090_amd_switch_sudo_note.txt"
+B300_VM = "lspci_tv_b300_vm_root_bus_per_gpu_comments_elided.txt"
 
 
 def _text(name: str) -> str:
@@ -79,3 +80,19 @@ def test_broken_tree_line_is_one_line_with_its_number(text: str) -> None:
     with pytest.raises(BadInput) as e:
         parse_lspci_tree(text, source="t.txt")
     assert e.value.message.startswith("t.txt:2:")
+
+
+def test_tv_vm_root_bus_per_gpu_with_the_posters_notes_and_elisions() -> None:
+    devices = parse_lspci_tree(_text(B300_VM))
+    by = {d.bdf: d for d in devices}
+    # the author's reading: GPU0 (85:00.0) and mlx5_0/mlx5_1 (86:00.0/.1) share root bus 80,
+    # one branch through bridges to the GPU, the other straight to the two VFs
+    assert by["0000:85:00.0"].is_nvidia_gpu and by["0000:85:00.0"].device == "GB110 [B300 SXM6 AC]"
+    assert by["0000:86:00.0"].parent == by["0000:86:00.1"].parent == "0000:82:01.0"
+    assert by["0000:82:01.0"].parent == by["0000:82:00.0"].parent == "0000:81:00.0"
+    assert by["0000:86:00.0"].class_code == 0x0200  # a NIC by its name: kept in the tree
+    tree = build_tree(devices)
+    assert tree["gpu_paths"]["0"][-1] == "0000:80:00.0" and tree["gpu_paths"]["1"][-1] == (
+        "0000:88:00.0")  # GPU2-7 were left out by the poster (`... (GPU2~GPU7 ...)`)
+    assert {n["bdf"] for n in tree["nodes"]} >= {"0000:86:00.0", "0000:c3:00.3"}
+    assert derive_level(tree, 0, 1, {}) is None  # two root buses: NUMA decides, not in -tv
