@@ -124,9 +124,9 @@ def test_gloo_allreduce_is_communication_per_rank_and_step(gloo_traces: list[Pat
     # rank 0 is fast, so it spends its all-reduces waiting for rank 1
     r0, r1 = doc.ranks
     assert (r0.totals["comm_us"] or 0) > (r1.totals["comm_us"] or 0)
-    sk = {p["rank"]: p for p in doc.cross_rank["per_rank"]}
-    assert sk[0]["wait_us"] > sk[1]["wait_us"]
-    assert sk[0]["wait_us"] > 0.5 * 12 * 4000 * 0.5  # most of the ~4 ms x 12 of rank 1's extra work
+    sk = {p.rank: p for p in doc.cross_rank.per_rank}
+    assert sk[0].wait_us > sk[1].wait_us
+    assert sk[0].wait_us > 0.5 * 12 * 4000 * 0.5  # most of the ~4 ms x 12 of rank 1's extra work
 
 
 def test_cli_writes_bundle_tables(gloo_traces: list[Path], tmp_path: Path) -> None:
