@@ -80,11 +80,14 @@ def summary_lines(result: Recommendations) -> list[str]:
                        else once(risk.host_alternative, i))
                 if alt is not None:
                     lines.append(f"   host-side alternative: {alt}")
-        for e in r.evidence[:2]:
-            lines.append(f"   evidence: {e}")
-        for c in r.caveats:  # a simulated gain's range over an assumed number it rests on
+        for c in r.caveats:
+            # a simulated gain's range over an assumed number it rests on
             if c.startswith(RESTS_ON):
                 lines.append(f"   range: {c[len(RESTS_ON):]}")
+            else:  # what the advice does not show: said with it, not only in the JSON
+                lines.append(f"   caveat: {_brief(c)}")
+        for e in r.evidence[:2]:
+            lines.append(f"   evidence: {e}")
     if result.layouts:
         lines += ["", "parallel layouts (best first):"]
         for lay in result.layouts:
@@ -117,6 +120,19 @@ def summary_lines(result: Recommendations) -> list[str]:
     if result.needs_measuring:
         lines += ["", "would need measuring:"] + [f"  - {m}" for m in result.needs_measuring]
     return lines
+
+
+#: Longest caveat line on the console (characters); recommendations.json keeps the whole text.
+CAVEAT_CHARS = 240
+
+
+def _brief(text: str) -> str:
+    """One console line of a caveat: its first line, cut at CAVEAT_CHARS with a pointer to
+    the whole text."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    if len(first) <= CAVEAT_CHARS and first == text.strip():
+        return first
+    return first[:CAVEAT_CHARS].rstrip() + "... (in full: recommendations.json)"
 
 
 @click.command("recommend")
