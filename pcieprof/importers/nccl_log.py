@@ -95,6 +95,10 @@ _INIT = re.compile(r"^(?:\[Rank \d+\] )?(?:(ncclCommInit\w*|ncclCommSplit|ncclCo
 #: 2003953581 key 0- Init START` names no commId: the split's color and count identify it.)
 #: (RCCL's Init COMPLETE line says the memory it took: `... busId 63000 used 67129296 bytes - Init
 #: COMPLETE`, ROCm/rccl issue #419.)
+#: An Init line wrapped inside its commId: `... commId 0x9d61c66c9945` then `bb3e - Init COMPLETE`
+#: at column 0 on the next line (sgl-project/sglang issue #14382, a pasted pod log).
+_INIT_CUT = re.compile(r" commId 0x[0-9a-fA-F]+$")
+_INIT_TAIL = re.compile(r"[0-9a-fA-F]* ?- Init (?:START|COMPLETE)\s*$")
 _COMM = re.compile(r"^comm (0x[0-9a-fA-F]+) rank (\d+) nRanks (\d+) nNodes (\d+) "
                    r"localRanks (\d+) localRank (\d+)")
 _RING = re.compile(r"^(?:Channel|Ring) (\d+)(?:/(\d+))? :((?: +\d+)+)$")
@@ -287,6 +291,9 @@ def _messages(text: str) -> tuple[list[dict[str, Any]], dict[str, int], list[str
                 body = body[:glued.start()].rstrip()
             if k + 1 == len(found) and body.endswith(" via") and lineno < len(lines):
                 body += " " + _wrapped_tail(lines[lineno], found_per_line[lineno])
+            elif (k + 1 == len(found) and lineno < len(lines) and not found_per_line[lineno]
+                  and _INIT_CUT.search(body) and (tail := _INIT_TAIL.match(lines[lineno]))):
+                body += tail.group(0).rstrip()  # the commId's last digits on the next line
             if pre is None or pre["pid"] is None:
                 counts["without_prefix"] += 1
                 body = _cut_paste_comment(body)
@@ -383,7 +390,8 @@ class _LogState:
     env: dict[str, str] = field(default_factory=dict)
     cuda_driver: str | None = None
     comms: dict[str, _Comm] = field(default_factory=dict)
-    ptr_to_comm: dict[tuple[int, str], str] = field(default_factory=dict)
+    # (pid, comm pointer) -> comm key; pid None for lines without a prefix
+    ptr_to_comm: dict[tuple[int | None, str], str] = field(default_factory=dict)
     context: dict[tuple[int, int], str] = field(default_factory=dict)  # (pid, dev) -> comm key
     pid_comms: dict[int, list[str]] = field(default_factory=dict)
     # Lines without the host:pid:tid prefix carry no process to tie them to a communicator:
