@@ -35,7 +35,7 @@ from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclChoices
 from pcieprof.bundle.topology import Topology
 from pcieprof.bundle.vm_cost import HostChange, VmRow, VmTable
-from pcieprof.bundle.vm_mechanism import Mechanism
+from pcieprof.bundle.vm_mechanism import KnownIssue, Mechanism
 from pcieprof.cards import DEFAULT_CARD, load_card
 from pcieprof.cards.step import step_allreduces
 
@@ -135,7 +135,7 @@ class VmCost:
     step: list[Row] = field(default_factory=list)
     mechanisms: dict[str, Mechanism] = field(default_factory=dict)
     host_changes: list[HostChange] = field(default_factory=list)
-    known_issues: list[dict[str, Any]] = field(default_factory=list)
+    known_issues: list[KnownIssue] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     sensitivity: list[dict[str, Any]] = field(default_factory=list)
 
@@ -160,8 +160,8 @@ class VmCost:
             return rows[0] if rows else None
         return next((r for r in rows if r.batch == batch), None)
 
-    def known_issue(self, issue_id: str) -> dict[str, Any] | None:
-        return next((k for k in self.known_issues if k.get("id") == issue_id), None)
+    def known_issue(self, issue_id: str) -> KnownIssue | None:
+        return next((k for k in self.known_issues if k.id == issue_id), None)
 
 
 def from_topology(topo: Topology | None) -> VmCost | None:

@@ -9,13 +9,13 @@ known and what to measure.
 
 from __future__ import annotations
 
-from typing import Any
 
 from pcieprof.analysis.anchors import token_share
 from pcieprof.analysis.virtualization import (BASIS_HEADS, P2P_HANG, KnownState, Row, VmCost,
                                               from_topology, known_state)
 from pcieprof.bundle.recommendations import Risk
 from pcieprof.bundle.vm_cost import HostChange
+from pcieprof.bundle.vm_mechanism import KnownIssue
 from pcieprof.units import size_label
 
 #: How `recommend --verify` checks a setting that can hang, before anyone serves with it.
@@ -365,7 +365,7 @@ def host_alternative(cost: VmCost | None, state: KnownState, is_vm: bool) -> str
 
 
 def p2p_hang_risk(*, translating: bool, is_vm: bool, simulated: bool,
-                  issue: dict[str, Any] | None, cost: VmCost | None,
+                  issue: KnownIssue | None, cost: VmCost | None,
                   state: KnownState) -> Risk | None:
     """The hang risk of a setting that puts NCCL's P2P transport through a translating IOMMU,
     with the check and the host-side alternative; None when the IOMMU does not translate.
@@ -382,6 +382,6 @@ def p2p_hang_risk(*, translating: bool, is_vm: bool, simulated: bool,
     if not translating:
         return None
     check = VERIFY_CHECK + (f" ({SIM_CANNOT_HANG})" if simulated else "")
-    return Risk(id=P2P_HANG, title=str((issue or {}).get("title") or P2P_HANG_TITLE), check=check,
+    return Risk(id=P2P_HANG, title=(issue.title if issue else "") or P2P_HANG_TITLE, check=check,
                 host_alternative=host_alternative(cost, state, is_vm),
-                sources=list((issue or {}).get("sources") or P2P_HANG_SOURCES))
+                sources=list((issue.sources if issue else ()) or P2P_HANG_SOURCES))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pcieprof.bundle.document import Document
-from pcieprof.bundle.vm_mechanism import Mechanism
+from pcieprof.bundle.vm_mechanism import KnownIssue, Mechanism
 
 _NAN_PAIR = (math.nan, math.nan)
 
@@ -130,5 +130,5 @@ class VmTable(Document):
     rows: list[VmRow] = field(default_factory=list)
     mechanisms: dict[str, Mechanism] = field(default_factory=dict)
     host_changes: list[HostChange] = field(default_factory=list)
-    known_issues: list[dict[str, Any]] = field(default_factory=list)
+    known_issues: list[KnownIssue] = field(default_factory=list)
     sensitivity: list[dict[str, Any]] = field(default_factory=list)

@@ -36,7 +36,7 @@ from pcieprof.commands.tuning import launch_choice, serve_searches, the_launch, 
 from pcieprof.discover.lspci import parse_lspci
 from pcieprof.discover.pcie_tree import build_tree
 from pcieprof.errors import BadInput, PcieprofError
-from pcieprof.importers.detect import is_lspci
+from pcieprof.importers.detect import is_lspci, is_lspci_tree
 from pcieprof.importers.reading import read_input
 from pcieprof.measurement import MeasurementSession, allreduce_plan
 from pcieprof.schema import source_of
@@ -80,11 +80,14 @@ def summary_lines(result: Recommendations) -> list[str]:
                        else once(risk.host_alternative, i))
                 if alt is not None:
                     lines.append(f"   host-side alternative: {alt}")
-        for e in r.evidence[:2]:
-            lines.append(f"   evidence: {e}")
-        for c in r.caveats:  # a simulated gain's range over an assumed number it rests on
+        for c in r.caveats:
+            # a simulated gain's range over an assumed number it rests on
             if c.startswith(RESTS_ON):
                 lines.append(f"   range: {c[len(RESTS_ON):]}")
+            else:  # what the advice does not show: said with it, not only in the JSON
+                lines.append(f"   caveat: {_brief(c)}")
+        for e in r.evidence[:2]:
+            lines.append(f"   evidence: {e}")
     if result.layouts:
         lines += ["", "parallel layouts (best first):"]
         for lay in result.layouts:
@@ -119,6 +122,19 @@ def summary_lines(result: Recommendations) -> list[str]:
     if result.needs_measuring:
         lines += ["", "would need measuring:"] + [f"  - {m}" for m in result.needs_measuring]
     return lines
+
+
+#: Longest caveat line on the console (characters); recommendations.json keeps the whole text.
+CAVEAT_CHARS = 240
+
+
+def _brief(text: str) -> str:
+    """One console line of a caveat: its first line, cut at CAVEAT_CHARS with a pointer to
+    the whole text."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    if len(first) <= CAVEAT_CHARS and first == text.strip():
+        return first
+    return first[:CAVEAT_CHARS].rstrip() + "... (in full: recommendations.json)"
 
 
 @click.command("recommend")
@@ -338,15 +354,11 @@ def _unwritable(b: Bundle) -> str | None:
     return None
 
 
-#: `lspci -t` output: a tree drawn with -+- and |, without the NUMA node of each root port
-_LSPCI_TREE = re.compile(r"-\[[0-9a-fA-F]{4}:[0-9a-fA-F]{2}\]-|[+\\]-[0-9a-fA-F]{2}\.[0-7]")
-
-
 def host_tree_of(path: Path) -> HostPcieTree:
     """tune/host_pcie_tree.json from the user's `lspci -vvv` (pcieprof.discover.lspci, the
     parser the importers use), or BadInput naming what is wrong with the file."""
     _, text = read_input(path)
-    if _LSPCI_TREE.search(text) and not is_lspci(text):
+    if is_lspci_tree(text) and not is_lspci(text):
         raise BadInput(f"{path}: this is `lspci -t` output: it draws the tree but not the NUMA "
                        "node of each root port, which NCCL_TOPO_FILE's <cpu numaid> needs",
                        hint="give `lspci -vvv` of the same machine (sudo shows ACS too)")

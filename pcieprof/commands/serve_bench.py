@@ -40,8 +40,8 @@ from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
 from pcieprof.commands.launch_arch import launch_arch, local_box
 from pcieprof.commands.launch_plan import SearchPlan
 from pcieprof.commands.options import out_dir, verbosity
-from pcieprof.commands.serve_checks import (check_gpu_count, check_modes, check_values, env_pairs,
-                                            ints)
+from pcieprof.commands.serve_checks import (check_gpu_count, check_modes, check_sweep_gpu_count,
+                                            check_values, env_pairs, ints)
 from pcieprof.commands.serve_dry_run import print_commands, print_search
 from pcieprof.commands.tuning import the_launch
 from pcieprof.errors import BadInput, EnvironmentMissing, PcieprofError
@@ -52,6 +52,7 @@ from pcieprof.serve.run import BenchOptions, decode_traces, run
 from pcieprof.serve.served import record
 from pcieprof.serve.sglang_cmd import (LaunchConfig, LaunchPrefix, ParserSpec, load_parser,
                                        load_parser_in)
+from pcieprof.serve.sweep import entries_from
 from pcieprof.tune.search import Search
 from pcieprof.tune.space import FLAGS, SearchSpace
 
@@ -175,6 +176,9 @@ def command(**kw: Any) -> None:
     seen = None if tiny or kw["url"] else local_box()  # this machine's GPUs, asked once
     fits = None if seen is None or kw["sweep_file"] else check_gpu_count(
         card, base, seen, elsewhere=prefix is not None, dry_run=kw["dry_run"])
+    sized = [] if seen is None or not kw["sweep_file"] else check_sweep_gpu_count(
+        card, entries_from(base, kw["sweep_file"]), seen, elsewhere=prefix is not None,
+        dry_run=kw["dry_run"], source=kw["sweep_file"])
     if not (tiny or kw["dry_run"] or kw["url"] or prefix) and not _sglang_runs_here():
         raise EnvironmentMissing("sglang is not installed for python3 on this machine, so it "
                                  "cannot be launched here",
@@ -182,10 +186,10 @@ def command(**kw: Any) -> None:
                                       "IMAGE' (or srun/ssh) starts it where it is; --dry-run "
                                       "shows the command, --url attaches, --model tiny-cpu")
     parser, notes = _parser(kw, prefix, tiny)
-    if fits:
-        notes = [*notes, fits]
+    for count in [fits] if fits else sized:
+        notes = [*notes, count]
         if not kw["dry_run"]:
-            progress.info(fits)
+            progress.info(count)
     box = None
     if card.search and (kw["sweep"] or not (kw["sweep_file"] or kw["url"])):
         where = launch_arch(card, kw["arch"], _resumed(kw), seen)

@@ -4,6 +4,7 @@ nothing) is refused first, in one line (exit 2)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from pcieprof.analysis.box import Box
@@ -11,6 +12,7 @@ from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput
 from pcieprof.refserver.args import ArgsError, parse_injection
 from pcieprof.serve.sglang_cmd import LaunchConfig
+from pcieprof.serve.sweep import SweepEntry
 
 def ints(text: str, what: str) -> tuple[int, ...]:
     """Comma-separated integers of at least 1; `0`, `none` or nothing is ()."""
@@ -130,7 +132,7 @@ def _context_length(card: ModelCard, server_args: tuple[str, ...]) -> int:
 
 
 def check_gpu_count(card: ModelCard, cfg: LaunchConfig, seen: tuple[Box | None, str], *,
-                    elsewhere: bool, dry_run: bool) -> str | None:
+                    elsewhere: bool, dry_run: bool, what: str = "") -> str | None:
     """The launch's GPUs per node against this machine's (NVML): refused (BadInput) when it
     needs more than NVML sees here and the server would start here; otherwise a note, or None
     when they fit.
@@ -146,12 +148,14 @@ def check_gpu_count(card: ModelCard, cfg: LaunchConfig, seen: tuple[Box | None, 
         elsewhere: --launch-prefix runs the server (maybe on another machine): the local GPUs
             do not decide.
         dry_run: nothing is launched.
+        what: the configuration's name, leading the line (a --sweep-file entry), or "".
     """
     tp = cfg.tp or card.sglang.tp_default
     replicas = cfg.dp if cfg.dp and cfg.dp > 1 and not cfg.dp_attention else 1
     need = tp * (cfg.pp or 1) * replicas // max(cfg.nnodes, 1)
-    layout = " ".join(f"--{k} {v}" for k, v in (("tp", tp), ("pp", cfg.pp), ("dp", cfg.dp))
-                      if v and (k == "tp" or v > 1))
+    layout = (f"{what}: " if what else "") + " ".join(
+        f"--{k} {v}" for k, v in (("tp", tp), ("pp", cfg.pp), ("dp", cfg.dp))
+        if v and (k == "tp" or v > 1))
     nodes = f" over {cfg.nnodes} nodes" if cfg.nnodes > 1 else ""
     per = " per node" if cfg.nnodes > 1 else ""
     box, why = seen
@@ -167,3 +171,19 @@ def check_gpu_count(card: ModelCard, cfg: LaunchConfig, seen: tuple[Box | None, 
         return f"{said}: this launch would be refused here"
     raise BadInput(said, hint=f"lower --tp to at most {box.gpus}, or --launch-prefix to run "
                               "the server where the GPUs are")
+
+
+def check_sweep_gpu_count(card: ModelCard, entries: list[SweepEntry],
+                          seen: tuple[Box | None, str], *, elsewhere: bool, dry_run: bool,
+                          source: Path) -> list[str]:
+    """`check_gpu_count` for each configuration of a --sweep-file, before any is launched:
+    the first that needs more GPUs than this machine has is refused (BadInput, exit 2: one
+    line naming it); the notes of the others (one per configuration that says something)."""
+    notes = []
+    for i, e in enumerate(entries):
+        what = f"--sweep-file {source.name} entry {i} ({e.config.name})"
+        note = check_gpu_count(card, e.config, seen, elsewhere=elsewhere, dry_run=dry_run,
+                               what=what)
+        if note:
+            notes.append(note)
+    return notes

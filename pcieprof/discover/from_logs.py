@@ -11,6 +11,8 @@ from typing import Any, Mapping
 
 from pcieprof.discover import system
 from pcieprof.discover.lspci import parse_lspci
+from pcieprof.discover.lspci_tree import MISSING as TREE_MISSING
+from pcieprof.discover.lspci_tree import parse_lspci_tree
 from pcieprof.discover.smi_query import parse_smi_query
 from pcieprof.discover.topo_matrix import PCIE_ONLY_VIEW, parse_topo_matrix
 from pcieprof.discover.topology import assemble
@@ -41,7 +43,8 @@ def _gpus_from_smi(q: dict[str, Any], t: dict[str, Any] | None) -> list[dict[str
     return gpus
 
 
-def topology_from_logs(*, lspci: str | None = None, smi_q: str | None = None,
+def topology_from_logs(*, lspci: str | None = None, lspci_tree: str | None = None,
+                       smi_q: str | None = None,
                        topo_m: str | None = None, cmdline: str | None = None,
                        numa: str | None = None, lscpu: str | None = None,
                        dmesg: str | None = None,
@@ -49,7 +52,9 @@ def topology_from_logs(*, lspci: str | None = None, smi_q: str | None = None,
     """Build topology.json (source "imported") from the texts of one machine's logs.
 
     Args:
-        lspci: `lspci -vvv` output; smi_q: `nvidia-smi -q`; topo_m: `nvidia-smi topo -m`;
+        lspci: `lspci -vvv` output; lspci_tree: `lspci -tv` (used when there is no lspci -vvv:
+            the tree without NUMA node, link or ACS); smi_q: `nvidia-smi -q`;
+        topo_m: `nvidia-smi topo -m`;
         cmdline: /proc/cmdline; numa: `numactl -H`; lscpu: `lscpu`; dmesg: `dmesg`.
         names: file name per argument (e.g. {"lspci": "lspci_full.log"}) for error messages.
 
@@ -66,6 +71,9 @@ def topology_from_logs(*, lspci: str | None = None, smi_q: str | None = None,
     if lspci is not None:
         devices = parse_lspci(lspci, source=names.get("lspci", "lspci -vvv"))
         status["lspci"] = "ok"
+    elif lspci_tree is not None:
+        devices = parse_lspci_tree(lspci_tree, source=names.get("lspci_tree", "lspci -tv"))
+        status["lspci"] = f"ok: lspci -tv, the tree only ({TREE_MISSING}: sudo lspci -vvv has them)"
     else:
         status["lspci"] = "unknown: no lspci -vvv log"
     t = parse_topo_matrix(topo_m, source=names.get("topo_m", "nvidia-smi topo -m")) \
@@ -92,11 +100,12 @@ def topology_from_logs(*, lspci: str | None = None, smi_q: str | None = None,
     else:
         status["smi_q"] = "unknown: no nvidia-smi -q log"
     if devices is not None and nvml_part is not None:
+        pci_name = names.get("lspci", names.get("lspci_tree", "lspci -vvv"))
         pci_gpus = {d.bdf for d in devices if d.is_nvidia_gpu}
         missing = [g["bus_id"] for g in nvml_part["gpus"] if g["bus_id"] not in pci_gpus]
         if missing:
             raise BadInput(f"GPUs {', '.join(missing)} of {names.get('smi_q', 'nvidia-smi -q')} "
-                           f"are not in {names.get('lspci', 'lspci -vvv')}",
+                           f"are not in {pci_name}",
                            hint="import logs of one machine together")
     levels = None
     if t:

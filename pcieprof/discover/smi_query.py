@@ -73,7 +73,15 @@ def _mib_bytes(v: str | None) -> int | None:
     return int(m.group(1)) * 1024 * 1024 if m else None
 
 
-def _gpu_record(index: int, bus_header: str, f: dict[str, str]) -> dict[str, Any]:
+def _mig(f: dict[str, str], devices: int) -> dict[str, Any]:
+    """MIG mode (`MIG Mode/Current`, `/Pending`: Enabled, Disabled; N/A on GPUs without MIG) and
+    the number of `MIG Device` sections listed under the GPU."""
+    return {"current": _none(f.get("MIG Mode/Current")),
+            "pending": _none(f.get("MIG Mode/Pending")), "devices": devices}
+
+
+def _gpu_record(index: int, bus_header: str, f: dict[str, str],
+                mig_devices: int = 0) -> dict[str, Any]:
     link = "PCI/GPU Link Info"
     vmode_raw = _none(f.get("GPU Virtualization Mode/Virtualization Mode"))
     return {
@@ -101,6 +109,7 @@ def _gpu_record(index: int, bus_header: str, f: dict[str, str]) -> dict[str, Any
         "virtualization_mode": (SMI_VIRT_MODES.get(vmode_raw.lower(), "unknown")
                                 if vmode_raw else None),
         "virtualization_mode_raw": vmode_raw,
+        "mig": _mig(f, mig_devices),
     }
 
 
@@ -113,7 +122,9 @@ def parse_smi_query(text: str, *, source: str = "nvidia-smi -q") -> dict[str, An
 
     Returns:
         {"driver_version", "cuda_version", "attached_gpus", "gpus": [record per GPU in output
-        order, i.e. nvidia-smi index order]}; memory sizes in bytes (MiB in the text).
+        order, i.e. nvidia-smi index order]}; memory sizes in bytes (MiB in the text); per GPU
+        "mig": {"current", "pending" (MIG mode as printed, None when N/A), "devices" (MIG Device
+        sections listed)}.
 
     Raises:
         BadInput: when no GPU section is found or a line inside one is not `Key : Value`.
@@ -148,7 +159,10 @@ def parse_smi_query(text: str, *, source: str = "nvidia-smi -q") -> dict[str, An
         raise BadInput(f"{source}: no 'GPU 00000000:xx:00.0' section found",
                        hint="pass the output of `nvidia-smi -q`")
     head = _flatten(top, source)
-    gpus = [_gpu_record(i, bus, _flatten(lines, source)) for i, (bus, lines) in enumerate(sections)]
+    # every MIG device repeats the `MIG Device` section, which the flattened paths keep once
+    gpus = [_gpu_record(i, bus, _flatten(lines, source),
+                        sum(1 for _, l in lines if l.strip() == "MIG Device"))
+            for i, (bus, lines) in enumerate(sections)]
     return {"driver_version": _none(head.get("Driver Version")),
             "cuda_version": _none(head.get("CUDA Version")),
             "attached_gpus": _int(head.get("Attached GPUs")),

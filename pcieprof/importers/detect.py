@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from pcieprof.discover.lspci_tree import looks_like_lspci_tree
 from pcieprof.discover.topo_matrix import find_matrix
 from pcieprof.importers._text import head_lines
 
@@ -37,6 +38,10 @@ def is_lspci(text: str) -> bool:
     lines = head_lines(text)
     devs = sum(1 for l in lines[:5000] if _LSPCI_DEV.match(l))
     return devs >= 1 and any(_LSPCI_FIELD.match(l) for l in lines[:200])
+
+
+def is_lspci_tree(text: str) -> bool:
+    return looks_like_lspci_tree(head_lines(text))
 
 
 def is_cmdline(text: str) -> bool:

@@ -61,6 +61,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
            topo_p2p.parse_topo_p2p),
     _machine("nvidia-smi-q", "nvidia-smi -q", machine.is_smi_q),
     _machine("lspci", "lspci -vvv", machine.is_lspci),
+    _machine("lspci-tree", "lspci -tv (tree view)", machine.is_lspci_tree),
     Format("nccl-log", "NCCL_DEBUG=INFO log", nccl_log.looks_like, parse.nccl_log_parsed),
     _machine("numactl", "numactl -H", machine.is_numactl),
     _machine("lscpu", "lscpu", machine.is_lscpu),

@@ -8,6 +8,8 @@ import re
 from typing import Any, Callable
 
 from pcieprof.discover.lspci import parse_lspci
+from pcieprof.discover.lspci_tree import MISSING as TREE_MISSING
+from pcieprof.discover.lspci_tree import parse_lspci_tree
 from pcieprof.discover.smi_query import parse_smi_query
 from pcieprof.discover.topo_matrix import PCIE_ONLY_VIEW, parse_topo_matrix
 from pcieprof.errors import BadInput
@@ -119,6 +121,20 @@ def _machine_log(text: str, name: str, fmt: str, what: str) -> Parsed:
                 "before the first header are left out")
         facts["pci_devices"] = len(devices)
         parsed.summary = f"lspci -vvv: {len(devices)} PCI devices"
+    elif fmt == "lspci-tree":
+        _check_complete(text, name, "a complete last line")
+        devices = parse_lspci_tree(text, source=name)
+        if not any(d.description for d in devices if d.secondary_bus is None):
+            # plain `lspci -t` draws addresses only: which function is a GPU is not in it
+            raise BadInput(f"{name}: `lspci -t` without -v names no device, so its GPUs "
+                           "cannot be found", hint="run `lspci -tv` (or `sudo lspci -vvv`, "
+                           "which adds NUMA node, links and ACS)")
+        gpus = sum(1 for d in devices if d.is_nvidia_gpu)
+        facts.update(pci_devices=len(devices), gpus_by_name=gpus)
+        facts.setdefault("warnings", []).append(
+            f"{name}: lspci -tv draws the tree only ({TREE_MISSING}); switch ports are inferred "
+            "from its shape and GPUs from their NVIDIA names; `sudo lspci -vvv` has it all")
+        parsed.summary = f"lspci -tv: {len(devices)} PCI functions, {gpus} NVIDIA GPUs by name"
     elif fmt == "nvidia-smi-q":
         _check_complete(text, name, "a complete last line")
         q = parse_smi_query(text, source=name)
@@ -137,9 +153,14 @@ def _machine_log(text: str, name: str, fmt: str, what: str) -> Parsed:
             facts.setdefault("warnings", []).append(
                 f"{name}: GPU {', '.join(bare)} has no PCI section (made with -d, or cut "
                 f"short?): its PCIe link is unknown")
+        mig = {g["bus_id"]: g["mig"] for g in q["gpus"] if g["mig"]["current"] == "Enabled"}
+        if mig:
+            facts["mig"] = mig
+            facts.setdefault("warnings", []).append(f"{name}: {_mig_note(mig)}")
         parsed.gpus = [GpuRecord(g["index"], g.get("name"), g.get("bus_id")) for g in q["gpus"]]
         parsed.summary = (f"nvidia-smi -q: {len(q['gpus'])} GPUs, driver {q['driver_version']}, "
-                          f"CUDA {q['cuda_version']}")
+                          f"CUDA {q['cuda_version']}"
+                          + (f"; MIG enabled on {len(mig)} of them" if mig else ""))
     elif fmt == "nvidia-smi-topo-m":
         t = parse_topo_matrix(text, source=name)
         parsed.pair_levels = {(p["a"], p["b"]): p["level"] for p in t["pairs"]}
@@ -171,6 +192,19 @@ def _machine_log(text: str, name: str, fmt: str, what: str) -> Parsed:
         parsed.summary = f"{what}: {len(text.splitlines())} lines (machine log)"
     parsed.facts = facts
     return parsed
+
+
+def _mig_note(mig: dict[str, dict[str, Any]]) -> str:
+    """What MIG mode changes for P2P and NCCL, for the GPUs that have it on. NVIDIA's MIG User
+    Guide (Deployment Considerations): "No GPU to GPU P2P (either PCIe or NVLink) is supported"
+    and "CUDA applications treat a Compute Instance and its parent GPU Instance as a single CUDA
+    device"; `nvidia-smi mig -lgip` prints P2P "No" for every profile (tests/data/host_logs, the
+    H100 NVL MIG log's source)."""
+    gpus = ", ".join(f"{bus} ({m['devices']} MIG device{'s' if m['devices'] != 1 else ''} listed)"
+                     for bus, m in mig.items())
+    return (f"MIG mode is enabled on GPU {gpus}: there is no GPU-to-GPU P2P (PCIe or NVLink) under "
+            "MIG and each MIG device is a CUDA device of its own, so P2P and NCCL measured there "
+            "are not those of whole GPUs (nvidia-smi -i N -mig 0 turns it off)")
 
 
 #: sglang.check_env's GPU line: `GPU 0,1,2,3: NVIDIA H100 80GB HBM3` (one line per product).

@@ -234,8 +234,8 @@ def from_machine_logs(logs: dict[str, tuple[str, str]]) -> dict[str, Any]:
     """topology.json from the machine logs given, through the discovery parsers.
 
     Args:
-        logs: {format: (file name, text)} for `nvidia-smi-q`, `lspci`, `nvidia-smi-topo-m`,
-            `numactl`, `lscpu`, `cmdline`, `dmesg`.
+        logs: {format: (file name, text)} for `nvidia-smi-q`, `lspci`, `lspci-tree`,
+            `nvidia-smi-topo-m`, `numactl`, `lscpu`, `cmdline`, `dmesg`.
 
     Returns:
         The topology dict (docs/bundle.md), `source` set to `imported`.
@@ -243,7 +243,8 @@ def from_machine_logs(logs: dict[str, tuple[str, str]]) -> dict[str, Any]:
     Raises:
         BadInput: from the parsers (one line with file and line).
     """
-    kwargs_of = {"lspci": "lspci", "nvidia-smi-q": "smi_q", "nvidia-smi-topo-m": "topo_m",
+    kwargs_of = {"lspci": "lspci", "lspci-tree": "lspci_tree", "nvidia-smi-q": "smi_q",
+                 "nvidia-smi-topo-m": "topo_m",
                  "cmdline": "cmdline", "numactl": "numa", "lscpu": "lscpu", "dmesg": "dmesg"}
 
     kwargs = {kwargs_of[f]: text for f, (_n, text) in logs.items()}

@@ -21,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pcieprof.bundle.vm_mechanism import Mechanism
+from pcieprof.bundle.vm_mechanism import KnownIssue, Mechanism
 from pcieprof.errors import BadInput
 
 PROFILE_DIR = "profiles"
@@ -167,22 +167,6 @@ class HostChange:
     effect: str
     risk: str
     blocked_by: str | None
-    sources: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class KnownIssue:
-    """A failure reported in the wild for a setting on this kind of box (not modelled as time).
-
-    `when` names the condition the model checks (`p2p_through_translating_iommu`: NCCL would
-    use P2P on some ring edge while the IOMMU translates peer DMA).
-    """
-
-    id: str
-    when: str
-    title: str
-    text: str
-    check: str
     sources: tuple[str, ...]
 
 

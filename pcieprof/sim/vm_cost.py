@@ -22,18 +22,17 @@ one). Everything here is simulated by the fabric model, never measured.
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from pcieprof.bundle.vm_cost import HostChange, VmRow, VmTable
-from pcieprof.bundle.vm_mechanism import Mechanism
+from pcieprof.bundle.vm_mechanism import KnownIssue, Mechanism
 from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
 from pcieprof.cards.step import message_bytes, step_allreduces
 from pcieprof.errors import BadInput
 from pcieprof.sim import collectives, model
-from pcieprof.sim.fabric import (DEFAULT_PROFILE, Fabric, KnownIssue, apply_changes,
-                                  load_profile)
+from pcieprof.sim.fabric import DEFAULT_PROFILE, Fabric, apply_changes, load_profile
 
 #: Decode batches priced (the message of each is the card's, `decode_sizes`).
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64)
@@ -374,7 +373,7 @@ def bundle_section(vm: Fabric, card: ModelCard | None = None) -> VmTable | None:
         return None
     return replace(like_for_like(vm, card=card).document(),
                    host_changes=host_changes(vm, card=card),
-                   known_issues=[asdict(k) for k in vm.known_issues],
+                   known_issues=list(vm.known_issues),
                    sensitivity=sensitivity(vm, card))
 
 

@@ -6,10 +6,11 @@ are pcieprof.analysis.vm_words's, which the report and `compare` share without t
 
 from __future__ import annotations
 
-from typing import Any
 
 from pcieprof.analysis.virtualization import P2P_HANG, VmCost, from_topology, known_state
+from pcieprof.bundle.document import decode
 from pcieprof.bundle.recommendations import Risk
+from pcieprof.bundle.vm_mechanism import KnownIssue
 from pcieprof.tune.rules.base import RuleContext
 from pcieprof.analysis.vm_words import p2p_hang_risk
 
@@ -30,9 +31,10 @@ def iommu_path_risk(ctx: RuleContext, env: dict[str, str], variant: str | None =
         return None
     cost = from_topology(topo)
     case = ctx.choices.cases.get(variant) if variant else None
-    issue: dict[str, Any] | None = None
+    issue: KnownIssue | None = None
     if case is not None and case.model is not None:
-        issue = next((r for r in case.model.get("known_risks") or [] if r.get("id") == P2P_HANG), None)
+        risk = next((r for r in case.model.get("known_risks") or [] if r.get("id") == P2P_HANG), None)
+        issue = decode(KnownIssue, risk, "nccl_choices.json: model.known_risks") if risk else None
         if issue is None:  # the model says this setting keeps P2P off the IOMMU
             return None
     elif env.get("NCCL_P2P_DISABLE") == "1":

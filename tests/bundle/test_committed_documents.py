@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from pcieprof.bundle import contract
+from pcieprof.bundle.attribution import Attribution
 from pcieprof.bundle.document import Document
 from pcieprof.bundle.nccl_graph import NcclGraph
 from pcieprof.bundle.nccl_topo import NcclTopo
@@ -67,6 +68,24 @@ def test_committed_file_reads_and_writes_back_what_it_holds(cls: type[Document],
     out = json.loads(json.dumps(doc.to_json()))
     assert _kept(raw, out)
     assert cls.from_json(out) == doc
+
+
+@pytest.mark.parametrize("path", sorted(TESTS.glob("**/attribution.json")),
+                         ids=lambda p: str(p.relative_to(TESTS)))
+def test_attribution_version_1_reads_and_writes_back_what_it_holds(path: Path) -> None:
+    # version 2 only completes cross_rank: a version 1 file keeps every key and value, and its
+    # classification table keeps its columns in their order (classes.csv, the report's table)
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    doc = Attribution.from_json(raw, str(path))
+    out = json.loads(json.dumps(doc.to_json()))
+    assert (raw["attribution_version"], out["attribution_version"]) == (1, 2)
+    assert _kept({k: v for k, v in raw.items() if k != "attribution_version"}, out)
+    assert list(out["classes"][0]) == ["pattern", "family", "applies_to", "source", "origin",
+                                       "class"]
+    assert set(out["cross_rank"]) == {"status", "why", "n_collectives", "transfer_us",
+                                      "per_rank", "unmatched"}
+    assert [r.skew for r in doc.ranks] == doc.cross_rank.per_rank
+    assert Attribution.from_json(out) == doc
 
 
 def test_server_info_keeps_the_servers_keys_as_answered() -> None:

@@ -126,3 +126,36 @@ def test_without_a_gpu_the_count_is_said_unchecked(monkeypatch: pytest.MonkeyPat
     line = next(ln for ln in _comments("--tp", "8") if "needs 8 GPUs" in ln)
     assert line.startswith("# --tp 8 needs 8 GPUs: not checked against this machine (no GPU "
                            "seen: ")
+
+
+def _sweep(tmp_path: Path) -> Path:
+    f = tmp_path / "sweep.toml"
+    f.write_text('[[sweep]]\nname = "small"\ntp = 2\n\n[[sweep]]\nname = "wide"\ntp = 8\n')
+    return f
+
+
+def test_a_sweep_file_configuration_larger_than_the_gpus_is_refused(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # the plain --tp was checked, a --sweep-file's configurations were not: "wide" started
+    # SGLang on 8 ranks of a 2-GPU machine
+    _nvml(monkeypatch, _two_gpus())
+    rc, out, err = _serve("--sweep-file", str(_sweep(tmp_path)), "--out", str(tmp_path / "b"))
+    assert rc == 2, err
+    assert "--sweep-file sweep.toml entry 1 (wide): --tp 8 needs 8 GPUs; this machine has 2 " \
+           "(NVML)" in err
+    assert "Traceback" not in err and out == "" and not (tmp_path / "b").exists()
+    # dry: a note naming the configuration; the one that fits says nothing
+    r = cli("serve-bench", "--model", "glm5-nvfp4", "--dry-run", "--port", "30000",
+            "--sweep-file", str(_sweep(tmp_path)))
+    assert r.returncode == 0, r.stderr
+    needs = [ln for ln in r.stdout.splitlines() if "needs" in ln and ln.startswith("# ")]
+    assert needs == ["# --sweep-file sweep.toml entry 1 (wide): --tp 8 needs 8 GPUs; this "
+                     "machine has 2 (NVML): this launch would be refused here"]
+
+
+def test_a_sweep_file_within_the_gpus_passes(monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    _nvml(monkeypatch, _two_gpus())
+    f = tmp_path / "fits.toml"
+    f.write_text('[[sweep]]\nname = "a"\ntp = 2\n\n[[sweep]]\nname = "b"\ntp = 1\n')
+    assert not any("needs" in ln for ln in _comments("--sweep-file", str(f)))

@@ -253,3 +253,28 @@ def test_lspci_paste_that_begins_inside_a_device() -> None:
     assert d.device.startswith("PEX 8725 24-Lane, 10-Port PCI Express Gen 3")
     p = parse_text(text, "frag.txt")
     assert any("starts inside a device" in w for w in p.facts["warnings"])
+
+
+def test_mig_mode_and_mig_devices_are_read_per_gpu() -> None:
+    # a VM's H100 NVL right after `nvidia-smi -i 0 -mig 1`, the paste cut after `MIG Mode`
+    q = parse_smi_query(_text("smi_q_h100nvl_vm_mig_enabled_vgpu_550_cut_after_mig_mode.txt"))
+    (g,) = q["gpus"]
+    assert (g["bus_id"], g["name"]) == ("0000:98:00.0", "NVIDIA H100 NVL")
+    assert g["mig"] == {"current": "Enabled", "pending": "Enabled", "devices": 0}
+    # a MIG device's own `FB Memory Usage` does not shadow the GPU's (97887 MiB, not 23680)
+    q = parse_smi_query(_text("smi_q_gpu_section_rtxpro6000_server_mig_device_trimmed.txt"))
+    (g,) = q["gpus"]
+    assert g["mig"] == {"current": "Enabled", "pending": "Enabled", "devices": 1}
+    assert g["memory_bytes"] == 97887 * 2**20
+    q = parse_smi_query(_text("smi_q_dash_i_1_of_8_V100_pcie_470.txt"))
+    assert q["gpus"][0]["mig"]["current"] is None  # a V100 has no MIG: N/A
+
+
+def test_mig_enabled_import_says_p2p_and_nccl_differ() -> None:
+    name = "smi_q_h100nvl_vm_mig_enabled_vgpu_550_cut_after_mig_mode.txt"
+    parsed = parse_text(_text(name), name)
+    assert parsed.facts["mig"] == {"0000:98:00.0": {"current": "Enabled", "pending": "Enabled",
+                                                    "devices": 0}}
+    (w,) = [w for w in parsed.facts["warnings"] if "MIG" in w]
+    assert "no GPU-to-GPU P2P" in w and "0000:98:00.0" in w
+    assert parsed.summary.endswith("MIG enabled on 1 of them")

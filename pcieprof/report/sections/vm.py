@@ -55,8 +55,7 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
     for m in cost.mechanisms.values():
         sec.blocks.append(Note(f"{m.title}. {m.text} Sources: {'; '.join(m.sources)}."))
     for k in cost.known_issues:
-        sec.blocks.append(Note(f"Known issue: {k.get('title', '')}. {k.get('text', '')} "
-                               f"{k.get('check', '')}"))
+        sec.blocks.append(Note(f"Known issue: {k.title}. {k.text} {k.check}"))
     if cost.host_changes:
         sec.blocks.append(Table(
             "what only the hypervisor host can change, priced by the fabric model "
