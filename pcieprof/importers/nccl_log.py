@@ -393,7 +393,8 @@ class _LogState:
     env: dict[str, str] = field(default_factory=dict)
     cuda_driver: str | None = None
     comms: dict[str, _Comm] = field(default_factory=dict)
-    ptr_to_comm: dict[tuple[int, str], str] = field(default_factory=dict)
+    # (pid, comm pointer) -> comm key; pid None for lines without a prefix
+    ptr_to_comm: dict[tuple[int | None, str], str] = field(default_factory=dict)
     context: dict[tuple[int, int], str] = field(default_factory=dict)  # (pid, dev) -> comm key
     pid_comms: dict[int, list[str]] = field(default_factory=dict)
     # Lines without the host:pid:tid prefix carry no process to tie them to a communicator:
