@@ -110,7 +110,10 @@ _NEIGHBOURS = re.compile(r"^Ring (\d+) : (-?\d+) -> (\d+) -> (-?\d+)$")
 _TRANSPORT = re.compile(r"^(?:Channel|Ring) (\d+)(?:/\d+)? : (\d+)(?:\[([0-9a-fA-Fx]+)\])? -> "
                         r"(\d+)(?:\[([0-9a-fA-Fx]+)\])?(?: \[(send|receive)\])? via (\S.*?)"
                         r"(?: comm 0x[0-9a-fA-F]+ nRanks \d+)?$")
-_TREES = re.compile(r"^Trees((?: \[\d+\] \S+)+)$")
+# Each channel's tree as far as it is whole: another process's output glued into the line cuts
+# the last one (`[25] -1/-1/-All deep_gemm operations loaded successfully!`, sgl-project/sglang
+# issue #11208), and the channels before it are kept.
+_TREES = re.compile(r"^Trees((?: \[\d+\] [-\d/>|]+(?= \[|$))+)")
 _TREE_ITEM = re.compile(r"\[(\d+)\] (\S+)")
 #: One channel's tree as a line (`Tree 14 : -1 -> 0 -> 1/-1/-1`: parent -> rank -> children,
 #: modelscope/easydistill issue #4); kept in the `Trees` spelling (`children->rank->parent`).

@@ -339,3 +339,14 @@ def test_launcher_host_colon_prefix_before_ncccls_own() -> None:
     c = parse_nccl_log(text, "nccl1029")
     assert c.lines["nccl"] == 1 and c.lines["without_prefix"] == 0
     assert [w for w in c.warnings if "host" in w.lower()] == []
+
+
+def test_trees_line_cut_by_another_process_output_keeps_the_whole_channels() -> None:
+    # DeepGEMM's `All deep_gemm operations loaded successfully!` landed inside channel 25's tree
+    # (sgl-project/sglang issue #11208): channels 0-24 are whole and kept, 25 is not invented
+    c = parse("nccl_log_trees_line_cut_by_deep_gemm_output_gb200_sglang11208.log")
+    (comm,) = c.comms
+    trees = comm["trees"]["0"]
+    assert sorted(map(int, trees)) == list(range(25))
+    assert (trees["0"], trees["8"], trees["24"]) == ("1/-1/-1->0->-1", "-1/-1/-1->0->1",
+                                                     "-1/-1/-1->0->1")
