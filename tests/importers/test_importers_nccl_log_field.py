@@ -304,3 +304,49 @@ def test_four_split_communicators_of_one_size_stay_apart() -> None:
         ("split:1449462471:1", 2, 1, 79, "...", "START"),
         ("split:120142604:1", 2, 2, 80, "...", "START"),
         ("split:1211335945:1", 2, 3, 81, "...", "START")]
+
+
+def test_sglang_tp_lines_and_a_kubernetes_pod_name_as_host() -> None:
+    # SGLang's `[time TP0]` lines between NCCL's, whose prefix starts with a pod name full of
+    # dashes and digits (sgl-project/sglang issue #8974)
+    c = parse("nccl_log_2.27.6_sglang_tp_lines_k8s_pod_host_sglang8974.log")
+    assert c.nccl_version == "2.27.6+cuda12.9" and c.env == {"NCCL_IB_DISABLE": "1"}
+    (comm,) = c.comms
+    assert (comm.comm_id, comm.nranks, comm.network) == ("0xb6ef167071e271f7", 4, "Socket")
+    r0 = comm.ranks["0"]
+    assert (r0.host, r0.pid, r0.bus_id, r0.init) == (
+        "adp-us-llm-1-00001-deployment-6f47c67945-s59dl", 234, "18000", "START")
+    assert c.lines["nccl"] == 11  # of 13 lines: the two SGLang lines are not NCCL's
+
+
+def test_init_complete_wrapped_inside_the_comm_id() -> None:
+    # the paste broke `commId 0x9d61c66c9945bb3e - Init COMPLETE` after `0x9d61c66c9945`
+    # (sgl-project/sglang issue #14382): the id is whole and the rank counts as initialised
+    c = parse("nccl_log_init_complete_wrapped_inside_commid_pod_host_sglang14382.log")
+    (comm,) = c.comms
+    assert comm.comm_id == "0x9d61c66c9945bb3e" and comm.nranks == 8
+    r0 = comm.ranks["0"]
+    assert (r0.host, r0.init) == ("s-20260228211257-kg9mw-mr-jwgtl-prefill-h7wpr-prefill-0",
+                                        "COMPLETE")
+    assert (comm.coll_channels, comm.ring_pxn, comm.ring_gdr) == (24, 0, 1)
+
+
+def test_launcher_host_colon_prefix_before_ncccls_own() -> None:
+    # pdsh-style `host: ` before every line, NCCL's own `host:pid:tid [dev]` after it
+    # (NVIDIA/nccl issue #1029): the host is the prefix's, not `rdma-test-gpu-worker-1: rdma...`
+    text = (DATA / "nccl_log_pdsh_host_colon_prefix_before_nccl_prefix_nccl1029.log").read_text()
+    assert detect(text) == "nccl-log"
+    c = parse_nccl_log(text, "nccl1029")
+    assert c.lines["nccl"] == 1 and c.lines["without_prefix"] == 0
+    assert [w for w in c.warnings if "host" in w.lower()] == []
+
+
+def test_trees_line_cut_by_another_process_output_keeps_the_whole_channels() -> None:
+    # DeepGEMM's `All deep_gemm operations loaded successfully!` landed inside channel 25's tree
+    # (sgl-project/sglang issue #11208): channels 0-24 are whole and kept, 25 is not invented
+    c = parse("nccl_log_trees_line_cut_by_deep_gemm_output_gb200_sglang11208.log")
+    (comm,) = c.comms
+    trees = comm.trees["0"]
+    assert sorted(map(int, trees)) == list(range(25))
+    assert (trees["0"], trees["8"], trees["24"]) == ("1/-1/-1->0->-1", "-1/-1/-1->0->1",
+                                                     "-1/-1/-1->0->1")

@@ -26,6 +26,7 @@ from builders.cli import pcieprof_argv
 from builders.procs import alive, descendants
 
 from pcieprof.bundle import Bundle
+from pcieprof.serve.profiling import trace_rank
 
 pytest.importorskip("pcieprof.refserver.server")
 
@@ -353,9 +354,10 @@ def test_sighup_stops_like_sigterm_and_says_where_the_bundle_is(tmp_path: Path) 
 def _freeze_while_profiling(bench: subprocess.Popen[bytes], out: Path) -> set[int]:
     """Stop (SIGSTOP) every process below serve-bench, i.e. the server and its ranks, once the
     server has accepted /start_profile, and check that this moment is one where the server was
-    still profiling: no rank has finished a trace and serve-bench still waits for one. Frozen,
-    the server cannot finish a trace later, so what the test then does (kill it, or SIGTERM
-    serve-bench) happens at this observed moment however slow the machine is. Returns the pids.
+    still profiling: no rank has finished its DECODE trace (the one serve-bench waits for; an
+    EXTEND one may be there) and serve-bench still waits. Frozen, the server cannot finish a
+    trace later, so what the test then does (kill it, or SIGTERM serve-bench) happens at this
+    observed moment however slow the machine is. Returns the pids.
     """
     deadline = time.monotonic() + 180
     log = out / "serve" / "server-0.log"
@@ -371,8 +373,9 @@ def _freeze_while_profiling(bench: subprocess.Popen[bytes], out: Path) -> set[in
         os.kill(pid, signal.SIGSTOP)
     traces = out / "serve" / "traces"
     written = sorted(p.name for d in (traces, traces / ".incoming") if d.is_dir()
-                     for p in d.iterdir() if ".trace.json" in p.name and not p.name.startswith("."))
-    # Steps and a trace export lie between /start_profile's answer and a first trace (with 60
+                     for p in d.iterdir() if (trace_rank(p) or (0, "none"))[1] in ("DECODE", None)
+                     and not p.name.startswith("."))
+    # Steps and a trace export lie between /start_profile's answer and a DECODE trace (with 60
     # decode steps: 2 s of steps and 15 s of export, measured on the loaded 2-core dev box), so
     # this fails only if the test was not scheduled for that long; it then says so instead of
     # checking a run that was never interrupted.
@@ -424,4 +427,5 @@ def test_waiting_for_traces_ends_with_the_server_or_at_sigterm(tmp_path: Path, e
     assert "(during profiling)" in last and "internal error" not in text, text[-2000:]
     index = json.loads((out / "serve" / "traces" / "index.json").read_text())
     assert index["status"] == "failed", index
-    assert index["why"] == "no complete trace from rank(s) [0] before the server exited", index
+    assert index["why"] == "no complete DECODE trace from rank(s) [0] before the server exited", \
+        index
