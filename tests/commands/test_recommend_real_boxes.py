@@ -166,6 +166,8 @@ def test_fit_inside_the_assumed_range_is_uncertain(tmp_path: Path) -> None:
                      tmp_path, "--context", "280000")
     tp8 = next(ln for ln in out.splitlines() if ln.strip().startswith("TP8 "))
     assert "fit uncertain, max concurrency 0-1 (assumed 95.6-96 GiB/GPU)" in tp8
+    # the layout change it ranks first is priced on the card's memory, and says so
+    assert "within the assumed GPU memory (95.6-96 GiB/GPU) at 280000 tokens" in out
     doc = (tmp_path / "b" / "recommendations.json").read_text()
     assert "TP8: fit uncertain: needs 81.5 GiB per GPU for the weights and one request's KV; " \
            "fits at 96.0 GiB (KV room for 1 request(s) per GPU), not at 95.6 GiB" in doc
