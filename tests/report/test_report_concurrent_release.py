@@ -8,10 +8,13 @@ from pathlib import Path
 
 from builders.browser import page_facts, section_text
 from builders.bundles import REPORT_DATA, cpu_copies_bundle
+from builders.cuda import CudaStandin, PeerCopies
 from pcieprof.analysis.decode_band import band_for
 from pcieprof.bundle import Bundle
+from pcieprof.bundle.plan import ConcurrentCase, Plan
 from pcieprof.report import write_report
 from pcieprof.report.console import summarize
+from probes.p2p_worker import CudaCopier, concurrent_rows
 
 HEADER = ("pattern/op size flows released together release start skew, us anchor lag bound, us "
           "all flows at once, % of span")
@@ -55,3 +58,23 @@ def test_an_old_bundle_renders_and_says_not_recorded(chromium: str, tmp_path: Pa
             "not recorded") in text
     assert "how the flows were released is not recorded in this bundle" in text
     assert "were not released together" not in text
+
+
+def test_a_host_flag_round_shows_its_bound_and_no_warning(tmp_path: Path) -> None:
+    # rows the cuda copier wrote on the CUDA stand-in: device 1 sees the host's write 3 us late,
+    # acknowledgements are read 1 us after each anchor (bounds 1 and 4 us)
+    case = ConcurrentCase("ring", "write", [(0, 1), (1, 0)], 64 << 10, 3)
+    api = CudaStandin([0, 1], flag_lag_us={1: 3.0}, ack_us=1.0)
+    spans, ok, why, timing = CudaCopier(Plan(backend="cuda", devices=[0, 1]), api,
+                                        PeerCopies()).run_concurrent(0, case)
+    b = Bundle.create(tmp_path / "cuda", command="topology", source="measured", backend="cuda")
+    b.append_rows("concurrent", concurrent_rows(case, "cuda", spans, ok, why, timing=timing))
+    skew = float(b.read_table("concurrent")["start_skew_us"].max())
+    out = write_report([b], tmp_path / "r.html")
+    text = section_text(out.read_text(encoding="utf-8"), "concurrent")
+    assert f"ring/write 64 KiB 2 yes host flag {skew:.1f} 4.0" in text
+    assert "were not released together" not in text and "not recorded in this bundle" not in text
+    line = next(ln for ln in summarize(b, band_for()).splitlines()
+                if ln.startswith("concurrent release:"))
+    assert line == (f"concurrent release: 1 of 1 (several flows) released together, start skew "
+                    f"up to {skew:.1f} us, anchors within 4.0 us of the release")
