@@ -63,7 +63,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from pcieprof.bundle.nccl_choices import NcclParsed
+from pcieprof.bundle.document import decode
+from pcieprof.bundle.nccl_choices import NcclComm, NcclParsed
 from pcieprof.importers._text import clean_lines, fail, head_lines
 from pcieprof.importers.nccl_xml import PATTERNS
 
@@ -449,7 +450,7 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
 
     Returns:
         The typed document (pcieprof.bundle.nccl_choices.NcclParsed; as JSON, format
-        "pcieprof.nccl_choices/1"):
+        "pcieprof.nccl_choices/2"):
         - `source`: `name`.
         - `nccl_version` (str|None, e.g. "2.28.9+cuda13.0"), `nccl_versions` (all seen),
           `cuda_driver_version` (str|None, e.g. "13030").
@@ -458,7 +459,7 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
           order]}), `peer_transport` ({"src->dst": "P2P/CUMEM"}), `transports` (sorted unique
           `via` strings), `transport_families` (e.g. ["P2P", "SHM", "NET"]): taken from the
           main communicator (the first one with the most ranks).
-        - `comms`: one entry per communicator (by commId; `split:<color>:<splitCount>` for an
+        - `comms`: one NcclComm per communicator (by commId; `split:<color>:<splitCount>` for an
           ncclCommSplit one whose lines print no commId; old logs without commId: the
           per-process entries of one size joined, `comm_id` null):
           `comm_id`, `nranks`, `nnodes`, `ranks` ({rank: {pid, host, cuda_dev, nvml_dev,
@@ -883,7 +884,8 @@ def _document(name: str, st: _LogState, comm_list: list[_Comm],
         nranks=main["nranks"] if main else None, nchannels=main["nchannels"] if main else None,
         rings={str(k): list(v) for k, v in main["rings"].items()} if main else {},
         peer_transport=dict(main["peer_transport"]) if main else {},
-        transports=list(vias), transport_families=families, comms=comm_list, tuner=st.tuner,
+        transports=list(vias), transport_families=families,
+        comms=[decode(NcclComm, c, name) for c in comm_list], tuner=st.tuner,
         warnings=list(st.warnings), failures=st.failures, p2p_disabled=sorted(st.p2p_disabled),
         lines=dict(counts))
 

@@ -51,10 +51,10 @@ def test_nominal_size_is_said_to_be_nominal() -> None:
     assert box.memory_bytes == 96 * GIB and "nominal size 96 GB" in box.memory_source
 
 
-@pytest.mark.parametrize("name", ["NVIDIA GH200 480GB", "NVIDIA H100", "NVIDIA RTX A400",
+@pytest.mark.parametrize("name", ["NVIDIA GH200 480GB", "NVIDIA GB200", "NVIDIA H100", "NVIDIA RTX A400",
                                   "NVIDIA RTX PRO 6000D Blackwell Workstation Edition"])
 def test_names_another_product_extends_do_not_borrow_its_memory(name: str) -> None:
-    # "H200" inside "GH200 480GB" (96 GB), "A40" inside "RTX A400", "H20" inside "H200": the
+    # "H200" inside "GH200 480GB" (96 GB), "B200" inside "GB200", "A40" inside "RTX A400": the
     # longest match, or an exact one, decides; a name that does not tell the size leaves it
     box = box_from(_topo([name]))
     assert box.memory_bytes is None

@@ -166,6 +166,8 @@ def test_fit_inside_the_assumed_range_is_uncertain(tmp_path: Path) -> None:
                      tmp_path, "--context", "280000")
     tp8 = next(ln for ln in out.splitlines() if ln.strip().startswith("TP8 "))
     assert "fit uncertain, max concurrency 0-1 (assumed 95.6-96 GiB/GPU)" in tp8
+    # the layout change it ranks first is priced on the card's memory, and says so
+    assert "within the assumed GPU memory (95.6-96 GiB/GPU) at 280000 tokens" in out
     doc = (tmp_path / "b" / "recommendations.json").read_text()
     assert "TP8: fit uncertain: needs 81.5 GiB per GPU for the weights and one request's KV; " \
            "fits at 96.0 GiB (KV room for 1 request(s) per GPU), not at 95.6 GiB" in doc
@@ -240,3 +242,24 @@ def test_launch_line_fitted_on_assumed_memory_says_so(tmp_path: Path) -> None:
     _recommend([DATA / "host_logs" / "topo_m_8xV100_pcie_2nic_same_box_as_dash_i.txt"], tmp_path)
     doc = (tmp_path / "b" / "recommendations.json").read_text()
     assert "TP8: fits: " in doc and "(assumed: card glm5-nvfp4's gpu_memory_gib" in doc
+
+
+def test_peak_that_moves_inside_the_assumed_range_is_said(tmp_path: Path) -> None:
+    # 8,740 tokens of context: TP8 holds 32 requests at 96 GiB, 31 at 95.6 GiB, so its peak at
+    # c=32 rests on the high end; the why says the low end's
+    out = _recommend([DATA / "importers" / "all_reduce_perf_16x_2node_nccl_tests_2.18.3.txt"],
+                     tmp_path, "--context", "8740")
+    assert "max concurrency 31-32 (assumed 95.6-96 GiB/GPU)" in out
+    assert "range of the assumed GPU memory (95.6-96 GiB/GPU): at 95.6 GiB, TP8 holds up to " \
+           "c=31: 333 tok/s at c=16 (not 499 tok/s at c=32)" in out
+
+
+def test_uncertain_fit_ranks_below_a_certain_one(tmp_path: Path) -> None:
+    # 60,000 tokens: DP-attention8 has the highest peak but fits only the nominal 96 GiB
+    out = _recommend([DATA / "importers" / "all_reduce_perf_16x_2node_nccl_tests_2.18.3.txt"],
+                     tmp_path, "--context", "60000")
+    rows = [ln.strip() for ln in out.split("parallel layouts (best first):")[1].splitlines()
+            if ln.startswith("  ") and "weights" in ln]
+    assert rows[0].startswith("PP2xTP4 ")
+    dpa = next(ln for ln in rows if ln.startswith("TP8 DP-attention8"))
+    assert "fit uncertain, max concurrency 0-8" in dpa
