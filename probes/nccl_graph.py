@@ -118,12 +118,12 @@ def rings_in_gpus(parsed: NcclParsed, rank_to_device: Mapping[Any, int]
     else through `rank_to_device` ({rank: GPU}, the launch's CUDA_VISIBLE_DEVICES)."""
     by_rank = {int(r): int(d) for r, d in rank_to_device.items()}
     rings = [list(map(int, r)) for r in parsed.rings.values()]
-    comms = [c for c in parsed.comms if c.get("nranks") == parsed.nranks]
+    comms = [c for c in parsed.comms if c.nranks == parsed.nranks]
     nvml: dict[int, int] = {}
     for c in comms[:1]:
-        for r, info in (c.get("ranks") or {}).items():
-            if info.get("nvml_dev") is not None:
-                nvml[int(r)] = int(info["nvml_dev"])
+        for r, info in c.ranks.items():
+            if info.nvml_dev is not None:
+                nvml[int(r)] = info.nvml_dev
     ranks = {r for ring in rings for r in ring}
     if ranks and ranks <= set(nvml):
         return [[nvml[r] for r in ring] for ring in rings], "nvmlDev of each rank's init line"

@@ -84,14 +84,17 @@ def concurrent_rows(case: ConcurrentCase, backend: str, spans_s: list[tuple[floa
     """Per-flow rows and the aggregate (flow=-1) from each flow's (start, end) in seconds.
 
     With `status` other than ok (hang, not_supported) every row gets it and no bandwidth.
-    `timing` (cuda): how the flows were released; a flow's row gets its device's bound on the
-    anchor's lag after the host's release, the aggregate the largest (how far apart the anchors
-    of its devices can be)."""
+    `timing`: how the flows were released; a flow's row gets its device's bound on the anchor's
+    lag after the host's release (cuda, host flag), the aggregate the largest (how far apart the
+    anchors of its devices can be); each flow's start after the earliest flow's start, the
+    aggregate the largest (the start skew)."""
     base: dict[str, Any] = {"backend": backend, "pattern": case.pattern, "op": case.op,
                             "size_bytes": case.size_bytes, "iters": case.iters}
     lag: dict[int, float | None] = {}
     if timing is not None:
         base["release"] = timing.release
+        if timing.held is not None:
+            base["held"] = "yes" if timing.held else "no"
         lag = timing.anchor_us
     if status != "ok" or spans_s is None or ok is None:
         return [{**base, "flow": i, "src": a, "dst": b, "status": status, "detail": detail}
@@ -99,9 +102,10 @@ def concurrent_rows(case: ConcurrentCase, backend: str, spans_s: list[tuple[floa
                [{**base, "flow": -1, "src": -1, "dst": -1, "status": status, "detail": detail}]
     rows = []
     moved = case.size_bytes * case.iters
+    first = min(t0 for t0, _ in spans_s)
     for i, ((src, dst), (t0, t1), good) in enumerate(zip(case.flows, spans_s, ok)):
         r = {**base, "flow": i, "src": src, "dst": dst, "detail": detail,
-             "status": "ok" if good else "error"}
+             "status": "ok" if good else "error", "start_skew_us": (t0 - first) * 1e6}
         if (b := lag.get(src if case.op == "write" else dst)) is not None:
             r["release_to_anchor_us_max"] = b
         if good:
@@ -109,7 +113,8 @@ def concurrent_rows(case: ConcurrentCase, backend: str, spans_s: list[tuple[floa
         else:
             r["detail"] = "copied bytes do not match the pattern"
         rows.append(r)
-    agg = {**base, "flow": -1, "src": -1, "dst": -1, "detail": detail}
+    agg = {**base, "flow": -1, "src": -1, "dst": -1, "detail": detail,
+           "start_skew_us": (max(t0 for t0, _ in spans_s) - first) * 1e6}
     if lag and all(v is not None for v in lag.values()):
         agg["release_to_anchor_us_max"] = max(v for v in lag.values() if v is not None)
     if all(ok):
@@ -237,7 +242,10 @@ class CpuCopier:
         return [float(x) for x in stats[:-1]], float(stats[-1]) == 0.0
 
     def run_concurrent(self, idx: int, case: ConcurrentCase
-                       ) -> tuple[list[tuple[float, float]], list[bool]]:
+                       ) -> tuple[list[tuple[float, float]], list[bool], str, Round]:
+        """One concurrent case: ((start, end) CLOCK_MONOTONIC seconds per flow, bytes correct per
+        flow, detail, the round: released by a barrier, each process then starting its flows'
+        threads one by one, so the rows' start skew is what the clock saw)."""
         s, me = case.size_bytes, self.rank
         devs = self.plan.devices
         # flow i moves src's pattern into slot(src) of dst (write: src pushes into dst's window;
@@ -284,7 +292,8 @@ class CpuCopier:
                 ok[i] = int(matches(got[lo:lo + s], s, case_seed("concurrent", idx, i)))
         dist.all_reduce(spans, op=dist.ReduceOp.SUM)
         dist.all_reduce(ok, op=dist.ReduceOp.SUM)
-        return [(float(x), float(y)) for x, y in spans], [bool(v == 1) for v in ok]
+        times = [(float(x), float(y)) for x, y in spans]
+        return times, [bool(v == 1) for v in ok], "", Round(times, None, "barrier")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -351,9 +360,10 @@ class Round:
 
     #: each stream's (start, end), seconds from its device's anchor
     spans: list[tuple[float, float]]
-    #: the streams were still held when the host had queued everything
-    held: bool
-    #: host_flag | gate_event: what released the streams
+    #: the streams were still held when the host had queued everything (None: nothing held,
+    #: the cpu backend's barrier)
+    held: bool | None
+    #: host_flag | gate_event | barrier (cpu): what released the streams
     release: str
     #: device -> upper bound (us) on how long after the host's release its anchor fired (host
     #: flag only; None where the device's acknowledgement was not seen)
@@ -568,7 +578,7 @@ class CudaCopier:
         for leg in legs:
             r = self._leg_spans(leg, iters)
             total += max(t1 for _, t1 in r.spans) - min(t0 for t0, _ in r.spans)
-            held &= r.held
+            held = held and r.held is not False
         return total, held
 
     def _failed(self, pairs: list[tuple[int, int]]) -> str:

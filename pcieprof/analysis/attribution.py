@@ -42,7 +42,8 @@ from pcieprof.analysis import intervals
 from pcieprof.analysis.classify import CLASS_BIT, COMM, COMPUTE, MEMORY, Classifier
 from pcieprof.analysis.decode_share import decode_shares
 from pcieprof.analysis.trace_stream import IJSON_BACKEND, READER, RankTrace, read_trace
-from pcieprof.bundle.attribution import Attribution, RankAttribution, StepAttribution
+from pcieprof.bundle.attribution import (Attribution, CrossRank, RankAttribution, RankSkew,
+                                         StepAttribution)
 from pcieprof.bundle.document import decode as decode_doc, encode
 from pcieprof.errors import BadInput
 from pcieprof.parent_death import set_parent_death_signal
@@ -317,14 +318,14 @@ def _peak_rss() -> int | None:
 
 # -- across ranks ----------------------------------------------------------------------------------
 
-def cross_rank(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+def cross_rank(ranks: list[dict[str, Any]]) -> CrossRank:
     """Split communication kernel time into transfer (min over ranks) and wait, per rank.
 
     The n-th call of a collective (same kernel name and process group) on each rank is one
     collective; only collectives present on every rank are compared.
     """
     if len(ranks) < 2:
-        return {"status": "waived", "why": "one rank: no cross-rank comparison", "per_rank": []}
+        return CrossRank(status="waived", why="one rank: no cross-rank comparison")
     gid: dict[str, int] = {}
     coded = []
     for r in ranks:
@@ -342,20 +343,21 @@ def cross_rank(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     for code, _ in coded[1:]:
         common = np.intersect1d(common, code, assume_unique=True)
     if common.size == 0:
-        return {"status": "not_supported", "per_rank": [],
-                "why": "no collective appears on every rank (different kernels or process groups)"}
+        return CrossRank(status="not_supported", why="no collective appears on every rank "
+                         "(different kernels or process groups)")
     d = np.vstack([dur[np.searchsorted(code, common)] for code, dur in coded])  # ranks x collectives
     mn = d.min(axis=0)
     per_rank = []
     for i, r in enumerate(ranks):
         total = float(d[i].sum())
         wait = float((d[i] - mn).sum())
-        per_rank.append({"rank": r["rank"], "matched_comm_us": total,
-                         "transfer_us": float(mn.sum()), "wait_us": wait,
-                         "wait_pct": 100.0 * wait / total if total > 0 else None})
-    return {"status": "ok", "n_collectives": int(common.size), "transfer_us": float(mn.sum()),
-            "per_rank": per_rank,
-            "unmatched": {str(r["rank"]): int(c[0].size - common.size) for r, c in zip(ranks, coded)}}
+        per_rank.append(RankSkew(rank=r["rank"], matched_comm_us=total,
+                                 transfer_us=float(mn.sum()), wait_us=wait,
+                                 wait_pct=100.0 * wait / total if total > 0 else None))
+    return CrossRank(status="ok", n_collectives=int(common.size), transfer_us=float(mn.sum()),
+                     per_rank=per_rank,
+                     unmatched={int(r["rank"]): int(c[0].size - common.size)
+                                for r, c in zip(ranks, coded)})
 
 
 # -- the public entry point --------------------------------------------------------------------
@@ -464,7 +466,7 @@ def _document(results: list[dict[str, Any]], classes: Path | None, drop_last_ste
               wall_s: float, workers: int) -> Attribution:
     clf = Classifier(classes)
     xr = cross_rank(results)
-    wait_of = {p["rank"]: p for p in xr.get("per_rank", [])}
+    wait_of = {p.rank: p for p in xr.per_rank}
     ranks = []
     for r in results:
         steps = r["steps"]
@@ -527,9 +529,9 @@ def write_bundle(bundle: Any, doc: Attribution) -> None:
     for r in doc.ranks:
         row = {"rank": r.rank, "mode": r.mode, "window": doc.window, "n_steps": r.n_steps,
                **r.totals}
-        sk = r.skew or {}
-        row.update({"transfer_us": sk.get("transfer_us"), "wait_us": sk.get("wait_us"),
-                    "wait_pct": sk.get("wait_pct")})
+        sk = r.skew
+        row.update({"transfer_us": None, "wait_us": None, "wait_pct": None} if sk is None else
+                   {"transfer_us": sk.transfer_us, "wait_us": sk.wait_us, "wait_pct": sk.wait_pct})
         per_rank.append(row)
     per_class: list[dict[str, Any]] = []
     for r in doc.ranks:
@@ -545,7 +547,7 @@ def write_bundle(bundle: Any, doc: Attribution) -> None:
     bundle.write_text("attribution/per_step.csv", _table([encode(s) for s in doc.steps]))
     bundle.write_text("attribution/per_class.csv", _table(per_class))
     bundle.write_text("attribution/top_kernels.csv", _table(doc.top_kernels))
-    bundle.write_text("attribution/classes.csv", _table(doc.classes))
+    bundle.write_text("attribution/classes.csv", _table([encode(c) for c in doc.classes]))
     # Provenance: numbers read from traces of real GPUs (cuda) or of CPU processes (cpu).
     bundle.set_part("attribution", "ok", ranks=len(doc.ranks), steps=len(doc.steps),
                     timeline=doc.timeline, source="measured",

@@ -8,14 +8,19 @@ launch line must not name more GPUs, another architecture or more memory than th
   (nvmlDeviceGetCudaComputeCapability, topology.json `gpus[].compute_capability`), else the
   product name looked up in gpus.toml (NVIDIA's CUDA GPUs page); "" when neither tells.
 - Memory per GPU (bytes, the smallest GPU's): NVML's total (`gpus[].memory_bytes`), else the
-  product's memory from gpus.toml; None when neither tells.
+  product's from gpus.toml: the total NVML reported for it in a real paste where the table has
+  one (`nvml_mib`), else its nominal size, said to be nominal; None when neither tells.
+- An assumed memory (a model card's, pcieprof.tune.layout.gpu_memory) is a range: `memory_bytes`
+  its high end, `memory_low_bytes` its low end (nominal size vs NVML's total after the driver's
+  reservation); the fit is checked at both (pcieprof.tune.memory).
 - Fabric (`nvlink`, `pcie`, "" unknown): NVLink where a pair shows NV# (nvidia-smi topo -m) or
   NVML's NVLink P2P status is OK; PCIe-only where every pair's level comes from a view that
   shows NVLink (topo -m, not -mp; NVML's common-ancestor level is a PCIe path and does not) and
   none is NV#, where NVML answers "no NVLink P2P" for every pair, or for the fabric model
   (it models PCIe only). A card's box settings (pcieprof.cards.BoxSetting) are set by it.
 
-Units: bytes in the data, GiB (2^30 bytes) in every line shown to a user (`gib`).
+Units: bytes in the data, GiB (2^30 bytes) in every line shown to a user (`gib`), MiB (2^20
+bytes) where NVML's own number is quoted.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from pcieprof.units import GIB as GIB  # the analysis layer's callers import it 
 GPU_TABLE = Path(__file__).with_name("gpus.toml")
 #: NVML / nvidia-smi P2P codes that say a pair has no P2P of that kind.
 P2P_NO = frozenset(code for code, state in P2P_CODE_STATUS.items() if state == "not_supported")
+MIB = 1 << 20
 
 
 def gib(nbytes: float) -> str:
@@ -50,6 +56,23 @@ class Product:
     compute_capability: str
     memory_gib: float | None
     bar1_gib: float | None = None
+    nvml_mib: float | None = None  # the total NVML reported for it in a real paste (MiB)
+    exact: bool = False  # the whole product name must equal `match`
+
+    def memory_bytes(self) -> float | None:
+        """NVML's total where a paste showed it, else the nominal size; None when unknown."""
+        if self.nvml_mib:
+            return self.nvml_mib * MIB
+        return self.memory_gib * GIB if self.memory_gib else None
+
+    def memory_words(self) -> str:
+        """Where `memory_bytes` comes from, for the box's memory_source."""
+        if self.nvml_mib:
+            nominal = f"; nominal {self.memory_gib:g} GB" if self.memory_gib else ""
+            return (f"{self.nvml_mib:g} MiB, the total NVML reported for it in a real "
+                    f"nvidia-smi paste{nominal}")
+        return (f"nominal size {self.memory_gib:g} GB read as GiB; NVML reports less after the "
+                "driver's reservation, how much is not known for this product")
 
 
 @cache
@@ -58,7 +81,9 @@ def products() -> tuple[Product, ...]:
     data = tomllib.loads(GPU_TABLE.read_text(encoding="utf-8"))
     rows = [Product(str(r["match"]), str(r["compute_capability"]),
                     float(r["memory_gib"]) if "memory_gib" in r else None,
-                    float(r["bar1_gib"]) if "bar1_gib" in r else None)
+                    float(r["bar1_gib"]) if "bar1_gib" in r else None,
+                    float(r["nvml_mib"]) if "nvml_mib" in r else None,
+                    bool(r.get("exact", False)))
             for r in data["gpu"]]
     return tuple(sorted(rows, key=lambda p: -len(p.match)))
 
@@ -67,8 +92,9 @@ def product(name: str | None) -> Product | None:
     """The gpus.toml row whose `match` the product name contains, or None."""
     if not name:
         return None
-    low = name.lower()
-    return next((p for p in products() if p.match.lower() in low), None)
+    low = name.strip().lower()
+    return next((p for p in products()
+                 if (p.match.lower() == low if p.exact else p.match.lower() in low)), None)
 
 
 def arch_of(compute_capability: str) -> str:
@@ -86,8 +112,11 @@ class Box:
         names: the product names seen (distinct, in index order).
         arch: `sm120`, ... or "" when unknown.
         arch_source: where `arch` came from, or why it is unknown.
-        memory_bytes: the smallest GPU's memory (bytes), or None when unknown.
+        memory_bytes: the smallest GPU's memory (bytes), or None when unknown; of an assumed
+            range, its high end.
         memory_source: where `memory_bytes` came from, or why it is unknown.
+        memory_low_bytes: the low end of an assumed memory's range (bytes); None when the
+            memory is not a range.
         fabric: `nvlink` (NVLink between some GPUs), `pcie` (none) or "" when unknown.
         fabric_source: where `fabric` came from, or why it is unknown.
     """
@@ -99,6 +128,7 @@ class Box:
     memory_bytes: float | None = None
     memory_source: str = "no GPU memory in the bundle"
     notes: tuple[str, ...] = field(default_factory=tuple)
+    memory_low_bytes: float | None = None
     fabric: str = ""
     fabric_source: str = "no GPU pair in the bundle"
 
@@ -107,12 +137,29 @@ class Box:
         return LaunchTarget(arch=self.arch, arch_source=self.arch_source, fabric=self.fabric,
                             fabric_source=self.fabric_source)
 
+    @property
+    def memory_assumed(self) -> bool:
+        """True when the memory is not the box's own but assumed (a model card's)."""
+        return self.memory_source.startswith("assumed")
+
+    def memory_text(self) -> str:
+        """`79.6 GiB`, `95.6-96.0 GiB` (an assumed range) or `memory unknown`."""
+        return memory_range_text(self.memory_bytes, self.memory_low_bytes)
+
     def describe(self) -> str:
         """`4x NVIDIA RTX 6000 Ada Generation (sm89, 48.0 GiB each)`."""
         what = " / ".join(self.names) or "GPU"
         arch = self.arch or "architecture unknown"
-        mem = gib(self.memory_bytes) if self.memory_bytes else "memory unknown"
-        return f"{self.gpus}x {what} ({arch}, {mem} each)"
+        return f"{self.gpus}x {what} ({arch}, {self.memory_text()} each)"
+
+
+def memory_range_text(high: float | None, low: float | None = None) -> str:
+    """`79.6 GiB`, `95.6-96.0 GiB` when `low` differs, `memory unknown` without `high` (bytes)."""
+    if not high:
+        return "memory unknown"
+    if low is not None and round(low / GIB, 1) != round(high / GIB, 1):
+        return f"{low / GIB:.1f}-{high / GIB:.1f} GiB"
+    return gib(high)
 
 
 def box_of(bundle: Bundle) -> Box:
@@ -149,10 +196,14 @@ def box_from(topo: Topology, p2p_gpus: int = 0, where: str = "topology.json") ->
     if mems:
         mem, mem_src = min(mems), f"NVML memory total ({where})"
     elif names:
-        sizes = [r.memory_gib if r else None for r in (product(n) for n in names)]
-        if sizes and all(s for s in sizes):
-            mem = min(float(s) for s in sizes if s) * GIB
-            mem_src = f"product name {names[0]!r} in {GPU_TABLE.name} (nominal size)"
+        rows_of = {n: product(n) for n in names}
+        sized = {n: (r, r.memory_bytes()) for n, r in rows_of.items() if r}
+        if len(sized) == len(names) and all(b for _, b in sized.values()):
+            smallest = min(names, key=lambda n: sized[n][1] or 0.0)
+            row, mem = sized[smallest]
+            mem_src = f"product name {smallest!r} in {GPU_TABLE.name}: {row.memory_words()}"
+        elif unknown := [n for n in names if rows_of[n] is None]:
+            mem_src = f"product {unknown[0]!r} is not in {GPU_TABLE.name}"
         else:
             mem_src = f"the product name {names[0]!r} does not tell the memory size"
     fabric, fabric_src = fabric_of(topo, gpus, where)

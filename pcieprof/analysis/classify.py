@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
+from pcieprof.bundle.attribution import ClassRule
 from pcieprof.errors import BadInput
 
 COMM = "communication"
@@ -26,24 +25,7 @@ BUILTIN_TABLE = Path(__file__).with_name("kernel_classes.toml")
 _MEMORY_CATS = ("gpu_memcpy", "gpu_memset")
 
 
-@dataclass(frozen=True)
-class Rule:
-    """One row of the classification table."""
-
-    pattern: str
-    cls: str
-    family: str
-    applies_to: str  # gpu | cpu | any
-    source: str
-    origin: str  # "builtin" or the user's file
-
-    def as_dict(self) -> dict[str, str]:
-        d = asdict(self)
-        d["class"] = d.pop("cls")
-        return d
-
-
-def load_rules(path: Path, origin: str) -> list[Rule]:
+def load_rules(path: Path, origin: str) -> list[ClassRule]:
     """Read a classification table (TOML, `[[rule]]` entries)."""
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
@@ -66,8 +48,9 @@ def load_rules(path: Path, origin: str) -> list[Rule]:
         applies = row.get("applies_to", "any")
         if applies not in ("gpu", "cpu", "any"):
             raise BadInput(f"{path}: rule {i + 1} applies_to must be gpu, cpu or any")
-        rules.append(Rule(row["pattern"], row["class"], str(row.get("family", row["class"])),
-                          applies, str(row.get("source", "")), origin))
+        rules.append(ClassRule(pattern=row["pattern"], family=str(row.get("family", row["class"])),
+                               applies_to=applies, source=str(row.get("source", "")),
+                               origin=origin, class_=row["class"]))
     if not rules:
         raise BadInput(f"{path}: no [[rule]] entries")
     return rules
@@ -81,7 +64,7 @@ class Classifier:
     """
 
     def __init__(self, extra: Path | None = None) -> None:
-        self.rules: list[Rule] = (load_rules(extra, str(extra)) if extra else []) + \
+        self.rules: list[ClassRule] = (load_rules(extra, str(extra)) if extra else []) + \
             load_rules(BUILTIN_TABLE, "builtin")
         self._gpu = [(re.compile(r.pattern), r) for r in self.rules if r.applies_to != "cpu"]
         self._cpu = [(re.compile(r.pattern), r) for r in self.rules if r.applies_to != "gpu"]
@@ -108,12 +91,12 @@ class Classifier:
         return hit
 
     @staticmethod
-    def _match(table: list[tuple[re.Pattern[str], Rule]], name: str) -> tuple[str, str] | None:
+    def _match(table: list[tuple[re.Pattern[str], ClassRule]], name: str) -> tuple[str, str] | None:
         for rx, rule in table:
             if rx.search(name):
-                return rule.cls, rule.family
+                return rule.class_, rule.family
         return None
 
-    def table(self) -> list[dict[str, Any]]:
+    def table(self) -> list[ClassRule]:
         """The rules in the order they are tried (for attribution.json and the report)."""
-        return [r.as_dict() for r in self.rules]
+        return list(self.rules)

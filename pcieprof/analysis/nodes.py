@@ -40,8 +40,7 @@ def _net_of(case: NcclCase) -> str | None:
     if parsed is None:
         return None
     vias = sorted({str(v) for v in parsed.transports if str(v).upper().startswith("NET")})
-    nets = sorted({str(c["network"]) for c in parsed.comms
-                   if isinstance(c, dict) and c.get("network")})
+    nets = sorted({c.network for c in parsed.comms if c.network})
     if not vias and not nets:
         return None
     if nets:

@@ -15,6 +15,71 @@ from typing import Any
 from pcieprof.bundle.document import Document
 
 
+@dataclass(frozen=True)
+class ClassRule:
+    """One row of the kernel classification table (pcieprof/analysis/kernel_classes.toml, or the
+    user's `--classes` file), as attribution.json `classes` stores it and the classifier uses it.
+
+    Attributes:
+        pattern: a regular expression searched in the event name.
+        family: the kernel family it names (`nccl`, `gemm`, ...).
+        applies_to: `gpu`, `cpu` or `any` timeline.
+        source: where the name comes from.
+        origin: `builtin` or the user's file.
+        class_: communication | memory | compute | ignore (stored as `class`, last).
+    """
+
+    pattern: str
+    family: str
+    applies_to: str
+    source: str
+    origin: str
+    class_: str
+
+
+@dataclass
+class RankSkew:
+    """One rank's communication over the collectives every rank ran, split into moving data and
+    waiting for slower ranks (attribution.json `cross_rank.per_rank[]` and `ranks[].skew`).
+
+    Attributes:
+        rank: the rank.
+        matched_comm_us: its time in those collectives.
+        transfer_us: the collectives' time on the fastest rank (each the minimum over ranks).
+        wait_us: the rest: matched_comm_us - transfer_us.
+        wait_pct: wait_us as a % of matched_comm_us, None when that is 0.
+    """
+
+    rank: int
+    matched_comm_us: float = 0.0
+    transfer_us: float = 0.0
+    wait_us: float = 0.0
+    wait_pct: float | None = None
+
+
+@dataclass
+class CrossRank:
+    """The comparison across ranks (attribution.json `cross_rank`): the n-th call of a
+    collective (same kernel and process group) on every rank is one collective.
+
+    Attributes:
+        status: `ok`, `waived` (one rank) or `not_supported` (no collective on every rank); ""
+            in files written before it was stored.
+        why: why not `ok` ("" when ok).
+        n_collectives: collectives found on every rank.
+        transfer_us: their time on the fastest rank, summed; None unless ok.
+        per_rank: each rank's split.
+        unmatched: rank -> its collectives not found on every rank.
+    """
+
+    status: str = ""
+    why: str = ""
+    n_collectives: int = 0
+    transfer_us: float | None = None
+    per_rank: list[RankSkew] = field(default_factory=list)
+    unmatched: dict[int, int] = field(default_factory=dict)
+
+
 @dataclass
 class RankAttribution:
     """One rank (one trace file): totals over the traced window and its decode steps.
@@ -33,7 +98,8 @@ class RankAttribution:
         decode_steps: {n, mean_span_us, median_span_us, mean_comm_us, mean_exposed_comm_us,
             mean_compute_us, mean_idle_us, ...} over DECODE steps, or None.
         step_kinds: the same summary per step kind.
-        skew: {transfer_us, wait_us} across ranks, or None.
+        skew: its communication split into transfer and wait across ranks, or None (one rank,
+            or no collective on every rank).
         families: per kernel family {family, class, count, sum_us}.
         collective_args: the collectives' record_param_comms arguments as the trace gives them.
         parse_s: seconds spent reading the file; peak_rss_bytes: the reader's peak memory.
@@ -56,7 +122,7 @@ class RankAttribution:
     decode_steps: dict[str, float | None] | None = None
     step_kinds: dict[str, dict[str, float | None]] = field(default_factory=dict)
     steps_note: str | None = None
-    skew: dict[str, Any] | None = None
+    skew: RankSkew | None = None
     families: list[dict[str, Any]] = field(default_factory=list)
     collective_args: list[dict[str, Any]] = field(default_factory=list)
     parse_s: float | None = None
@@ -136,11 +202,15 @@ class DecodeShare:
 
 @dataclass
 class Attribution(Document):
-    """attribution.json (its version tag is `attribution_version`)."""
+    """attribution.json (its version tag is `attribution_version`).
+
+    Version 2 writes every key of `cross_rank` (version 1 wrote only those of its status, in
+    an order that varied with it); version 1 files read the same, the absent keys as defaults.
+    """
 
     FILE = "attribution.json"
     FORMAT = "pcieprof.attribution"
-    VERSION = 1
+    VERSION = 2
     TAG_KEY = "attribution_version"
 
     time_unit: str = "us"
@@ -148,11 +218,11 @@ class Attribution(Document):
     window: str = ""
     parser: dict[str, Any] = field(default_factory=dict)
     definitions: dict[str, str] = field(default_factory=dict)
-    classes: list[dict[str, Any]] = field(default_factory=list)
+    classes: list[ClassRule] = field(default_factory=list)
     ranks: list[RankAttribution] = field(default_factory=list)
     steps: list[StepAttribution] = field(default_factory=list)
     top_kernels: list[dict[str, Any]] = field(default_factory=list)
-    cross_rank: dict[str, Any] = field(default_factory=dict)
+    cross_rank: CrossRank = field(default_factory=CrossRank)
     #: every DECODE step, then one per batch size the annotations name (older files lack them)
     decode_share: DecodeShare | None = None
     decode_share_by_batch: list[DecodeShare] = field(default_factory=list)

@@ -3,7 +3,7 @@ imported log, or what the fabric model assumed it would choose, marked as such).
 
 The file maps a case name (the variant, or `variant@0-1` for a sub-group) to a `NcclCase`; a
 case's `parsed` is the NCCL log parser's output (pcieprof.importers.nccl_log, format
-`pcieprof.nccl_choices/1`), None where NCCL did not run (cpu backend). Every reader takes
+`pcieprof.nccl_choices/2`), None where NCCL did not run (cpu backend). Every reader takes
 "what NCCL chose by default" from `NcclChoices.default_case()`.
 """
 
@@ -14,6 +14,155 @@ from typing import Any, ClassVar
 
 from pcieprof.bundle.document import Document, decode, encode
 from pcieprof.errors import BadInput
+
+
+@dataclass
+class CommRank:
+    """One rank of a communicator, as its Init (or `comm ... rank`) line names it.
+
+    Attributes:
+        pid, host: the process that printed it (None for lines without a prefix).
+        cuda_dev, nvml_dev: its device, as CUDA and NVML number it.
+        bus_id: the device's PCI bus id.
+        comm: the communicator's pointer in that process.
+        local_rank: its rank on its node (`localRank`), when printed.
+        init: `START` | `COMPLETE` (the Init line's phase), or None.
+    """
+
+    pid: int | None = None
+    host: str | None = None
+    cuda_dev: int | None = None
+    nvml_dev: int | None = None
+    bus_id: str | None = None
+    comm: str = ""
+    local_rank: int | None = None
+    init: str | None = None
+
+
+@dataclass
+class CommTransport:
+    """One channel's connection as a transport line prints it (`Channel 00/0 : 0[0] -> 1[1]
+    via P2P/CUMEM`).
+
+    Attributes:
+        channel: the channel; src, dst: the ranks; src_dev, dst_dev: their devices as printed.
+        via: NCCL's words (`P2P/CUMEM`, `SHM/direct/direct`, `NET/IB/0/GDRDMA`); family: the
+            transport (P2P, SHM, NET, ...).
+        direction: `send` | `receive`, or None (older releases print none).
+        reported_by: the rank whose line it is, when known.
+        pxn_rank: the rank whose NIC a PXN hop goes out through, else None.
+    """
+
+    channel: int
+    src: int
+    dst: int
+    src_dev: str | None = None
+    dst_dev: str | None = None
+    via: str = ""
+    family: str = ""
+    direction: str | None = None
+    reported_by: int | None = None
+    pxn_rank: int | None = None
+
+
+@dataclass
+class CommGraph:
+    """One graph the search chose, from its `Pattern` line and the channel lines after it.
+
+    Attributes:
+        pattern: NCCL's pattern number (or its word); pattern_name: what it is (`ring`, ...).
+        crossnic, nchannels, same_channels: as printed.
+        bw_intra, bw_inter: the bandwidths it searched at, GB/s.
+        type_intra, type_inter: the path types (`NVL`, `PIX`, `SYS`, `NET`, ...).
+        channels: each channel's path ([`NET/0`, `GPU/6`, ...]).
+        host, reported_by: who printed it.
+    """
+
+    pattern: int | str
+    pattern_name: str = ""
+    crossnic: int = 0
+    nchannels: int = 0
+    bw_intra: float = 0.0
+    bw_inter: float = 0.0
+    type_intra: str = ""
+    type_inter: str = ""
+    same_channels: int = 0
+    channels: list[list[str]] = field(default_factory=list)
+    host: str | None = None
+    reported_by: int | None = None
+
+
+@dataclass
+class TunerChoice:
+    """One choice NCCL's tuner printed (a TUNING line).
+
+    Attributes:
+        coll: the collective (None in the older line, which names none).
+        bytes: the message size; algo, proto: what it chose.
+        channels: [min, max] channels, or None; time_us: its predicted time, or None.
+    """
+
+    coll: str | None = None
+    bytes: int = 0
+    algo: str = ""
+    proto: str = ""
+    channels: list[int] | None = None
+    time_us: float | None = None
+
+
+@dataclass
+class NcclComm:
+    """One communicator of an NCCL log (pcieprof.importers.nccl_log documents each field).
+
+    Attributes:
+        comm_id: NCCL's commId, `split:<color>:<splitCount>` for an ncclCommSplit one whose
+            lines name no commId, or None (old logs' joined per-process entries, or lines no
+            Init line names).
+        nranks, nnodes: its size.
+        ranks: rank -> CommRank.
+        rings: channel -> ranks in ring order; nchannels: its channel count.
+        ring_neighbours: rank -> channel -> [previous, next].
+        trees: rank -> channel -> `up/.../->r->down`.
+        transports: every connection; peer_transport: {"src->dst": via}.
+        coll_channels, p2p_channels, nvls_channels, collnet_channels: `N coll channels, ...`.
+        nvls_multicast: `NVLS multicast support is [not] available`, else None.
+        graphs: the graph search's choices (per host, one process's).
+        ring_pxn, ring_gdr: `Connected all rings, use ring PXN x GDR y`, else None.
+        thread_thresholds, p2p_type, network: as printed, else None.
+        tuner: its tuner choices.
+        connected_rings, connected_trees: whether it connected them.
+        attribution: how lines were tied to it (`prefix`, `order`, `none`).
+        failures: the kinds of failure (NcclParsed.failures) that hit it (format 2; version 1
+            wrote the key only when there was one).
+    """
+
+    comm_id: str | None = None
+    nranks: int = 0
+    nnodes: int | None = None
+    ranks: dict[str, CommRank] = field(default_factory=dict)
+    rings: dict[str, list[int]] = field(default_factory=dict)
+    nchannels: int | None = None
+    ring_neighbours: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    trees: dict[str, dict[str, str]] = field(default_factory=dict)
+    transports: list[CommTransport] = field(default_factory=list)
+    peer_transport: dict[str, str] = field(default_factory=dict)
+    coll_channels: int | None = None
+    p2p_channels: int | None = None
+    nvls_channels: int | None = None
+    collnet_channels: int | None = None
+    nvls_multicast: bool | None = None
+    graphs: list[CommGraph] = field(default_factory=list)
+    ring_pxn: bool | None = None
+    ring_gdr: bool | None = None
+    thread_thresholds: str | None = None
+    p2p_type: str | None = None
+    network: str | None = None
+    tuner: list[TunerChoice] = field(default_factory=list)
+    connected_rings: bool = False
+    connected_trees: bool = False
+    attribution: str = "prefix"
+    failures: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -28,14 +177,15 @@ class NcclParsed(Document):
         rings: {channel: [ranks in ring order]} (rank space).
         peer_transport: {"src->dst": "P2P/CUMEM" | "SHM/direct/direct" | ...} by rank.
         transports, transport_families: unique `via` strings, their families (P2P, SHM, NET).
-        comms: every communicator (see importers.nccl_log).
+        comms: every communicator.
         tuner: [{coll, bytes, algo, proto, channels, time_us}] choices NCCL's tuner printed.
         failures: what its WARN lines name, with the fix ({kind: `shm_too_small`, what, fix, ...}).
         p2p_disabled: [[a, b]] GPU pairs (NVML indexes) NCCL found P2P disabled between.
     """
 
     FORMAT = "pcieprof.nccl_choices"
-    VERSION = 1
+    #: 2: every communicator has `failures` (version 1 wrote it only when one hit it)
+    VERSION = 2
 
     source: str = ""
     nccl_version: str | None = None
@@ -48,7 +198,7 @@ class NcclParsed(Document):
     peer_transport: dict[str, str] = field(default_factory=dict)
     transports: list[Any] = field(default_factory=list)
     transport_families: list[str] = field(default_factory=list)
-    comms: list[dict[str, Any]] = field(default_factory=list)
+    comms: list[NcclComm] = field(default_factory=list)
     tuner: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[Any] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)

@@ -130,9 +130,13 @@ class LayoutAdvice:
             the console and the report show); files written before VERSION 2 stored them as
             `weights_gb` etc. in 1e9 bytes, which `Recommendations.from_json` converts.
         memory_source: where the GPU memory came from.
+        gpu_memory_gib_low: the low end of an assumed GPU memory's range (GiB; `gpu_memory_gib`
+            is its high end), None when the memory is not a range.
+        fit_uncertain: the layout fits at the high end of that range and not at its low end.
         mem_fraction: SGLang's --mem-fraction-static assumed.
         context_tokens: tokens per request of the KV fit.
-        max_concurrency: requests whose KV fits.
+        max_concurrency: requests whose KV fits (at the high end of an assumed range).
+        max_concurrency_low: the same at the range's low end, None when not a range.
         per_concurrency: the predicted step at each concurrency.
         command, env: the SGLang launch (empty when none was built) and its environment.
         notes: assumptions and caveats.
@@ -154,6 +158,9 @@ class LayoutAdvice:
     mem_fraction: float = 0.0
     context_tokens: int = 0
     max_concurrency: int = 0
+    gpu_memory_gib_low: float | None = None
+    fit_uncertain: bool = False
+    max_concurrency_low: int | None = None
     per_concurrency: list[LayoutPoint] = field(default_factory=list)
     command: str = ""
     env: dict[str, str] = field(default_factory=dict)
@@ -161,6 +168,24 @@ class LayoutAdvice:
     compute_source: str = ""
     comm_source: str = ""
     why: str = ""
+
+    def memory_assumed(self) -> bool:
+        """True when the GPU memory is the card's, not the box's own."""
+        return self.memory_source.startswith("assumed")
+
+    def concurrency_text(self) -> str:
+        """`34`, or `33-34` across an assumed memory's range (low end first)."""
+        low = self.max_concurrency_low
+        if low is not None and low != self.max_concurrency:
+            return f"{low}-{self.max_concurrency}"
+        return str(self.max_concurrency)
+
+    def memory_text(self) -> str:
+        """`96 GiB`, or `95.6-96 GiB` across an assumed memory's range."""
+        low = self.gpu_memory_gib_low
+        if low is not None and round(low, 1) != round(self.gpu_memory_gib, 1):
+            return f"{low:.1f}-{self.gpu_memory_gib:g} GiB"
+        return f"{self.gpu_memory_gib:g} GiB"
 
     def peak(self) -> tuple[float, int]:
         """(highest predicted tok/s within memory, at which concurrency); (0, 0) when none."""

@@ -60,7 +60,13 @@ class ConcurrentRow:
     device was released; `release_to_anchor_us_max` bounds (host flag only) how long after the
     host's write that anchor fired, per flow for its device and on the aggregate row the largest
     of its devices: how far apart the anchors it compares can be. Empty with the gate event,
-    whose anchors of different devices are assumed simultaneous (the `detail` says so).
+    whose anchors of different devices are assumed simultaneous (the `detail` says so). The cpu
+    backend writes `barrier`: no hold, each process starts its flows' threads after one gloo
+    barrier. `held` (cuda) is `yes` where the streams were still held when the host had queued
+    every copy, `no` where the hold ended first (the times then include host queueing).
+    `start_skew_us` is how long after the round's earliest flow this flow's first copy started
+    (cuda: from its device's anchor, as the total's span takes it; cpu: CLOCK_MONOTONIC), the
+    aggregate row the largest. Empty cells: not recorded (older bundles, imports, sim).
     """
 
     FILE: ClassVar[str] = "concurrent.csv"
@@ -75,8 +81,10 @@ class ConcurrentRow:
     iters: int = 0
     status: str = "ok"
     detail: str = ""
-    release: str = ""  # cuda: host_flag | gate_event
+    release: str = ""  # cuda: host_flag | gate_event; cpu: barrier
     release_to_anchor_us_max: float = NAN
+    held: str = ""  # cuda: yes | no
+    start_skew_us: float = NAN
 
 
 @dataclass

@@ -203,6 +203,9 @@ class LaunchFacts:
         tp_default: default --tp-size.
         gpu_memory_gib: GPU memory per GPU the defaults assume (GiB: a nominal "96 GB" card
             holds 96 GiB), 0 for CPU.
+        gpu_memory_nvml_mib: the total NVML reports on that GPU (MiB, after the driver's
+            reservation: 97887 on a "96 GB" RTX PRO 6000), the low end of the assumed
+            memory's range; 0 when not known (the assumed memory is then a point).
         attention_backend: default --attention-backend ("" for the server default).
         recommended_flags: extra argv tokens added on every box.
         env: environment variables set on every box.
@@ -222,6 +225,7 @@ class LaunchFacts:
     kv_cache_dtype: str = ""
     tp_default: int = 1
     gpu_memory_gib: float = 0.0
+    gpu_memory_nvml_mib: float = 0.0
     attention_backend: str = ""
     recommended_flags: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)

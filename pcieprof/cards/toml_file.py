@@ -91,6 +91,7 @@ def launch_facts(s: dict[str, Any]) -> LaunchFacts:
         tp_default=int(s.get("tp_default", 1)),
         # `gpu_memory_gb`: the key's name in cards written before it said its unit (always GiB)
         gpu_memory_gib=float(s.get("gpu_memory_gib", s.get("gpu_memory_gb", 0))),
+        gpu_memory_nvml_mib=float(s.get("gpu_memory_nvml_mib", 0)),
         attention_backend=str(s.get("attention_backend", "")),
         recommended_flags=tuple(str(x) for x in s.get("recommended_flags", [])),
         env=env, box_settings=box, fabric=_fabric(s.get("fabric", "")),

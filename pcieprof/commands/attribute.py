@@ -189,12 +189,11 @@ def _summary(doc: Attribution) -> None:
                f"{'exposed ms':>10} {'overlap %':>9} {'idle ms':>10} {'wait ms':>10} steps")
     for r in doc.ranks:
         t = r.totals
-        sk = r.skew or {}
         ov = t["comm_overlap_pct"]
         click.echo(f"{r.rank:>4} {_fmt(t['span_us'])} {_fmt(t['comm_us'])} {_fmt(t['compute_us'])} "
                    f"{_fmt(t['memory_us'])} {_fmt(t['exposed_comm_us'])} "
                    f"{'-' if ov is None else f'{ov:9.2f}':>9} {_fmt(t['idle_us'])} "
-                   f"{_fmt(sk.get('wait_us'))} {r.n_steps} ({r.steps_from})")
+                   f"{_fmt(r.skew.wait_us if r.skew else None)} {r.n_steps} ({r.steps_from})")
         if r.steps_note:
             click.echo(f"     rank {r.rank}: {r.steps_note}")
         d = r.decode_steps

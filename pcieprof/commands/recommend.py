@@ -109,10 +109,12 @@ def summary_lines(result: Recommendations) -> list[str]:
             tok = (f"{peak.tok_s:.0f}" if peak.tok_s is not None and math.isfinite(peak.tok_s)
                    else "-")
             # memory unknown: the fit was not checked, so no concurrency bound is claimed
-            bound = (f"max concurrency {lay.max_concurrency}" if lay.gpu_memory_gib > 0
+            bound = (f"max concurrency {lay.concurrency_text()}" if lay.gpu_memory_gib > 0
                      else "fit not checked (GPU memory unknown)")
-            if lay.memory_source.startswith("assumed"):  # the bound rests on the card's size
-                bound += f" (assumed {lay.gpu_memory_gib:g} GiB/GPU)"
+            if lay.fit_uncertain:  # fits at one end of the assumed range only
+                bound = f"fit uncertain, {bound}"
+            if lay.memory_assumed():  # the bound rests on the card's size, and its range
+                bound += f" (assumed {lay.memory_text()}/GPU)"
 
             lines.append(head + f"{bound}: {step}, c={peak.concurrency} {tok} tok/s")
         if result.layouts[0].why:

@@ -53,7 +53,8 @@ def topology_from_logs(*, lspci: str | None = None, lspci_tree: str | None = Non
 
     Args:
         lspci: `lspci -vvv` output; lspci_tree: `lspci -tv` (used when there is no lspci -vvv:
-            the tree without NUMA node, link or ACS); smi_q: `nvidia-smi -q`; topo_m: `nvidia-smi topo -m`;
+            the tree without NUMA node, link or ACS); smi_q: `nvidia-smi -q`;
+        topo_m: `nvidia-smi topo -m`;
         cmdline: /proc/cmdline; numa: `numactl -H`; lscpu: `lscpu`; dmesg: `dmesg`.
         names: file name per argument (e.g. {"lspci": "lspci_full.log"}) for error messages.
 
@@ -99,11 +100,12 @@ def topology_from_logs(*, lspci: str | None = None, lspci_tree: str | None = Non
     else:
         status["smi_q"] = "unknown: no nvidia-smi -q log"
     if devices is not None and nvml_part is not None:
+        pci_name = names.get("lspci", names.get("lspci_tree", "lspci -vvv"))
         pci_gpus = {d.bdf for d in devices if d.is_nvidia_gpu}
         missing = [g["bus_id"] for g in nvml_part["gpus"] if g["bus_id"] not in pci_gpus]
         if missing:
             raise BadInput(f"GPUs {', '.join(missing)} of {names.get('smi_q', 'nvidia-smi -q')} "
-                           f"are not in {names.get('lspci', names.get('lspci_tree', 'lspci -vvv'))}",
+                           f"are not in {pci_name}",
                            hint="import logs of one machine together")
     levels = None
     if t:

@@ -76,8 +76,8 @@ def _mib_bytes(v: str | None) -> int | None:
 def _mig(f: dict[str, str], devices: int) -> dict[str, Any]:
     """MIG mode (`MIG Mode/Current`, `/Pending`: Enabled, Disabled; N/A on GPUs without MIG) and
     the number of `MIG Device` sections listed under the GPU."""
-    return {"current": _none(f.get("MIG Mode/Current")), "pending": _none(f.get("MIG Mode/Pending")),
-            "devices": devices}
+    return {"current": _none(f.get("MIG Mode/Current")),
+            "pending": _none(f.get("MIG Mode/Pending")), "devices": devices}
 
 
 def _gpu_record(index: int, bus_header: str, f: dict[str, str],

@@ -230,11 +230,11 @@ def _write_documents(bundle: Bundle, files: list[ImportedFile]) -> None:
         docs = f.parsed.documents
         if "nccl_choices" in docs:
             parsed: NcclParsed = docs["nccl_choices"]
-            main = max(parsed.comms, key=lambda c: c["nranks"], default=None)
+            main = max(parsed.comms, key=lambda c: c.nranks, default=None)
             choices.cases[f"imported:{Path(f.stored_as).name}"] = NcclCase(
                 # Ranks 0..n-1 as nccl-tests rows take them: an excerpt may lack some ranks'
                 # Init lines, and `ranks` is indexed by rank (NcclCase.device_of).
-                variant="imported", ranks=tuple(range(main["nranks"])) if main else (),
+                variant="imported", ranks=tuple(range(main.nranks)) if main else (),
                 env=dict(parsed.env), log=f.stored_as, parsed=parsed)
         for kind in by_kind:
             if kind in docs:

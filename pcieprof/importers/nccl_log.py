@@ -60,9 +60,11 @@ It returns the typed document (`pcieprof.bundle.nccl_choices.NcclParsed`, docume
 from __future__ import annotations
 
 import re
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
-from pcieprof.bundle.nccl_choices import NcclParsed
+from pcieprof.bundle.document import decode
+from pcieprof.bundle.nccl_choices import NcclComm, NcclParsed
 from pcieprof.importers._text import clean_lines, fail, head_lines
 from pcieprof.importers.nccl_xml import PATTERNS
 
@@ -94,6 +96,10 @@ _INIT = re.compile(r"^(?:\[Rank \d+\] )?(?:(ncclCommInit\w*|ncclCommSplit|ncclCo
 #: 2003953581 key 0- Init START` names no commId: the split's color and count identify it.)
 #: (RCCL's Init COMPLETE line says the memory it took: `... busId 63000 used 67129296 bytes - Init
 #: COMPLETE`, ROCm/rccl issue #419.)
+#: An Init line wrapped inside its commId: `... commId 0x9d61c66c9945` then `bb3e - Init COMPLETE`
+#: at column 0 on the next line (sgl-project/sglang issue #14382, a pasted pod log).
+_INIT_CUT = re.compile(r" commId 0x[0-9a-fA-F]+$")
+_INIT_TAIL = re.compile(r"[0-9a-fA-F]* ?- Init (?:START|COMPLETE)\s*$")
 _COMM = re.compile(r"^comm (0x[0-9a-fA-F]+) rank (\d+) nRanks (\d+) nNodes (\d+) "
                    r"localRanks (\d+) localRank (\d+)")
 _RING = re.compile(r"^(?:Channel|Ring) (\d+)(?:/(\d+))? :((?: +\d+)+)$")
@@ -105,7 +111,10 @@ _NEIGHBOURS = re.compile(r"^Ring (\d+) : (-?\d+) -> (\d+) -> (-?\d+)$")
 _TRANSPORT = re.compile(r"^(?:Channel|Ring) (\d+)(?:/\d+)? : (\d+)(?:\[([0-9a-fA-Fx]+)\])? -> "
                         r"(\d+)(?:\[([0-9a-fA-Fx]+)\])?(?: \[(send|receive)\])? via (\S.*?)"
                         r"(?: comm 0x[0-9a-fA-F]+ nRanks \d+)?$")
-_TREES = re.compile(r"^Trees((?: \[\d+\] \S+)+)$")
+# Each channel's tree as far as it is whole: another process's output glued into the line cuts
+# the last one (`[25] -1/-1/-All deep_gemm operations loaded successfully!`, sgl-project/sglang
+# issue #11208), and the channels before it are kept.
+_TREES = re.compile(r"^Trees((?: \[\d+\] [-\d/>|]+(?= \[|$))+)")
 _TREE_ITEM = re.compile(r"\[(\d+)\] (\S+)")
 #: One channel's tree as a line (`Tree 14 : -1 -> 0 -> 1/-1/-1`: parent -> rank -> children,
 #: modelscope/easydistill issue #4); kept in the `Trees` spelling (`children->rank->parent`).
@@ -254,6 +263,11 @@ def looks_like(text: str) -> bool:
     return False
 
 
+#: The messages found in one physical line: each level word with the prefix before it (None
+#: for a message without one).
+_Found = list[tuple[re.Match[str], dict[str, Any] | None]]
+
+
 def _messages(text: str) -> tuple[list[dict[str, Any]], dict[str, int], list[str]]:
     """Split the stream into NCCL messages (with host, pid, tid, dev, level, text; the prefix
     fields None where the line has none)."""
@@ -261,20 +275,7 @@ def _messages(text: str) -> tuple[list[dict[str, Any]], dict[str, int], list[str
     msgs: list[dict[str, Any]] = []
     bare_versions: list[str] = []
     counts = {"total": len(lines), "nccl": 0, "spliced": 0, "without_prefix": 0}
-    found_per_line: list[list[tuple[re.Match[str], dict[str, Any] | None]]] = []
-    known_hosts: set[str] = set()
-    for line in lines:
-        found: list[tuple[re.Match[str], dict[str, Any] | None]] = []
-        lo = 0
-        for m in _ANCHOR.finditer(line):
-            pre = _find_prefix(line, lo, m.start())
-            if pre is None and not (not found and _bare_start(line, m.start())):
-                continue  # the words "NCCL INFO" inside a message, or in prose
-            found.append((m, pre))
-            lo = m.end()
-        found_per_line.append(found)
-        if found and found[0][1] and found[0][1]["host"] and not line[:found[0][1]["start"]].strip():
-            known_hosts.add(found[0][1]["host"])
+    found_per_line, known_hosts = _anchors(lines)
     for lineno, (line, found) in enumerate(zip(lines, found_per_line), start=1):
         if not found:
             if vm := _BARE_VERSION.match(line):
@@ -286,16 +287,7 @@ def _messages(text: str) -> tuple[list[dict[str, Any]], dict[str, int], list[str
             host = pre["host"] if pre else None
             if pre is not None and host is not None and (k > 0 or line[:pre["start"]].strip()):
                 host = _recover_host(host, known_hosts)
-            end = len(line)
-            if k + 1 < len(found):
-                nxt = found[k + 1][1]
-                end = nxt["start"] if nxt else found[k + 1][0].start()
-                if nxt and nxt["host"]:
-                    # The next prefix's host may be glued to this message's last word: cut it off.
-                    real = _recover_host(nxt["host"], known_hosts)
-                    if nxt["host"].endswith(real):
-                        end += len(nxt["host"]) - len(real)
-            body = line[m.end():end].rstrip()
+            body = line[m.end():_message_end(line, found, k, known_hosts)].rstrip()
             if glued := _GLUED_VERSION.search(body):
                 # The bare version line glued to a message by a paste that joined the lines
                 # (vllm-project/vllm issue #12292: `cudaDriverVersion 12060 NCCL version 2.20.5`).
@@ -303,6 +295,9 @@ def _messages(text: str) -> tuple[list[dict[str, Any]], dict[str, int], list[str
                 body = body[:glued.start()].rstrip()
             if k + 1 == len(found) and body.endswith(" via") and lineno < len(lines):
                 body += " " + _wrapped_tail(lines[lineno], found_per_line[lineno])
+            elif (k + 1 == len(found) and lineno < len(lines) and not found_per_line[lineno]
+                  and _INIT_CUT.search(body) and (tail := _INIT_TAIL.match(lines[lineno]))):
+                body += tail.group(0).rstrip()  # the commId's last digits on the next line
             if pre is None or pre["pid"] is None:
                 counts["without_prefix"] += 1
                 body = _cut_paste_comment(body)
@@ -315,7 +310,43 @@ def _messages(text: str) -> tuple[list[dict[str, Any]], dict[str, int], list[str
     return msgs, counts, bare_versions
 
 
-def _wrapped_tail(nxt: str, found: list[tuple[re.Match[str], dict[str, Any] | None]]) -> str:
+def _anchors(lines: list[str]) -> tuple[list[_Found], set[str]]:
+    """Per line, the level words that start a message, with their prefixes; and the host names
+    seen at line starts (to recover the host of a prefix glued to the line before it)."""
+    found_per_line: list[_Found] = []
+    known_hosts: set[str] = set()
+    for line in lines:
+        found: _Found = []
+        lo = 0
+        for m in _ANCHOR.finditer(line):
+            pre = _find_prefix(line, lo, m.start())
+            if pre is None and not (not found and _bare_start(line, m.start())):
+                continue  # the words "NCCL INFO" inside a message, or in prose
+            found.append((m, pre))
+            lo = m.end()
+        found_per_line.append(found)
+        first = found[0][1] if found else None
+        if first and first["host"] and not line[:first["start"]].strip():
+            known_hosts.add(first["host"])
+    return found_per_line, known_hosts
+
+
+def _message_end(line: str, found: _Found, k: int, known_hosts: set[str]) -> int:
+    """Where message `k` of `line` ends: at the next message's prefix (or level word), else at
+    the end of the line."""
+    if k + 1 == len(found):
+        return len(line)
+    nxt = found[k + 1][1]
+    end: int = nxt["start"] if nxt else found[k + 1][0].start()
+    if nxt and nxt["host"]:
+        # The next prefix's host may be glued to this message's last word: cut it off.
+        real = _recover_host(nxt["host"], known_hosts)
+        if nxt["host"].endswith(real):
+            end += len(nxt["host"]) - len(real)
+    return end
+
+
+def _wrapped_tail(nxt: str, found: _Found) -> str:
     """What a transport line cut after `via` continues with on the next physical line: its text
     up to the next message, when the line starts with blanks (a terminal's or editor's wrap, as
     in deepseek-ai/DeepEP issue #106: `... [receive] via` / ` NET/IBext/4/GDRDMA   host:...`)."""
@@ -343,6 +374,73 @@ def _recover_host(token: str, known: set[str]) -> str:
     return token
 
 
+#: One message as `_messages` splits it: {line, host, pid, tid, dev, level, text, source, time,
+#: spliced}, the prefix fields None where the line has none.
+_Msg = dict[str, Any]
+#: One communicator's entry (`_new_comm`; its fields are documented on `parse_nccl_log`).
+_Comm = dict[str, Any]
+#: Where a message waits for its communicator's line: (pid, dev), or ("anon",) without a prefix.
+_WaitKey = tuple[Any, ...]
+#: The process that printed a graph search: (host, pid, dev).
+_Printer = tuple[Any, ...]
+
+
+@dataclass
+class _LogState:
+    """What `parse_nccl_log` has read so far: the process-wide facts, the communicators and how
+    messages are tied to them."""
+
+    versions: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    cuda_driver: str | None = None
+    comms: dict[str, _Comm] = field(default_factory=dict)
+    # (pid, comm pointer) -> comm key; pid None for lines without a prefix
+    ptr_to_comm: dict[tuple[int | None, str], str] = field(default_factory=dict)
+    context: dict[tuple[int, int], str] = field(default_factory=dict)  # (pid, dev) -> comm key
+    pid_comms: dict[int, list[str]] = field(default_factory=dict)
+    # Lines without the host:pid:tid prefix carry no process to tie them to a communicator:
+    # they belong to the one the last such Init line named (a log pasted in order), else to
+    # one `unattributed` communicator (a grep of transport lines).
+    anon_key: str | None = None
+    anon_rank: int | None = None
+    # Releases 2.7-2.18 print a rank's channel, ring and transport lines before the only line
+    # naming its communicator (`comm 0x.. rank R nranks N ... - Init COMPLETE`, no Init START):
+    # such lines wait here, per process and device, until that line comes.
+    pending: dict[_WaitKey, list[_Msg]] = field(default_factory=dict)
+    warnings: list[dict[str, Any]] = field(default_factory=list)
+    tuner: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    p2p_disabled: list[list[int]] = field(default_factory=list)
+    # comm -> {(host, pid, dev): the graphs that process printed}
+    graphs_by: dict[str, dict[_Printer, list[dict[str, Any]]]] = field(default_factory=dict)
+    last_graph: dict[_Printer, dict[str, Any]] = field(default_factory=dict)  # its last Pattern
+
+    def comm_of(self, msg: _Msg, create: bool = True) -> _Comm | None:
+        """The communicator `msg` belongs to: by its process and device, or for a message
+        without a prefix the last Init line's (`create`: else the `unattributed` one)."""
+        if msg["pid"] is None:
+            key = self.anon_key
+            if key is None and create:
+                key = "unattributed"
+                self.comms.setdefault(key, _new_comm(key, 0))["attribution"] = "none"
+            return self.comms.get(key) if key else None
+        key = self.context.get((msg["pid"], msg["dev"]))
+        if key is None and len(set(self.pid_comms.get(msg["pid"], []))) == 1:
+            key = self.pid_comms[msg["pid"]][0]
+        return self.comms.get(key) if key else None
+
+    def rank_of(self, msg: _Msg, comm: _Comm | None) -> int | None:
+        """The rank that printed `msg` in `comm`, where an Init line says it."""
+        if comm is None:
+            return None
+        if msg["pid"] is None:
+            return self.anon_rank if self.anon_key == comm["comm_id"] else None
+        for r, info in comm["ranks"].items():
+            if info["pid"] == msg["pid"] and info["cuda_dev"] == msg["dev"]:
+                return int(r)
+        return None
+
+
 def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
     """Parse an NCCL_DEBUG=INFO log (one process or many interleaved) into what NCCL chose.
 
@@ -352,7 +450,7 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
 
     Returns:
         The typed document (pcieprof.bundle.nccl_choices.NcclParsed; as JSON, format
-        "pcieprof.nccl_choices/1"):
+        "pcieprof.nccl_choices/2"):
         - `source`: `name`.
         - `nccl_version` (str|None, e.g. "2.28.9+cuda13.0"), `nccl_versions` (all seen),
           `cuda_driver_version` (str|None, e.g. "13030").
@@ -361,7 +459,7 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
           order]}), `peer_transport` ({"src->dst": "P2P/CUMEM"}), `transports` (sorted unique
           `via` strings), `transport_families` (e.g. ["P2P", "SHM", "NET"]): taken from the
           main communicator (the first one with the most ranks).
-        - `comms`: one entry per communicator (by commId; `split:<color>:<splitCount>` for an
+        - `comms`: one NcclComm per communicator (by commId; `split:<color>:<splitCount>` for an
           ncclCommSplit one whose lines print no commId; old logs without commId: the
           per-process entries of one size joined, `comm_id` null):
           `comm_id`, `nranks`, `nnodes`, `ranks` ({rank: {pid, host, cuda_dev, nvml_dev,
@@ -400,301 +498,395 @@ def parse_nccl_log(text: str, name: str = "<log>") -> NcclParsed:
     if not msgs and not bare_versions:
         fail(name, None, "NCCL_DEBUG=INFO lines ('host:pid:tid [dev] NCCL INFO ...' or "
              "'NCCL INFO ...')")
-    versions: list[str] = list(dict.fromkeys(bare_versions))
-    env: dict[str, str] = {}
-    cuda_driver: str | None = None
-    comms: dict[str, dict[str, Any]] = {}
-    ptr_to_comm: dict[tuple[int, str], str] = {}
-    context: dict[tuple[int, int], str] = {}  # (pid, dev) -> comm key
-    pid_comms: dict[int, list[str]] = {}
-    warnings: list[dict[str, Any]] = []
-    all_tuner: list[dict[str, Any]] = []
-    failures: list[dict[str, Any]] = []
-    p2p_disabled: list[list[int]] = []
-    # comm -> {(host, pid, dev): the graphs that process printed}
-    graphs_by: dict[str, dict[tuple[Any, ...], list[dict[str, Any]]]] = {}
-    last_graph: dict[tuple[Any, ...], dict[str, Any]] = {}  # (host, pid, dev) -> its last Pattern
-
-    # Lines without the host:pid:tid prefix carry no process to tie them to a communicator:
-    # they belong to the one the last such Init line named (a log pasted in order), else to
-    # one `unattributed` communicator (a grep of transport lines).
-    anon: dict[str, Any] = {"key": None, "rank": None}
-
-    def comm_of(msg: dict[str, Any], create: bool = True) -> dict[str, Any] | None:
-        if msg["pid"] is None:
-            key = anon["key"]
-            if key is None and create:
-                key = "unattributed"
-                comms.setdefault(key, _new_comm(key, 0))["attribution"] = "none"
-            return comms.get(key) if key else None
-        key = context.get((msg["pid"], msg["dev"]))
-        if key is None and len(set(pid_comms.get(msg["pid"], []))) == 1:
-            key = pid_comms[msg["pid"]][0]
-        return comms.get(key) if key else None
-
-    def rank_of(msg: dict[str, Any], comm: dict[str, Any] | None) -> int | None:
-        if comm is None:
-            return None
-        if msg["pid"] is None:
-            return anon["rank"] if anon["key"] == comm["comm_id"] else None
-        for r, info in comm["ranks"].items():
-            if info["pid"] == msg["pid"] and info["cuda_dev"] == msg["dev"]:
-                return int(r)
-        return None
-
-    # Releases 2.7-2.18 print a rank's channel, ring and transport lines before the only line
-    # naming its communicator (`comm 0x.. rank R nranks N ... - Init COMPLETE`, no Init START):
-    # such lines wait here, per process and device, until that line comes.
-    pending: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-
-    def waiting_key(msg: dict[str, Any]) -> tuple[Any, ...]:
-        return ("anon",) if msg["pid"] is None else (msg["pid"], msg["dev"])
-
-    def replay(key: tuple[Any, ...]) -> None:
-        for waiting in pending.pop(key, []):
-            handle(waiting)
-
-    def note_p2p_disabled(m: re.Match[str]) -> None:
-        pair = sorted((int(m.group(2)), int(m.group(3))))
-        if pair not in p2p_disabled:
-            p2p_disabled.append(pair)
-
-    def handle(msg: dict[str, Any], force: str | None = None) -> None:
-        def comm_of_msg(m: dict[str, Any]) -> dict[str, Any] | None:
-            return comms[force] if force is not None else comm_of(m)
-
-        nonlocal cuda_driver
-        t = msg["text"]
-        if (force is None and msg["level"] != "WARN" and _needs_comm(t)
-                and comm_of(msg, create=False) is None):
-            pending.setdefault(waiting_key(msg), []).append(msg)
-            return
-        if msg["level"] == "WARN":
-            comm = comm_of(msg, create=False)
-            warnings.append({"line": msg["line"], "host": msg["host"], "pid": msg["pid"],
-                             "dev": msg["dev"], "rank": rank_of(msg, comm), "time": msg["time"],
-                             "source": msg["source"], "text": t})
-            if shm := _SHM_EXTEND.search(t) or _SHM_CREATE_FULL.search(t):
-                _note_failure(failures, comm, msg, "shm_too_small", SHM_TOO_SMALL, SHM_FIX,
-                              segment=shm.group(1), bytes=int(shm.group(2)),
-                              error=shm.group(3))
-            elif ib := _IB_COMPLETION.search(t):
-                status = int(ib.group(2))
-                _note_failure(failures, comm, msg, "ib_completion_error", IB_COMPLETION,
-                              IB_COMPLETION_FIX.get(status, IB_COMPLETION_FIX[0]), status=status,
-                              status_name=IBV_WC_STATUS.get(status), vendor_err=int(ib.group(3)),
-                              peer=ib.group(1))
-            elif _PEER_ACCESS.search(t):
-                _note_failure(failures, comm, msg, "peer_access_unsupported",
-                              PEER_ACCESS_UNSUPPORTED, PEER_ACCESS_FIX)
-            elif m := _P2P_DISABLED.search(t):
-                note_p2p_disabled(m)
-                _note_failure(failures, comm, msg, "p2p_disabled_nvlink", P2P_DISABLED_NVLINK,
-                              P2P_DISABLED_NVLINK_FIX)
-            return
-        if m := _P2P_DISABLED.match(t):
-            note_p2p_disabled(m)
-            return
-        if m := _VERSION.match(t):
-            if m.group(1) not in versions:
-                versions.append(m.group(1))
-        elif m := _CUDA_DRIVER.match(t):
-            cuda_driver = cuda_driver or m.group(1)
-        elif m := _ENV.match(t):
-            env.setdefault(m.group(1), m.group(2).rstrip().removesuffix("."))
-        elif m := _INIT.match(t):
-            _fn, ptr, rank, nranks, cdev, ndev, bus, cid, split_count, color, phase = m.groups()
-            known = ptr_to_comm.get((msg["pid"], ptr))
-            split = f"split:{color}:{split_count}" if color is not None else None
-            # A split communicator is named by its color on every rank (the same on all its
-            # members, NCCL's ncclCommSplit contract); its pointer keeps that name.
-            key = ((known if known and known.startswith("split:") else None) or cid or known
-                   or split or f"comm:{msg['pid']}:{ptr}")
-            ptr_to_comm[(msg["pid"], ptr)] = key
-            comm = comms.setdefault(key, _new_comm(key, int(nranks)))
-            comm["ranks"].setdefault(rank, {"pid": msg["pid"], "host": msg["host"],
-                                            "cuda_dev": int(cdev), "nvml_dev":
-                                            int(ndev) if ndev else None, "bus_id": bus,
-                                            "comm": ptr, "local_rank": None, "init": None})
-            if phase:
-                comm["ranks"][rank]["init"] = phase
-            if msg["pid"] is None:
-                comm["attribution"] = "order"
-                anon.update(key=key, rank=int(rank))
-            else:
-                context[(msg["pid"], int(cdev))] = key
-                pid_comms.setdefault(msg["pid"], []).append(key)
-            replay(waiting_key({"pid": msg["pid"], "dev": int(cdev)}))
-        elif m := _COMM.match(t):
-            ptr, rank, nranks, nnodes, _lr, local_rank = m.groups()
-            key = ptr_to_comm.get((msg["pid"], ptr))
-            if key is None:  # old logs print this before (or without) an Init line
-                key = f"comm:{msg['pid']}:{ptr}"
-                ptr_to_comm[(msg["pid"], ptr)] = key
-                comms.setdefault(key, _new_comm(key, int(nranks)))
-                comms[key]["ranks"].setdefault(rank, {"pid": msg["pid"], "host": msg["host"],
-                                                      "cuda_dev": msg["dev"], "nvml_dev": None,
-                                                      "bus_id": None, "comm": ptr,
-                                                      "local_rank": None, "init": None})
-                if msg["pid"] is None:
-                    comms[key]["attribution"] = "order"
-                else:
-                    context[(msg["pid"], msg["dev"])] = key
-                    pid_comms.setdefault(msg["pid"], []).append(key)
-            if msg["pid"] is None:
-                anon.update(key=key, rank=int(rank))
-            comm = comms[key]
-            comm["nnodes"] = int(nnodes)
-            if rank in comm["ranks"]:
-                comm["ranks"][rank]["local_rank"] = int(local_rank)
-            replay(waiting_key(msg))
-        elif (m := _RING.match(t)) and (comm := comm_of_msg(msg)) is not None:
-            ch, total, order = m.groups()
-            comm["rings"].setdefault(str(int(ch)), [int(x) for x in order.split()])
-            if total:
-                comm["nchannels"] = int(total)
-        elif (m := _NEIGHBOURS.match(t)) and (comm := comm_of_msg(msg)) is not None:
-            ch, prev, me, nxt = m.groups()
-            comm["ring_neighbours"].setdefault(me, {})[str(int(ch))] = [int(prev), int(nxt)]
-        elif (m := _TRANSPORT.match(t)) and (comm := comm_of_msg(msg)) is not None:
-            ch, src, sdev, dst, ddev, direction, via = m.groups()
-            entry = {"channel": int(ch), "src": int(src), "dst": int(dst), "src_dev": sdev,
-                     "dst_dev": ddev, "via": via, "family": transport_family(via),
-                     "direction": direction, "reported_by": rank_of(msg, comm),
-                     "pxn_rank": int(px.group(1)) if (px := _PXN.match(via)) else None}
-            if entry not in comm["transports"]:
-                comm["transports"].append(entry)
-            comm["peer_transport"].setdefault(f"{int(src)}->{int(dst)}", via)
-        elif (m := _TREES.match(t)) and (comm := comm_of_msg(msg)) is not None:
-            rank = rank_of(msg, comm)
-            trees = {str(int(c)): spec for c, spec in _TREE_ITEM.findall(m.group(1))}
-            if rank is None:  # no Init line names the process: the tree says (`up->R->down`)
-                me = re.search(r"->(\d+)->", next(iter(trees.values()), ""))
-                rank = int(me.group(1)) if me else None
-            comm["trees"].setdefault(str(rank) if rank is not None else "?", trees)
-        elif (m := _TREE_LINE.match(t)) and (comm := comm_of_msg(msg)) is not None:
-            ch, up, me, down = m.groups()
-            comm["trees"].setdefault(me, {})[str(int(ch))] = f"{down}->{me}->{up}"
-        elif (m := _CHANNELS.match(t)) and (comm := comm_of_msg(msg)) is not None:
-            comm["coll_channels"] = int(m.group(1))
-            for kind in ("p2p", "nvls", "collnet"):
-                if p := re.search(rf"(\d+) {kind} channels(?! per)", m.group(2)):
-                    comm[f"{kind}_channels"] = int(p.group(1))
-        elif (m := _PATTERN.match(t)) and (comm := comm_of_msg(msg)) is not None:
-            pat = m.group(1)
-            graph = {"pattern": int(pat) if pat.isdigit() else pat,
-                     "pattern_name": PATTERNS.get(int(pat), "unknown") if pat.isdigit()
-                     else pat.lower(), "crossnic": int(m.group(2)),
-                     "nchannels": int(m.group(3)), "bw_intra": float(m.group(4)),
-                     "bw_inter": float(m.group(5)), "type_intra": m.group(6),
-                     "type_inter": m.group(7), "same_channels": int(m.group(8)),
-                     "channels": [], "host": msg["host"], "reported_by": rank_of(msg, comm)}
-            who = (msg["host"], msg["pid"], msg["dev"])
-            graphs_by.setdefault(comm["comm_id"], {}).setdefault(who, []).append(graph)
-            last_graph[who] = graph
-        elif (m := _GRAPH_CHANNEL.match(t)) and (comm := comm_of_msg(msg)) is not None:
-            shown = last_graph.get((msg["host"], msg["pid"], msg["dev"]))
-            if shown is not None and int(m.group(1)) == len(shown["channels"]):
-                shown["channels"].append(m.group(2).split())
-        elif (m := _NVLS_SUPPORT.match(t)) and (comm := comm_of_msg(msg)) is not None:
-            comm["nvls_multicast"] = m.group(1) is None
-        elif (m := _THRESH.match(t)) and (comm := comm_of_msg(msg)) is not None:
-            comm["thread_thresholds"] = m.group(1)
-        elif (m := _P2P_TYPE.match(t)) and (comm := comm_of_msg(msg)) is not None:
-            comm["p2p_type"] = m.group(1)
-        elif (m := _NETWORK.match(t)) and (comm := comm_of_msg(msg)) is not None:
-            comm["network"] = m.group(1)
-        elif m := _TUNER.match(t):
-            choice = {"coll": m.group(1), "bytes": int(m.group(2)), "algo": m.group(3),
-                      "proto": m.group(4),
-                      "channels": [int(m.group(5)), int(m.group(6))] if m.group(5) else None,
-                      "time_us": float(m.group(7)) if m.group(7) else None}
-            all_tuner.append(choice)
-            if (comm := comm_of_msg(msg)) is not None:
-                comm["tuner"].append(choice)
-        elif m := _TUNER_OLD.match(t):
-            choice = {"coll": None, "bytes": int(m.group(1)), "algo": m.group(2),
-                      "proto": m.group(3), "channels": None, "time_us": float(m.group(4))}
-            all_tuner.append(choice)
-            if (comm := comm_of_msg(msg)) is not None:
-                comm["tuner"].append(choice)
-        elif t.startswith("Connected all rings") and (comm := comm_of_msg(msg)) is not None:
-            comm["connected_rings"] = True
-            if ring := _RING_NET.search(t):
-                comm["ring_pxn"], comm["ring_gdr"] = ring.group(1) == "1", ring.group(2) == "1"
-        elif t.startswith("Connected all trees") and (comm := comm_of_msg(msg)) is not None:
-            comm["connected_trees"] = True
-
+    st = _LogState(versions=list(dict.fromkeys(bare_versions)))
     for msg in msgs:
-        handle(msg)
-    # Lines whose communicator line never came (an excerpt, a log cut short): to the one
-    # communicator when all seen are one (old logs' per-process entries of one size), else
-    # to the `unattributed` one, as a grep of transport lines.
-    named = [k for k in comms if k != "unattributed"]
-    one = len(named) == 1 or (len({comms[k]["nranks"] for k in named}) == 1
+        _handle(st, msg)
+    loose_prefixed = _attribute_leftovers(st)
+    _keep_one_graph_search_per_host(st.comms, st.graphs_by)
+    _drop_empty_unattributed(st.comms, loose_prefixed)
+    comm_list = _merge_anonymous(list(st.comms.values()))
+    eager = not st.versions or _release(st.versions[0]) < (2, 19)
+    for c in comm_list:
+        _finish_comm(c, eager, bool(st.versions))
+    return _document(name, st, comm_list, counts)
+
+
+def _handle(st: _LogState, msg: _Msg, force: str | None = None) -> None:
+    """Read one message into `st`. A communicator's line whose communicator is not known yet
+    waits in `st.pending`; `force` names the communicator such a line goes to when its own line
+    never came (`_attribute_leftovers`)."""
+    t = msg["text"]
+    if (force is None and msg["level"] != "WARN" and _needs_comm(t)
+            and st.comm_of(msg, create=False) is None):
+        st.pending.setdefault(_waiting_key(msg), []).append(msg)
+        return
+    if msg["level"] == "WARN":
+        _on_warning(st, msg)
+    elif m := _P2P_DISABLED.match(t):
+        _note_p2p_disabled(st.p2p_disabled, m)
+    elif not _on_setting(st, t) and not _on_comm_init(st, msg):
+        _on_comm_line(st, msg, force)
+
+
+def _waiting_key(msg: _Msg) -> _WaitKey:
+    return ("anon",) if msg["pid"] is None else (msg["pid"], msg["dev"])
+
+
+def _replay(st: _LogState, key: _WaitKey) -> None:
+    """Read the lines that waited for the communicator line of process/device `key`."""
+    for waiting in st.pending.pop(key, []):
+        _handle(st, waiting)
+
+
+def _note_p2p_disabled(p2p_disabled: list[list[int]], m: re.Match[str]) -> None:
+    """A `P2P is disabled between connected GPUs a and b` pair, once."""
+    pair = sorted((int(m.group(2)), int(m.group(3))))
+    if pair not in p2p_disabled:
+        p2p_disabled.append(pair)
+
+
+def _on_warning(st: _LogState, msg: _Msg) -> None:
+    """A WARN line: kept as a warning, and named as a failure where it is one NCCL's users meet."""
+    t = msg["text"]
+    comm = st.comm_of(msg, create=False)
+    st.warnings.append({"line": msg["line"], "host": msg["host"], "pid": msg["pid"],
+                        "dev": msg["dev"], "rank": st.rank_of(msg, comm), "time": msg["time"],
+                        "source": msg["source"], "text": t})
+    if shm := _SHM_EXTEND.search(t) or _SHM_CREATE_FULL.search(t):
+        _note_failure(st.failures, comm, msg, "shm_too_small", SHM_TOO_SMALL, SHM_FIX,
+                      segment=shm.group(1), bytes=int(shm.group(2)), error=shm.group(3))
+    elif ib := _IB_COMPLETION.search(t):
+        status = int(ib.group(2))
+        _note_failure(st.failures, comm, msg, "ib_completion_error", IB_COMPLETION,
+                      IB_COMPLETION_FIX.get(status, IB_COMPLETION_FIX[0]), status=status,
+                      status_name=IBV_WC_STATUS.get(status), vendor_err=int(ib.group(3)),
+                      peer=ib.group(1))
+    elif _PEER_ACCESS.search(t):
+        _note_failure(st.failures, comm, msg, "peer_access_unsupported",
+                      PEER_ACCESS_UNSUPPORTED, PEER_ACCESS_FIX)
+    elif m := _P2P_DISABLED.search(t):
+        _note_p2p_disabled(st.p2p_disabled, m)
+        _note_failure(st.failures, comm, msg, "p2p_disabled_nvlink", P2P_DISABLED_NVLINK,
+                      P2P_DISABLED_NVLINK_FIX)
+
+
+def _on_setting(st: _LogState, t: str) -> bool:
+    """The process-wide lines: NCCL's version, the CUDA driver's, `NCCL_* set by environment`.
+    False for any other line."""
+    if m := _VERSION.match(t):
+        if m.group(1) not in st.versions:
+            st.versions.append(m.group(1))
+    elif m := _CUDA_DRIVER.match(t):
+        st.cuda_driver = st.cuda_driver or m.group(1)
+    elif m := _ENV.match(t):
+        st.env.setdefault(m.group(1), m.group(2).rstrip().removesuffix("."))
+    else:
+        return False
+    return True
+
+
+def _on_comm_init(st: _LogState, msg: _Msg) -> bool:
+    """The lines that name a communicator (`ncclCommInitRank ... Init START`, `comm 0x.. rank R
+    nRanks N nNodes K ...`); False for any other line."""
+    if m := _INIT.match(msg["text"]):
+        _on_init(st, msg, m)
+    elif m := _COMM.match(msg["text"]):
+        _on_comm_summary(st, msg, m)
+    else:
+        return False
+    return True
+
+
+def _tie_process(st: _LogState, key: str, pid: int, dev: int) -> None:
+    """From now on, what process `pid` prints from CUDA device `dev` is of communicator `key`."""
+    st.context[(pid, dev)] = key
+    st.pid_comms.setdefault(pid, []).append(key)
+
+
+def _on_init(st: _LogState, msg: _Msg, m: re.Match[str]) -> None:
+    """`ncclCommInitRank comm 0x.. rank R nranks N cudaDev C ... - Init START|COMPLETE`: the
+    communicator, this process's rank in it, and the lines that waited for it."""
+    _fn, ptr, rank, nranks, cdev, ndev, bus, cid, split_count, color, phase = m.groups()
+    known = st.ptr_to_comm.get((msg["pid"], ptr))
+    split = f"split:{color}:{split_count}" if color is not None else None
+    # A split communicator is named by its color on every rank (the same on all its
+    # members, NCCL's ncclCommSplit contract); its pointer keeps that name.
+    key = ((known if known and known.startswith("split:") else None) or cid or known
+           or split or f"comm:{msg['pid']}:{ptr}")
+    st.ptr_to_comm[(msg["pid"], ptr)] = key
+    comm = st.comms.setdefault(key, _new_comm(key, int(nranks)))
+    comm["ranks"].setdefault(rank, {"pid": msg["pid"], "host": msg["host"],
+                                    "cuda_dev": int(cdev), "nvml_dev":
+                                    int(ndev) if ndev else None, "bus_id": bus,
+                                    "comm": ptr, "local_rank": None, "init": None})
+    if phase:
+        comm["ranks"][rank]["init"] = phase
+    if msg["pid"] is None:
+        comm["attribution"] = "order"
+        st.anon_key, st.anon_rank = key, int(rank)
+    else:
+        _tie_process(st, key, msg["pid"], int(cdev))
+    _replay(st, _waiting_key({"pid": msg["pid"], "dev": int(cdev)}))
+
+
+def _on_comm_summary(st: _LogState, msg: _Msg, m: re.Match[str]) -> None:
+    """`comm 0x.. rank R nRanks N nNodes K localRanks L localRank l`: the node count and local
+    rank; old logs print it before (or without) an Init line, so it may name the communicator."""
+    ptr, rank, nranks, nnodes, _lr, local_rank = m.groups()
+    key = st.ptr_to_comm.get((msg["pid"], ptr))
+    if key is None:
+        key = f"comm:{msg['pid']}:{ptr}"
+        st.ptr_to_comm[(msg["pid"], ptr)] = key
+        st.comms.setdefault(key, _new_comm(key, int(nranks)))
+        st.comms[key]["ranks"].setdefault(rank, {"pid": msg["pid"], "host": msg["host"],
+                                                 "cuda_dev": msg["dev"], "nvml_dev": None,
+                                                 "bus_id": None, "comm": ptr,
+                                                 "local_rank": None, "init": None})
+        if msg["pid"] is None:
+            st.comms[key]["attribution"] = "order"
+        else:
+            _tie_process(st, key, msg["pid"], msg["dev"])
+    if msg["pid"] is None:
+        st.anon_key, st.anon_rank = key, int(rank)
+    comm = st.comms[key]
+    comm["nnodes"] = int(nnodes)
+    if rank in comm["ranks"]:
+        comm["ranks"][rank]["local_rank"] = int(local_rank)
+    _replay(st, _waiting_key(msg))
+
+
+def _on_comm_line(st: _LogState, msg: _Msg, force: str | None) -> None:
+    """A line about one communicator: its rings, trees, transports, channel counts, graph
+    search, settings, tuner choices. A line whose communicator is unknown is skipped (tuner
+    choices still count for the log)."""
+    t = msg["text"]
+
+    def comm_of_msg() -> _Comm | None:
+        return st.comms[force] if force is not None else st.comm_of(msg)
+
+    if (m := _RING.match(t)) and (comm := comm_of_msg()) is not None:
+        _add_ring(comm, m)
+    elif (m := _NEIGHBOURS.match(t)) and (comm := comm_of_msg()) is not None:
+        ch, prev, me, nxt = m.groups()
+        comm["ring_neighbours"].setdefault(me, {})[str(int(ch))] = [int(prev), int(nxt)]
+    elif (m := _TRANSPORT.match(t)) and (comm := comm_of_msg()) is not None:
+        _add_transport(comm, m, st.rank_of(msg, comm))
+    elif (m := _TREES.match(t)) and (comm := comm_of_msg()) is not None:
+        _add_trees(comm, m, st.rank_of(msg, comm))
+    elif (m := _TREE_LINE.match(t)) and (comm := comm_of_msg()) is not None:
+        ch, up, me, down = m.groups()
+        comm["trees"].setdefault(me, {})[str(int(ch))] = f"{down}->{me}->{up}"
+    elif (m := _CHANNELS.match(t)) and (comm := comm_of_msg()) is not None:
+        _set_channel_counts(comm, m)
+    elif (m := _PATTERN.match(t)) and (comm := comm_of_msg()) is not None:
+        _add_graph(st, comm, msg, m)
+    elif (m := _GRAPH_CHANNEL.match(t)) and comm_of_msg() is not None:
+        _add_graph_channel(st.last_graph, msg, m)
+    elif not _on_comm_setting(t, comm_of_msg) and not _on_tuner(st, t, comm_of_msg):
+        _on_connected(t, comm_of_msg)
+
+
+def _on_comm_setting(t: str, comm_of_msg: Callable[[], _Comm | None]) -> bool:
+    """One value of the communicator: NVLS support, thread thresholds, P2P type, network plugin.
+    False when `t` is none of those or its communicator is unknown."""
+    if (m := _NVLS_SUPPORT.match(t)) and (comm := comm_of_msg()) is not None:
+        comm["nvls_multicast"] = m.group(1) is None
+    elif (m := _THRESH.match(t)) and (comm := comm_of_msg()) is not None:
+        comm["thread_thresholds"] = m.group(1)
+    elif (m := _P2P_TYPE.match(t)) and (comm := comm_of_msg()) is not None:
+        comm["p2p_type"] = m.group(1)
+    elif (m := _NETWORK.match(t)) and (comm := comm_of_msg()) is not None:
+        comm["network"] = m.group(1)
+    else:
+        return False
+    return True
+
+
+def _on_tuner(st: _LogState, t: str, comm_of_msg: Callable[[], _Comm | None]) -> bool:
+    """A tuner choice (`AllReduce: 4096 Bytes -> Algo RING proto LL ...`, the older `4096 Bytes
+    -> Algo 1 proto 2 time 12.3`): kept for the log, and for its communicator where known."""
+    if m := _TUNER.match(t):
+        choice = {"coll": m.group(1), "bytes": int(m.group(2)), "algo": m.group(3),
+                  "proto": m.group(4),
+                  "channels": [int(m.group(5)), int(m.group(6))] if m.group(5) else None,
+                  "time_us": float(m.group(7)) if m.group(7) else None}
+    elif m := _TUNER_OLD.match(t):
+        choice = {"coll": None, "bytes": int(m.group(1)), "algo": m.group(2),
+                  "proto": m.group(3), "channels": None, "time_us": float(m.group(4))}
+    else:
+        return False
+    st.tuner.append(choice)
+    if (comm := comm_of_msg()) is not None:
+        comm["tuner"].append(choice)
+    return True
+
+
+def _on_connected(t: str, comm_of_msg: Callable[[], _Comm | None]) -> None:
+    """`Connected all rings[, use ring PXN p GDR g]`, `Connected all trees`."""
+    if t.startswith("Connected all rings") and (comm := comm_of_msg()) is not None:
+        comm["connected_rings"] = True
+        if ring := _RING_NET.search(t):
+            comm["ring_pxn"], comm["ring_gdr"] = ring.group(1) == "1", ring.group(2) == "1"
+    elif t.startswith("Connected all trees") and (comm := comm_of_msg()) is not None:
+        comm["connected_trees"] = True
+
+
+def _add_ring(comm: _Comm, m: re.Match[str]) -> None:
+    """`Channel 00/02 : 0 1 2 3` (older `Ring 00 : 0 1 2 3`): the ring's order, the first seen
+    per channel; `/N` is the channel count."""
+    ch, total, order = m.groups()
+    comm["rings"].setdefault(str(int(ch)), [int(x) for x in order.split()])
+    if total:
+        comm["nchannels"] = int(total)
+
+
+def _add_transport(comm: _Comm, m: re.Match[str], reported_by: int | None) -> None:
+    """`Channel 00/0 : 0[1] -> 1[2] via P2P/CUMEM`: one transport entry (once) and the first
+    `via` per peer pair."""
+    ch, src, sdev, dst, ddev, direction, via = m.groups()
+    entry = {"channel": int(ch), "src": int(src), "dst": int(dst), "src_dev": sdev,
+             "dst_dev": ddev, "via": via, "family": transport_family(via),
+             "direction": direction, "reported_by": reported_by,
+             "pxn_rank": int(px.group(1)) if (px := _PXN.match(via)) else None}
+    if entry not in comm["transports"]:
+        comm["transports"].append(entry)
+    comm["peer_transport"].setdefault(f"{int(src)}->{int(dst)}", via)
+
+
+def _add_trees(comm: _Comm, m: re.Match[str], rank: int | None) -> None:
+    """`Trees [0] 1/-1/-1->0->-1 [1] ...`: the trees of `rank` per channel."""
+    trees = {str(int(c)): spec for c, spec in _TREE_ITEM.findall(m.group(1))}
+    if rank is None:  # no Init line names the process: the tree says (`up->R->down`)
+        me = re.search(r"->(\d+)->", next(iter(trees.values()), ""))
+        rank = int(me.group(1)) if me else None
+    comm["trees"].setdefault(str(rank) if rank is not None else "?", trees)
+
+
+def _set_channel_counts(comm: _Comm, m: re.Match[str]) -> None:
+    """`2 coll channels, 2 collnet channels, 0 nvls channels, 2 p2p channels, ...`."""
+    comm["coll_channels"] = int(m.group(1))
+    for kind in ("p2p", "nvls", "collnet"):
+        if p := re.search(rf"(\d+) {kind} channels(?! per)", m.group(2)):
+            comm[f"{kind}_channels"] = int(p.group(1))
+
+
+def _add_graph(st: _LogState, comm: _Comm, msg: _Msg, m: re.Match[str]) -> None:
+    """`Pattern 4, crossNic 0, nChannels 2, bw 24.0/24.0, type NVL/PIX, sameChannels 1`: one
+    graph search result, kept per printing process (its channel lines follow)."""
+    pat = m.group(1)
+    graph = {"pattern": int(pat) if pat.isdigit() else pat,
+             "pattern_name": PATTERNS.get(int(pat), "unknown") if pat.isdigit()
+             else pat.lower(), "crossnic": int(m.group(2)),
+             "nchannels": int(m.group(3)), "bw_intra": float(m.group(4)),
+             "bw_inter": float(m.group(5)), "type_intra": m.group(6),
+             "type_inter": m.group(7), "same_channels": int(m.group(8)),
+             "channels": [], "host": msg["host"], "reported_by": st.rank_of(msg, comm)}
+    who = (msg["host"], msg["pid"], msg["dev"])
+    st.graphs_by.setdefault(comm["comm_id"], {}).setdefault(who, []).append(graph)
+    st.last_graph[who] = graph
+
+
+def _add_graph_channel(last_graph: dict[_Printer, dict[str, Any]], msg: _Msg,
+                       m: re.Match[str]) -> None:
+    """`  0 : NET/0 GPU/0 GPU/1 NET/0`: the next channel of the process's last `Pattern`."""
+    shown = last_graph.get((msg["host"], msg["pid"], msg["dev"]))
+    if shown is not None and int(m.group(1)) == len(shown["channels"]):
+        shown["channels"].append(m.group(2).split())
+
+
+def _attribute_leftovers(st: _LogState) -> bool:
+    """Read the lines whose communicator line never came (an excerpt, a log cut short): into
+    the one communicator when all seen are one (old logs' per-process entries of one size),
+    else into the `unattributed` one, as a grep of transport lines. True when some of them had
+    a process prefix."""
+    named = [k for k in st.comms if k != "unattributed"]
+    one = len(named) == 1 or (len({st.comms[k]["nranks"] for k in named}) == 1
                               and all(k.startswith("comm:") for k in named))
     only = named[0] if named and one else None
-    loose_prefixed = any(key != ("anon",) for key in pending)
-    for key in list(pending):
-        for waiting in pending.pop(key):
+    loose_prefixed = any(key != ("anon",) for key in st.pending)
+    for key in list(st.pending):
+        for waiting in st.pending.pop(key):
             if only is None:
-                comms.setdefault("unattributed", _new_comm("unattributed", 0))[
+                st.comms.setdefault("unattributed", _new_comm("unattributed", 0))[
                     "attribution"] = "none"
-            handle(waiting, force=only or "unattributed")
+            _handle(st, waiting, force=only or "unattributed")
+    return loose_prefixed
+
+
+def _keep_one_graph_search_per_host(comms: dict[str, _Comm],
+                                    graphs_by: dict[str, dict[_Printer, list[dict[str, Any]]]]
+                                    ) -> None:
+    """Every rank of a node prints the same search (its node's GPUs, by rank): per host, keep
+    the process that printed the most of it (an excerpt cuts the others)."""
     for comm_key, by in graphs_by.items():
-        # Every rank of a node prints the same search (its node's GPUs, by rank): per host, keep
-        # the process that printed the most of it (an excerpt cuts the others).
         best: dict[Any, list[dict[str, Any]]] = {}
         for (host, _pid, _dev), graphs in by.items():
             if len(graphs) > len(best.get(host, [])):
                 best[host] = graphs
         comms[comm_key]["graphs"] = [g for graphs in best.values() for g in graphs]
+
+
+def _drop_empty_unattributed(comms: dict[str, _Comm], loose_prefixed: bool) -> None:
+    """Drop the `unattributed` communicator when only settings lines came without a prefix:
+    nothing to keep. What processes whose Init line is not in the excerpt printed (channel
+    counts, the network: NVIDIA/nccl issue #1646, NVIDIA/nccl-tests issue #228) stays."""
     loose = comms.get("unattributed")
     settings = ("coll_channels", "network", "thread_thresholds", "p2p_type", "nvls_multicast")
     if loose is not None and not (
             loose["rings"] or loose["transports"] or loose["trees"] or loose["tuner"]
             or loose["ring_neighbours"] or loose["graphs"]
             or (loose_prefixed and any(loose[k] is not None for k in settings))):
-        # Only settings lines came without a prefix: nothing to keep. What processes whose
-        # Init line is not in the excerpt printed (channel counts, the network: NVIDIA/nccl
-        # issue #1646, NVIDIA/nccl-tests issue #228) stays.
         del comms["unattributed"]
-    comm_list = _merge_anonymous(list(comms.values()))
-    eager = not versions or _release(versions[0]) < (2, 19)
-    for c in comm_list:
-        if c["comm_id"] == "unattributed":
-            # Its size is what the lines show: the longest ring, or the highest rank seen.
-            seen = [r for ring in c["rings"].values() for r in ring]
-            seen += [x for e in c["transports"] for x in (e["src"], e["dst"])]
-            seen += [int(r) for spec in c["trees"].values() for tree in spec.values()
-                     for r in re.findall(r"-?\d+", tree) if r != "-1"]
-            c["comm_id"] = None
-            c["nranks"] = max(seen) + 1 if seen else 0
-        c["ranks"] = dict(sorted(c["ranks"].items(), key=lambda kv: int(kv[0])))
-        c["rings"] = dict(sorted(c["rings"].items(), key=lambda kv: int(kv[0])))
-        c["transports"].sort(key=lambda e: (e["channel"], e["src"], e["dst"]))
-        c["peer_transport"] = dict(sorted(c["peer_transport"].items()))
-        if c["nchannels"] is None:
-            # Ring lines without `/N` (older releases): NCCL's own count, else one ring per channel.
-            c["nchannels"] = c["coll_channels"] or (len(c["rings"]) or None)
-        if (not c["connected_rings"] and c["transports"] and eager
-                and (versions or c["comm_id"] is None)
-                and any(r["init"] == "COMPLETE" for r in c["ranks"].values())):
-            # The releases this is about (2.7-2.18) connect every channel inside init, before
-            # Init COMPLETE, and not all print "Connected all rings". Newer ones may connect at
-            # the first collective (NCCL_RUNTIME_CONNECT): there only their own line counts.
-            c["connected_rings"] = True
+
+
+def _finish_comm(c: _Comm, eager: bool, has_versions: bool) -> None:
+    """Put one communicator in its final form: sorted, its channel count and `connected_rings`
+    filled in where the lines imply them (`eager`: a release that connects inside init)."""
+    if c["comm_id"] == "unattributed":
+        c["comm_id"] = None
+        c["nranks"] = _ranks_seen(c)
+    c["ranks"] = dict(sorted(c["ranks"].items(), key=lambda kv: int(kv[0])))
+    c["rings"] = dict(sorted(c["rings"].items(), key=lambda kv: int(kv[0])))
+    c["transports"].sort(key=lambda e: (e["channel"], e["src"], e["dst"]))
+    c["peer_transport"] = dict(sorted(c["peer_transport"].items()))
+    if c["nchannels"] is None:
+        # Ring lines without `/N` (older releases): NCCL's own count, else one ring per channel.
+        c["nchannels"] = c["coll_channels"] or (len(c["rings"]) or None)
+    if (not c["connected_rings"] and c["transports"] and eager
+            and (has_versions or c["comm_id"] is None)
+            and any(r["init"] == "COMPLETE" for r in c["ranks"].values())):
+        # The releases this is about (2.7-2.18) connect every channel inside init, before
+        # Init COMPLETE, and not all print "Connected all rings". Newer ones may connect at
+        # the first collective (NCCL_RUNTIME_CONNECT): there only their own line counts.
+        c["connected_rings"] = True
+
+
+def _ranks_seen(c: _Comm) -> int:
+    """The size of a communicator no Init line names: the highest rank its lines show + 1."""
+    seen = [r for ring in c["rings"].values() for r in ring]
+    seen += [x for e in c["transports"] for x in (e["src"], e["dst"])]
+    seen += [int(r) for spec in c["trees"].values() for tree in spec.values()
+             for r in re.findall(r"-?\d+", tree) if r != "-1"]
+    return max(seen) + 1 if seen else 0
+
+
+def _document(name: str, st: _LogState, comm_list: list[_Comm],
+              counts: dict[str, int]) -> NcclParsed:
+    """The parse result: the log's facts, with the main communicator's (the first with the most
+    ranks) rings and transports at the top level."""
     main = max(comm_list, key=lambda c: c["nranks"], default=None)
     vias = sorted({e["via"] for e in main["transports"]}) if main else []
     families = sorted({transport_family(v) for v in vias})
+    versions = st.versions
     return NcclParsed(
         source=name, nccl_version=versions[0] if versions else None, nccl_versions=versions,
-        cuda_driver_version=cuda_driver, env=env,
+        cuda_driver_version=st.cuda_driver, env=st.env,
         nranks=main["nranks"] if main else None, nchannels=main["nchannels"] if main else None,
         rings={str(k): list(v) for k, v in main["rings"].items()} if main else {},
         peer_transport=dict(main["peer_transport"]) if main else {},
-        transports=list(vias), transport_families=families, comms=comm_list, tuner=all_tuner,
-        warnings=list(warnings), failures=failures, p2p_disabled=sorted(p2p_disabled),
+        transports=list(vias), transport_families=families,
+        comms=[decode(NcclComm, c, name) for c in comm_list], tuner=st.tuner,
+        warnings=list(st.warnings), failures=st.failures, p2p_disabled=sorted(st.p2p_disabled),
         lines=dict(counts))
 
 

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from pcieprof.analysis.concurrent_release import releases, summary_line
 from pcieprof.analysis.curves import EXTRAPOLATED, Curves
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.matrices import gpu_indices, pair_matrix, pair_status
@@ -125,4 +126,6 @@ def summarize(bundle: Bundle, band: DecodeBand) -> str:
         out.append("")
         out.append("concurrent traffic, aggregate GB/s:  " + "  ".join(
             f"{r['pattern']}/{r['op']} {r['bandwidth_gbps']:.1f}" for _, r in agg.iterrows()))
+        if line := summary_line(releases(bundle)):
+            out.append(line)
     return "\n".join(out)

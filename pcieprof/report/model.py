@@ -146,10 +146,9 @@ class BundleView:
         if self.bundle.manifest.source != "imported":
             return []
         doc = self.doc(NcclChoices)
-        hosts = {str(r["host"]) for case in (doc.cases.values() if doc else ())
+        hosts = {r.host for case in (doc.cases.values() if doc else ())
                  if case.parsed is not None for comm in case.parsed.comms
-                 for r in (comm.get("ranks") or {}).values()
-                 if isinstance(r, dict) and r.get("host")}
+                 for r in comm.ranks.values() if r.host}
         return sorted(hosts)
 
     def table(self, name: str) -> Any:

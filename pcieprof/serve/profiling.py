@@ -155,18 +155,23 @@ async def capture(base_url: str, staging: Path, dest: Path, *, nranks: int, num_
         await asyncio.sleep(settle_s)
         async with aiohttp.ClientSession() as session:
             record["reply"] = (await start_profile(session, base_url, body)).strip()
+        # By stage, the DECODE trace is the one profiled for (steady decode) and attributed; an
+        # EXTEND window that opened first (a prefill right after /start_profile) closes at the
+        # first decode step, so its file comes long before the DECODE one and must not end the wait.
+        stage = "DECODE" if profile_by_stage else None
         found, unfinished, cut = await _wait_for_ranks(staging, nranks, prefix, timeout_s,
-                                                       load_task, alive)
+                                                       load_task, alive, stage)
         moved = [move_trace(p, dest) for rank in sorted(found) for p in found[rank]]
         record["files"] = [str(p.relative_to(dest.parent.parent)) for p in moved]
-        record["ranks"] = sorted(found)
-        if len(found) == nranks:
+        complete = sorted(r for r, paths in found.items() if _has_stage(paths, stage))
+        record["ranks"] = complete
+        if len(complete) == nranks:
             record["status"] = "ok"
         else:
-            missing = sorted(set(range(nranks)) - set(found))
+            missing = sorted(set(range(nranks)) - set(complete))
             when = ("before the server exited" if alive is not None and not alive()
                     else f"within {timeout_s:.0f} s")
-            why = f"no complete trace from rank(s) {missing}"
+            why = f"no complete {stage + ' ' if stage else ''}trace from rank(s) {missing}"
             if cut:
                 why += (f": cut short ({', '.join(p.name for p in cut)}: a whole gzip of a "
                         "truncated document, as torch leaves when the disk fills)")
@@ -174,7 +179,7 @@ async def capture(base_url: str, staging: Path, dest: Path, *, nranks: int, num_
                 why += f" {when}"
             if unfinished:
                 why += f" (still being written: {', '.join(p.name for p in unfinished)})"
-            record.update(status="partial" if found else "failed", why=why)
+            record.update(status="partial" if complete else "failed", why=why)
     except (RuntimeError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
         record["why"] = f"{type(exc).__name__}: {exc}"[:300]
     finally:
@@ -185,12 +190,19 @@ async def capture(base_url: str, staging: Path, dest: Path, *, nranks: int, num_
     return record
 
 
+def _has_stage(paths: list[Path], stage: str | None) -> bool:
+    """Whether one of a rank's traces is of `stage` (None: any trace will do). A trace named
+    without a stage counts too: a server that does not split by stage records every step in it."""
+    return any(stage is None or (trace_rank(p) or (0, None))[1] in (stage, None) for p in paths)
+
+
 async def _wait_for_ranks(staging: Path, nranks: int, prefix: str, timeout_s: float,
-                          load_task: asyncio.Future[Any], alive: Callable[[], bool] | None = None
+                          load_task: asyncio.Future[Any], alive: Callable[[], bool] | None = None,
+                          stage: str | None = None
                           ) -> tuple[dict[int, list[Path]], list[Path], list[Path]]:
-    """Wait until every rank has a trace and every trace found is whole, `timeout_s`, or one
-    look after `alive()` turned False (a server that has exited writes no more traces; the
-    look lets the files it finished hold still and count).
+    """Wait until every rank has a trace (of `stage`, when given) and every trace found is
+    whole, `timeout_s`, or one look after `alive()` turned False (a server that has exited
+    writes no more traces; the look lets the files it finished hold still and count).
 
     Returns (whole traces by rank, traces still being written when the wait ended, traces cut
     short). A file counts once its size has held still between two looks and its content is
@@ -227,10 +239,12 @@ async def _wait_for_ranks(staging: Path, nranks: int, prefix: str, timeout_s: fl
                     done.setdefault(rank, []).append(p)
                 elif state[p] == "cut":
                     cut.append(p)
-                    cut_ranks.add(rank)
+                    if _has_stage([p], stage):
+                        cut_ranks.add(rank)
                 else:
                     unfinished.append(p)
-        if len(set(done) | cut_ranks) == nranks and not unfinished:
+        if len({r for r, ps in done.items() if _has_stage(ps, stage)} | cut_ranks) == nranks \
+                and not unfinished:
             settled_since = settled_since if found == last and settled_since else time.monotonic()
             if time.monotonic() - settled_since >= SETTLE_S:
                 return done, [], cut

@@ -127,6 +127,7 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
     for lay in result.layouts:
         lay.notes.insert(0, f"launch backends: {choice.describe()} ({choice.label})")
     caveats = list(choice.caveats)
+    fit_words: list[str] = []  # the default layout's memory fit, said with the box
     top: LayoutAdvice | None = None
     if result.layouts:
         top = result.layouts[0]
@@ -136,10 +137,12 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
             f"{card.name} does not fit this box in any layout: {top.label} needs "
             f"{gib(top.weights_gib * GIB)} of weights per GPU, has "
             f"{gib(top.gpu_memory_gib * GIB * top.mem_fraction)} at --mem-fraction-static "
-            f"{top.mem_fraction:g} ({top.memory_source})")
+            f"{top.mem_fraction:g}"
+            + (" at the high end of the assumed range" if top.gpu_memory_gib_low is not None
+               else "") + f" ({top.memory_source})")
     else:
         line, where, verdict, tp, own = _default_layout(result, card, command, box, context,
-                                                        caveats)
+                                                        caveats, fit_words)
     # a checkpoint the box's GPUs cannot load stops the launch whatever the layout
     if line and (why := blocked(card.sglang.quantization, box)):
         line, verdict = "", f"{card.name} does not run on this box: {why}"
@@ -157,7 +160,8 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
     evidence = list(choice.evidence)
     if box is not None and box.gpus:  # no "0x GPU" box where the bundle names none
         evidence.insert(0, f"the box: {box.describe()}; architecture from {box.arch_source}; "
-                           f"memory from {box.memory_source}")
+                           f"memory from {box.memory_source}"
+                           + "".join(f"; {w}" for w in fit_words))
     if choice.serve_bundle:
         evidence.insert(0, f"{FROM}{choice.serve_bundle}")
     kv = choice.config.get("kv_cache_dtype", "")
@@ -188,11 +192,13 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
 
 
 def _default_layout(result: Recommendations, card: ModelCard, command: CommandBuilder,
-                    box: Box | None, context: int,
-                    caveats: list[str]) -> tuple[str, str, str, int, dict[str, str]]:
+                    box: Box | None, context: int, caveats: list[str],
+                    fit_words: list[str]) -> tuple[str, str, str, int, dict[str, str]]:
     """(launch line, layout label, verdict, TP, the line's environment) of the card's default
     layout narrowed to the box:
-    TP no wider than its GPUs; no line when the model does not fit there."""
+    TP no wider than its GPUs; no line when the model does not fit there. The fit of a line
+    offered goes into `fit_words` (said with the box), and into `caveats` where it is not
+    checked against the box's own memory (unknown, uncertain, or assumed)."""
     tp = card.sglang.tp_default
     if box is None or not box.gpus:
         return "", f"TP{tp}", (f"no launch line: this bundle shows no GPUs, so no layout of "
@@ -205,12 +211,14 @@ def _default_layout(result: Recommendations, card: ModelCard, command: CommandBu
     f = fit(card, Placement(tp=tp), sized, context)
     # the card's default TP may be narrower than the box needs (a config.json card says TP1):
     # the narrowest wider TP that fits, up to the GPU count, rather than "does not fit"
+    # an uncertain fit (at one end of an assumed memory's range only) is taken when no narrower
+    # TP fits, and replaced by a wider one that fits at both ends
     widest = (tp, f)
     for wider in sorted({widest_tp(card, t) for t in range(tp + 1, box.gpus + 1)}):
-        if f.fits is not False or wider <= tp:
+        if f.fits or f.has is None or wider <= tp:
             continue
         wf = fit(card, Placement(tp=wider), sized, context)
-        if wf.fits:
+        if wf.fits or (wf.uncertain and f.fits is False):
             tp, f = wider, wf
         widest = (wider, wf)
     if f.fits is False:  # none fits: the verdict of the widest TP the box holds says the most
@@ -218,7 +226,8 @@ def _default_layout(result: Recommendations, card: ModelCard, command: CommandBu
     label = f"TP{tp}"
     if f.fits is False:
         return "", label, f"{card.name} at {label}: {f.verdict()}", tp, {}
-    if f.fits is None or sized is not box:  # unchecked, or checked against assumed memory
+    fit_words.append(f"{label}: {f.verdict()}")
+    if f.fits is None or sized is not box:  # unchecked, uncertain, or on assumed memory
         caveats.append(f"{label}: {f.verdict()}")
     own, left_out = env_for(dict(result.env), set(result.ring.order) if result.ring else None,
                             tp)

@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 
 from pcieprof.analysis.anchors import ANCHORS, published_compute_ms
-from pcieprof.analysis.box import GIB, Box, box_from
+from pcieprof.analysis.box import GIB, MIB, Box, box_from
 from pcieprof.analysis.comm_model import (ALL_GATHER_RANGE, Layout, Pricer, measured_decode_steps,
                                           predict_step_comm)
 from pcieprof.bundle import Bundle
@@ -249,14 +249,23 @@ def fit_compute(card: ModelCard, pricer: Pricer, bundle: Bundle,
 
 def gpu_memory(box: Box, card: ModelCard) -> Box:
     """`box` with its GPU memory; where the bundle does not tell it, the memory the card was
-    written for, said to be assumed."""
-    if box.memory_bytes is not None or card.sglang.gpu_memory_gib <= 0:
+    written for, said to be assumed, as a range: the card's nominal size (high end) down to the
+    total NVML reports on that GPU after the driver's reservation (`gpu_memory_nvml_mib`, low
+    end; a point when the card does not give it)."""
+    s = card.sglang
+    if box.memory_bytes is not None or s.gpu_memory_gib <= 0:
         # a card made from a config.json names no GPU: the memory stays unknown, not 0 GiB
         return box
-    # a card's nominal size is a binary unit (96 GB GDDR7 = 97887 MiB)
-    return replace(box, memory_bytes=float(card.sglang.gpu_memory_gib) * GIB,
-                   memory_source=f"assumed: card {card.name}'s gpu_memory_gib "
-                                 f"({card.sglang.gpu_memory_gib:g} GiB); {box.memory_source}")
+    # a card's nominal size is a binary unit (96 GB GDDR7 = 96 GiB, NVML 97887 MiB)
+    high = float(s.gpu_memory_gib) * GIB
+    low = min(float(s.gpu_memory_nvml_mib) * MIB, high) if s.gpu_memory_nvml_mib > 0 else None
+    span = (f"{s.gpu_memory_gib:g} GiB nominal, {low / GIB:.1f} GiB as NVML reports it "
+            f"({s.gpu_memory_nvml_mib:g} MiB): range {low / GIB:.1f}-{s.gpu_memory_gib:g} GiB"
+            if low is not None else
+            f"{s.gpu_memory_gib:g} GiB nominal; the card gives no NVML total, so no range")
+    return replace(box, memory_bytes=high, memory_low_bytes=low,
+                   memory_source=f"assumed: card {card.name}'s gpu_memory_gib ({span}); "
+                                 f"{box.memory_source}")
 
 
 def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: Topology,
@@ -296,9 +305,14 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
         w, kv_req = f.needs, f.kv_request
         # requests of the whole box whose KV fits: each GPU holds 1/(replicas x DP) of them
         max_c = int(f.requests_per_gpu / requests_per_gpu(c, 1)) if f.requests_per_gpu else 0
+        # at the low end of an assumed memory's range (None: the memory is not a range)
+        max_c_low = (int(f.requests_low / requests_per_gpu(c, 1)) if f.requests_low else 0
+                     ) if f.requests_low is not None else None
         points = []
         notes: list[str] = []
-        if f.fits is None:
+        if f.uncertain:  # offered, as an unchecked fit is, with the range it flips in
+            notes.append(f"{c.label}: {f.verdict()}")
+        elif f.has is None:
             # neither the bundle nor the card tells the GPU memory: the fit is unknown, not
             # "does not fit" (0 GiB); the layout is offered with what it needs, said unchecked
             max_c = max(CONCURRENCY)
@@ -347,6 +361,9 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
             label=c.label, tp=c.tp, pp=c.pp, ep=c.ep, dp_attention=c.dp_attention,
             replicas=c.replicas, fits=max_c >= 1, weights_gib=w / GIB,
             kv_gib_per_request=kv_req / GIB, gpu_memory_gib=mem / GIB, memory_source=mem_src,
+            gpu_memory_gib_low=(box.memory_low_bytes / GIB
+                                if box.memory_low_bytes is not None else None),
+            fit_uncertain=f.uncertain, max_concurrency_low=max_c_low,
             mem_fraction=frac, context_tokens=context, max_concurrency=max_c,
             per_concurrency=points, command=launch.command, env=launch.env,
             notes=notes + launch.notes,
@@ -354,11 +371,14 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
             comm_source=f"pcieprof.analysis.comm_model priced with {bundle.path.name}"
                         f" [{pricer.source}]"))
 
-    def key(r: LayoutAdvice) -> tuple[bool, float, float]:
+    def key(r: LayoutAdvice) -> tuple[bool, bool, float, float]:
         best = max((p.tok_s for p in r.per_concurrency
                     if p.fits and p.tok_s is not None and p.tok_s == p.tok_s), default=-1.0)
         lat = r.per_concurrency[0].step_ms
-        return (r.fits, best, -(lat if lat is not None and lat == lat else 1e9))
+        # a layout that fits at both ends of an assumed memory range ranks above one that fits
+        # at its high end only
+        return (r.fits and not r.fit_uncertain, r.fits, best,
+                -(lat if lat is not None and lat == lat else 1e9))
 
     results.sort(key=key, reverse=True)
     if results:
@@ -372,7 +392,32 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
             bundle, pricer.variant, all_gather_factor=ALL_GATHER_RANGE[1]))
         if rng:
             results[0].why += "; " + rng
+        rng = _memory_low_end(results[0])
+        if rng:
+            results[0].why += "; " + rng
     return results
+
+
+def _memory_low_end(top: LayoutAdvice) -> str:
+    """The top layout's peak at the low end of an assumed GPU memory's range, or "" when the
+    memory is not a range or its low end keeps the same peak."""
+    low, low_gib = top.max_concurrency_low, top.gpu_memory_gib_low
+    fit_hi = [p for p in top.per_concurrency if p.fits]
+    if low is None or low_gib is None or not top.fits or not fit_hi:
+        return ""
+    span = f"range of the assumed GPU memory ({top.memory_text()}/GPU)"
+    fit_lo = [p for p in fit_hi if p.concurrency <= low]
+    if not fit_lo:
+        return f"{span}: at {low_gib:.1f} GiB {top.label} does not fit (fit uncertain)"
+    hi, lo = fit_hi[-1], fit_lo[-1]
+    if lo.concurrency == hi.concurrency:
+        return ""
+
+    def tok(p: LayoutPoint) -> str:
+        return f"{p.tok_s:.0f} tok/s" if p.tok_s is not None and math.isfinite(p.tok_s) else "-"
+
+    return (f"{span}: at {low_gib:.1f} GiB, {top.label} holds up to c={low}: {tok(lo)} at "
+            f"c={lo.concurrency} (not {tok(hi)} at c={hi.concurrency})")
 
 
 def _all_gather_high_end(card: ModelCard, c: Candidate, top: LayoutAdvice, high: Pricer) -> str:

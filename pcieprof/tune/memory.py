@@ -98,14 +98,19 @@ def kv_per_request(card: ModelCard, p: Placement, context: int) -> float:
 class Fit:
     """Whether a placement fits one GPU of the box.
 
+    An assumed memory is a range (pcieprof.analysis.box.Box.memory_low_bytes): the fit is
+    checked at both ends, and one that holds at the high end only is uncertain, not yes or no.
+
     Attributes:
         needs: weight bytes per GPU.
         has: bytes for weights + KV per GPU (memory x mem-fraction), None when memory is unknown.
-        memory: the GPU's memory (bytes), None when unknown.
+        memory: the GPU's memory (bytes), None when unknown; of a range, its high end.
         fraction: --mem-fraction-static.
         kv_request: KV bytes of one request per GPU.
         requests_per_gpu: requests whose KV fits one GPU (0 when the weights do not fit).
         memory_source: where the GPU memory came from.
+        memory_low: the low end of an assumed memory's range (bytes), None when not a range.
+        requests_low: `requests_per_gpu` at `memory_low`, None when not a range.
     """
 
     needs: float
@@ -115,34 +120,70 @@ class Fit:
     kv_request: float
     requests_per_gpu: int
     memory_source: str
+    memory_low: float | None = None
+    requests_low: int | None = None
+
+    @property
+    def uncertain(self) -> bool:
+        """True when it fits at the high end of the assumed memory's range and not at the low."""
+        return (self.has is not None and self.requests_per_gpu >= 1
+                and self.requests_low is not None and self.requests_low < 1)
 
     @property
     def fits(self) -> bool | None:
-        """True / False, None when the GPU memory is unknown."""
-        if self.has is None:
+        """True / False; None when the GPU memory is unknown or the fit is `uncertain`."""
+        if self.has is None or self.uncertain:
             return None
         return self.requests_per_gpu >= 1
 
+    def _has(self) -> str:
+        """`has 81.6 = 96.0 GiB x --mem-fraction-static 0.85`, the range of an assumed one."""
+        mem = self.memory or 0.0
+        low = self.memory_low
+        if low is not None and round(low / GIB, 1) != round(mem / GIB, 1):
+            has = (f"has {low * self.fraction / GIB:.1f}-{mem * self.fraction / GIB:.1f} = "
+                   f"{low / GIB:.1f}-{mem / GIB:.1f} GiB x --mem-fraction-static "
+                   f"{self.fraction:g}")
+        else:
+            has = (f"has {mem * self.fraction / GIB:.1f} = {gib(mem)} x --mem-fraction-static "
+                   f"{self.fraction:g}")
+        if self.memory_source.startswith("assumed"):
+            has += f" ({self.memory_source})"  # an assumed size is said where it decides
+        return has
+
+    def requests_text(self) -> str:
+        """`30`, or `28-30` across an assumed memory's range."""
+        if self.requests_low is not None and self.requests_low != self.requests_per_gpu:
+            return f"{self.requests_low}-{self.requests_per_gpu}"
+        return str(self.requests_per_gpu)
+
     def verdict(self) -> str:
-        """`does not fit this box (needs 210.3 GiB per GPU, has 20.4)`, `fits (...)` or
-        `fit not checked (...)`."""
+        """`does not fit this box (needs 210.3 GiB per GPU, has 20.4)`, `fits (...)`,
+        `fit uncertain (...)` or `fit not checked (...)`."""
         if self.has is None:
             return (f"fit not checked: {self.memory_source} (needs {gib(self.needs)} of weights "
                     f"per GPU)")
-        has = (f"has {self.has / GIB:.1f} = {gib(self.memory or 0)} x --mem-fraction-static "
-               f"{self.fraction:g}")
-        if self.memory_source.startswith("assumed"):
-            has += f" ({self.memory_source})"  # an assumed size is said where it decides
-        if not self.fits:
+        if self.requests_per_gpu < 1:
             return (f"does not fit this box (needs {gib(self.needs + self.kv_request)} per GPU "
-                    f"for the weights and one request's KV, {has})")
-        return (f"fits: {gib(self.needs)} of weights per GPU, {has}, KV room for "
-                f"{self.requests_per_gpu} request(s) per GPU")
+                    f"for the weights and one request's KV, {self._has()})")
+        if self.uncertain:
+            return (f"fit uncertain: needs {gib(self.needs + self.kv_request)} per GPU for the "
+                    f"weights and one request's KV; fits at {gib(self.memory or 0.0)} (KV room "
+                    f"for {self.requests_per_gpu} request(s) per GPU), not at "
+                    f"{gib(self.memory_low or 0.0)}: {self._has()}")
+        return (f"fits: {gib(self.needs)} of weights per GPU, {self._has()}, KV room for "
+                f"{self.requests_text()} request(s) per GPU")
+
+
+def _requests(room: float, kv: float) -> int:
+    """Requests whose KV fits `room` bytes (0 when the weights do not fit)."""
+    return int(room // kv) if room > 0 and kv > 0 else (1 << 30 if room > 0 else 0)
 
 
 def fit(card: ModelCard, p: Placement, box: Box | None, context: int,
         fraction: float | None = None) -> Fit:
-    """The memory fit of `p` on one GPU of `box` at `context` tokens per request."""
+    """The memory fit of `p` on one GPU of `box` at `context` tokens per request, at both ends
+    of the box's assumed memory range where it has one."""
     frac = fraction if fraction is not None else mem_fraction(card)
     need = weights_per_gpu(card, p)
     kv = kv_per_request(card, p, context)
@@ -150,9 +191,9 @@ def fit(card: ModelCard, p: Placement, box: Box | None, context: int,
     src = box.memory_source if box is not None else "no box"
     if mem is None:
         return Fit(need, None, None, frac, kv, 0, src)
-    room = mem * frac - need
-    reqs = int(room // kv) if room > 0 and kv > 0 else (1 << 30 if room > 0 else 0)
-    return Fit(need, mem * frac, mem, frac, kv, reqs, src)
+    low = box.memory_low_bytes if box is not None else None
+    return Fit(need, mem * frac, mem, frac, kv, _requests(mem * frac - need, kv), src, low,
+               _requests(low * frac - need, kv) if low is not None else None)
 
 
 def widest_tp(card: ModelCard, gpus: int) -> int:

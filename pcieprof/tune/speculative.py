@@ -51,16 +51,30 @@ def recommendation(result: Recommendations, card: ModelCard) -> Recommendation |
         return None
     extra = mtp_bytes(card, float(f["mtp_dtype_bytes"])) / (top.tp * top.pp)
     need = top.weights_gib * GIB + extra
-    room = top.gpu_memory_gib * GIB * top.mem_fraction
     kv = top.kv_gib_per_request * GIB * (1 + card.mtp_layers / max(card.num_layers, 1))
-    reqs = int((room - need) // kv) if room > need and kv > 0 else 0
-    # requests of the box: each GPU of a DP-attention layout holds its own requests' KV
-    fits_c = reqs * (top.tp if top.dp_attention else 1) * top.replicas
+
+    def box_requests(memory_gib: float) -> tuple[int, float]:
+        """(requests of the box whose KV fits, bytes for weights + KV per GPU)."""
+        room = memory_gib * GIB * top.mem_fraction
+        reqs = int((room - need) // kv) if room > need and kv > 0 else 0
+        # each GPU of a DP-attention layout holds its own requests' KV
+        return reqs * (top.tp if top.dp_attention else 1) * top.replicas, room
+
+    fits_c, room = box_requests(top.gpu_memory_gib)
+    # an assumed memory is a range: the KV room at its low end too
+    low_c, low_room = (box_requests(top.gpu_memory_gib_low)
+                       if top.gpu_memory_gib_low is not None else (fits_c, room))
+    uncertain = fits_c >= 1 > low_c
+    reqs = f"{low_c}-{fits_c}" if low_c != fits_c else str(fits_c)
+    rooms = (f"{low_room / GIB:.1f}-{gib(room)}" if round(low_room / GIB, 1) != round(room / GIB, 1)
+             else gib(room))
     mem = (f"{gib(need)} of weights per GPU with the MTP layer (+{gib(extra)}), KV room for "
-           f"{fits_c} request(s) at {top.context_tokens} tokens ({gib(room)} at "
+           f"{reqs} request(s) at {top.context_tokens} tokens ({rooms} at "
            f"--mem-fraction-static {top.mem_fraction:g})"
+           + ("; fit uncertain: it fits at the high end of the assumed memory only"
+              if uncertain else "")
            # memory the bundle does not tell is the card's: the KV room rests on it, said so
-           + (f"; {top.memory_source}" if top.memory_source.startswith("assumed") else ""))
+           + (f"; {top.memory_source}" if top.memory_assumed() else ""))
     base, spec = (float(x) for x in f["reported_tok_s"])
     share = (f"reported ~{spec / base:.1f}x tokens per second at concurrency 1: the token time "
              f"~{1000 / base:.0f} -> ~{1000 / spec:.0f} ms")
@@ -77,7 +91,8 @@ def recommendation(result: Recommendations, card: ModelCard) -> Recommendation |
     line = launch_line(result, top) + " " + " ".join(str(x) for x in f["flags"])
     return Recommendation(
         rule=RULE, kind="launch", confidence="reported",
-        title=f"Multi-token prediction ({f['algorithm']}, the card's MTP layer) on {top.label}",
+        title=f"Multi-token prediction ({f['algorithm']}, the card's MTP layer) on {top.label}"
+              + (" (fit uncertain on the assumed GPU memory)" if uncertain else ""),
         action=line,
         gain_text=f"reported: {f['reported_short']}, ~{spec / base:.1f}x [{f['source']}]",
         evidence=[mem, f"reported: {f['reported']} on {f['reported_box']} ({share})",

@@ -37,7 +37,7 @@ def test_the_layout_of_each_node() -> None:
 
 def test_nccls_inter_node_transport_from_a_real_two_node_log() -> None:
     parsed = parse_nccl_log(LOG.read_text(encoding="utf-8"), LOG.name)
-    assert any(c.get("nnodes") == 2 for c in parsed.comms)  # the log is of 2 nodes
+    assert any(c.nnodes == 2 for c in parsed.comms)  # the log is of 2 nodes
     choices = NcclChoices(cases={"default": NcclCase("default", ranks=(0, 1), parsed=parsed)})
     two = NodeLayout(nnodes=2, node_rank=0, stride=1)
     assert internode_transport(choices, two, "cuda") == "Socket (NET/Socket/0/Shared)"

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -57,16 +58,14 @@ def ranks_report(procs: list[subprocess.Popen[bytes]], logs: list[Path]) -> str:
     return "\n".join(parts)
 
 
-@pytest.fixture(scope="module")
-def gloo_traces(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
-    out = tmp_path_factory.mktemp("gloo")
-    script = out / "worker.py"
-    script.write_text(WORKER)
+def run_ranks(out: Path, script: Path) -> tuple[list[subprocess.Popen[bytes]], list[Path]]:
+    """Both ranks of the worker, to their end (bounded); their output goes to files, not pipes,
+    so nothing blocks on a full pipe."""
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     logs = [out / f"rank{r}.log" for r in range(2)]
     procs = []
     for r, log in enumerate(logs):
-        with log.open("wb") as sink:  # a file, not a pipe: nothing blocks on a full pipe
+        with log.open("wb") as sink:
             procs.append(subprocess.Popen([sys.executable, "-X", "faulthandler", str(script), str(r), "2",
                                            str(out)], env=env, stdout=sink, stderr=subprocess.STDOUT))
     try:
@@ -77,7 +76,26 @@ def gloo_traces(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    assert all(p.returncode == 0 for p in procs), ranks_report(procs, logs)
+    return procs, logs
+
+
+@pytest.fixture(scope="module")
+def gloo_traces(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    # The worker is torch alone (no pcieprof code): it makes this test's input. It failed once in
+    # CI with the failing rank's output hidden, and passed 100 runs here (60 beside six busy loops)
+    # plus 300 profile cycles in one pair of ranks, so the cause is not known. A failed run is
+    # reported as a warning, with each rank's exit and output, and made once more; a second
+    # failure fails the test.
+    for attempt in (1, 2):
+        out = tmp_path_factory.mktemp(f"gloo{attempt}")
+        script = out / "worker.py"
+        script.write_text(WORKER)
+        procs, logs = run_ranks(out, script)
+        if all(p.returncode == 0 for p in procs):
+            break
+        report = ranks_report(procs, logs)
+        assert attempt == 1, report
+        warnings.warn(f"the gloo workers failed once and were run again:\n{report}", stacklevel=1)
     files = sorted(out.glob("*-TP-*.trace.json.gz"))
     assert len(files) == 2
     return files
@@ -106,9 +124,9 @@ def test_gloo_allreduce_is_communication_per_rank_and_step(gloo_traces: list[Pat
     # rank 0 is fast, so it spends its all-reduces waiting for rank 1
     r0, r1 = doc.ranks
     assert (r0.totals["comm_us"] or 0) > (r1.totals["comm_us"] or 0)
-    sk = {p["rank"]: p for p in doc.cross_rank["per_rank"]}
-    assert sk[0]["wait_us"] > sk[1]["wait_us"]
-    assert sk[0]["wait_us"] > 0.5 * 12 * 4000 * 0.5  # most of the ~4 ms x 12 of rank 1's extra work
+    sk = {p.rank: p for p in doc.cross_rank.per_rank}
+    assert sk[0].wait_us > sk[1].wait_us
+    assert sk[0].wait_us > 0.5 * 12 * 4000 * 0.5  # most of the ~4 ms x 12 of rank 1's extra work
 
 
 def test_cli_writes_bundle_tables(gloo_traces: list[Path], tmp_path: Path) -> None:

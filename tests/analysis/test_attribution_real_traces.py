@@ -174,8 +174,9 @@ def test_steps_split_the_rank_and_ranks_show_skew(samples: Path) -> None:
     assert [s.name for s in steps] == ["ProfilerStep#551", "ProfilerStep#552"]
     assert all(s.comm_us and s.compute_us for s in steps)
     xr = doc.cross_rank
-    assert xr["status"] == "ok" and xr["n_collectives"] == 10
-    for p in xr["per_rank"]:
-        assert p["transfer_us"] <= p["matched_comm_us"]
-        assert math.isclose(p["transfer_us"] + p["wait_us"], p["matched_comm_us"])
-    assert min(p["wait_us"] for p in xr["per_rank"]) >= 0
+    assert xr.status == "ok" and xr.n_collectives == 10
+    for p in xr.per_rank:
+        assert p.transfer_us <= p.matched_comm_us
+        assert math.isclose(p.transfer_us + p.wait_us, p.matched_comm_us)
+    assert min(p.wait_us for p in xr.per_rank) >= 0
+    assert [r.skew for r in doc.ranks] == xr.per_rank

@@ -92,4 +92,4 @@ def test_refserver_gloo_allreduce_is_comm_per_rank_and_decode_step(refserver_tra
     assert all(s.comm_us and s.comm_us > 0 for s in decode)
     names = {k["name"] for k in doc.top_kernels if k["class"] == "communication"}
     assert "gloo:all_reduce" in names
-    assert doc.cross_rank["status"] == "ok"
+    assert doc.cross_rank.status == "ok"

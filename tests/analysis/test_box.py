@@ -12,18 +12,57 @@ def _topo(names: list[str], **extra: object) -> Topology:
     return Topology(gpus=[Gpu(index=i, name=n, extra=dict(extra)) for i, n in enumerate(names)])
 
 
-@pytest.mark.parametrize("name,arch,mem_gib", [
-    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "sm120", 95.59),
-    ("NVIDIA GeForce RTX 4090", "sm89", 24),
-    ("NVIDIA RTX 6000 Ada Generation", "sm89", 48),
-    ("NVIDIA A100 80GB PCIe", "sm80", 80),       # the longer match wins over "A100"
-    ("NVIDIA A100-PCIE-40GB", "sm80", 40),
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize("name,arch,mib", [
+    # NVML's total from a real paste where gpus.toml has one (its row cites it), in MiB
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "sm120", 97887),
+    ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "sm120", 97887),
+    ("NVIDIA GeForce RTX 5090", "sm120", 32607),
+    ("NVIDIA B200", "sm100", 183359),
+    ("NVIDIA H200", "sm90", 143771),
+    ("NVIDIA H200 NVL", "sm90", 143771),
+    ("NVIDIA H20", "sm90", 97871),
+    ("NVIDIA H100 80GB HBM3", "sm90", 81559),
+    ("NVIDIA H100 PCIe", "sm90", 81559),
+    ("NVIDIA H100 NVL", "sm90", 95830),
+    ("NVIDIA L40S", "sm89", 46068),
+    ("NVIDIA GeForce RTX 4090", "sm89", 24564),
+    ("NVIDIA RTX 6000 Ada Generation", "sm89", 49140),
+    ("NVIDIA A40", "sm86", 46068),
+    ("NVIDIA RTX A4000", "sm86", 16376),
+    ("NVIDIA A100 80GB PCIe", "sm80", 81920),       # the longer match wins over "A100"
+    ("NVIDIA A100-SXM4-40GB", "sm80", 40960),
+    ("NVIDIA A100-PCIE-40GB", "sm80", 40960),
 ])
-def test_product_names_give_architecture_and_memory(name: str, arch: str, mem_gib: float) -> None:
+def test_product_names_give_architecture_and_nvml_memory(name: str, arch: str, mib: int) -> None:
     box = box_from(_topo([name] * 4))
     assert (box.gpus, box.arch) == (4, arch)
-    assert box.memory_bytes == pytest.approx(mem_gib * GIB)
+    assert box.memory_bytes == mib * MIB
     assert "gpus.toml" in box.arch_source
+    assert f"{mib} MiB, the total NVML reported" in box.memory_source
+    assert box.memory_low_bytes is None  # a product's own number, not an assumed range
+
+
+def test_nominal_size_is_said_to_be_nominal() -> None:
+    # no NVML paste for the Max-Q edition: its nominal 96 GB, said so
+    box = box_from(_topo(["NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"]))
+    assert box.memory_bytes == 96 * GIB and "nominal size 96 GB" in box.memory_source
+
+
+@pytest.mark.parametrize("name", ["NVIDIA GH200 480GB", "NVIDIA GB200", "NVIDIA H100", "NVIDIA RTX A400",
+                                  "NVIDIA RTX PRO 6000D Blackwell Workstation Edition"])
+def test_names_another_product_extends_do_not_borrow_its_memory(name: str) -> None:
+    # "H200" inside "GH200 480GB" (96 GB), "B200" inside "GB200", "A40" inside "RTX A400": the
+    # longest match, or an exact one, decides; a name that does not tell the size leaves it
+    box = box_from(_topo([name]))
+    assert box.memory_bytes is None
+
+
+def test_mixed_products_take_the_smallest_memory() -> None:
+    box = box_from(_topo(["NVIDIA H100 NVL", "NVIDIA H100 PCIe"]))
+    assert box.memory_bytes == 81559 * MIB and "'NVIDIA H100 PCIe'" in box.memory_source
 
 
 def test_a_name_that_does_not_tell_the_memory_leaves_it_unknown() -> None:

@@ -56,7 +56,7 @@ def test_user_table_goes_first(tmp_path: Path) -> None:
     assert c.gpu("my_fused_ar_rmsnorm<8>") == ("communication", "mine")
     assert c.gpu("ncclDevKernel_Broadcast_RING_LL(...)")[0] == "ignore"
     assert c.gpu("ncclDevKernel_AllReduce_Sum_f32_RING_LL(...)")[0] == "communication"
-    assert c.table()[0]["origin"] == str(t)
+    assert c.table()[0].origin == str(t)
 
 
 @pytest.mark.parametrize("text, needle", [

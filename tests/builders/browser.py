@@ -89,7 +89,18 @@ def page_facts(exe: str, report: Path, tmp: Path, *, width: int = 1366) -> dict[
     facts["console"] = sum(":CONSOLE" in ln for ln in r.stderr.splitlines())
     listed = re.search(r'data-tables-wide-list="([^"]*)"', body.group(1))
     facts["tables-wide-list"] = html.unescape(listed.group(1)) if listed else ""
+    facts["dom"] = r.stdout  # the page as drawn
     return facts
+
+
+def section_text(dom: str, section: str) -> str:
+    """The text a reader sees in the <section id=`section`> of a drawn page (`page_facts`'s
+    dom): tags dropped, entities decoded, white space collapsed ("" without that section)."""
+    m = re.search(rf'<section id="{re.escape(section)}">(.*?)</section>', dom, re.S)
+    if not m:
+        return ""
+    text = re.sub(r"<(script|style)[^>]*>.*?</\1>", " ", m.group(1), flags=re.S)
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", text))).strip()
 
 
 def report_with_advice(bundles: list[Path], out: Path) -> Path:

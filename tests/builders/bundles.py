@@ -222,3 +222,23 @@ def sim_bundle(out: Path, profile: str, *args: str) -> Path:
             "--out", str(out), process=True, timeout=600)
     assert r.returncode == 0, r.stderr
     return out
+
+
+def cpu_copies_bundle(out: Path, nranks: int = 2) -> Bundle:
+    """The concurrent copies of `pcieprof topology --backend cpu --quick` (1 MiB cases, no P2P
+    matrix, no all-reduce), run for real: torchrun, gloo and /dev/shm windows between `nranks`
+    local processes. Its concurrent.csv is what the cpu backend writes; its numbers are this
+    machine's (and its load's), so tests assert what the rows say, not their values."""
+    from pcieprof.probe_runner import ProbeRunner  # heavy: torch
+    from probes.plan import build_plan
+
+    plan = build_plan("cpu", list(range(nranks)), quick=True, max_size=1 << 20, timeout_s=120)
+    plan.p2p = []
+    b = Bundle.create(out, command="topology", source="measured", backend="cpu")
+    runner = ProbeRunner(b, plan)
+    try:
+        result = runner.run_copies()
+    finally:
+        runner.cleanup()
+    assert result["concurrent"]["status"] == "ok", result
+    return b

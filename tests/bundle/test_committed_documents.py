@@ -10,14 +10,17 @@ from pathlib import Path
 import pytest
 
 from pcieprof.bundle import contract
+from pcieprof.bundle.attribution import Attribution
 from pcieprof.bundle.document import Document
 from pcieprof.bundle.nccl_graph import NcclGraph
 from pcieprof.bundle.nccl_topo import NcclTopo
 from pcieprof.bundle.model import ModelCardFile
+from pcieprof.bundle.nccl_choices import NcclChoices, NcclParsed
 from pcieprof.bundle.plan import Plan
 from pcieprof.bundle.server_info import ServerInfo
 from pcieprof.cards import CARDS_DIR
 from pcieprof.cards.toml_file import read_card_file
+from pcieprof.importers.nccl_log import parse_nccl_log
 from pcieprof.importers.nccl_xml import parse_graph_xml, parse_topo_xml
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -67,6 +70,56 @@ def test_committed_file_reads_and_writes_back_what_it_holds(cls: type[Document],
     out = json.loads(json.dumps(doc.to_json()))
     assert _kept(raw, out)
     assert cls.from_json(out) == doc
+
+
+@pytest.mark.parametrize("path", sorted(TESTS.glob("**/attribution.json")),
+                         ids=lambda p: str(p.relative_to(TESTS)))
+def test_attribution_version_1_reads_and_writes_back_what_it_holds(path: Path) -> None:
+    # version 2 only completes cross_rank: a version 1 file keeps every key and value, and its
+    # classification table keeps its columns in their order (classes.csv, the report's table)
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    doc = Attribution.from_json(raw, str(path))
+    out = json.loads(json.dumps(doc.to_json()))
+    assert (raw["attribution_version"], out["attribution_version"]) == (1, 2)
+    assert _kept({k: v for k, v in raw.items() if k != "attribution_version"}, out)
+    assert list(out["classes"][0]) == ["pattern", "family", "applies_to", "source", "origin",
+                                       "class"]
+    assert set(out["cross_rank"]) == {"status", "why", "n_collectives", "transfer_us",
+                                      "per_rank", "unmatched"}
+    assert [r.skew for r in doc.ranks] == doc.cross_rank.per_rank
+    assert Attribution.from_json(out) == doc
+
+
+@pytest.mark.parametrize("path", sorted(TESTS.glob("**/nccl_choices.json")),
+                         ids=lambda p: str(p.relative_to(TESTS)))
+def test_nccl_choices_version_1_reads_and_writes_back_what_it_holds(path: Path) -> None:
+    # version 2 only gives every communicator its `failures`: a version 1 parse keeps every key
+    # and value, its communicators typed
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    doc = NcclChoices.from_json(raw, str(path))
+    out = json.loads(json.dumps(doc.to_json()))
+    for case in raw.values():
+        if case.get("parsed"):
+            assert case["parsed"].pop("format") == "pcieprof.nccl_choices/1"
+    assert _kept(raw, out)
+    assert NcclChoices.from_json(out) == doc
+
+
+@pytest.mark.parametrize("log", ["nccl_log_2.7_ray_pid_tag_peer_access_unsupported_raylightning24.log",
+                                 "nccl_log_comm_split_color_runtime_connect_deepspeed_4node_g6e.log"])
+def test_nccl_log_parse_of_version_1_reads_as_version_2(log: str) -> None:
+    # a version 1 parse (communicators without `failures` where none hit them) reads as the
+    # same parse; written again, it is version 1's bytes plus those keys
+    doc = parse_nccl_log((TESTS / "data" / "importers" / log).read_text(encoding="utf-8"), log)
+    v2 = json.loads(json.dumps(doc.to_json()))
+    v1 = json.loads(json.dumps(v2))
+    v1["format"] = "pcieprof.nccl_choices/1"
+    for comm in v1["comms"]:
+        if not comm["failures"]:
+            del comm["failures"]
+    assert NcclParsed.from_json(v1) == doc
+    assert v2["format"] == "pcieprof.nccl_choices/2" and doc.comms
+    assert all(list(c)[-1] == "failures" for c in v2["comms"])
 
 
 def test_server_info_keeps_the_servers_keys_as_answered() -> None:

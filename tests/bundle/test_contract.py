@@ -122,7 +122,7 @@ def test_a_newer_nccl_log_parse_is_refused(tmp_path: Path) -> None:
     b = tmp_path / "b"
     shutil.copytree(DATA / "bundle_schema2" / "sim_vm_4gpu", b)
     doc = json.loads((b / "nccl_choices.json").read_text())
-    doc["default"]["parsed"]["format"] = "pcieprof.nccl_choices/2"
+    doc["default"]["parsed"]["format"] = "pcieprof.nccl_choices/3"
     (b / "nccl_choices.json").write_text(json.dumps(doc))
     with pytest.raises(BadInput, match="newer"):
         Bundle.open(b).read_doc(NcclChoices)

@@ -61,6 +61,12 @@ def test_lspci_tree_view_and_other_files_are_one_line(sim_vm_bundle: Path,
                     "Corporation Device 2bb5\n")
     r = cli("recommend", str(b), "--host-lspci", str(tree))
     assert r.returncode == 2 and "`lspci -t` output" in r.stderr and "Traceback" not in r.stderr
+    # a real `lspci -tv` paste (tests/data/host_logs): the tree without NUMA nodes, one line too
+    real = Path(__file__).resolve().parents[1] / "data" / "host_logs" / (
+        "lspci_tv_4x_titanx_two_plx_pex8747_elided_rows_prompt.txt")
+    r = cli("recommend", str(b), "--host-lspci", str(real))
+    assert r.returncode == 2 and "`lspci -t` output" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "lspci -vvv" in r.stderr
     other = tmp_path / "notes.txt"
     other.write_text("hello\n")
     r = cli("recommend", str(b), "--host-lspci", str(other))

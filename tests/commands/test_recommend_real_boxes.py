@@ -150,9 +150,63 @@ def test_concurrency_bound_on_assumed_memory_says_so(tmp_path: Path) -> None:
     out = _recommend([DATA / "importers" / "all_reduce_perf_16x_2node_nccl_tests_2.18.3.txt"],
                      tmp_path)
     rows = [ln for ln in out.splitlines() if "max concurrency" in ln]
-    assert rows and all("(assumed 96 GiB/GPU)" in ln for ln in rows)
+    # the assumed size is a range: nominal 96 GiB down to NVML's 97887 MiB (95.6 GiB)
+    assert rows and all("(assumed 95.6-96 GiB/GPU)" in ln for ln in rows)
+    assert any("TP8 " in ln and "max concurrency 33-34 " in ln for ln in rows)
     kv = [ln for ln in out.splitlines() if "KV room for" in ln]
-    assert kv and all("assumed: card glm5-nvfp4's gpu_memory_gib" in ln for ln in kv)
+    assert kv and all("assumed: card glm5-nvfp4's gpu_memory_gib (96 GiB nominal, 95.6 GiB as "
+                      "NVML reports it (97887 MiB): range 95.6-96 GiB)" in ln for ln in kv)
+    assert "fit uncertain" not in out  # 8K tokens: the verdict holds at both ends
+
+
+def test_fit_inside_the_assumed_range_is_uncertain(tmp_path: Path) -> None:
+    # the same box at 280,000 tokens of context: TP8's one request fits the card's nominal
+    # 96 GiB and not the 95.6 GiB NVML reports on that GPU: neither "fits" nor "does not fit"
+    out = _recommend([DATA / "importers" / "all_reduce_perf_16x_2node_nccl_tests_2.18.3.txt"],
+                     tmp_path, "--context", "280000")
+    tp8 = next(ln for ln in out.splitlines() if ln.strip().startswith("TP8 "))
+    assert "fit uncertain, max concurrency 0-1 (assumed 95.6-96 GiB/GPU)" in tp8
+    # the layout change it ranks first is priced on the card's memory, and says so
+    assert "within the assumed GPU memory (95.6-96 GiB/GPU) at 280000 tokens" in out
+    doc = (tmp_path / "b" / "recommendations.json").read_text()
+    assert "TP8: fit uncertain: needs 81.5 GiB per GPU for the weights and one request's KV; " \
+           "fits at 96.0 GiB (KV room for 1 request(s) per GPU), not at 95.6 GiB" in doc
+
+
+def test_card_default_layout_inside_the_range_is_uncertain(tmp_path: Path) -> None:
+    # topo -m of 8 unnamed GPUs, no layouts ranked: the launch line's own fit says it
+    out = _recommend([DATA / "host_logs" / "topo_m_8xV100_pcie_2nic_same_box_as_dash_i.txt"],
+                     tmp_path, "--context", "280000")
+    assert _tp(out) == [8]
+    assert "TP8: fit uncertain: needs 81.5 GiB per GPU" in out
+
+
+def test_h100_box_knows_its_memory_from_the_product_name(tmp_path: Path) -> None:
+    # sglang.check_env of 8x "NVIDIA H100 80GB HBM3": was "memory unknown each" (no gpus.toml
+    # row for it); NVML prints 81559 MiB for that product (NVIDIA/nccl#1264), not 80 GiB
+    out = _recommend([DATA / "importers" / "sglang_check_env_8xH100_nv18_8nic_sglang30401.txt"],
+                     tmp_path)
+    assert "8x NVIDIA H100 80GB HBM3 (sm90, 79.6 GiB each)" in out
+    assert "81559 MiB, the total NVML reported for it in a real nvidia-smi paste; nominal 80 GB" \
+        in out
+    assert "TP8: fits: 55.3 GiB of weights per GPU, has 67.7 = 79.6 GiB x " \
+           "--mem-fraction-static 0.85, KV room for 16 request(s) per GPU" in out
+    assert "assumed" not in out.split("evidence: the box:")[1].splitlines()[0]
+    assert _tp(out) == [8]
+
+
+@pytest.mark.parametrize("name,box", [
+    ("sglang_check_env_1xH100pcie_kvm_sglang24413.txt", "1x NVIDIA H100 PCIe (sm90, 79.6 GiB"),
+    ("alltoall_perf_1x5090_command_line_nccltests287.txt",
+     "1x NVIDIA GeForce RTX 5090 (sm120, 31.8 GiB"),
+    ("sendrecv_perf_2node_a40_inplace_na_nccltests214.txt", "1x NVIDIA A40 (sm86, 45.0 GiB"),
+])
+def test_one_gpu_boxes_get_their_memory_and_no_launch_line(name: str, box: str,
+                                                           tmp_path: Path) -> None:
+    # GLM-5 NVFP4 needs ~416 GiB at TP1: "does not fit" against the product's NVML total
+    out = _recommend([DATA / "importers" / name], tmp_path)
+    assert box in out and not _tp(out)
+    assert "glm5-nvfp4 at TP1: does not fit this box" in out and "assumed" not in out
 
 
 def test_check_env_names_its_gpus_so_nvfp4_on_hopper_says_marlin(tmp_path: Path) -> None:
@@ -239,3 +293,24 @@ def test_box_whose_architecture_is_unknown_says_what_it_left_out(tmp_path: Path)
     assert "caveat: not set: SGLANG_ENABLE_JIT_DEEPGEMM=0 SGLANG_ENABLE_DEEP_GEMM=0 (for sm120 " \
            "boxes, S6, S13, S7): the box's architecture is unknown (no GPU named in the bundle)" \
            in out
+
+
+def test_peak_that_moves_inside_the_assumed_range_is_said(tmp_path: Path) -> None:
+    # 8,740 tokens of context: TP8 holds 32 requests at 96 GiB, 31 at 95.6 GiB, so its peak at
+    # c=32 rests on the high end; the why says the low end's
+    out = _recommend([DATA / "importers" / "all_reduce_perf_16x_2node_nccl_tests_2.18.3.txt"],
+                     tmp_path, "--context", "8740")
+    assert "max concurrency 31-32 (assumed 95.6-96 GiB/GPU)" in out
+    assert "range of the assumed GPU memory (95.6-96 GiB/GPU): at 95.6 GiB, TP8 holds up to " \
+           "c=31: 333 tok/s at c=16 (not 499 tok/s at c=32)" in out
+
+
+def test_uncertain_fit_ranks_below_a_certain_one(tmp_path: Path) -> None:
+    # 60,000 tokens: DP-attention8 has the highest peak but fits only the nominal 96 GiB
+    out = _recommend([DATA / "importers" / "all_reduce_perf_16x_2node_nccl_tests_2.18.3.txt"],
+                     tmp_path, "--context", "60000")
+    rows = [ln.strip() for ln in out.split("parallel layouts (best first):")[1].splitlines()
+            if ln.startswith("  ") and "weights" in ln]
+    assert rows[0].startswith("PP2xTP4 ")
+    dpa = next(ln for ln in rows if ln.startswith("TP8 DP-attention8"))
+    assert "fit uncertain, max concurrency 0-8" in dpa

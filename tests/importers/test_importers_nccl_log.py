@@ -27,19 +27,19 @@ def test_version_env_and_json(choices: NcclParsed) -> None:
                               "NCCL_IGNORE_CPU_AFFINITY": "1", "NCCL_MAX_NCHANNELS": "4",
                               "NCCL_PROTO": "Simple"}
     doc = json.loads(json.dumps(choices.to_json()))
-    assert doc["format"] == "pcieprof.nccl_choices/1"
+    assert doc["format"] == "pcieprof.nccl_choices/2"
     assert NcclParsed.from_json(doc) == choices  # written and read back, the same document
 
 
 def test_ranks_of_interleaved_processes(choices: NcclParsed) -> None:
     assert len(choices.comms) == 2  # vLLM inits two communicators over the same 4 ranks
     main = choices.comms[0]
-    assert main["comm_id"] == "0xecf1aa0ad32ab8b2" and main["nranks"] == 4 and main["nnodes"] == 1
-    assert {r: (v["pid"], v["cuda_dev"], v["nvml_dev"], v["bus_id"]) for r, v in main["ranks"].items()} == {
+    assert main.comm_id == "0xecf1aa0ad32ab8b2" and main.nranks == 4 and main.nnodes == 1
+    assert {r: (v.pid, v.cuda_dev, v.nvml_dev, v.bus_id) for r, v in main.ranks.items()} == {
         "0": (113060, 0, 1, "9000"), "1": (113124, 1, 2, "a000"),
         "2": (113134, 2, 3, "b000"), "3": (113224, 3, 4, "c000")}
-    assert all(v["init"] == "COMPLETE" for v in main["ranks"].values())
-    assert main["trees"]["2"] == {"0": "3/-1/-1->2->1", "1": "3/-1/-1->2->1"}
+    assert all(v.init == "COMPLETE" for v in main.ranks.values())
+    assert main.trees["2"] == {"0": "3/-1/-1->2->1", "1": "3/-1/-1->2->1"}
 
 
 def test_channels_rings_transports(choices: NcclParsed) -> None:
@@ -48,13 +48,13 @@ def test_channels_rings_transports(choices: NcclParsed) -> None:
     assert choices.transports == ["P2P/CUMEM"] and choices.transport_families == ["P2P"]
     assert choices.peer_transport["3->0"] == "P2P/CUMEM"
     main = choices.comms[0]
-    assert {(t["channel"], t["src"], t["dst"], t["src_dev"], t["dst_dev"]) for t in main["transports"]} >= {
+    assert {(t.channel, t.src, t.dst, t.src_dev, t.dst_dev) for t in main.transports} >= {
         (0, 0, 1, "1", "2"), (1, 3, 2, "4", "3")}
-    assert main["coll_channels"] == 2 and main["p2p_channels"] == 2
-    assert main["thread_thresholds"] == "8/8/64 | 32/8/64 | 512 | 512"
-    assert main["connected_rings"] and main["connected_trees"]
+    assert main.coll_channels == 2 and main.p2p_channels == 2
+    assert main.thread_thresholds == "8/8/64 | 32/8/64 | 512 | 512"
+    assert main.connected_rings and main.connected_trees
     second = choices.comms[1]
-    assert second["comm_id"] == "0x1d743bc535ed823" and second["rings"]["1"] == [0, 1, 2, 3]
+    assert second.comm_id == "0x1d743bc535ed823" and second.rings["1"] == [0, 1, 2, 3]
 
 
 def test_spliced_lines_are_split(samples: Path, choices: NcclParsed) -> None:
@@ -63,8 +63,8 @@ def test_spliced_lines_are_split(samples: Path, choices: NcclParsed) -> None:
     assert sum(1 for l in lines if " NCCL INFO " in l) == len(lines)
     assert choices.lines["spliced"] == 3
     assert choices.lines["nccl"] == len(lines) + 3
-    rank2 = choices.comms[0]["ranks"]["2"]
-    assert rank2["host"] == "proxmox"  # host recovered from the glued 'ncclCommInitRankConproxmox'
+    rank2 = choices.comms[0].ranks["2"]
+    assert rank2.host == "proxmox"  # host recovered from the glued 'ncclCommInitRankConproxmox'
 
 
 def test_tuner_choices_and_other_transports() -> None:
@@ -116,11 +116,11 @@ task272117-mq5ss:1902:2004 [3] NCCL INFO Channel 00 : 3[50000] -> 2[4a000] via P
 
 def test_older_and_multinode_formats() -> None:
     c = parse_nccl_log(OLD_AND_MULTINODE, "old.log")
-    vias = {v for comm in c.comms for v in comm["peer_transport"].values()}
+    vias = {v for comm in c.comms for v in comm.peer_transport.values()}
     # lines before any init line have no communicator: they must not crash nor be invented
     assert c.nccl_version is None and isinstance(vias, set)
-    h20 = [comm for comm in c.comms if comm["nnodes"] == 2]
-    assert h20 and h20[0]["ranks"]["3"]["local_rank"] == 1
+    h20 = [comm for comm in c.comms if comm.nnodes == 2]
+    assert h20 and h20[0].ranks["3"].local_rank == 1
 
 
 def test_older_formats_with_their_init_lines() -> None:
@@ -129,9 +129,9 @@ def test_older_formats_with_their_init_lines() -> None:
             "73e9f9f45158:6241:6447 [1] NCCL INFO comm 0x7f1 rank 1 nranks 4 cudaDev 1 "
             "busId 90 - Init COMPLETE\n")
     c = parse_nccl_log(init + OLD_AND_MULTINODE, "old.log")
-    main = [comm for comm in c.comms if comm["nranks"] == 4 and "3" in comm["ranks"]][0]
-    assert main["comm_id"] is None and set(main["ranks"]) == {"1", "3"}
-    assert main["ranks"]["3"]["bus_id"] == "b0" and main["ranks"]["1"]["pid"] == 6241
-    assert main["peer_transport"]["3->0"] == "direct shared memory"
-    assert main["trees"]["3"]["1"] == "1/-1/-1->3->2|2->3->1/-1/-1"
-    assert main["thread_thresholds"] == "8/8/64 | 32/8/64"
+    main = [comm for comm in c.comms if comm.nranks == 4 and "3" in comm.ranks][0]
+    assert main.comm_id is None and set(main.ranks) == {"1", "3"}
+    assert main.ranks["3"].bus_id == "b0" and main.ranks["1"].pid == 6241
+    assert main.peer_transport["3->0"] == "direct shared memory"
+    assert main.trees["3"]["1"] == "1/-1/-1->3->2|2->3->1/-1/-1"
+    assert main.thread_thresholds == "8/8/64 | 32/8/64"

@@ -25,8 +25,8 @@ def lines_with(text: str, word: str) -> list[str]:
 
 
 def kept(choices: NcclParsed) -> set[tuple[int, int, int, str]]:
-    return {(e["channel"], e["src"], e["dst"], e["via"]) for c in choices.comms
-            for e in c["transports"]}
+    return {(e.channel, e.src, e.dst, e.via) for c in choices.comms
+            for e in c.transports}
 
 
 def test_direct_shared_memory_without_a_communicator_line() -> None:
@@ -37,7 +37,7 @@ def test_direct_shared_memory_without_a_communicator_line() -> None:
     assert c.transport_families == ["SHM"]  # `direct shared memory` is NCCL's SHM transport
     coll = int(lines_with(text, "coll channels")[0].split("NCCL INFO ")[1].split()[0])
     assert c.nchannels == coll
-    assert c.comms[0]["connected_rings"]
+    assert c.comms[0].connected_rings
 
 
 def test_channels_before_init_complete_join_that_communicator() -> None:
@@ -45,12 +45,12 @@ def test_channels_before_init_complete_join_that_communicator() -> None:
     c = parse_nccl_log(text, "x")
     (comm,) = c.comms
     inits = lines_with(text, "Init COMPLETE")
-    assert comm["nranks"] == int(inits[0].split(" nranks ")[1].split()[0])
-    assert sorted(comm["ranks"]) == sorted(ln.split(" rank ")[1].split()[0] for ln in inits)
+    assert comm.nranks == int(inits[0].split(" nranks ")[1].split()[0])
+    assert sorted(comm.ranks) == sorted(ln.split(" rank ")[1].split()[0] for ln in inits)
     want = {t for ln in text.splitlines() for t in transports_in(ln)}
     assert kept(c) == want
-    assert c.transport_families == ["NET", "P2P"] and comm["connected_rings"]
-    assert comm["nchannels"] == int(lines_with(text, "coll channels")[0].split("NCCL INFO ")[1]
+    assert c.transport_families == ["NET", "P2P"] and comm.connected_rings
+    assert comm.nchannels == int(lines_with(text, "coll channels")[0].split("NCCL INFO ")[1]
                                     .split()[0])
 
 
@@ -73,7 +73,7 @@ def test_rings_before_any_communicator_line() -> None:
     # each Trees line kept under the rank it is about (`up->R->down`), no process names a rank
     tree_ranks = {m for ln in lines_with(text, "Trees [0]")
                   for m in re.findall(r"\[0\] \S*?->(\d+)->", ln)}
-    assert set(c.comms[0]["trees"]) == tree_ranks
+    assert set(c.comms[0].trees) == tree_ranks
 
 
 def test_init_complete_means_connected_only_in_old_releases() -> None:
@@ -82,4 +82,4 @@ def test_init_complete_means_connected_only_in_old_releases() -> None:
     text = (DATA / "nccl_log_2.29.2_2rank_socket_warn_timestamp.log").read_text()
     assert "Init COMPLETE" in text and "Connected all rings" not in text
     c = parse_nccl_log(text, "x")
-    assert c.comms and not any(x["connected_rings"] for x in c.comms)
+    assert c.comms and not any(x.connected_rings for x in c.comms)

@@ -156,7 +156,7 @@ def test_nccl_lines_between_cloudwatch_timestamps() -> None:
     assert doc.lines["nccl"] == 13 and doc.nranks == 8
     assert doc.transports == ["P2P/CUMEM/read"]
     assert doc.peer_transport == {f"{a}->{a + 1}": "P2P/CUMEM/read" for a in (0, 3, 4, 5, 6)}
-    assert doc.comms[0]["connected_rings"] is True
+    assert doc.comms[0].connected_rings is True
 
 
 def test_transport_lines_with_bus_ids_in_brackets() -> None:
@@ -164,9 +164,9 @@ def test_transport_lines_with_bus_ids_in_brackets() -> None:
     doc = p.documents["nccl_choices"]
     assert doc.transports == ["P2P/IPC/read"]
     assert set(doc.peer_transport) == {"0->1", "2->3", "5->6", "6->7", "7->6"}
-    t = {(x["channel"], x["src"], x["dst"]): x for x in doc.comms[0]["transports"]}
-    assert (t[(23, 2, 3)]["src_dev"], t[(23, 2, 3)]["dst_dev"]) == ("201c0", "201d0")
-    assert len(t[(22, 5, 6)]) and t[(0, 7, 6)]["via"] == "P2P/IPC/read"
+    t = {(x.channel, x.src, x.dst): x for x in doc.comms[0].transports}
+    assert (t[(23, 2, 3)].src_dev, t[(23, 2, 3)].dst_dev) == ("201c0", "201d0")
+    assert (22, 5, 6) in t and t[(0, 7, 6)].via == "P2P/IPC/read"
 
 
 # --- more nvidia-smi topo -m ------------------------------------------------------------------

@@ -51,8 +51,8 @@ def test_prefix_cut_away(log_text: str, real: NcclParsed) -> None:
                 "env"):
         assert getattr(c, key) == getattr(real, key), key
     main = c.comms[0]
-    assert main["comm_id"] == "0xecf1aa0ad32ab8b2" and main["attribution"] == "order"
-    assert set(main["ranks"]) == {"0", "1", "2", "3"}
+    assert main.comm_id == "0xecf1aa0ad32ab8b2" and main.attribution == "order"
+    assert set(main.ranks) == {"0", "1", "2", "3"}
     assert c.lines["without_prefix"] > 190
 
 
@@ -62,8 +62,8 @@ def test_grep_of_the_transport_lines(log_text: str, real: NcclParsed) -> None:
     assert detect(grep) == "nccl-log"
     c = parse_nccl_log(grep, "grep.log")
     assert c.peer_transport == real.peer_transport and c.transports == ["P2P/CUMEM"]
-    assert c.nranks == 4 and c.comms[0]["attribution"] == "none"
-    assert c.comms[0]["comm_id"] is None
+    assert c.nranks == 4 and c.comms[0].attribution == "none"
+    assert c.comms[0].comm_id is None
 
 
 def interleave_ranks(text: str) -> str:
@@ -100,8 +100,8 @@ def test_log_variants_give_what_the_real_log_gives(log_text: str, real: NcclPars
     c = parse_nccl_log(text, "v.log")
     for key in ("nccl_version", "nranks", "nchannels", "rings", "peer_transport", "env"):
         assert getattr(c, key) == getattr(real, key), key
-    assert [x["comm_id"] for x in c.comms] == [x["comm_id"] for x in real.comms]
-    assert c.comms[0]["ranks"] == real.comms[0]["ranks"]
+    assert [x.comm_id for x in c.comms] == [x.comm_id for x in real.comms]
+    assert c.comms[0].ranks == real.comms[0].ranks
 
 
 def test_real_warn_lines() -> None:
@@ -126,8 +126,8 @@ def test_timestamped_warn_of_a_full_2_29_log() -> None:
     assert c.env == {"NCCL_COMM_ID": "172.17.16.64:23456", "NCCL_P2P_DISABLE": "1",
                         "NCCL_SHM_DISABLE": "1"}
     main = c.comms[0]
-    assert main["comm_id"] == "0x2ef13c5ed0553a05"  # from '[Rank 0] ncclCommInitRank ...'
-    assert main["ranks"]["0"]["init"] == "COMPLETE" and main["nnodes"] == 2
+    assert main.comm_id == "0x2ef13c5ed0553a05"  # from '[Rank 0] ncclCommInitRank ...'
+    assert main.ranks["0"].init == "COMPLETE" and main.nnodes == 2
     assert c.peer_transport == {"0->1": "NET/Socket/0/Shared"}
     [w] = c.warnings
     assert (w["line"], w["time"], w["host"], w["pid"], w["rank"], w["source"]) == (

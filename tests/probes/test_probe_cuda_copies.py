@@ -195,7 +195,10 @@ def test_flows_wait_on_a_host_flag_the_host_writes_once_all_are_queued() -> None
     assert len(starts) == 3 and all(t >= released for t in starts.values())
     assert max(starts.values()) - min(starts.values()) <= api.gpu_us
     rows = concurrent_rows(case, "cuda", spans, ok, why, timing=timing)
-    assert {r["release"] for r in rows} == {"host_flag"}
+    assert {r["release"] for r in rows} == {"host_flag"} and {r["held"] for r in rows} == {"yes"}
+    # each flow's start after the first, from its anchor; the aggregate holds the largest
+    skews = [r["start_skew_us"] for r in rows]
+    assert min(skews) == 0.0 and skews[-1] == max(skews) <= api.gpu_us
     assert "assumed simultaneous" not in why
 
 
@@ -311,3 +314,4 @@ def test_a_flag_that_did_not_hold_bounds_no_anchor_and_says_so() -> None:
     assert timing.anchor_us == {0: None, 1: None} and "includes host queueing" in why
     rows = concurrent_rows(case, "cuda", spans, ok, why, timing=timing)
     assert all("release_to_anchor_us_max" not in r for r in rows)
+    assert {r["held"] for r in rows} == {"no"}

@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import pytest
 import torch
 
 from probes.allreduce_worker import allreduce_row
@@ -47,6 +48,9 @@ def test_concurrent_aggregate_spans_all_flows() -> None:
     assert [r["flow"] for r in rows] == [0, 1, -1]
     assert math.isclose(rows[0]["bandwidth_gbps"], 2.0)  # 2e6 B in 1 ms
     assert math.isclose(rows[-1]["bandwidth_gbps"], 2.0)  # 4e6 B in 2 ms
+    # flow 1 started 0.5 ms after flow 0: its start skew, and the aggregate's (the largest)
+    assert [r["start_skew_us"] for r in rows] == pytest.approx([0.0, 500.0, 500.0])
+    assert all("release" not in r and "held" not in r for r in rows)  # no round: not recorded
     bad = concurrent_rows(case, "cpu", [(0.0, 0.001), (0.0, 0.001)], [True, False])
     assert bad[1]["status"] == "error" and bad[-1]["status"] == "error"
     hang = concurrent_rows(case, "cpu", None, None, "killed", status="hang")

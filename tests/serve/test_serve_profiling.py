@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from pcieprof.refserver.names import trace_file_name
-from pcieprof.serve.profiling import _wait_for_ranks, move_trace, trace_state
+from pcieprof.serve.profiling import (POLL_S, SETTLE_S, _wait_for_ranks, move_trace,
+                                      trace_state)
 from pcieprof.serve.run import decode_traces
 
 
@@ -58,7 +59,7 @@ def test_a_trace_still_being_written_is_not_taken(tmp_path: Path) -> None:
 
     async def wait() -> tuple[dict[int, list[Path]], bytes]:
         load = asyncio.ensure_future(asyncio.sleep(0))
-        found, _, _ = await _wait_for_ranks(staging, 1, prefix, 30.0, load)
+        found, _, _ = await _wait_for_ranks(staging, 1, prefix, 300.0, load)
         return found, trace.read_bytes()  # what a move would have taken at that moment
 
     try:
@@ -143,3 +144,34 @@ def test_a_trace_cut_by_a_full_disk_ends_the_wait_while_the_server_lives(tmp_pat
             _wait_for_ranks(staging, 2, prefix, 3600.0, load, lambda: True), timeout=600)
 
     assert asyncio.run(wait()) == ({0: [good]}, [], [bad])
+
+
+def test_by_stage_the_wait_is_for_each_ranks_decode_trace(tmp_path: Path) -> None:
+    """An EXTEND window that opened first (a prefill right after /start_profile) closes at the
+    first decode step: its trace came long before the DECODE one, held still for SETTLE_S and
+    ended the wait, so the run was "ok" with a prefill trace only, and decode attribution ran on
+    it. The wait now goes on until each rank's DECODE trace is there (taking the EXTEND one too)."""
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    prefix = "pcieprof123"
+    extend = staging / f"{prefix}-1700000000.5-TP-0-EXTEND.trace.json.gz"
+    extend.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    decode = staging / f"{prefix}-1700000000.5-TP-0-DECODE.trace.json.gz"
+    # alive() is asked once per look that did not end the wait; each look sleeps POLL_S, so by
+    # look `late` the EXTEND file had held still longer than SETTLE_S (the old wait was over)
+    late = int(SETTLE_S / POLL_S) + 2
+    looks: list[int] = []
+
+    def alive() -> bool:
+        looks.append(1)
+        if len(looks) == late:
+            decode.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+        return True
+
+    async def wait() -> tuple[dict[int, list[Path]], list[Path], list[Path]]:
+        load = asyncio.ensure_future(asyncio.sleep(0))
+        return await asyncio.wait_for(
+            _wait_for_ranks(staging, 1, prefix, 3600.0, load, alive, "DECODE"), timeout=600)
+
+    assert asyncio.run(wait()) == ({0: [decode, extend]}, [], [])
+    assert len(looks) > late

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from pcieprof.bundle.attribution import Attribution, StepAttribution
 from pcieprof.bundle.comm_model import CommModel
+from pcieprof.bundle.document import encode
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure
 from pcieprof.report.model import Block, BundleView, Note, Section, Table
@@ -54,13 +55,13 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         fig.update_layout(barmode="group")
         fig.update_yaxes(title="ms (union over the timeline)")
         sec.blocks.append(figure(fig, "per rank: time per class over the traced window", prov))
-        skew = [(r.rank, r.skew or {}) for r in ranks]
-        if any(s for _, s in skew):
+        skew = [(r.rank, r.skew) for r in ranks if r.skew is not None]
+        if skew:
             fig = go.Figure()
             fig.add_trace(go.Bar(x=[f"rank {k}" for k, _ in skew],
-                                 y=[(s.get("transfer_us") or 0) / 1e3 for _, s in skew], name="transfer"))
+                                 y=[s.transfer_us / 1e3 for _, s in skew], name="transfer"))
             fig.add_trace(go.Bar(x=[f"rank {k}" for k, _ in skew],
-                                 y=[(s.get("wait_us") or 0) / 1e3 for _, s in skew], name="wait for slower ranks"))
+                                 y=[s.wait_us / 1e3 for _, s in skew], name="wait for slower ranks"))
             fig.update_layout(barmode="stack")
             fig.update_yaxes(title="ms inside communication kernels")
             sec.blocks.append(figure(fig, "skew: communication time split into transfer and waiting", prov))
@@ -86,10 +87,10 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
             "missing"))
     else:
         sec.blocks.extend(_comparison(model, prov))
-    classes = doc.classes if doc else []
+    classes = [encode(c) for c in doc.classes[:60]] if doc else []
     if classes:
         sec.blocks.append(Table("kernel classification table (data, extensible)",
-                                list(classes[0].keys()), [list(c.values()) for c in classes[:60]]))
+                                list(classes[0]), [list(c.values()) for c in classes]))
     return sec
 
 

@@ -24,7 +24,7 @@ def _layout_figure(layouts: list[LayoutAdvice], prov: str):
         fig.add_trace(go.Scatter(
             x=[r.concurrency for r in rows], y=[r.tok_s for r in rows],
             mode="lines+markers", name=plot_text(
-                f"{lay.label} (up to c={lay.max_concurrency})" if lay.gpu_memory_gib > 0
+                f"{lay.label} (up to c={lay.concurrency_text()})" if lay.gpu_memory_gib > 0
                 else f"{lay.label} (fit not checked)")))
     fig.update_xaxes(type="log", title="concurrency (requests decoding together)",
                      tickvals=[1, 2, 4, 8, 16, 32, 64])
@@ -118,16 +118,17 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
             pc = {r.concurrency: r for r in lay.per_concurrency}
             c1, peak = pc.get(1), _peak(lay)
             known = lay.gpu_memory_gib > 0  # unknown memory: the fit was not checked
-            rows.append([lay.label, ("yes" if lay.fits else "no") if known else "not checked",
+            fits = ("uncertain" if lay.fit_uncertain else "yes" if lay.fits else "no")
+            rows.append([lay.label, fits if known else "not checked",
                          f"{lay.weights_gib:.1f}", f"{lay.kv_gib_per_request:.2f}",
-                         lay.max_concurrency if known else "",
+                         lay.concurrency_text() if known else "",
                          _num(c1.step_ms if c1 and lay.fits else None, 1),
                          _num(c1.comm_ms if c1 and lay.fits else None, 1),
                          f"{_num(peak.tok_s, 0)} at c={peak.concurrency}" if peak else ""])
         sec.blocks.append(Table(
             f"parallel layouts, best first (context {layouts[0].context_tokens} tokens, "
-            + (f"{layouts[0].gpu_memory_gib:.1f} GiB x {layouts[0].mem_fraction} per GPU"
-               + (" (assumed)" if layouts[0].memory_source.startswith("assumed") else "")
+            + (f"{layouts[0].memory_text()} x {layouts[0].mem_fraction} per GPU"
+               + (f" ({layouts[0].memory_source})" if layouts[0].memory_assumed() else "")
                if layouts[0].gpu_memory_gib > 0 else "GPU memory unknown: fit not checked")
             + ")",
             ["layout", "fits", "weights GiB/GPU", "KV GiB/request", "max concurrency",
