@@ -39,9 +39,25 @@ class Risk:
 
 #: How the scores of `Recommendation.ranked_by` compare (pcieprof.tune.rules.base.ranking and
 #: the rules' fixed keys), said once above the cards.
-SCORE_SCALE = ("a change with a gain scores 10 per ms of mean decode-step gain; fixed scores: "
-               "wrong data and hangs 900-1000, faults of the box 100-500, findings without a "
-               "gain of their own below 100")
+SCORE_SCALE = ("a change with a gain scores 10 per ms of decode-step gain (each card says over "
+               "which batches); fixed scores: wrong data and hangs 900-1000, faults of the box "
+               "100-500, both above any gain; unpriced cards (a fixed score below 100: a "
+               "finding or a change without a price of its own) come after every priced one")
+
+#: A fixed ordering key at or above this is a correctness finding or a fault of the box (wrong
+#: data, a hang, served correct tokens): it ranks above any priced gain. A fixed key below it is
+#: not a price, so such a card ranks after every priced one (its score orders it among those).
+CORRECTNESS = 100.0
+#: How a fixed (unpriced) ordering key reads in `ranked_by` (pcieprof.tune.rules.base.fixed_rank).
+FIXED = "fixed"
+
+
+def ranked(recs: list["Recommendation"]) -> list["Recommendation"]:
+    """The cards in the order they are shown: correctness findings and priced cards by score,
+    then the unpriced ones by their fixed score. Scores of different metrics (a mean over the
+    decode batches, batch 1 alone, 10 per 10% of throughput) meet only among the priced cards,
+    each saying its own on the card."""
+    return sorted(recs, key=lambda r: (not r.priced and r.priority < CORRECTNESS, -r.priority))
 
 
 @dataclass
@@ -91,6 +107,12 @@ class Recommendation:
     ranked_by: str = ""
     verified: dict[str, Any] | None = None
     risks: list[Risk] = field(default_factory=list)
+
+    @property
+    def priced(self) -> bool:
+        """Whether `priority` is a priced gain (False: a fixed score for its kind of finding,
+        or none said)."""
+        return bool(self.ranked_by) and FIXED not in self.ranked_by.split("=")[0]
 
 
 @dataclass

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pcieprof.analysis.box import GIB, Box, gib
-from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation, Recommendations
+from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation, Recommendations, ranked
 from pcieprof.cards import ModelCard
 from pcieprof.tune.communicators import env_for
 from pcieprof.tune.layout import Candidate, CommandBuilder, gpu_memory
@@ -184,10 +184,11 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
         priority=PRIORITY_SERVED if choice.served else PRIORITY_UNSERVED,
         ranked_by=(f"score {PRIORITY_SERVED:g}, fixed: served correct tokens (above every "
                    "speed-up)" if choice.served else
-                   f"score {PRIORITY_UNSERVED:g}, fixed: not yet served on this box"))
+                   f"score {PRIORITY_UNSERVED:g}, fixed: not yet served on this box (unpriced: "
+                   "after every priced card)"))
     result.recommendations = [r for r in result.recommendations if r.rule != RULE]
     result.recommendations.append(rec)
-    result.recommendations.sort(key=lambda r: -r.priority)
+    result.recommendations = ranked(result.recommendations)
     return result
 
 

@@ -27,7 +27,8 @@ from pcieprof.analysis.nodes import Nodes
 from pcieprof.analysis.provenance import part_provenance
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclChoices
-from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation, Recommendations, RingChoice
+from pcieprof.bundle.recommendations import (LayoutAdvice, Recommendation, Recommendations, RingChoice,
+                                             ranked)
 from pcieprof.bundle.rows import format_ranks
 from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard
@@ -243,7 +244,7 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
                             ctx.curves.find(r.env) if r.kind == "env" and r.env else None,
                             bundle=ctx.bundle, write=write_files)
             for r in recs]
-    recs.sort(key=lambda r: -r.priority)
+    recs = ranked(recs)
     env: dict[str, str] = {}
     for r in recs:
         if r.kind in ("env", "launch"):
@@ -255,7 +256,7 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
             "all-reduce with the combined environment (" + " ".join(
                 f"{k}={v}" for r in measured_env for k, v in r.env.items())
             + f"): each setting was {ctx.obtained} on its own; their gains need not add up")
-    ranked: list[LayoutAdvice] = []
+    layouts_ranked: list[LayoutAdvice] = []
     if layouts and len(ctx.topology.gpus) == 1:
         pass  # one GPU: no layout to rank, nothing to measure for it
     elif layouts and not len(ctx.curves):
@@ -267,29 +268,29 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
                                    "with")
     elif layouts:
         try:
-            ranked = rank_layouts(bundle, card, Pricer(bundle), topology=ctx.topology, env=env,
+            layouts_ranked = rank_layouts(bundle, card, Pricer(bundle), topology=ctx.topology, env=env,
                                   context=context, command=command,
                                   graph_gpus=set(ctx.ring.order) if ctx.ring else None)
         except BadInput as exc:  # e.g. a one-GPU box: the NCCL rules stand on their own
             ctx.needs_measuring.append(f"parallel layouts not ranked: {exc.one_line()}")
     nodes = Nodes.of(bundle)
-    if nodes is not None and ranked:
+    if nodes is not None and layouts_ranked:
         ctx.needs_measuring.append(
             f"layouts across nodes: this is a {nodes.describe()} bundle; the layouts above are "
             "for one node's GPUs (priced with its intra-node curve where measured); TP or PP "
             "over the nodes is not ranked")
-    layout_rec = layout_recommendation(ranked, card)
+    layout_rec = layout_recommendation(layouts_ranked, card)
     if layout_rec is not None:
         recs.append(layout_rec)
-        recs.sort(key=lambda r: -r.priority)
     for r in recs:  # rules with a fixed ordering key say so on their card
         r.ranked_by = r.ranked_by or fixed_rank(r.priority)
+    recs = ranked(recs)
     return Recommendations(model=card.name, bottleneck=principal_bottleneck(ctx, recs),
                            provenance=ctx.provenance, recommendations=recs,
                            needs_measuring=list(dict.fromkeys(ctx.needs_measuring)),
                            ring=None if ctx.ring is None else _ring_choice(ctx.ring),
                            inferred=None if ctx.inferred is None else ctx.inferred.as_dict(),
-                           layouts=ranked, env=env)
+                           layouts=layouts_ranked, env=env)
 
 
 #: What a bundle of the cpu backend cannot show, and what shows it on a GPU box.

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pcieprof.analysis.box import GIB, gib
-from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation, Recommendations
+from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation, Recommendations, ranked
 from pcieprof.cards import ModelCard
 from pcieprof.tune.launch import launch_line
 
@@ -87,7 +87,9 @@ def recommendation(result: Recommendations, card: ModelCard) -> Recommendation |
             rule=RULE, kind="info", confidence="reported",
             title=f"Multi-token prediction ({f['algorithm']}) does not fit {top.label} on this box",
             gain_text=f"reported {f['reported']} on {f['reported_box']} [{f['source']}]",
-            evidence=[mem], caveats=caveats[:1], priority=0.5)
+            evidence=[mem], caveats=caveats[:1], priority=0.5,
+            ranked_by="score 0.5, fixed: a reported gain of another box (unpriced: after every "
+                      "priced card)")
     line = launch_line(result, top) + " " + " ".join(str(x) for x in f["flags"])
     return Recommendation(
         rule=RULE, kind="launch", confidence="reported",
@@ -97,7 +99,9 @@ def recommendation(result: Recommendations, card: ModelCard) -> Recommendation |
         gain_text=f"reported: {f['reported_short']}, ~{spec / base:.1f}x [{f['source']}]",
         evidence=[mem, f"reported: {f['reported']} on {f['reported_box']} ({share})",
                   f"card {card.name}: mtp_layers = {card.mtp_layers}"],
-        caveats=caveats, priority=0.8)
+        caveats=caveats, priority=0.8,
+        ranked_by="score 0.8, fixed: a reported gain of another box (unpriced: after every "
+                  "priced card)")
 
 
 def add(result: Recommendations, card: ModelCard) -> Recommendations:
@@ -106,5 +110,5 @@ def add(result: Recommendations, card: ModelCard) -> Recommendations:
     result.recommendations = [r for r in result.recommendations if r.rule != RULE]
     if rec is not None:
         result.recommendations.append(rec)
-        result.recommendations.sort(key=lambda r: -r.priority)
+        result.recommendations = ranked(result.recommendations)
     return result

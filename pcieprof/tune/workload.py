@@ -40,6 +40,10 @@ SGLANG_CHUNK_RANGE = (2048, 16384)
 #: A phase is slowed when the setting takes more than this much longer there (relative): the
 #: spread below which pcieprof's measurements do not separate two settings.
 SLOWER = 0.02
+#: How a card says a setting it carries has no price in the bundle, and why (a caveat starting
+#: so, then `VAR[=VALUE]: why`): the walk over every carried setting accepts a setting without
+#: a price only with it (tests/tune/test_tune_workload.py).
+UNPRICED = "unpriced: "
 
 
 @dataclass(frozen=True)

@@ -22,19 +22,21 @@ from pcieprof.cards import load_card
 from pcieprof.commands.tuning import tune
 from pcieprof.tune.launch import launch_line, launch_recommendation
 from pcieprof.tune.recommend import collectives_counter
-from pcieprof.tune.workload import price, slowed
+from pcieprof.analysis.virtualization import from_topology
+from pcieprof.bundle.topology import Topology
+from pcieprof.tune.workload import SLOWER, UNPRICED, price, slowed
 
 GLM5 = load_card("glm5-nvfp4")
 BAND = DecodeBand.of_card(GLM5)
 
 
 def _settings_slowing_a_phase(b: Bundle, doc: Recommendations) -> list[str]:
-    """Every NCCL setting the recommended environment or a launch line carries that the bundle
-    measured on its own (a curve with exactly that environment) and that slows a phase."""
+    """Every NCCL setting the recommended environment or a launch line carries that slows a
+    phase in the bundle's own numbers (a curve measured with exactly that environment, or the
+    fabric model's price of the host change that names it), and every one that has no price
+    and whose card does not say so, with why (UNPRICED): none may pass silently."""
     curves = Curves(b.read_table("allreduce"))
     base = curves.default()
-    if base is None:
-        return []
     carried: dict[str, str] = dict(doc.env)
     rec = launch_recommendation(doc)
     lines = [rec.action.splitlines()[0]] if rec is not None and rec.action else []
@@ -44,14 +46,29 @@ def _settings_slowing_a_phase(b: Bundle, doc: Recommendations) -> list[str]:
             if word.startswith("NCCL_") and "=" in word:
                 k, v = word.split("=", 1)
                 carried.setdefault(k, v)
-    count = collectives_counter(GLM5, base.nranks)
+    said = [c for r in doc.recommendations for c in r.caveats]
+    cost = from_topology(b.read_doc(Topology) or Topology())
     bad = []
     for k, v in carried.items():
-        new = curves.find({k: v})
-        if new is None or new is base:
+        new = curves.find({k: v}) if base is not None else None
+        if new is base and new is not None:
             continue
-        for t in slowed(price(BAND, count, base, new)):
-            bad.append(f"{b.path.name}: {k}={v} slows {t.text()}")
+        if new is not None and base is not None:
+            count = collectives_counter(GLM5, base.nranks)
+            for t in slowed(price(BAND, count, base, new)):
+                bad.append(f"{b.path.name}: {k}={v} slows {t.text()}")
+            continue
+        change = next((h for h in cost.host_changes if k in h.how), None) if cost else None
+        if change is not None:
+            for before, after in (change.step_default_us, change.step_best_safe_us):
+                if after > before * (1 + SLOWER):
+                    bad.append(f"{b.path.name}: {k}={v} slows the decode step "
+                               f"{before / 1e3:.2f} -> {after / 1e3:.2f} ms ({change.id})")
+            continue
+        if not any(c.startswith(f"{UNPRICED}{k}") and len(c) > len(f"{UNPRICED}{k}=") + 20
+                   for c in said):
+            bad.append(f"{b.path.name}: {k}={v} is carried with no price and no card saying "
+                       f"it is unpriced, and why")
     return bad
 
 

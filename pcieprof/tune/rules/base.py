@@ -15,6 +15,7 @@ from pcieprof.analysis.infer import InferredTopology
 from pcieprof.analysis.provenance import obtained
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclCase, NcclChoices
+from pcieprof.bundle.recommendations import CORRECTNESS, FIXED
 from pcieprof.bundle.topology import Topology
 from pcieprof.analysis.anchors import token_share
 from pcieprof.tune.ring import Ring
@@ -133,8 +134,11 @@ def ranking(per_step: dict[int, float], rel: float, weight: float = 1.0) -> dict
 
 
 def fixed_rank(priority: float) -> str:
-    """How a rule's fixed ordering key reads on its card."""
-    return f"score {priority:g}, fixed for this kind of finding"
+    """How a rule's fixed ordering key reads on its card: a correctness finding ranks above any
+    gain, an unpriced card after every priced one (pcieprof.bundle.recommendations.ranked)."""
+    where = ("a correctness finding: above any gain" if priority >= CORRECTNESS else
+             "unpriced: after every priced card")
+    return f"score {priority:g}, {FIXED} for this kind of finding ({where})"
 
 
 def fmt_gain(per_ar: dict[int, float], per_step: dict[int, float], base: Curve | None = None,

@@ -19,11 +19,13 @@ from __future__ import annotations
 import numpy as np
 
 from pcieprof.analysis.matrices import gpu_indices, pair_matrix
-from pcieprof.analysis.virtualization import known_state
+from pcieprof.analysis.virtualization import VmCost, known_state
+from pcieprof.bundle.vm_cost import HostChange
 from pcieprof.bundle.recommendations import Recommendation, Risk
 from pcieprof.tune.rules.base import RuleContext, fixed_rank
 from pcieprof.analysis.vm_words import (best_host_change, host_change_line, known_words, step_gain,
                               what_to_measure)
+from pcieprof.tune.assumed import RESTS_ON
 from pcieprof.tune.vm_context import vm_cost
 
 #: P2P slower than this share of host-to-device bandwidth means the peer path costs (translation,
@@ -152,7 +154,8 @@ def _vm_host_card(ctx: RuleContext, evidence: list[str], slow: bool, broken: boo
                 f"({', '.join(h.id for h in cost.host_changes)})"],
             confidence="simulated" if cost.source == "simulated" else "advice",
             caveats=["iommu=pt on the host kernel does not change GPUs passed through with VFIO: "
-                     "VFIO keeps translating (that is its isolation)"],
+                     "VFIO keeps translating (that is its isolation)"]
+                    + (assumed_ranges(ctx, cost, best) if best is not None else []),
             risks=risks)
     return Recommendation(
         rule="iommu_acs", kind="host", priority=500 if broken else (200 if slow else 30),
@@ -175,3 +178,44 @@ def _vm_host_card(ctx: RuleContext, evidence: list[str], slow: bool, broken: boo
         caveats=["in a VM, ACS cannot be turned off from the guest; clearing it on the host "
                  "without ATS lets the switch route guest addresses untranslated",
                  "iommu=pt keeps VFIO translating: it changes host-owned devices only"])
+
+
+def assumed_ranges(ctx: RuleContext, cost: VmCost, best: HostChange) -> list[str]:
+    """The best host change's step gain at both ends of each assumed parameter the VM's cost
+    rests on (VmTable.sensitivity, e.g. latency.iommu_us), as pcieprof.tune.assumed words a
+    range: the VM's side is its best setting free of the hang risk, re-priced at each end from
+    topology.json `sim.assumed`; the host's side is held where the parameter does not move it
+    (the sensitivity's bare-metal step is the same at both ends). The like-for-like step (the
+    same NCCL choices on both sides) follows: at the low end the VM may equal bare metal."""
+    row = cost.at("best_safe", step=True)
+    if row is None:
+        return []
+    env = dict(kv.split("=", 1) for kv in row.vm.setting.split() if "=" in kv)
+    curve = ctx.curves.find(env) if env else ctx.curves.default()
+    stored = {e.get("param"): e for e in (ctx.topology.sim or {}).get("assumed") or []}
+    after = best.step_best_safe_us[1]
+    out = []
+    for s in cost.sensitivity:
+        lo, hi = s.get("low") or {}, s.get("high") or {}
+        if not (lo.get("step_bare_us") and hi.get("step_bare_us")):
+            continue
+        alike = (f"like for like (the same NCCL choices on both sides) the VM's step is "
+                 f"{lo['step_vm_us'] / 1e3:.2f} vs {lo['step_bare_us'] / 1e3:.2f} ms on bare "
+                 f"metal at {lo['value']:g}, {hi['step_vm_us'] / 1e3:.2f} vs "
+                 f"{hi['step_bare_us'] / 1e3:.2f} ms at {hi['value']:g}")
+        entry = stored.get(s["param"])
+        gains = []
+        held = abs(lo["step_bare_us"] - hi["step_bare_us"]) <= 1e-6 * hi["step_bare_us"]
+        for end in ("low", "high"):
+            times = ((entry or {}).get(end) or {}).get("time_us") or {}
+            t = (times.get(curve.variant) or {}).get(str(row.size_bytes)) if curve else None
+            if t is not None and held:
+                gains.append((float(entry[end]["value"]), t * row.count / 1e3))  # type: ignore[index]
+        said = (f"step gain {gains[0][1] - after / 1e3:+.2f} ms at {gains[0][0]:g}, "
+                f"{gains[1][1] - after / 1e3:+.2f} ms at {gains[1][0]:g} (the VM's "
+                f"{row.vm.setting} step {gains[0][1]:.2f} / {gains[1][1]:.2f} ms vs "
+                f"{after / 1e3:.2f} ms served on the host); " if len(gains) == 2 else "")
+        why = (entry or {}).get("why", "")
+        out.append(f"{RESTS_ON}{s['param']} = {s['value']:g} ({s.get('kind', 'assumed')}"
+                   f"{', range ' + why if why else ''}): {said}{alike}")
+    return out
