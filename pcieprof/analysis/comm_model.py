@@ -92,7 +92,11 @@ class Pricer:
             else self.curves.nearest_group(nranks)
         if n != nranks:
             self._note(f"no {nranks}-rank all-reduce in the bundle; priced with the {n}-rank curve")
-        return (self.curves.find(variant=self.variant, nranks=n) or self.curves.default(nranks=n)
+        found = self.curves.find(variant=self.variant, nranks=n)
+        if found is None and self.variant != "default":
+            self._note(f"no {n}-rank all-reduce of variant {self.variant!r}; that group priced "
+                       f"at NCCL defaults")
+        return (found or self.curves.default(nranks=n)
                 or next(c for c in self.curves if c.nranks == n))
 
     def allreduce_us(self, nranks: int, size_bytes: float) -> tuple[float, int]:

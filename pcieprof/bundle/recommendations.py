@@ -233,6 +233,10 @@ class Recommendations(Document):
         inferred: the inferred fabric (pcieprof.analysis.infer.InferredTopology.as_dict), or None.
         layouts: ranked parallel layouts, best first.
         env: the merged environment of every env/launch recommendation.
+        priced_env: NCCL settings (`K=V`) the bundle ran an all-reduce with and that slow no
+            phase of the card's workload (pcieprof.tune.workload), recommended or not: a card's NCCL
+            setting a launch line carries is checked against it (pcieprof.tune.launch.
+            checked_env). Empty in files written before it: every card setting is unpriced.
         verify: after --verify: {bundle, backend, source, rules}.
 
     Files written before the report read only saved recommendations hold `computed_by_report`
@@ -255,6 +259,7 @@ class Recommendations(Document):
     layouts: list[LayoutAdvice] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     verify: dict[str, Any] | None = None
+    priced_env: list[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, data: Any, where: str = "") -> "Recommendations":

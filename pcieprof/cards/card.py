@@ -96,6 +96,13 @@ class KVCacheSpec:
 PCIE, NVLINK = "pcie", "nvlink"
 
 
+#: Card settings a launch carries only where a bundle of the box priced them (the tuner passes
+#: them in its recommended environment) or the user sets them (--env): NCCL_P2P_LEVEL puts peer
+#: traffic on P2P at every distance, through the host IOMMU in a VM, where NCCL can hang on its
+#: first collective (pcieprof.tune.vm_context); a card's source box is no evidence for this one.
+NEEDS_EVIDENCE = ("NCCL_P2P_LEVEL",)
+
+
 @dataclass(frozen=True)
 class LaunchTarget:
     """The box a launch line is for, as far as the caller knows it.

@@ -61,12 +61,7 @@ def sglang_launch(card: ModelCard, layout: Candidate, env: dict[str, str],
         cmd = build_command(card, cfg, python="python3", target=target)
     except BadInput as exc:
         return LaunchCommand(notes=[f"no SGLang command: {exc.one_line()}"])
-    notes = list(cmd.notes)
-    own = card.sglang.for_box(target).env
-    card_env = {k: v for k, v in cmd.env.items() if k in own and k not in env}
-    if card_env:
-        notes.append("environment from the model card (its public sources), not checked by "
-                     "this bundle: " + " ".join(f"{k}={v}" for k, v in card_env.items()))
+    notes = list(cmd.notes)  # the card's settings not checked on this box among them
     return LaunchCommand(command=" ".join(shlex.quote(a) for a in cmd.argv), env=dict(cmd.env),
                          notes=notes)
 

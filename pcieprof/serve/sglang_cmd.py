@@ -30,6 +30,7 @@ from typing import Any
 
 from pcieprof.bundle.serve_command import RecordedCommand
 from pcieprof.cards import LaunchTarget, ModelCard
+from pcieprof.cards.card import NEEDS_EVIDENCE
 from pcieprof.errors import BadInput, EnvironmentMissing
 from pcieprof.redact import redact
 
@@ -307,6 +308,18 @@ def build_command(card: ModelCard, cfg: LaunchConfig, *, python: str | None = No
     a += _merge_flags(list(fit.flags), list(cfg.extra_args), a)
     env = server_env_of(fit.env, cfg.env)
     notes: list[str] = list(fit.unknown)
+    for k in NEEDS_EVIDENCE:  # the card's alone is no evidence for these (cards.card)
+        if k in fit.env and k not in cfg.env and env.get(k) == fit.env[k]:
+            del env[k]
+            notes.append(f"not set: {k}={fit.env[k]}, the card's, not checked on this box: it can "
+                         f"hang NCCL's first collective in a VM or behind a translating IOMMU; "
+                         f"set where a bundle of this box priced it (pcieprof recommend prints "
+                         f"it) or with --env {k}={fit.env[k]}")
+    card_nccl = [f"{k}={v}" for k, v in env.items()
+                 if k.startswith("NCCL_") and k not in cfg.env and fit.env.get(k) == v]
+    if card_nccl:
+        notes.append(f"the card's, not checked on this box: {' '.join(card_nccl)} (the card's "
+                     f"source box had them; a bundle of this box prices them: pcieprof recommend)")
     checked = None
     if parser is not None:
         a, translated = parser.reconcile(a)

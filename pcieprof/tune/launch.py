@@ -23,10 +23,12 @@ from typing import Callable
 from pcieprof.analysis.box import GIB, Box, gib
 from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation, Recommendations, ranked
 from pcieprof.cards import ModelCard
+from pcieprof.cards.card import NEEDS_EVIDENCE
 from pcieprof.tune.communicators import env_for
 from pcieprof.tune.layout import Candidate, CommandBuilder, gpu_memory
 from pcieprof.tune.memory import Placement, fit, widest_tp
 from pcieprof.tune.quant_arch import blocked, fallback, unchecked
+from pcieprof.tune.workload import UNPRICED
 
 #: The rule name of the launch recommendation.
 RULE = "launch_config"
@@ -77,6 +79,30 @@ class LaunchChoice:
         return ", ".join(vals) or "the card's defaults"
 
 
+def checked_env(result: Recommendations, env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """A launch's environment with each NCCL setting the bundle did not recommend checked
+    against what it priced (Recommendations.priced_env): kept where priced; where not, left out
+    (pcieprof.cards.card.NEEDS_EVIDENCE) or kept and said to be the card's, unchecked
+    (UNPRICED). Returns (the environment, one caveat per setting not priced)."""
+    out: dict[str, str] = {}
+    said: list[str] = []
+    for k, v in env.items():
+        if not k.startswith("NCCL_") or result.env.get(k) == v or f"{k}={v}" in result.priced_env:
+            out[k] = v
+            continue
+        other = [p for p in result.priced_env if p.startswith(f"{k}=")]
+        why = (f"this bundle priced {' and '.join(other)} only" if other else
+               "no all-reduce of this bundle ran with it")
+        if k in NEEDS_EVIDENCE:
+            said.append(f"not set: {k}={v}, the card's, not checked on this box ({why}); it "
+                        f"can hang NCCL's first collective in a VM or behind a translating "
+                        f"IOMMU: measure it (pcieprof topology, then recommend --verify)")
+            continue
+        out[k] = v
+        said.append(f"{UNPRICED}{k}={v}: the card's, not checked on this box ({why})")
+    return out, said
+
+
 def launch_line(result: Recommendations, layout: LayoutAdvice | None = None,
                 command: str = "", env: dict[str, str] | None = None) -> str:
     """One shell line ready to paste: the recommended environment, the layout's own environment,
@@ -87,7 +113,7 @@ def launch_line(result: Recommendations, layout: LayoutAdvice | None = None,
     # the command's own env was built over result.env (card settings it makes moot left out,
     # and a graph file its communicators do not cover: tune.communicators), so a key of
     # result.env it lacks stays out
-    own = layout.env if layout is not None else env or {}
+    own, _ = checked_env(result, layout.env if layout is not None else env or {})
     merged = {k: v for k, v in result.env.items() if k in own}
     for k, v in own.items():
         merged.setdefault(k, str(v))
@@ -174,7 +200,10 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
         # the card's settings for some boxes only: which the box took, which it is not for,
         # and which it could not be checked for (said with the line, never guessed)
         fit = card.sglang.for_box(box.target() if box is not None else None)
-        caveats += fit.unknown
+        # the card's settings that need the box's evidence were left out by the command
+        # builder unless recommended: checked here with the rest, so the line says so
+        needs = {k: fit.env[k] for k in NEEDS_EVIDENCE if k in fit.env and k not in own}
+        caveats += list(fit.unknown) + checked_env(result, {**needs, **own})[1]
         evidence += [f"set for this box: {x}" for x in fit.applied] + list(fit.not_for_box)
     rec = Recommendation(
         rule=RULE, kind="launch" if line else "info", title=title, action=line,

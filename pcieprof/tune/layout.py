@@ -269,7 +269,7 @@ def gpu_memory(box: Box, card: ModelCard) -> Box:
 
 
 def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: Topology,
-                 env: dict[str, str] | None = None, context: int = 8192,
+                 env: dict[str, str] | None = None, context: int = 8192, priced_as: str = "",
                  command: CommandBuilder | None = None,
                  graph_gpus: set[int] | None = None) -> list[LayoutAdvice]:
     """Evaluate and rank the candidate layouts for `card` on the bundle's box.
@@ -281,6 +281,8 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
         topology: the bundle's topology.json (GPU count and memory).
         env: the recommended environment (added to every command).
         context: tokens per request for the KV-cache fit and reads.
+        priced_as: how `pricer`'s variant reads in each layout's comm_source (`with variant
+            p2p_level_sys (NCCL_P2P_LEVEL=SYS, as the lines set it)`, `at NCCL defaults`).
         command: builds each layout's launch command; None leaves the commands empty.
         graph_gpus: the GPUs the recommended NCCL_GRAPH_FILE names; a layout with a
             communicator it does not cover gets its command without it
@@ -369,6 +371,7 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
             notes=notes + launch.notes,
             compute_source=compute.source if compute else "no decode curve: compute not predicted",
             comm_source=f"pcieprof.analysis.comm_model priced with {bundle.path.name}"
+                        f"'s all-reduce {priced_as or f'variant {pricer.variant}'}"
                         f" [{pricer.source}]"))
 
     def key(r: LayoutAdvice) -> tuple[bool, bool, float, float]:
@@ -477,14 +480,25 @@ def _why(results: list[LayoutAdvice], compute: ComputeModel | None) -> str:
         parts = [f"{top.label}: comm {r.comm_ms:.1f} ms per step at concurrency "
                  f"{r.concurrency} (compute not predicted)"]
     if len(results) > 1:
+        # the next layout at its own best concurrency that fits, not at one where it does not
         nxt = results[1]
-        rr = next((p for p in nxt.per_concurrency if p.concurrency == r.concurrency), None)
-        if rr:
-            comp = f"compute {rr.compute_ms:.1f} + " if compute is not None else ""
-            parts.append(f"next {nxt.label}: {comp}comm "
-                         f"{rr.comm_ms:.1f} ms{'' if rr.fits else ' (KV does not fit)'}")
+        ok = [p for p in nxt.per_concurrency if p.fits and (compute is None or (
+            p.step_ms is not None and p.step_ms == p.step_ms))]
+        if not ok:
+            parts.append(f"next {nxt.label}: does not fit the GPU memory at this context")
+        elif compute is not None:
+            rr = max(ok, key=lambda p: p.tok_s or 0.0)
+            parts.append(f"next {nxt.label}: {rr.tok_s:.0f} tok/s at concurrency "
+                         f"{rr.concurrency} (step {rr.step_ms:.1f} ms = compute "
+                         f"{rr.compute_ms:.1f} + comm {rr.comm_ms:.1f})")
+        else:
+            rr = next((p for p in ok if p.concurrency == r.concurrency), ok[-1])
+            parts.append(f"next {nxt.label}: comm {rr.comm_ms:.1f} ms per step at concurrency "
+                         f"{rr.concurrency}")
     parts.append("driven by: " + ("the fitted compute roofline (" + compute.source + ")" if compute
                                   else "communication only (no decode curve)")
-                 + ", the model's collective counts priced with this box's curves, and memory fit at "
-                 f"{top.context_tokens} tokens")
+                 + ", the model's collective counts priced with this box's curves "
+                 + (top.comm_source.split("'s all-reduce ", 1)[1].rsplit(" [", 1)[0]
+                    if "'s all-reduce " in top.comm_source else "")
+                 + f", and memory fit at {top.context_tokens} tokens")
     return "; ".join(parts)

@@ -27,8 +27,8 @@ from pcieprof.analysis.nodes import Nodes
 from pcieprof.analysis.provenance import part_provenance
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.nccl_choices import NcclChoices
-from pcieprof.bundle.recommendations import (LayoutAdvice, Recommendation, Recommendations, RingChoice,
-                                             ranked)
+from pcieprof.bundle.recommendations import (LayoutAdvice, Recommendation, Recommendations,
+                                             RingChoice, ranked)
 from pcieprof.bundle.rows import format_ranks
 from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard
@@ -41,7 +41,7 @@ from pcieprof.tune.rules import FINDING_RULES, RULES
 from pcieprof.tune.rules.base import RuleContext, fixed_rank
 from pcieprof.tune.vm_context import bottleneck_why
 from pcieprof.tune.assumed import gain_ranges
-from pcieprof.tune.workload import TUNER_FILE, on_the_workload
+from pcieprof.tune.workload import TUNER_FILE, on_the_workload, price, slowed
 from pcieprof.units import size_label
 
 ENV_FILE = "tune/recommended.env"
@@ -268,9 +268,11 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
                                    "with")
     elif layouts:
         try:
-            layouts_ranked = rank_layouts(bundle, card, Pricer(bundle), topology=ctx.topology, env=env,
-                                  context=context, command=command,
-                                  graph_gpus=set(ctx.ring.order) if ctx.ring else None)
+            variant, said = pricing_variant(ctx, env)
+            layouts_ranked = rank_layouts(bundle, card, Pricer(bundle, variant),
+                                          topology=ctx.topology, env=env, context=context,
+                                          command=command, priced_as=said,
+                                          graph_gpus=set(ctx.ring.order) if ctx.ring else None)
         except BadInput as exc:  # e.g. a one-GPU box: the NCCL rules stand on their own
             ctx.needs_measuring.append(f"parallel layouts not ranked: {exc.one_line()}")
     nodes = Nodes.of(bundle)
@@ -287,6 +289,7 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
     recs = ranked(recs)
     return Recommendations(model=card.name, bottleneck=principal_bottleneck(ctx, recs),
                            provenance=ctx.provenance, recommendations=recs,
+                           priced_env=priced_env(ctx),
                            needs_measuring=list(dict.fromkeys(ctx.needs_measuring)),
                            ring=None if ctx.ring is None else _ring_choice(ctx.ring),
                            inferred=None if ctx.inferred is None else ctx.inferred.as_dict(),
@@ -349,6 +352,49 @@ def _cpu_only(ctx: RuleContext, card: ModelCard) -> Recommendations:
                                    f"on the GPU box, or --backend sim",
         needs_measuring=["GPU P2P, NCCL all-reduce and layouts: measure on the GPU box "
                          "(pcieprof topology) or import its tool outputs (pcieprof import)"])
+
+
+def pricing_variant(ctx: RuleContext, env: dict[str, str]) -> tuple[str, str]:
+    """The all-reduce variant the layouts are priced with: the one run with the most of the
+    NCCL settings their launch lines set (the recommended environment), so a line is priced as
+    it launches; and how that reads (`NCCL_P2P_LEVEL=SYS, as the lines set it`, or `at NCCL
+    defaults` where the bundle ran none of them), naming the settings the variant lacks."""
+    base = ctx.curves.default()
+    nccl = {k: v for k, v in env.items() if k.startswith("NCCL_")}
+    fits = [c for c in ctx.curves if base is not None and c.nranks == base.nranks and c.env
+            and all(nccl.get(k) == v for k, v in dict(c.env).items())]
+    # among variants of as many of the settings, the one that saves the most at decode sizes:
+    # the nearest to the lines' combined environment, which the bundle did not run
+    lo = ctx.band.lo_bytes
+    best = max(fits, key=lambda c: (len(c.env), -c.at(lo) if c.covers(lo) else -math.inf,
+                                    c.plain_order), default=None)
+    if best is None:
+        return "default", ("at NCCL defaults" + (
+            f" (the lines also set {' '.join(f'{k}={v}' for k, v in nccl.items())}, which no "
+            f"all-reduce of this bundle ran with)" if nccl else ""))
+    lacks = {k: v for k, v in nccl.items() if k not in dict(best.env)}
+    return best.variant, (f"with variant {best.variant} ("
+                          + " ".join(f"{k}={v}" for k, v in dict(best.env).items())
+                          + ", as the lines set it"
+                          + (f"; not in it: {' '.join(f'{k}={v}' for k, v in lacks.items())}, "
+                             f"not priced together" if lacks else "") + ")")
+
+
+def priced_env(ctx: RuleContext) -> list[str]:
+    """The NCCL settings this bundle ran an all-reduce with, one variable each, that slow no
+    phase of the card's workload (pcieprof.tune.workload): what a card's NCCL setting in a
+    launch line is checked against (pcieprof.tune.launch.checked_env)."""
+    base = ctx.curves.default()
+    out: list[str] = []
+    if base is None or not ctx.nccl_measured:
+        return out
+    for c in ctx.curves:
+        if len(c.env) == 1 and c.nranks == base.nranks and c is not base:
+            (k, v), = dict(c.env).items()
+            if not slowed(price(ctx.band, ctx.collectives_per_step, base, c)) \
+                    and f"{k}={v}" not in out:
+                out.append(f"{k}={v}")
+    return out
 
 
 def _prices_decode(ctx: RuleContext) -> bool:

@@ -47,7 +47,10 @@ def test_topo_file_from_the_hosts_lspci(samples: Path, sim_vm_bundle: Path,
     assert doc is not None
     rec = next(x for x in doc.recommendations if x.rule == "topo_file")
     assert "0,1 | 2,3 | 4,5 | 6,7" in rec.gain_text
-    assert "lspci_full.log" in rec.evidence[0]
+    assert any("lspci_full.log" in e for e in rec.evidence)
+    # this guest is the simulated VM, whose model prices the real tree (9.88 -> 12.19 ms with
+    # NCCL's defaults): the file is written, to measure with, not offered
+    assert rec.kind == "info" and not rec.env and str(b / "tune" / "nccl_topo.xml") in rec.action
     assert any(c.startswith("assumed: guest GPU i is the host's i-th GPU") for c in rec.caveats)
     assert (b / "tune" / "host_pcie_tree.json").is_file()  # kept: the report recomputes from it
 

@@ -272,9 +272,10 @@ def test_nvlink_hopper_box_gets_none_of_the_sm120_pcie_settings(tmp_path: Path) 
     assert "caveat: not set" not in out
 
 
-def test_sm120_pcie_demo_box_keeps_every_setting_of_its_card(sim_vm_bundle: Path,
+def test_sm120_pcie_demo_box_keeps_every_setting_of_its_card(sim_vm_variants_bundle: Path,
                                                              tmp_path: Path) -> None:
-    r = cli("recommend", str(sim_vm_bundle), "--out", str(tmp_path / "b"), "-q")
+    # the VM's all-reduce ran with NCCL_P2P_LEVEL=SYS too: the bundle priced it
+    r = cli("recommend", str(sim_vm_variants_bundle), "--out", str(tmp_path / "b"), "-q")
     assert r.returncode == 0, r.stderr
     lines = _launch_lines(r.stdout)
     assert lines
@@ -283,12 +284,29 @@ def test_sm120_pcie_demo_box_keeps_every_setting_of_its_card(sim_vm_bundle: Path
     assert "not set:" not in r.stdout
 
 
+def test_a_box_that_did_not_price_the_cards_p2p_level_goes_without_it(
+        sim_vm_bundle: Path, tmp_path: Path) -> None:
+    """The quick plan runs NCCL's defaults only: the card's NCCL_P2P_LEVEL=SYS (the setting
+    that can hang NCCL behind the VM's translating IOMMU) stays out of every line, said so."""
+    r = cli("recommend", str(sim_vm_bundle), "--out", str(tmp_path / "b"), "-q")
+    assert r.returncode == 0, r.stderr
+    lines = _launch_lines(r.stdout)
+    assert lines and all("NCCL_P2P_LEVEL" not in ln for ln in lines)
+    for word in SM120_ENV + PCIE_ONLY:
+        if word != "NCCL_P2P_LEVEL=SYS":
+            assert all(word in ln for ln in lines), word
+    assert "caveat: not set: NCCL_P2P_LEVEL=SYS, the card's, not checked on this box" in r.stdout
+
+
 def test_box_whose_architecture_is_unknown_says_what_it_left_out(tmp_path: Path) -> None:
     # topo -m of 8 unnamed GPUs over PCIe: the fabric is known (no NV#), the architecture not
     out = _recommend([DATA / "host_logs" / "topo_m_8xV100_pcie_2nic_same_box_as_dash_i.txt"],
                      tmp_path)
     line = _launch_lines(out)[0]
-    assert all(word in line for word in PCIE_ONLY)
+    # NCCL_P2P_LEVEL=SYS needs an all-reduce of the box that priced it: topo -m has none
+    assert all(word in line for word in PCIE_ONLY if word != "NCCL_P2P_LEVEL=SYS")
+    assert "NCCL_P2P_LEVEL" not in line
+    assert "caveat: not set: NCCL_P2P_LEVEL=SYS, the card's, not checked on this box" in out
     assert not any(word in line for word in SM120_ENV)
     assert "caveat: not set: SGLANG_ENABLE_JIT_DEEPGEMM=0 SGLANG_ENABLE_DEEP_GEMM=0 (for sm120 " \
            "boxes, S6, S13, S7): the box's architecture is unknown (no GPU named in the bundle)" \

@@ -175,7 +175,10 @@ def test_the_fabric_of_this_machines_gpus_decides_the_pcie_settings(
     out = _dry()
     assert "# GPU fabric PCIe-only (no NVLink): this machine's GPUs: no GPU pair has NVLink P2P" \
         in out
-    assert "--disable-custom-all-reduce" in out and "export NCCL_P2P_LEVEL=SYS" in out
+    assert "--disable-custom-all-reduce" in out and "export NCCL_IB_DISABLE=1" in out
+    # NCCL_P2P_LEVEL=SYS holds for the fabric, but no bundle of this box priced it
+    assert "export NCCL_P2P_LEVEL" not in out
+    assert "# not set: NCCL_P2P_LEVEL=SYS, the card's, not checked on this box" in out
     # the same GPUs answering NVLink OK for every pair: none of the PCIe settings
     snap = json.loads(SNAP.read_text())
     for key in snap["calls"]:

@@ -43,7 +43,14 @@ def test_argv_is_a_list_with_card_facts_and_env() -> None:
     assert a[a.index("--host") + 1] == "127.0.0.1"
     assert cmd.env["SGLANG_ENABLE_JIT_DEEPGEMM"] == "0"
     assert "not checked" in cmd.notes[0]
-    assert "NCCL_P2P_LEVEL=SYS" in cmd.shell()
+    # the card's NCCL_P2P_LEVEL=SYS needs the box's evidence: given (the tuner's recommended
+    # environment, or --env), it is set; the card's alone, it is left out and said so
+    assert "NCCL_P2P_LEVEL" not in cmd.shell()
+    assert any(n.startswith("not set: NCCL_P2P_LEVEL=SYS, the card's, not checked on this box")
+               for n in cmd.notes)
+    given = build_command(GLM5, LaunchConfig(env={"NCCL_P2P_LEVEL": "SYS"}), python="python3",
+                          target=SOURCE_BOX)
+    assert "NCCL_P2P_LEVEL=SYS" in given.shell()
 
 
 def test_user_extras_override_card_flags() -> None:
@@ -138,12 +145,13 @@ def test_launch_prefix_wraps_command_and_environment() -> None:
 def test_a_given_setting_leaves_out_the_card_settings_it_makes_moot() -> None:
     """NCCL reads NCCL_P2P_DISABLE before NCCL_P2P_LEVEL: with P2P disabled, the card's
     NCCL_P2P_LEVEL=SYS is left out of the server's environment; the card's other settings stay."""
-    assert build_command(GLM5, LaunchConfig(), target=SOURCE_BOX).env["NCCL_P2P_LEVEL"] == "SYS"
     env = build_command(GLM5, LaunchConfig(env={"NCCL_P2P_DISABLE": "1"}), target=SOURCE_BOX).env
     assert env["NCCL_P2P_DISABLE"] == "1" and "NCCL_P2P_LEVEL" not in env
     assert env["NCCL_IB_DISABLE"] == "1"
-    assert build_command(GLM5, LaunchConfig(env={"NCCL_P2P_DISABLE": "0"}),
-                         target=SOURCE_BOX).env["NCCL_P2P_LEVEL"] == "SYS"
+    # without P2P disabled the card's SYS is still not set from the card alone (it needs the
+    # box's evidence: build_command's NEEDS_EVIDENCE), and no "moot" note is needed for it
+    env = build_command(GLM5, LaunchConfig(env={"NCCL_P2P_DISABLE": "0"}), target=SOURCE_BOX).env
+    assert "NCCL_P2P_LEVEL" not in env and env["NCCL_IB_DISABLE"] == "1"
 
 
 SM120_ENV = {"SGLANG_ENABLE_JIT_DEEPGEMM", "SGLANG_ENABLE_DEEP_GEMM", "NCCL_MIN_NCHANNELS"}
@@ -154,7 +162,9 @@ def test_box_settings_are_set_only_where_their_condition_holds() -> None:
     """The card's SM120/PCIe settings (its source box's) are set on that box only: an NVLink
     H100 box gets none of them, an unknown box none either, and its notes name each one."""
     src = build_command(GLM5, LaunchConfig(), target=SOURCE_BOX)
-    assert "--disable-custom-all-reduce" in src.argv and SM120_ENV | PCIE_ENV <= set(src.env)
+    # NCCL_P2P_LEVEL holds on the box too, but is set only with the box's evidence (given)
+    assert "--disable-custom-all-reduce" in src.argv
+    assert (SM120_ENV | PCIE_ENV) - set(src.env) == {"NCCL_P2P_LEVEL"}
     h100 = build_command(GLM5, LaunchConfig(), target=LaunchTarget("sm90", "t", "nvlink", "t"))
     assert "--disable-custom-all-reduce" not in h100.argv
     assert not (SM120_ENV | PCIE_ENV) & set(h100.env)
@@ -162,7 +172,7 @@ def test_box_settings_are_set_only_where_their_condition_holds() -> None:
     # a PCIe box of another architecture: the PCIe settings, not the SM120 ones
     ada = build_command(GLM5, LaunchConfig(), target=LaunchTarget("sm89", "t", "pcie", "t"))
     assert "--disable-custom-all-reduce" in ada.argv
-    assert set(ada.env) == {"NCCL_P2P_LEVEL", "NCCL_IB_DISABLE"}
+    assert set(ada.env) == {"NCCL_IB_DISABLE"}
     # unknown: none set, each named in the notes
     unknown = build_command(GLM5, LaunchConfig())
     assert "--disable-custom-all-reduce" not in unknown.argv and not unknown.env

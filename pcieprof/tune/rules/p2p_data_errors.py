@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pcieprof.bundle.recommendations import Recommendation
 from pcieprof.tune.rules.base import RuleContext
+from pcieprof.tune.workload import UNPRICED
+
+ENV = {"NCCL_P2P_DISABLE": "1"}
 
 
 def evaluate(ctx: RuleContext) -> list[Recommendation]:
@@ -18,13 +21,16 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
     return [Recommendation(
         rule="p2p_data_errors", kind="env", priority=1000,
         title="P2P copies fail or return wrong data: disable NCCL's P2P transport",
-        env={"NCCL_P2P_DISABLE": "1"}, action="export NCCL_P2P_DISABLE=1",
+        env=dict(ENV), action="export NCCL_P2P_DISABLE=1",
         gain_text="correctness: collectives over a broken P2P path hang or corrupt results",
         evidence=[f"p2p.csv: {len(pairs)} GPU pair(s) with status error/hang on path=p2p "
                   f"({shown}){'; ' + detail if detail else ''}",
                   "host-staged copies between the same GPUs are ok" if staged_ok else
                   f"host-staged copies were not {ctx.obtained} ok either"],
-        caveats=["NCCL then moves everything through host memory (SHM): slower at large sizes; "
+        caveats=([] if ctx.curves.find(ENV) is not None else [
+            f"{UNPRICED}NCCL_P2P_DISABLE=1: set for correctness, not for speed; no all-reduce of "
+            f"this bundle ran with it, so what it costs here is not priced"]) + [
+                 "NCCL then moves everything through host memory (SHM): slower at large sizes; "
                  "fix the IOMMU/ACS/driver path (see the host rules) and re-measure",
                  "likely: the driver reports peer access the platform does not deliver (consumer "
                  "GPUs, a P2P-enabling driver patch, an IOMMU translating peer DMA, ACS "

@@ -57,31 +57,32 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
             ("with the best setting free of the hang risk", (b0, b1)))]
         slows = [what for what, pair in both if pair[1] > pair[0] * (1 + SLOWER)]
         if slows or not (d1 < d0 * (1 - SLOWER) or b1 < b0 * (1 - SLOWER)):
-            # the file is named, not its path: a file named in the result reads as advice
             return [Recommendation(
                 rule="topo_file", kind="info", env={}, priority=0.6, confidence=change.source,
                 title=(f"{VAR} (the real PCIe tree) is not offered: the {change.source} decode "
                        f"step is {'slower' if slows else 'no faster'} with it"),
-                action=(f"# {VAR} ({TOPO_FILE}) is not set: it "
-                        f"{'slows' if slows else 'does not speed'} the decode step here; keep "
-                        f"NCCL's view of the guest tree"),
+                action=(f"# {VAR} is not exported: it {'slows' if slows else 'does not speed'} the "
+                        f"decode step here; keep NCCL's view of the guest tree. The file, to "
+                        f"measure it with in the VM (one `pcieprof topology` run with it "
+                        f"exported, then `pcieprof compare`): {path}"),
                 gain_text="; ".join(f"{what}: {step_gain(cost, pair)}" for what, pair in both)
-                          + f" (the host change '{change.title}', which names the file)",
+                          + f" (the host change '{change.title}', which names the file; the "
+                            f"file describes {len(tree.sockets)} socket(s) and the switches "
+                            f"({groups}))",
                 evidence=[f"topology.json sim.vm host change {change.id}: {change.effect}",
                           f"the tree: {tree.source}", *t.evidence[-1:]],
-                caveats=[f"why: {change.risk}"] if change.risk else [])]
+                caveats=([f"why: {change.risk}"] if change.risk else [])
+                        + ([tree.assumed] if tree.assumed else []))]
         saved = (max(d0 - d1, b0 - b1)) / 1e3
-        priced = {"priority": 10.0 * saved,
-                  "ranked_by": f"score {10.0 * saved:.1f} = 10 x its {change.source} decode-step "
-                               f"gain at batch {cost.batches[0] if cost.batches else 1}, "
-                               f"{saved:.2f} ms",
-                  "gain_text": (f"{change.source}: {step_gain(cost, (d0, d1))} with NCCL's "
-                                f"defaults ({change.title})")}
+        priority = 10.0 * saved
+        ranked_by = (f"score {priority:.1f} = 10 x its {change.source} decode-step gain at "
+                     f"batch {cost.batches[0] if cost.batches else 1}, {saved:.2f} ms")
+        gain = f"{change.source}: {step_gain(cost, (d0, d1))} with NCCL's defaults ({change.title})"
     else:
-        priced = {"priority": 20.0, "gain_text": (
-            f"NCCL's own ring/tree search and P2P-level decisions then see the "
-            f"{len(tree.sockets)} socket(s) and the switches ({groups}); the gain has to "
-            f"be measured (rerun pcieprof topology with it)")}
+        priority, ranked_by = 20.0, ""  # fixed: listed after the priced cards (base.fixed_rank)
+        gain = (f"NCCL's own ring/tree search and P2P-level decisions then see the "
+                f"{len(tree.sockets)} socket(s) and the switches ({groups}); the gain has to "
+                f"be measured (rerun pcieprof topology with it)")
     unpriced = [] if change is not None else [
         f"{UNPRICED}{VAR}: nothing in this bundle prices the file (no all-reduce was run with "
         f"it, and no fabric-model table of this VM prices the real tree); it can make the step "
@@ -91,7 +92,8 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
         action=f"export NCCL_TOPO_FILE={path}" + ("" if ctx.bundle.has(TOPO_FILE) else
                                                   "   # written by: pcieprof recommend BUNDLE"),
         confidence="predicted" if change is None else change.source,
-        title="Describe the real PCIe tree to NCCL (the VM hides the switches)", **priced,
+        title="Describe the real PCIe tree to NCCL (the VM hides the switches)",
+        priority=priority, ranked_by=ranked_by, gain_text=gain,
         evidence=[f"the tree: {tree.source}", *t.evidence[-2:]],
         caveats=unpriced + ([tree.assumed] if tree.assumed else [])
                 + ["switch nodes in the file carry synthetic bus ids (0000:f0.. not used by any "
