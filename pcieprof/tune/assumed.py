@@ -10,8 +10,10 @@ one that moves its gain, the mean decode-step gain at both ends: the verdict may
 The other assumed inputs of the tuner's pricing carry their range where they are used: the
 layouts' anchor communication (pcieprof.tune.layout), the VM's like-for-like verdict
 (pcieprof.analysis.vm_words), SGLang's default chunk when a card names none (the prefill
-verdict at both ends of an assumed range: pcieprof.tune.workload.chunk_range); the GPU memory a
-card assumes is stated, without a range.
+verdict at both ends of an assumed range: pcieprof.tune.workload.chunk_range), the GPU memory a
+card assumes for a box that does not tell its own (nominal size down to NVML's total after the
+driver's reservation: pcieprof.tune.layout.gpu_memory; the fit, KV room and concurrency at both
+ends, pcieprof.tune.memory.Fit).
 """
 
 from __future__ import annotations

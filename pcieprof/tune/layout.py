@@ -371,11 +371,14 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
             comm_source=f"pcieprof.analysis.comm_model priced with {bundle.path.name}"
                         f" [{pricer.source}]"))
 
-    def key(r: LayoutAdvice) -> tuple[bool, float, float]:
+    def key(r: LayoutAdvice) -> tuple[bool, bool, float, float]:
         best = max((p.tok_s for p in r.per_concurrency
                     if p.fits and p.tok_s is not None and p.tok_s == p.tok_s), default=-1.0)
         lat = r.per_concurrency[0].step_ms
-        return (r.fits, best, -(lat if lat is not None and lat == lat else 1e9))
+        # a layout that fits at both ends of an assumed memory range ranks above one that fits
+        # at its high end only
+        return (r.fits and not r.fit_uncertain, r.fits, best,
+                -(lat if lat is not None and lat == lat else 1e9))
 
     results.sort(key=key, reverse=True)
     if results:
@@ -389,7 +392,32 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
             bundle, pricer.variant, all_gather_factor=ALL_GATHER_RANGE[1]))
         if rng:
             results[0].why += "; " + rng
+        rng = _memory_low_end(results[0])
+        if rng:
+            results[0].why += "; " + rng
     return results
+
+
+def _memory_low_end(top: LayoutAdvice) -> str:
+    """The top layout's peak at the low end of an assumed GPU memory's range, or "" when the
+    memory is not a range or its low end keeps the same peak."""
+    low, low_gib = top.max_concurrency_low, top.gpu_memory_gib_low
+    fit_hi = [p for p in top.per_concurrency if p.fits]
+    if low is None or low_gib is None or not top.fits or not fit_hi:
+        return ""
+    span = f"range of the assumed GPU memory ({top.memory_text()}/GPU)"
+    fit_lo = [p for p in fit_hi if p.concurrency <= low]
+    if not fit_lo:
+        return f"{span}: at {low_gib:.1f} GiB {top.label} does not fit (fit uncertain)"
+    hi, lo = fit_hi[-1], fit_lo[-1]
+    if lo.concurrency == hi.concurrency:
+        return ""
+
+    def tok(p: LayoutPoint) -> str:
+        return f"{p.tok_s:.0f} tok/s" if p.tok_s is not None and math.isfinite(p.tok_s) else "-"
+
+    return (f"{span}: at {low_gib:.1f} GiB, {top.label} holds up to c={low}: {tok(lo)} at "
+            f"c={lo.concurrency} (not {tok(hi)} at c={hi.concurrency})")
 
 
 def _all_gather_high_end(card: ModelCard, c: Candidate, top: LayoutAdvice, high: Pricer) -> str:

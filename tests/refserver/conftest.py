@@ -36,7 +36,7 @@ class Server:
         self._log.flush()
         return self.log_path.read_text(errors="replace")
 
-    def wait_ready(self, timeout: float = 90) -> None:
+    def wait_ready(self, timeout: float = 180) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if READY in self.log():
@@ -53,7 +53,7 @@ class Server:
         except subprocess.TimeoutExpired:
             return None
 
-    def all_gone(self, pids: set[int], timeout: float = 10) -> bool:
+    def all_gone(self, pids: set[int], timeout: float = 60) -> bool:
         deadline = time.time() + timeout
         while time.time() < deadline:
             if not any(alive(p) for p in pids):
@@ -73,7 +73,7 @@ class Server:
                 os.kill(p, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        self.proc.wait(timeout=10)
+        self.proc.wait(timeout=60)
         self._log.close()
 
 

@@ -71,7 +71,7 @@ def test_parse_args_takes_the_matrix_fault(tmp_path: Path) -> None:
 def test_unsupported_arch_by_flags_fails_while_loading(start_server) -> None:
     s = start_server(["--inject-matrix", str(MATRIX), "--attention-backend", "dsa",
                       "--dsa-prefill-backend", "flashmla_sparse"])
-    assert s.wait_exit(60) == 1
+    assert s.wait_exit(180) == 1
     log = s.log()
     assert "[pcieprof inject] fault matrix" in log and "rule 1" in log
     # the traceback ends in the line the public report quotes, labelled as injected
@@ -83,7 +83,7 @@ def test_unsupported_arch_by_flags_fails_while_loading(start_server) -> None:
 def test_hang_in_capture_stops_before_ready(start_server) -> None:
     s = start_server(["--inject-matrix", str(MATRIX), "--attention-backend", "dsa",
                       "--dsa-decode-backend", "flashinfer_sparse_mla"])
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while "Capturing batches (bs=16" not in s.log() and time.monotonic() < deadline:
         time.sleep(0.1)
     log = s.log()
@@ -101,7 +101,7 @@ def test_generate_answers_output_ids_and_logprobs(start_server) -> None:
                                            "sampling_seed": 3}}).encode()
     req = urllib.request.Request(s.url + "/generate", data=body,
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as r:
+    with urllib.request.urlopen(req, timeout=120) as r:
         out = json.loads(r.read())
     ids = out["output_ids"]
     lps = out["meta_info"]["output_token_logprobs"]

@@ -188,7 +188,7 @@ def test_profile_by_stage_writes_one_decode_trace_per_rank(server, tmp_path: Pat
 
     status, text = run(go())
     assert (status, text) == (200, "Start profiling.\n")
-    deadline = time.time() + 30
+    deadline = time.time() + 120
     while time.time() < deadline and len(list(out.glob("*-DECODE.trace.json.gz"))) < 2:
         time.sleep(0.2)
     # By stage, the prefill (EXTEND) steps are profiled apart from the decode steps, as SGLang does.
@@ -283,5 +283,5 @@ def test_killing_rank0_leaves_no_rank_behind(server) -> None:
     ranks = server.ranks
     assert len(ranks) >= 1  # TP1
     os.kill(server.proc.pid, signal.SIGKILL)
-    server.proc.wait(timeout=10)
-    assert server.all_gone(ranks, timeout=10), ranks
+    server.proc.wait(timeout=60)
+    assert server.all_gone(ranks, timeout=60), ranks

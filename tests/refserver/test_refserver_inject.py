@@ -37,9 +37,9 @@ def test_nan_after_kills_the_server_with_torchs_error(start_server) -> None:
     s = start_server(["--inject", "nan-after 3"])
     s.wait_ready()
     ranks = s.ranks
-    events, done = _stream_tokens(s.url, 10, timeout=30)
+    events, done = _stream_tokens(s.url, 10, timeout=120)
     assert not done and events == 4  # the prefill token and 3 decode steps, then NaN
-    assert s.wait_exit(30) == 1
+    assert s.wait_exit(120) == 1
     log = s.log()
     assert "[pcieprof inject] nan-after 3" in log
     assert "Scheduler hit an exception" in log and NAN_TEXT in log and SIGQUIT in log
@@ -51,26 +51,27 @@ def test_hang_stops_progress_and_health_generate_times_out(start_server) -> None
     s.wait_ready()
     t0 = time.perf_counter()
     try:
-        urllib.request.urlopen(s.url + "/health_generate", timeout=20)
+        urllib.request.urlopen(s.url + "/health_generate", timeout=120)
         status = 200
     except urllib.error.HTTPError as exc:
         status = exc.code
     waited = time.perf_counter() - t0
-    assert status == 503 and 0.9 < waited < 15
+    # 503 after the 1 s health timeout; hung, it would not answer at all (then urlopen raises)
+    assert status == 503 and 0.9 < waited < 60, waited
     events, done = _stream_tokens(s.url, 3, timeout=1.5)
     assert events == 0 and not done
     assert s.proc.poll() is None  # hung, not dead
     assert "[pcieprof inject] hang" in s.log() and "Health check failed" in s.log()
     ranks = s.ranks
     os.killpg(s.proc.pid, signal.SIGTERM)  # a launcher's teardown: a clean stop, even hung
-    assert s.wait_exit(15) == 0
+    assert s.wait_exit(120) == 0
     assert s.all_gone(ranks)
     assert SIGQUIT not in s.log() and "Received SIGTERM" in s.log()
 
 
 def test_crash_on_start_exits_before_ready(start_server) -> None:
     s = start_server(["--inject", "crash-on-start"])
-    code = s.wait_exit(90)
+    code = s.wait_exit(180)
     log = s.log()
     assert code == 1, log
     assert READY not in log
@@ -83,7 +84,7 @@ def test_port_in_use_is_one_line_and_exit_1(start_server) -> None:
         taken.listen(1)
         port = taken.getsockname()[1]
         s = start_server(["--port", str(port)], tp=1)  # the later --port wins
-        assert s.wait_exit(60) == 1
+        assert s.wait_exit(180) == 1
     assert "address already in use" in s.log()
     assert READY not in s.log()
 
@@ -100,7 +101,7 @@ def test_a_rank_that_crashes_natively_leaves_its_stack_and_signal_in_the_log(sta
     # a member of rank 0's group: the launcher's group stop reaches it too
     assert os.getpgid(rank) == s.proc.pid
     os.kill(rank, signal.SIGSEGV)
-    assert s.wait_exit(30) == 1
+    assert s.wait_exit(120) == 1
     log = s.log()
     assert "Fatal Python error: Segmentation fault" in log, log[-2000:]
     assert f"{SIGQUIT} (TP1, pid {rank}, killed by signal 11 (SIGSEGV))" in log, log[-2000:]

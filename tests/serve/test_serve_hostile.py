@@ -77,12 +77,12 @@ def test_bad_values_exit_2_before_any_launch(tmp_path: Path, args: list[str], wo
     out = tmp_path / "b"
     t0 = time.monotonic()
     p = _cli(["serve-bench", "--model", "tiny-cpu", "--tp", "1", "--out", str(out), *args],
-             timeout=60)
+             timeout=120)
     err = p.stderr.decode()
     assert p.returncode == 2, err
     assert len(err.strip().splitlines()) == 1 and words in err and "Traceback" not in err
     assert not out.exists()  # nothing was started, so no bundle either
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 90  # start-up of pcieprof alone, on a loaded machine
 
 
 def test_dry_run_prints_no_secret(tmp_path: Path) -> None:
@@ -181,8 +181,13 @@ def raw_server() -> Iterator[Callable[[Callable[[socket.socket, bytes], None]], 
         s.close()
 
 
+#: How long the drips go on: far beyond any run that keeps its 2 s deadline, even on a loaded
+#: machine, so the time a run took tells the deadline from the drip's end.
+DRIP_S = 300
+
+
 def _drip_after_200(conn: socket.socket, request: bytes) -> None:
-    """/health_generate and /get_server_info answer; /generate says 200, then drips forever
+    """/health_generate and /get_server_info answer; /generate says 200, then drips for DRIP_S
     (SSE comment lines: bytes that keep a connection busy and carry nothing)."""
     if request.startswith(b"GET /health_generate"):
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
@@ -192,14 +197,14 @@ def _drip_after_200(conn: socket.socket, request: bytes) -> None:
                      b"\r\nConnection: close\r\n\r\n{}")
         return
     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
-    for _ in range(600):
+    for _ in range(DRIP_S * 10):
         conn.sendall(b":\n")
         time.sleep(0.1)
 
 
 def _drip_health(conn: socket.socket, request: bytes) -> None:
     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n")
-    for _ in range(600):
+    for _ in range(DRIP_S * 10):
         conn.sendall(b" ")
         time.sleep(0.1)
 
@@ -216,7 +221,7 @@ def _attach(port: int, out: Path, *extra: str) -> tuple[subprocess.CompletedProc
     t0 = time.monotonic()
     p = _cli(["serve-bench", "--model", "tiny-cpu", "--url",
               f"http://pcieprof:{SECRETS['url']}@127.0.0.1:{port}", "--out", str(out), *LIGHT,
-              "--request-timeout", "2", *extra], timeout=60)
+              "--request-timeout", "2", *extra], timeout=DRIP_S - 30)
     return p, time.monotonic() - t0
 
 
@@ -234,7 +239,7 @@ def test_dripping_generate_ends_at_the_deadline(tmp_path: Path, raw_server) -> N
     line = _one_printable_error(p.stderr)
     assert p.returncode == 4, line
     assert "all 2 requests of c=1 failed: timeout after 2 s" in line
-    assert took < 30
+    assert took < 120  # the 2 s deadline plus start-up on a loaded machine, not the drip's end
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert manifest["parts"]["serve"]["status"] == "failed"
     assert "all 2 requests" in manifest["parts"]["serve"]["why"]
@@ -249,7 +254,7 @@ def test_broken_health_answer_is_one_line_and_exit_4(tmp_path: Path, raw_server,
     p, took = _attach(s.port, tmp_path / "b")
     line = _one_printable_error(p.stderr)
     assert p.returncode == 4 and "is not serving" in line, line
-    assert took < 20
+    assert took < 120  # the 2 s deadline plus start-up on a loaded machine, not the drip's end
     assert not _leaks(tmp_path / "b", p.stdout, p.stderr)
 
 

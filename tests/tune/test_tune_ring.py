@@ -49,10 +49,12 @@ def test_eight_gpus_take_milliseconds() -> None:
     for _ in range(10):
         bw = rng.uniform(10, 60, (8, 8))
         lat = rng.uniform(0.3, 2, (8, 8))
-        t = time.perf_counter()
+        # CPU time of this thread: the work itself; wall-clock time also counts whatever else a
+        # loaded machine ran meanwhile
+        t = time.thread_time()
         best_ring(bw, lat)
-        worst = max(worst, time.perf_counter() - t)
-    assert worst < 0.1  # milliseconds in practice; generous for a loaded CI machine
+        worst = max(worst, time.thread_time() - t)
+    assert worst < 0.1  # milliseconds in practice
 
 
 @pytest.mark.parametrize("n", [9, 10])
@@ -73,8 +75,8 @@ def test_heuristic_within_its_bound_of_exact(n: int) -> None:
 def test_large_box_heuristic_is_fast_and_valid() -> None:
     groups = tuple(list(range(k, k + 4)) for k in range(0, 16, 4))
     bw, lat = two_switch(groups, seed=3)
-    t = time.perf_counter()
+    t = time.thread_time()  # CPU time, as above
     ring = best_ring(bw, lat)
-    assert time.perf_counter() - t < 2.0
+    assert time.thread_time() - t < 2.0
     assert sorted(ring.order) == list(range(16))
     assert crossings(ring.order, [set(g) for g in groups]) == 4  # the minimum for 4 groups
