@@ -41,7 +41,7 @@ def _manifest(path: Path) -> dict[str, Any]:
     return json.loads((path / "manifest.json").read_text())
 
 
-@pytest.mark.timeout(20)
+@pytest.mark.timeout(60)
 def test_topology(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(measurement.MeasurementSession, "measure", _ctrl_c)
     out = tmp_path / "topo"
@@ -51,7 +51,7 @@ def test_topology(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert m["status"] == "partial" and m["why"].startswith("interrupted (Ctrl-C)")
 
 
-@pytest.mark.timeout(20)
+@pytest.mark.timeout(60)
 def test_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bundle_writer, "_write_tables", _ctrl_c)
     out = tmp_path / "imp"
@@ -62,7 +62,7 @@ def test_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert (out / "imported" / NVBANDWIDTH.name).read_bytes() == NVBANDWIDTH.read_bytes()
 
 
-@pytest.mark.timeout(20)
+@pytest.mark.timeout(60)
 def test_attribute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(attribute, "attribute_traces", _ctrl_c)
     trace = tmp_path / "rank0.json"
@@ -73,7 +73,7 @@ def test_attribute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert _manifest(out)["status"] == "partial"
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
 def test_report_leaves_nothing_half_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bundle = tmp_path / "imp"
     assert cli("import", str(NVBANDWIDTH), "-q", "-o", str(bundle)).returncode == 0

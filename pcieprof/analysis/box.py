@@ -13,6 +13,11 @@ launch line must not name more GPUs, another architecture or more memory than th
 - An assumed memory (a model card's, pcieprof.tune.layout.gpu_memory) is a range: `memory_bytes`
   its high end, `memory_low_bytes` its low end (nominal size vs NVML's total after the driver's
   reservation); the fit is checked at both (pcieprof.tune.memory).
+- Fabric (`nvlink`, `pcie`, "" unknown): NVLink where a pair shows NV# (nvidia-smi topo -m) or
+  NVML's NVLink P2P status is OK; PCIe-only where every pair's level comes from a view that
+  shows NVLink (topo -m, not -mp; NVML's common-ancestor level is a PCIe path and does not) and
+  none is NV#, where NVML answers "no NVLink P2P" for every pair, or for the fabric model
+  (it models PCIe only). A card's box settings (pcieprof.cards.BoxSetting) are set by it.
 
 Units: bytes in the data, GiB (2^30 bytes) in every line shown to a user (`gib`), MiB (2^20
 bytes) where NVML's own number is quoted.
@@ -28,10 +33,13 @@ from typing import Any
 
 from pcieprof.analysis.matrices import gpu_indices
 from pcieprof.bundle import Bundle
-from pcieprof.bundle.topology import Topology
+from pcieprof.bundle.topology import P2P_CODE_STATUS, Topology
+from pcieprof.cards import NVLINK, PCIE, LaunchTarget
 from pcieprof.units import GIB as GIB  # the analysis layer's callers import it from here
 
 GPU_TABLE = Path(__file__).with_name("gpus.toml")
+#: NVML / nvidia-smi P2P codes that say a pair has no P2P of that kind.
+P2P_NO = frozenset(code for code, state in P2P_CODE_STATUS.items() if state == "not_supported")
 MIB = 1 << 20
 
 
@@ -109,6 +117,8 @@ class Box:
         memory_source: where `memory_bytes` came from, or why it is unknown.
         memory_low_bytes: the low end of an assumed memory's range (bytes); None when the
             memory is not a range.
+        fabric: `nvlink` (NVLink between some GPUs), `pcie` (none) or "" when unknown.
+        fabric_source: where `fabric` came from, or why it is unknown.
     """
 
     gpus: int
@@ -119,6 +129,13 @@ class Box:
     memory_source: str = "no GPU memory in the bundle"
     notes: tuple[str, ...] = field(default_factory=tuple)
     memory_low_bytes: float | None = None
+    fabric: str = ""
+    fabric_source: str = "no GPU pair in the bundle"
+
+    def target(self) -> LaunchTarget:
+        """The box as a launch line's conditions read it (pcieprof.cards.LaunchTarget)."""
+        return LaunchTarget(arch=self.arch, arch_source=self.arch_source, fabric=self.fabric,
+                            fabric_source=self.fabric_source)
 
     @property
     def memory_assumed(self) -> bool:
@@ -189,8 +206,35 @@ def box_from(topo: Topology, p2p_gpus: int = 0, where: str = "topology.json") ->
             mem_src = f"product {unknown[0]!r} is not in {GPU_TABLE.name}"
         else:
             mem_src = f"the product name {names[0]!r} does not tell the memory size"
+    fabric, fabric_src = fabric_of(topo, gpus, where)
     return Box(gpus=gpus, names=names, arch=arch, arch_source=arch_src, memory_bytes=mem,
-               memory_source=mem_src)
+               memory_source=mem_src, fabric=fabric, fabric_source=fabric_src)
+
+
+def fabric_of(topo: Topology, gpus: int, where: str = "topology.json") -> tuple[str, str]:
+    """(`nvlink` | `pcie` | "", where it came from or why it is unknown) of a topology whose
+    NVML answers came from `where`."""
+    if gpus < 2:
+        return "", "one GPU: no fabric between GPUs"
+    nv = sorted({(min(p.a, p.b), max(p.a, p.b)) for p in topo.pairs
+                 if str(p.level or "").startswith("NV") or p.p2p.get("nvlink") == "OK"})
+    if nv:
+        a, b = nv[0]
+        more = f" and {len(nv) - 1} more pair(s)" if len(nv) > 1 else ""
+        return NVLINK, f"NVLink between GPUs {a}-{b}{more} ({where})"
+    if topo.sim is not None:
+        return PCIE, (f"the fabric model {topo.sim.get('profile', '')} (it models PCIe only)")
+    pairs = {(min(p.a, p.b), max(p.a, p.b)): p for p in topo.pairs}
+    if len(pairs) < gpus * (gpus - 1) // 2:
+        return "", f"not every GPU pair is described ({where})"
+    if all(p.p2p.get("nvlink") in P2P_NO for p in pairs.values()):
+        return PCIE, f"no GPU pair has NVLink P2P (NVML or nvidia-smi topo -p2p n, {where})"
+    if all(p.level is not None and p.level_source == "topo -m" for p in pairs.values()):
+        return PCIE, "nvidia-smi topo -m: no pair shows NV#"
+    if topo.nvlink_hidden():
+        return "", "the pair levels come from nvidia-smi topo -mp, which hides NVLink"
+    return "", ("the pair levels are PCIe paths (NVML's common ancestor or the PCIe tree), "
+                "which do not show NVLink")
 
 
 def _cc(extra: dict[str, Any]) -> str | None:

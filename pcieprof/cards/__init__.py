@@ -22,9 +22,14 @@ import re
 from pathlib import Path
 
 from pcieprof.cards.card import (
+    NVLINK,
+    PCIE,
     AttentionSpec,
+    BoxFit,
+    BoxSetting,
     KVCacheSpec,
     LaunchFacts,
+    LaunchTarget,
     ModelCard,
     WeightGroup,
 )
@@ -32,8 +37,9 @@ from pcieprof.cards.hf_config import cached_config, card_from_config
 from pcieprof.cards.toml_file import CARDS_DIR, available_cards, read_card_file, shipped_cards
 from pcieprof.errors import BadInput
 
-__all__ = ["AttentionSpec", "CARDS_DIR", "DEFAULT_CARD", "KVCacheSpec", "LaunchFacts", "ModelCard",
-           "WeightGroup", "available_cards", "load_card"]
+__all__ = ["AttentionSpec", "BoxFit", "BoxSetting", "CARDS_DIR", "DEFAULT_CARD", "KVCacheSpec",
+           "LaunchFacts", "LaunchTarget", "ModelCard", "NVLINK", "PCIE", "WeightGroup",
+           "available_cards", "load_card"]
 
 #: The card a command uses when neither --model nor its bundle names one: GLM-5 in NVFP4, the
 #: model of the 8x RTX PRO 6000 boxes pcieprof was first built for.

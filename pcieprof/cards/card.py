@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,106 @@ class KVCacheSpec:
     replicated_across_tp: bool = False
 
 
+#: `LaunchTarget.fabric` / `BoxSetting.fabric` values: no NVLink between any two GPUs (PCIe
+#: only), NVLink between some.
+PCIE, NVLINK = "pcie", "nvlink"
+
+
+@dataclass(frozen=True)
+class LaunchTarget:
+    """The box a launch line is for, as far as the caller knows it.
+
+    Attributes:
+        arch: GPU architecture (`sm120`), "" when unknown.
+        arch_source: where `arch` came from, or why it is unknown.
+        fabric: `pcie` (no NVLink between any two GPUs), `nvlink` (NVLink between some), ""
+            when unknown.
+        fabric_source: where `fabric` came from, or why it is unknown.
+    """
+
+    arch: str = ""
+    arch_source: str = "architecture unknown"
+    fabric: str = ""
+    fabric_source: str = "fabric unknown"
+
+
+@dataclass(frozen=True)
+class BoxSetting:
+    """Launch flags and environment for some boxes only: the card's source box had them for a
+    reason that holds on its architecture or fabric, not everywhere.
+
+    Attributes:
+        flags: argv tokens added where the conditions hold.
+        env: environment variables set where the conditions hold.
+        arch: the architectures it is for (empty: any).
+        fabric: `pcie` or `nvlink` (empty: any).
+        why: one line: what it does and why it is for these boxes only.
+        source: the card's citation keys (and source files) behind it.
+    """
+
+    flags: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    arch: tuple[str, ...] = ()
+    fabric: str = ""
+    why: str = ""
+    source: str = ""
+
+    def words(self) -> str:
+        """The setting as a launch line writes it: `K=V ... --flag ...`."""
+        return " ".join([*(f"{k}={v}" for k, v in self.env.items()), *self.flags])
+
+    def keys(self) -> str:
+        """The citation keys of `source` (`S6, S7`), for a one-line mention."""
+        return ", ".join(dict.fromkeys(re.findall(r"\b[A-Z]+\d+\b", self.source))) or self.source
+
+    def condition(self) -> str:
+        """`for sm120, PCIe-only boxes`."""
+        parts = ["/".join(self.arch)] if self.arch else []
+        if self.fabric:
+            parts.append({PCIE: "PCIe-only", NVLINK: "NVLink"}.get(self.fabric, self.fabric))
+        return "for " + ", ".join(parts) + " boxes" if parts else "for every box"
+
+    def verdict(self, target: LaunchTarget | None) -> tuple[bool | None, str]:
+        """(True, "") where every condition holds on `target`; (False, why not) where one
+        fails; (None, what is unknown) where none fails but one cannot be told."""
+        t = target if target is not None else LaunchTarget()
+        unknown = []
+        if self.arch:
+            if not t.arch:
+                unknown.append(f"the box's architecture is unknown ({t.arch_source})")
+            elif t.arch not in self.arch:
+                return False, f"this box is {t.arch} ({t.arch_source})"
+        if self.fabric:
+            if not t.fabric:
+                unknown.append(f"the box's fabric is unknown ({t.fabric_source})")
+            elif t.fabric != self.fabric:
+                what = "has NVLink" if t.fabric == NVLINK else "is PCIe-only"
+                return False, f"this box {what} ({t.fabric_source})"
+        if unknown:
+            return None, "; ".join(unknown)
+        return True, ""
+
+
+@dataclass(frozen=True)
+class BoxFit:
+    """A card's box settings resolved against one box (`LaunchFacts.for_box`).
+
+    Attributes:
+        flags: the card's flags for this box (its general ones, then the box settings that hold).
+        env: the card's environment for this box.
+        applied: one line per box setting set, with its condition and reason.
+        not_for_box: one line per box setting left out because the box is another.
+        unknown: one line per box setting left out because the box does not tell a condition
+            (said with the launch line: a caveat).
+    """
+
+    flags: tuple[str, ...]
+    env: dict[str, str]
+    applied: tuple[str, ...] = ()
+    not_for_box: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class LaunchFacts:
     """How to start a server for this model.
@@ -106,8 +207,12 @@ class LaunchFacts:
             reservation: 97887 on a "96 GB" RTX PRO 6000), the low end of the assumed
             memory's range; 0 when not known (the assumed memory is then a point).
         attention_backend: default --attention-backend ("" for the server default).
-        recommended_flags: extra argv tokens always added.
-        env: environment variables always set.
+        recommended_flags: extra argv tokens added on every box.
+        env: environment variables set on every box.
+        box_settings: flags and environment for some boxes only (`for_box`).
+        fabric: the fabric of the box the card's launch facts were written on (`pcie`,
+            `nvlink`, ""), the box serve-bench assumes when it sees no GPU (as it takes the
+            card's architecture then).
         backend: `cuda` for SGLang, `cpu` for the reference server.
         startup_timeout_s: longest start-up of one launch attempt (s).
         stall_timeout_s: an attempt whose log shows no start-up progress this long is hung (s).
@@ -124,10 +229,31 @@ class LaunchFacts:
     attention_backend: str = ""
     recommended_flags: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
+    box_settings: tuple[BoxSetting, ...] = ()
+    fabric: str = ""
     backend: str = "cuda"
     startup_timeout_s: float = 1800.0
     stall_timeout_s: float = 300.0
     probe_timeout_s: float = 300.0
+
+    def for_box(self, target: LaunchTarget | None) -> BoxFit:
+        """The flags and environment of a launch on `target`: the general ones, plus each box
+        setting whose conditions hold there. A setting whose condition the target does not
+        tell is left out and named in `unknown`, never guessed."""
+        flags, env = list(self.recommended_flags), dict(self.env)
+        applied, other, unknown = [], [], []
+        for bs in self.box_settings:
+            holds, why = bs.verdict(target)
+            line = f"{bs.words()} ({bs.condition()}: {bs.why}; {bs.source})"
+            if holds:
+                flags += bs.flags
+                env.update(bs.env)
+                applied.append(line)
+            elif holds is False:
+                other.append(f"not set: {bs.words()} ({bs.condition()}, {bs.keys()}): {why}")
+            else:
+                unknown.append(f"not set: {bs.words()} ({bs.condition()}, {bs.keys()}): {why}")
+        return BoxFit(tuple(flags), env, tuple(applied), tuple(other), tuple(unknown))
 
     @property
     def is_reference(self) -> bool:

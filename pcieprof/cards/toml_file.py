@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from pcieprof.cards.card import (
+    NVLINK,
+    PCIE,
     AttentionSpec,
+    BoxSetting,
     KVCacheSpec,
     LaunchFacts,
     ModelCard,
@@ -75,6 +78,12 @@ def launch_facts(s: dict[str, Any]) -> LaunchFacts:
     """A card file's `[sglang]` table as LaunchFacts."""
     s = dict(s)
     env = {str(k): str(v) for k, v in s.pop("env", {}).items()}
+    box = tuple(BoxSetting(flags=tuple(str(x) for x in b.get("flags", [])),
+                           env={str(k): str(v) for k, v in b.get("env", {}).items()},
+                           arch=tuple(str(a) for a in b.get("arch", [])),
+                           fabric=_fabric(b.get("fabric", "")), why=str(b.get("why", "")),
+                           source=str(b.get("source", "")))
+                for b in s.pop("box_settings", []))
     start = dict(s.pop("startup", {}))
     return LaunchFacts(
         launch_module=str(s["launch_module"]), model_path=str(s.get("model_path", "")),
@@ -85,10 +94,19 @@ def launch_facts(s: dict[str, Any]) -> LaunchFacts:
         gpu_memory_nvml_mib=float(s.get("gpu_memory_nvml_mib", 0)),
         attention_backend=str(s.get("attention_backend", "")),
         recommended_flags=tuple(str(x) for x in s.get("recommended_flags", [])),
-        env=env, backend=str(s.get("backend", "cuda")),
+        env=env, box_settings=box, fabric=_fabric(s.get("fabric", "")),
+        backend=str(s.get("backend", "cuda")),
         startup_timeout_s=float(start.get("startup_timeout_s", 1800.0)),
         stall_timeout_s=float(start.get("stall_timeout_s", 300.0)),
         probe_timeout_s=float(start.get("probe_timeout_s", 300.0)))
+
+
+def _fabric(value: object) -> str:
+    """A card's `fabric` value, checked (`pcie`, `nvlink` or "")."""
+    text = str(value)
+    if text not in ("", PCIE, NVLINK):
+        raise ValueError(f"fabric {text!r} is not one of {PCIE!r}, {NVLINK!r}")
+    return text
 
 
 def _from_dict(d: dict[str, Any], path: Path) -> ModelCard:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pcieprof.analysis.box import Box, box_from
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.topology import Topology
-from pcieprof.cards import ModelCard, load_card
+from pcieprof.cards import NVLINK, PCIE, LaunchTarget, ModelCard, load_card
 from pcieprof.discover.nvml import Nvml, collect
 from pcieprof.tune.space import SearchSpace
 
@@ -49,7 +49,9 @@ def local_box(nvml: Nvml | None = None) -> tuple[Box | None, str]:
     status = str(part["status"]["nvml"])
     if not gpus:  # NVML's status without its hint, which is for the measuring commands
         return None, "NVML names no GPU" if status == "ok" else status.split("; ")[0]
-    return box_from(Topology.from_json({"gpus": gpus}), where="this machine"), ""
+    # the pairs too: NVML's NVLink P2P answers tell the fabric (pcieprof.analysis.box.fabric_of)
+    return box_from(Topology.from_json({"gpus": gpus, "pairs": part["pairs"]}),
+                    where="this machine"), ""
 
 
 def launch_arch(card: ModelCard, given: str | None, resumed: ServeSearch | None = None,
@@ -88,3 +90,32 @@ def _cards(card: ModelCard) -> str:
         return "unknown"
     return SearchSpace.from_card(card.name, card.search,
                                  load_other=lambda name: load_card(name).search).arch
+
+
+def launch_target(card: ModelCard, where: ArchChoice | None,
+                  seen: tuple[Box | None, str] | None) -> tuple[LaunchTarget, str]:
+    """The box serve-bench's launch is for, for the card's box settings (flags and environment
+    for some architectures or fabrics only), and one line saying where its fabric came from.
+
+    Architecture as `where` decided it (the card's when it names none and no GPU decided);
+    fabric from this machine's NVML (its NVLink P2P answers) when it sees GPUs, the card's own
+    box's when it sees none and the architecture is the card's too, else unknown (the settings
+    that need it are left out, and the command's notes say so).
+    """
+    box, why = seen if seen is not None else (None, "not asked")
+    if where is not None and where.box is not None:
+        arch, arch_src = where.box.arch, where.box.arch_source
+    elif where is not None and where.arch:
+        arch, arch_src = where.arch, where.line
+    else:
+        arch, arch_src = _cards(card), f"the card's (no GPU seen on this machine: {why})"
+    if box is not None:
+        fabric, fabric_src = box.fabric, f"this machine's GPUs: {box.fabric_source}"
+    elif (where is None or not where.arch) and card.sglang.fabric:
+        fabric, fabric_src = card.sglang.fabric, f"the card's (no GPU seen on this machine: {why})"
+    else:
+        fabric, fabric_src = "", f"no GPU seen on this machine ({why})"
+    target = LaunchTarget(arch=arch if arch != "unknown" else "", arch_source=arch_src,
+                          fabric=fabric, fabric_source=fabric_src)
+    shown = {PCIE: "PCIe-only (no NVLink)", NVLINK: "NVLink"}.get(fabric, "unknown")
+    return target, f"GPU fabric {shown}: {fabric_src}"

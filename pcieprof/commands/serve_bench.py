@@ -36,8 +36,8 @@ from pcieprof.bundle import Bundle, default_out_dir, outdir
 from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.bundle.served_card import ServedCard
-from pcieprof.cards import DEFAULT_CARD, ModelCard, load_card
-from pcieprof.commands.launch_arch import launch_arch, local_box
+from pcieprof.cards import DEFAULT_CARD, LaunchTarget, ModelCard, load_card
+from pcieprof.commands.launch_arch import launch_arch, launch_target, local_box
 from pcieprof.commands.launch_plan import SearchPlan
 from pcieprof.commands.options import out_dir, verbosity
 from pcieprof.commands.serve_checks import (check_gpu_count, check_modes, check_sweep_gpu_count,
@@ -190,21 +190,27 @@ def command(**kw: Any) -> None:
         notes = [*notes, count]
         if not kw["dry_run"]:
             progress.info(count)
-    box = None
+    box, where = None, None
     if card.search and (kw["sweep"] or not (kw["sweep_file"] or kw["url"])):
         where = launch_arch(card, kw["arch"], _resumed(kw), seen)
         kw, box, notes = {**kw, "arch": where.arch}, where.box, [*notes, where.line]
         if not kw["dry_run"]:
             progress.info(where.line)
+    target = None
+    if not (tiny or kw["url"]):  # the card's box settings are checked against this box
+        target, fabric = launch_target(card, where, seen)
+        notes = [*notes, fabric]
+        if not kw["dry_run"]:
+            progress.info(fabric)
     search = _search(card, kw, parser) if kw["sweep"] else None
     if not (kw["sweep"] or kw["sweep_file"] or kw["url"]):
         base, said = _the_launch(card, base, kw, box)
         notes = [*notes, *said]
     if kw["dry_run"]:
         if search is not None:
-            print_search(card, base, search, parser, prefix, notes)
+            print_search(card, base, search, parser, prefix, notes, target)
         else:
-            print_commands(card, base, kw["sweep_file"], parser, prefix, notes)
+            print_commands(card, base, kw["sweep_file"], parser, prefix, notes, target)
         return
     out = kw["out"] or default_out_dir("serve-bench")
     if kw["resume"]:
@@ -221,7 +227,7 @@ def command(**kw: Any) -> None:
                                inputs=[p for p in read if p and Path(p).exists()])
     bundle.set_model(card)
     bundle.set_versions(sglang=parser.version if parser else None, **_versions())
-    opts = _options(card, base, kw, parser, prefix, search)
+    opts = _options(card, base, kw, parser, prefix, search, target)
     # SIGTERM and SIGHUP (the terminal closed) end the run as Ctrl-C does: servers stopped,
     # the bundle closed as partial.
     previous = {sig: signal.signal(sig, _sigterm) for sig in (signal.SIGTERM, signal.SIGHUP)}
@@ -383,7 +389,8 @@ def _search(card: ModelCard, kw: dict[str, Any], parser: ParserSpec | None) -> S
 
 
 def _options(card: ModelCard, base: LaunchConfig, kw: dict[str, Any], parser: ParserSpec | None,
-             prefix: LaunchPrefix | None, search: Search | None) -> BenchOptions:
+             prefix: LaunchPrefix | None, search: Search | None,
+             target: LaunchTarget | None) -> BenchOptions:
     tiny = card.sglang.is_reference
     facts = card.sglang
     vocab = card.vocab_size if tiny else min(card.vocab_size, 32000)
@@ -403,7 +410,7 @@ def _options(card: ModelCard, base: LaunchConfig, kw: dict[str, Any], parser: Pa
         startup_timeout_s=kw["startup_timeout"] or facts.startup_timeout_s,
         stall_s=stall or None, probe_tokens=kw["probe_tokens"],
         probe_timeout_s=kw["probe_timeout"] or facts.probe_timeout_s,
-        request_timeout_s=kw["request_timeout"], parser=parser,
+        request_timeout_s=kw["request_timeout"], parser=parser, target=target,
         # Prompt token ids: the tiny model's whole vocabulary; for real models a range of ids
         # every tokenizer of that size has (prompts are random ids either way).
         vocab_high=vocab)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from pcieprof.cards import ModelCard
+from pcieprof.cards import LaunchTarget, ModelCard
 from pcieprof.redact import redact
 from pcieprof.serve.sglang_cmd import (LaunchConfig, LaunchPrefix, ParserSpec, ServerCommand,
                                        build_command, recorded_env)
@@ -20,14 +20,15 @@ from pcieprof.tune.space import SearchSpace
 
 def print_commands(card: ModelCard, base: LaunchConfig, sweep_file: Path | None,
                    parser: ParserSpec | None, prefix: LaunchPrefix | None,
-                   notes: list[str]) -> None:
-    """The command of the given configuration, or of each of --sweep-file's."""
+                   notes: list[str], target: LaunchTarget | None = None) -> None:
+    """The command of the given configuration, or of each of --sweep-file's, for the box
+    `target` (the card's box settings that hold there)."""
     configs = entries_from(base, sweep_file) if sweep_file else None
     items = [(e.config, e.why) for e in configs] if configs else [(base, "")]
     for note in notes:
         click.echo(f"# {note}")
     for i, (cfg, why) in enumerate(items):
-        cmd = build_command(card, cfg, parser=parser, prefix=prefix)
+        cmd = build_command(card, cfg, parser=parser, prefix=prefix, target=target)
         if len(items) > 1:
             click.echo(f"# attempt {i}: {cfg.name}" + (f" - {why}" if why else ""))
         _echo_command(cmd)
@@ -58,7 +59,7 @@ def _echo_command(cmd: ServerCommand) -> None:
 
 def print_search(card: ModelCard, base: LaunchConfig, search: Search,
                  parser: ParserSpec | None, prefix: LaunchPrefix | None,
-                 notes: list[str]) -> None:
+                 notes: list[str], target: LaunchTarget | None = None) -> None:
     """Print the search: its order (each step with reason and sources), the value ranking per
     axis with the claims behind it, the rules, the commands, the sources."""
     sp = search.space
@@ -101,7 +102,7 @@ def print_search(card: ModelCard, base: LaunchConfig, search: Search,
         for change in st.changes:
             click.echo(f"#   {change}")
         cmd = build_command(card, base.with_axes(st.config, sp.label(st.config)),
-                            parser=parser, prefix=prefix)
+                            parser=parser, prefix=prefix, target=target)
         _echo_command(cmd)
     click.echo("")
     for key, text in card.sources.items():

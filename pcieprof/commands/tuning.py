@@ -19,7 +19,7 @@ from pcieprof.analysis.box import Box, box_of
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import LayoutAdvice, Recommendations
 from pcieprof.bundle.serve_search import ServeSearch
-from pcieprof.cards import ModelCard, load_card
+from pcieprof.cards import LaunchTarget, ModelCard, load_card
 from pcieprof.errors import BadInput, PcieprofError
 from pcieprof.serve.served import last_served, measured_here
 from pcieprof.serve.sglang_cmd import LaunchConfig, build_command
@@ -35,7 +35,8 @@ MAX_ATTEMPT_LINES = 12
 
 
 def sglang_launch(card: ModelCard, layout: Candidate, env: dict[str, str],
-                  axes: dict[str, str] | None = None, neutral: bool = False) -> LaunchCommand:
+                  axes: dict[str, str] | None = None, neutral: bool = False,
+                  target: LaunchTarget | None = None) -> LaunchCommand:
     """The SGLang command of one layout (pcieprof.serve.sglang_cmd), as the tuner's
     CommandBuilder; `python3`, not this interpreter's path: it runs on the serving box.
 
@@ -46,6 +47,8 @@ def sglang_launch(card: ModelCard, layout: Candidate, env: dict[str, str],
         axes: launch backends by search axis (LaunchChoice.config); None: the card's.
         neutral: leave out the card's own backend choices too (an architecture the card has
             no launch evidence for).
+        target: the box (architecture, fabric) the card's box settings are checked against;
+            None: unknown, none of them set.
     """
     dp = layout.dp if layout.dp_attention else (layout.replicas if layout.replicas > 1 else None)
     cfg = LaunchConfig(tp=layout.tp, pp=layout.pp if layout.pp > 1 else None,
@@ -55,11 +58,12 @@ def sglang_launch(card: ModelCard, layout: Candidate, env: dict[str, str],
     if axes:
         cfg = cfg.with_axes(axes, cfg.name)
     try:
-        cmd = build_command(card, cfg, python="python3")
+        cmd = build_command(card, cfg, python="python3", target=target)
     except BadInput as exc:
         return LaunchCommand(notes=[f"no SGLang command: {exc.one_line()}"])
     notes = list(cmd.notes)
-    card_env = {k: v for k, v in cmd.env.items() if k in card.sglang.env and k not in env}
+    own = card.sglang.for_box(target).env
+    card_env = {k: v for k, v in cmd.env.items() if k in own and k not in env}
     if card_env:
         notes.append("environment from the model card (its public sources), not checked by "
                      "this bundle: " + " ".join(f"{k}={v}" for k, v in card_env.items()))
@@ -67,13 +71,14 @@ def sglang_launch(card: ModelCard, layout: Candidate, env: dict[str, str],
                          notes=notes)
 
 
-def builder(choice: LaunchChoice | None) -> CommandBuilder:
-    """The CommandBuilder that writes `choice`'s backends into every layout's command."""
+def builder(choice: LaunchChoice | None, target: LaunchTarget | None = None) -> CommandBuilder:
+    """The CommandBuilder that writes `choice`'s backends into every layout's command, with
+    the card's box settings that hold on `target` (the bundle's box)."""
     axes = dict(choice.config) if choice is not None else None
     neutral = choice is not None and choice.neutral
 
     def build(card: ModelCard, layout: Candidate, env: dict[str, str]) -> LaunchCommand:
-        return sglang_launch(card, layout, env, axes, neutral)
+        return sglang_launch(card, layout, env, axes, neutral, target)
 
     return build
 
@@ -268,7 +273,7 @@ def tune(bundle: Bundle, card: ModelCard, band: DecodeBand, *, layouts: bool = T
     (`choice`; default: launch_choice for the bundle's box, the first-ranked, not yet served)."""
     box = box_of(bundle)
     choice = choice if choice is not None else the_launch(card, bundle=bundle, box=box)
-    build = builder(choice)
+    build = builder(choice, box.target())
     result = recommend(bundle, card, band=band, layouts=layouts, context=context,
                        write_files=write_files, command=build)
     if cpu_only(bundle):  # no GPU evidence: no SGLang GPU command either (issue 22, point 3)

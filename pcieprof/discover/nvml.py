@@ -84,8 +84,12 @@ def _p2p_index(name: str, default: int) -> int:
     return int(value)
 
 
+#: `nvlink`: whether the pair is joined by NVLink, the question SGLang's own is_full_nvlink
+#: asks (sglang 0.5.23 srt/distributed/device_communicators/custom_all_reduce_utils.py); the
+#: common-ancestor level is a PCIe path and does not tell (pcieprof.analysis.box.fabric_of).
 P2P_CAPS = {"read": _p2p_index("NVML_P2P_CAPS_INDEX_READ", 0),
             "write": _p2p_index("NVML_P2P_CAPS_INDEX_WRITE", 1),
+            "nvlink": _p2p_index("NVML_P2P_CAPS_INDEX_NVLINK", 2),
             "atomics": _p2p_index("NVML_P2P_CAPS_INDEX_ATOMICS", 3)}
 
 

@@ -311,11 +311,21 @@ def snapshot_from_logs(smi_q: str, topo_m: str, *, smi_q_name: str = "nvidia-smi
     for p in t["pairs"]:
         a, b = f"gpu{p['a']}", f"gpu{p['b']}"
         put(f"nvmlDeviceGetTopologyCommonAncestor({a},{b})", _LEVEL_CODES.get(p["level"]))
-        for idx in P2P_CAPS.values():
-            put(f"nvmlDeviceGetP2PStatus({a},{b},{idx})", None)
+        for cap, idx in P2P_CAPS.items():
+            put(f"nvmlDeviceGetP2PStatus({a},{b},{idx})",
+                _nvlink_code(p["level"], t["view"]) if cap == "nvlink" else None)
     return {"format": FORMAT, "version": VERSION,
             "recorded": {"how": "from-logs", "smi_q": smi_q_name, "topo_m": topo_m_name},
             "init": {"ok": True}, "calls": calls}
+
+
+def _nvlink_code(level: str | None, view: str) -> int | None:
+    """The NVLink P2P status of a pair as topo -m shows it: NVML_P2P_STATUS_OK (0) for NV#,
+    NVML_P2P_STATUS_NOT_SUPPORTED (5, assumed: the code NVML gives a pair without NVLink) for a
+    PCIe level; None (unknown) where the view hides NVLink (topo -mp) or the level is unknown."""
+    if view != "full" or level is None:
+        return None
+    return 0 if level.startswith("NV") else 5
 
 
 def main(argv: list[str] | None = None) -> int:

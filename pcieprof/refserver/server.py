@@ -230,7 +230,7 @@ async def _serve(app: web.Application, args: ServerArgs, sock: socket.socket, po
         except Exception as exc:
             server_log.error(f"Initialization failed. warmup error: {exc!r}")
             die(1)
-    app[STATE_KEY]["status"] = "Up"
+    app[STATE_KEY].status = "Up"
     scheduler.mark_ready()
     server_log.info(READY_LINE)
     await asyncio.Event().wait()

@@ -29,7 +29,7 @@ from pcieprof.bundle.serve_command import RecordedCommand
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.bundle.server_info import ServerInfo
 from pcieprof.bundle.served_card import ServedCard
-from pcieprof.cards import ModelCard
+from pcieprof.cards import LaunchTarget, ModelCard
 from pcieprof.errors import BadInput, ExitCode, PcieprofError
 from pcieprof.redact import redact
 from pcieprof.serve import decode_curve, profiling
@@ -73,6 +73,7 @@ class BenchOptions:
     probe_timeout_s: float = 60.0
     request_timeout_s: float = 600.0
     parser: ParserSpec | None = None
+    target: LaunchTarget | None = None  # the box: the card's box settings that hold there
     vocab_high: int = 256
     runs: list[dict[str, Any]] = field(default_factory=list)
 
@@ -195,7 +196,8 @@ def _attempt_all(bundle: Bundle, opts: BenchOptions, plan: Plan,
         i = len(attempts)
         if opts.fresh_port:  # another process may have taken the last one meanwhile
             entry.config = entry.config.with_(port=free_port(_client_host(entry.config.host)))
-        cmd = build_command(opts.card, entry.config, parser=opts.parser, prefix=opts.prefix)
+        cmd = build_command(opts.card, entry.config, parser=opts.parser, prefix=opts.prefix,
+                            target=opts.target)
         if not bundle.has("serve/command.json"):
             bundle.write_doc(cmd.record(recorded_env(cmd)))
         base_url = f"http://{_client_host(entry.config.host)}:{entry.config.port}"
@@ -326,7 +328,8 @@ def _attached(bundle: Bundle, opts: BenchOptions) -> ServeSummary:
 
 def _follower_node(bundle: Bundle, opts: BenchOptions) -> None:
     """Node rank > 0 of a multi-node launch: run this node's server until it exits."""
-    cmd = build_command(opts.card, opts.base, parser=opts.parser, prefix=opts.prefix)
+    cmd = build_command(opts.card, opts.base, parser=opts.parser, prefix=opts.prefix,
+                        target=opts.target)
     bundle.write_doc(cmd.record(recorded_env(cmd)))
     server = ServerProcess(cmd, bundle.file("serve/server-0.log"))
     bundle.register("serve/server-0.log")

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pcieprof.bundle.serve_command import RecordedCommand
-from pcieprof.cards import ModelCard
+from pcieprof.cards import LaunchTarget, ModelCard
 from pcieprof.errors import BadInput, EnvironmentMissing
 from pcieprof.redact import redact
 
@@ -238,7 +238,8 @@ SGLANG_PYTHON = "python3"
 
 def build_command(card: ModelCard, cfg: LaunchConfig, *, python: str | None = None,
                   parser: "ParserSpec | None" = None,
-                  prefix: LaunchPrefix | None = None) -> ServerCommand:
+                  prefix: LaunchPrefix | None = None,
+                  target: LaunchTarget | None = None) -> ServerCommand:
     """The server command for `card` with `cfg`, in the pinned SGLang spelling.
 
     Args:
@@ -249,6 +250,9 @@ def build_command(card: ModelCard, cfg: LaunchConfig, *, python: str | None = No
         parser: an SGLang parser to check and translate the flags against (see `load_parser`);
             None leaves them unchecked (and says so in `notes`).
         prefix: how the server is started where it runs (docker, srun, ssh).
+        target: the box the server runs on (architecture, fabric): the card's box settings
+            (flags and environment for some boxes only) are set where their conditions hold
+            there; None (unknown) sets none of them, and the notes say which were left out.
 
     Raises:
         BadInput: impossible settings, or a flag the given SGLang parser does not know.
@@ -299,12 +303,14 @@ def build_command(card: ModelCard, cfg: LaunchConfig, *, python: str | None = No
         a += ["--nnodes", str(cfg.nnodes), "--node-rank", str(cfg.node_rank),
               "--dist-init-addr", cfg.dist_init_addr]
     a += ["--host", cfg.host, "--port", str(cfg.port)]
-    a += _merge_flags(list(facts.recommended_flags), list(cfg.extra_args), a)
-    env = server_env_of(facts.env, cfg.env)
-    notes: list[str] = []
+    fit = facts.for_box(target)
+    a += _merge_flags(list(fit.flags), list(cfg.extra_args), a)
+    env = server_env_of(fit.env, cfg.env)
+    notes: list[str] = list(fit.unknown)
     checked = None
     if parser is not None:
-        a, notes = parser.reconcile(a)
+        a, translated = parser.reconcile(a)
+        notes += translated
         checked = parser.version
     else:
         notes.append(f"flags in SGLang {PINNED_SGLANG} spelling; not checked (no SGLang parser "

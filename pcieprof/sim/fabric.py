@@ -321,6 +321,12 @@ def _read_doc(path: Path, seen: tuple[str, ...]) -> dict[str, Any]:
     return base
 
 
+#: The top-level keys of a fabric file.
+_TOP_KEYS = {"name", "description", "sources", "notes", "host", "inter_socket", "iommu", "acs",
+             "virtualization", "posted_write_collapse", "gpu_defaults", "software", "socket",
+             "root_port", "chip", "switch", "gpu", "mechanism", "host_change", "known_issue"}
+
+
 class _Reader:
     """Turns the TOML document into a Fabric, naming file and key in every error."""
 
@@ -371,18 +377,46 @@ class _Reader:
         return g, w
 
     def fabric(self, doc: dict[str, Any]) -> Fabric:
-        top = {"name", "description", "sources", "notes", "host", "inter_socket", "iommu",
-               "acs", "virtualization", "posted_write_collapse", "gpu_defaults", "software",
-               "socket", "root_port", "chip", "switch", "gpu", "mechanism", "host_change",
-               "known_issue"}
-        self.check_keys(doc, "", top, {"name", "socket", "root_port", "gpu"})
+        # Components in dependency order (sockets, root ports on them, switches on those, GPUs
+        # on either); the order also fixes which error a file with several reports first.
+        self.check_keys(doc, "", _TOP_KEYS, {"name", "socket", "root_port", "gpu"})
         name = self.get(doc, "name", "", str)
         host = self.table(doc, "host", {"cpu", "cpu_vendor"})
         acs = self.table(doc, "acs", {"redirect"})
         acs_default = self.get(acs, "redirect", "acs", bool, False)
         defaults = self.table(doc, "gpu_defaults", {"name", "memory_gib", "bar1_gib", "gen", "width"})
-        d_gen, d_width = self.gen_width(defaults, "gpu_defaults", 5, 16)
+        link_default = self.gen_width(defaults, "gpu_defaults", 5, 16)
+        sockets = self.sockets(doc)
+        inter = self.inter_socket(doc, len(sockets))
+        root_ports = self.root_ports(doc, {s.id for s in sockets}, acs_default)
+        chips = self.chips(doc)
+        switches = self.switches(doc, root_ports, chips, acs_default)
+        gpus = self.gpus(doc, defaults, link_default, set(switches) | set(root_ports))
+        mode = self.iommu_mode(doc)
+        virt = self.virtualization_table(doc)
+        collapse = self.collapse(doc)
+        sw = self.table(doc, "software", {"nccl_version", "driver_version", "cuda_driver_version"})
+        return Fabric(
+            name=name, description=self.get(doc, "description", "", str, ""), path=str(self.path),
+            sources=list(self.get(doc, "sources", "", list, [])),
+            cpu=self.get(host, "cpu", "host", str, "unknown CPU"),
+            cpu_vendor=self.get(host, "cpu_vendor", "host", str, "amd").lower(),
+            sockets=sockets, inter_socket=inter, root_ports=root_ports, chips=chips,
+            switches=switches, gpus=gpus, iommu_mode=mode,
+            virtualization=self.virtualization(virt),
+            collapse=collapse,
+            nccl_version=self.get(sw, "nccl_version", "software", str, "2.27.5"),
+            driver_version=self.get(sw, "driver_version", "software", str, None),
+            cuda_driver_version=self.get(sw, "cuda_driver_version", "software", str, None),
+            notes=list(self.get(doc, "notes", "", list, [])),
+            mechanisms=[self.mechanism(m, f"mechanism[{i}]")
+                        for i, m in enumerate(self.array(doc, "mechanism"))],
+            host_changes=[self.host_change(h, f"host_change[{i}]")
+                          for i, h in enumerate(self.array(doc, "host_change"))],
+            known_issues=[self.known_issue(k, f"known_issue[{i}]")
+                          for i, k in enumerate(self.array(doc, "known_issue"))])
 
+    def sockets(self, doc: dict[str, Any]) -> list[Socket]:
         sockets = []
         for i, s in enumerate(self.array(doc, "socket")):
             where = f"socket[{i}]"
@@ -390,30 +424,33 @@ class _Reader:
             sid = self.get(s, "id", where, int)
             sockets.append(Socket(sid, self.get(s, "numa_node", where, int, sid),
                                   self.get(s, "cpus", where, str, "")))
-        socket_ids = {s.id for s in sockets}
-        if len(socket_ids) != len(sockets):
+        if len({s.id for s in sockets}) != len(sockets):
             raise self.fail("socket", "duplicate socket id")
+        return sockets
 
-        inter = None
-        if "inter_socket" in doc:
-            t = self.table(doc, "inter_socket", {"kind", "p2p_gbps", "aggregate_gbps", "latency_us",
-                                                 "posted_window_kib", "posted_write_gbps"},
-                           {"p2p_gbps"})
-            per_stream = self.positive(t, "p2p_gbps", "inter_socket")
-            total = self.positive(t, "aggregate_gbps", "inter_socket") if "aggregate_gbps" in t \
-                else 2 * per_stream
-            if total < per_stream:
-                raise self.fail("inter_socket.aggregate_gbps", "must be >= p2p_gbps")
-            window = self.opt_float(t, "posted_window_kib", "inter_socket")
-            if window is not None and window <= 0:
-                raise self.fail("inter_socket.posted_window_kib", f"must be > 0, got {window:g}")
-            writes = self.positive(t, "posted_write_gbps", "inter_socket") \
-                if "posted_write_gbps" in t else None
-            inter = InterSocket(self.get(t, "kind", "inter_socket", str, "xgmi"), per_stream, total,
-                                self.opt_float(t, "latency_us", "inter_socket"), window, writes)
-        elif len(sockets) > 1:
-            raise self.fail("inter_socket", "missing (the fabric has more than one socket)")
+    def inter_socket(self, doc: dict[str, Any], n_sockets: int) -> InterSocket | None:
+        if "inter_socket" not in doc:
+            if n_sockets > 1:
+                raise self.fail("inter_socket", "missing (the fabric has more than one socket)")
+            return None
+        t = self.table(doc, "inter_socket", {"kind", "p2p_gbps", "aggregate_gbps", "latency_us",
+                                             "posted_window_kib", "posted_write_gbps"},
+                       {"p2p_gbps"})
+        per_stream = self.positive(t, "p2p_gbps", "inter_socket")
+        total = self.positive(t, "aggregate_gbps", "inter_socket") if "aggregate_gbps" in t \
+            else 2 * per_stream
+        if total < per_stream:
+            raise self.fail("inter_socket.aggregate_gbps", "must be >= p2p_gbps")
+        window = self.opt_float(t, "posted_window_kib", "inter_socket")
+        if window is not None and window <= 0:
+            raise self.fail("inter_socket.posted_window_kib", f"must be > 0, got {window:g}")
+        writes = self.positive(t, "posted_write_gbps", "inter_socket") \
+            if "posted_write_gbps" in t else None
+        return InterSocket(self.get(t, "kind", "inter_socket", str, "xgmi"), per_stream, total,
+                           self.opt_float(t, "latency_us", "inter_socket"), window, writes)
 
+    def root_ports(self, doc: dict[str, Any], socket_ids: set[int],
+                   acs_default: bool) -> dict[str, RootPort]:
         root_ports: dict[str, RootPort] = {}
         for i, r in enumerate(self.array(doc, "root_port")):
             where = f"root_port[{i}]"
@@ -429,7 +466,9 @@ class _Reader:
             root_ports[rid] = RootPort(rid, self.get(r, "bdf", where, str, f"0000:{0x10 * i:02x}:01.1"),
                                        sock, self.get(r, "root_complex", where, str, rid), r_gen, r_width,
                                        self.get(r, "acs_redirect", where, bool, acs_default))
+        return root_ports
 
+    def chips(self, doc: dict[str, Any]) -> dict[str, Chip]:
         chips: dict[str, Chip] = {}
         for i, c in enumerate(self.array(doc, "chip")):
             where = f"chip[{i}]"
@@ -438,7 +477,10 @@ class _Reader:
             chips[cid] = Chip(cid, self.get(c, "name", where, str, cid),
                               self.get(c, "internal_p2p", where, bool, False),
                               float(self.get(c, "fabric_gbps", where, (int, float), 1000.0)))
+        return chips
 
+    def switches(self, doc: dict[str, Any], root_ports: dict[str, RootPort],
+                 chips: dict[str, Chip], acs_default: bool) -> dict[str, Switch]:
         switches: dict[str, Switch] = {}
         for i, s in enumerate(self.array(doc, "switch")):
             where = f"switch[{i}]"
@@ -462,39 +504,51 @@ class _Reader:
                                    self.get(s, "acs_redirect", where, bool, acs_default),
                                    self.get(s, "vendor", where, str, ""),
                                    self.get(s, "device", where, str, ""), hop)
+        return switches
 
-        gpus: list[Gpu] = []
-        gib = 1024 ** 3
-        for i, g in enumerate(self.array(doc, "gpu")):
-            where = f"gpu[{i}]"
-            self.check_keys(g, where, {"index", "bdf", "parent", "port_bdf", "gen", "width",
-                                       "name", "memory_gib", "bar1_gib"}, {"index", "parent", "bdf"})
-            parent = self.get(g, "parent", where, str)
-            if parent not in switches and parent not in root_ports:
-                raise self.fail(f"{where}.parent", f"no switch or root port with id {parent!r}")
-            gen, width = self.gen_width(g, where, d_gen, d_width)
-            gpus.append(Gpu(
-                index=self.get(g, "index", where, int), bdf=self.get(g, "bdf", where, str),
-                parent=parent, port_bdf=self.get(g, "port_bdf", where, str, None), gen=gen,
-                width=width,
-                name=self.get(g, "name", where, str, self.get(defaults, "name", "gpu_defaults",
-                                                                 str, "NVIDIA GPU")),
-                memory_bytes=int(gib * self.get(g, "memory_gib", where, (int, float),
-                                                self.get(defaults, "memory_gib", "gpu_defaults",
-                                                         (int, float), 96))),
-                bar1_bytes=int(gib * self.get(g, "bar1_gib", where, (int, float),
-                                              self.get(defaults, "bar1_gib", "gpu_defaults",
-                                                       (int, float), 128)))))
+    def gpus(self, doc: dict[str, Any], defaults: dict[str, Any], link_default: tuple[int, int],
+             parents: set[str]) -> list[Gpu]:
+        """The GPUs, sorted by index; `link_default`: [gpu_defaults] (gen, width); `parents`: the
+        ids of the switches and root ports."""
+        gpus = [self.gpu(g, f"gpu[{i}]", defaults, link_default, parents)
+                for i, g in enumerate(self.array(doc, "gpu"))]
         indices = [g.index for g in gpus]
         if sorted(indices) != list(range(len(gpus))):
             raise self.fail("gpu", f"GPU indices must be 0..{len(gpus) - 1} once each, got {indices}")
         gpus.sort(key=lambda g: g.index)
+        return gpus
 
+    def gpu(self, g: dict[str, Any], where: str, defaults: dict[str, Any],
+            link_default: tuple[int, int], parents: set[str]) -> Gpu:
+        gib = 1024 ** 3
+        self.check_keys(g, where, {"index", "bdf", "parent", "port_bdf", "gen", "width",
+                                   "name", "memory_gib", "bar1_gib"}, {"index", "parent", "bdf"})
+        parent = self.get(g, "parent", where, str)
+        if parent not in parents:
+            raise self.fail(f"{where}.parent", f"no switch or root port with id {parent!r}")
+        gen, width = self.gen_width(g, where, *link_default)
+        return Gpu(
+            index=self.get(g, "index", where, int), bdf=self.get(g, "bdf", where, str),
+            parent=parent, port_bdf=self.get(g, "port_bdf", where, str, None), gen=gen,
+            width=width,
+            name=self.get(g, "name", where, str, self.get(defaults, "name", "gpu_defaults",
+                                                             str, "NVIDIA GPU")),
+            memory_bytes=int(gib * self.get(g, "memory_gib", where, (int, float),
+                                            self.get(defaults, "memory_gib", "gpu_defaults",
+                                                     (int, float), 96))),
+            bar1_bytes=int(gib * self.get(g, "bar1_gib", where, (int, float),
+                                          self.get(defaults, "bar1_gib", "gpu_defaults",
+                                                   (int, float), 128))))
+
+    def iommu_mode(self, doc: dict[str, Any]) -> str:
         iommu = self.table(doc, "iommu", {"mode"})
-        mode = self.get(iommu, "mode", "iommu", str, "off")
+        mode: str = self.get(iommu, "mode", "iommu", str, "off")
         if mode not in IOMMU_MODES:
             raise self.fail("iommu.mode", f"must be one of {', '.join(IOMMU_MODES)}, got {mode!r}")
+        return mode
 
+    def virtualization_table(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """The [virtualization] table, its guest view, VM flag and twin checked together."""
         virt = self.table(doc, "virtualization", {"is_vm", "hypervisor", "guest_view",
                                                   "bare_metal_twin"})
         view = self.get(virt, "guest_view", "virtualization", str, "real")
@@ -507,36 +561,23 @@ class _Reader:
         twin = self.get(virt, "bare_metal_twin", "virtualization", str, None)
         if twin is not None and not is_vm:
             raise self.fail("virtualization.bare_metal_twin", "only a VM profile has a bare-metal twin")
+        return virt
 
-        collapse = None
-        if "posted_write_collapse" in doc:
-            t = self.table(doc, "posted_write_collapse", {"enabled", "flow_gbps", "source"},
-                           {"flow_gbps"})
-            collapse = PostedWriteCollapse(self.get(t, "enabled", "posted_write_collapse", bool, True),
-                                           float(self.positive(t, "flow_gbps", "posted_write_collapse")),
-                                           self.get(t, "source", "posted_write_collapse", str, ""))
+    def virtualization(self, virt: dict[str, Any]) -> Virtualization:
+        """A checked [virtualization] table (`virtualization_table`) with its hypervisor."""
+        return Virtualization(self.get(virt, "is_vm", "virtualization", bool, False),
+                              self.get(virt, "hypervisor", "virtualization", str, None),
+                              self.get(virt, "guest_view", "virtualization", str, "real"),
+                              self.get(virt, "bare_metal_twin", "virtualization", str, None))
 
-        sw = self.table(doc, "software", {"nccl_version", "driver_version", "cuda_driver_version"})
-        return Fabric(
-            name=name, description=self.get(doc, "description", "", str, ""), path=str(self.path),
-            sources=list(self.get(doc, "sources", "", list, [])),
-            cpu=self.get(host, "cpu", "host", str, "unknown CPU"),
-            cpu_vendor=self.get(host, "cpu_vendor", "host", str, "amd").lower(),
-            sockets=sockets, inter_socket=inter, root_ports=root_ports, chips=chips,
-            switches=switches, gpus=gpus, iommu_mode=mode,
-            virtualization=Virtualization(is_vm, self.get(virt, "hypervisor", "virtualization",
-                                                          str, None), view, twin),
-            collapse=collapse,
-            nccl_version=self.get(sw, "nccl_version", "software", str, "2.27.5"),
-            driver_version=self.get(sw, "driver_version", "software", str, None),
-            cuda_driver_version=self.get(sw, "cuda_driver_version", "software", str, None),
-            notes=list(self.get(doc, "notes", "", list, [])),
-            mechanisms=[self.mechanism(m, f"mechanism[{i}]")
-                        for i, m in enumerate(self.array(doc, "mechanism"))],
-            host_changes=[self.host_change(h, f"host_change[{i}]")
-                          for i, h in enumerate(self.array(doc, "host_change"))],
-            known_issues=[self.known_issue(k, f"known_issue[{i}]")
-                          for i, k in enumerate(self.array(doc, "known_issue"))])
+    def collapse(self, doc: dict[str, Any]) -> PostedWriteCollapse | None:
+        if "posted_write_collapse" not in doc:
+            return None
+        t = self.table(doc, "posted_write_collapse", {"enabled", "flow_gbps", "source"},
+                       {"flow_gbps"})
+        return PostedWriteCollapse(self.get(t, "enabled", "posted_write_collapse", bool, True),
+                                   float(self.positive(t, "flow_gbps", "posted_write_collapse")),
+                                   self.get(t, "source", "posted_write_collapse", str, ""))
 
     def sources(self, t: dict[str, Any], where: str) -> tuple[str, ...]:
         v = self.get(t, "sources", where, list)

@@ -171,6 +171,11 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
     if line:
         caveats.append(f"the command is for the {where} layout; the backends are the same for "
                        f"every layout's command")
+        # the card's settings for some boxes only: which the box took, which it is not for,
+        # and which it could not be checked for (said with the line, never guessed)
+        fit = card.sglang.for_box(box.target() if box is not None else None)
+        caveats += fit.unknown
+        evidence += [f"set for this box: {x}" for x in fit.applied] + list(fit.not_for_box)
     rec = Recommendation(
         rule=RULE, kind="launch" if line else "info", title=title, action=line,
         gain_text=choice.label, evidence=evidence,

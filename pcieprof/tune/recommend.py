@@ -379,12 +379,16 @@ def layout_recommendation(layouts: list[LayoutAdvice], card: ModelCard) -> Recom
     if t_base <= 0 or t_top / t_base - 1 < 0.05:
         return None
     gain = t_top / t_base - 1
+    # memory the bundle does not tell is the card's, a range: the peak rests on it, said so
+    within = (f"within the assumed GPU memory ({top.memory_text()}/GPU"
+              + (", fit uncertain" if top.fit_uncertain else "") + ")"
+              if top.memory_assumed() else "within GPU memory")
     return Recommendation(
         rule="layout", kind="launch", title=f"Serve {card.name} as {top.label} instead of {base.label}",
         action=top.command, env={},
         gain_fraction=gain,
         gain_text=(f"predicted peak {t_top:.0f} tok/s at concurrency {c_top} vs {t_base:.0f} at "
-                   f"{c_base} ({gain * 100:+.0f}%) within GPU memory at {top.context_tokens} "
+                   f"{c_base} ({gain * 100:+.0f}%) {within} at {top.context_tokens} "
                    f"tokens of context"),
         evidence=[top.why, f"compute: {top.compute_source}", f"communication: {top.comm_source}"],
         caveats=list(top.notes)[:4], confidence="predicted",

@@ -29,7 +29,7 @@ def _trace(path: Path, events: list[dict[str, Any]]) -> Path:
     return path
 
 
-@pytest.mark.timeout(20)
+@pytest.mark.timeout(60)
 def test_negative_durations_are_dropped_and_counted(tmp_path: Path) -> None:
     trace = _trace(tmp_path / "rank0.json", [
         _kernel(0, 10, "gemm_kernel", 1), _kernel(20, -1000, "gemm_kernel", 2),
@@ -51,7 +51,7 @@ def test_negative_durations_are_dropped_and_counted(tmp_path: Path) -> None:
     assert min(v for v in rank["totals"].values() if isinstance(v, (int, float))) >= 0
 
 
-@pytest.mark.timeout(20)
+@pytest.mark.timeout(60)
 def test_a_trace_of_only_negative_durations_counts_nothing(tmp_path: Path) -> None:
     trace = _trace(tmp_path / "rank0.json", [_kernel(0, -3, "gemm_kernel", 1),
                                              _kernel(5, -4, NCCL, 2)])

@@ -51,10 +51,10 @@ def test_nominal_size_is_said_to_be_nominal() -> None:
     assert box.memory_bytes == 96 * GIB and "nominal size 96 GB" in box.memory_source
 
 
-@pytest.mark.parametrize("name", ["NVIDIA GH200 480GB", "NVIDIA H100", "NVIDIA RTX A400",
+@pytest.mark.parametrize("name", ["NVIDIA GH200 480GB", "NVIDIA GB200", "NVIDIA H100", "NVIDIA RTX A400",
                                   "NVIDIA RTX PRO 6000D Blackwell Workstation Edition"])
 def test_names_another_product_extends_do_not_borrow_its_memory(name: str) -> None:
-    # "H200" inside "GH200 480GB" (96 GB), "A40" inside "RTX A400", "H20" inside "H200": the
+    # "H200" inside "GH200 480GB" (96 GB), "B200" inside "GB200", "A40" inside "RTX A400": the
     # longest match, or an exact one, decides; a name that does not tell the size leaves it
     box = box_from(_topo([name]))
     assert box.memory_bytes is None
@@ -84,3 +84,24 @@ def test_nvml_compute_capability_and_memory_win_over_the_name() -> None:
     assert box.arch == "sm120" and "NVML" in box.arch_source
     assert box.memory_bytes == 10 << 30 and "NVML" in box.memory_source
     assert arch_of("8.9") == "sm89" and product(None) is None
+
+
+def _pairs(n: int, level: str, source: str | None, **p2p: str) -> Topology:
+    from pcieprof.bundle.topology import Pair
+    return Topology(gpus=[Gpu(index=i) for i in range(n)],
+                    pairs=[Pair(a=a, b=b, level=level, level_source=source, p2p=dict(p2p))
+                           for a in range(n) for b in range(n) if a != b])
+
+
+def test_fabric_is_read_only_from_views_that_show_nvlink() -> None:
+    from pcieprof.analysis.box import fabric_of
+    assert fabric_of(_pairs(4, "NV12", "topo -m"), 4)[0] == "nvlink"
+    assert fabric_of(_pairs(4, "SYS", "topo -m"), 4)[0] == "pcie"
+    # topo -mp hides NVLink; NVML's common-ancestor level is a PCIe path: neither tells
+    assert fabric_of(_pairs(4, "SYS", "topo -mp"), 4) == (
+        "", "the pair levels come from nvidia-smi topo -mp, which hides NVLink")
+    assert fabric_of(_pairs(4, "SYS", "nvml"), 4)[0] == ""
+    # ... unless NVML's NVLink P2P status answers for every pair
+    assert fabric_of(_pairs(4, "SYS", "nvml", nvlink="NS"), 4)[0] == "pcie"
+    assert fabric_of(_pairs(4, "SYS", "nvml", nvlink="OK"), 4)[0] == "nvlink"
+    assert fabric_of(_pairs(1, "SYS", "topo -m"), 1)[0] == ""

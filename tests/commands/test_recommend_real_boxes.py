@@ -166,6 +166,8 @@ def test_fit_inside_the_assumed_range_is_uncertain(tmp_path: Path) -> None:
                      tmp_path, "--context", "280000")
     tp8 = next(ln for ln in out.splitlines() if ln.strip().startswith("TP8 "))
     assert "fit uncertain, max concurrency 0-1 (assumed 95.6-96 GiB/GPU)" in tp8
+    # the layout change it ranks first is priced on the card's memory, and says so
+    assert "within the assumed GPU memory (95.6-96 GiB/GPU) at 280000 tokens" in out
     doc = (tmp_path / "b" / "recommendations.json").read_text()
     assert "TP8: fit uncertain: needs 81.5 GiB per GPU for the weights and one request's KV; " \
            "fits at 96.0 GiB (KV room for 1 request(s) per GPU), not at 95.6 GiB" in doc
@@ -240,6 +242,57 @@ def test_launch_line_fitted_on_assumed_memory_says_so(tmp_path: Path) -> None:
     _recommend([DATA / "host_logs" / "topo_m_8xV100_pcie_2nic_same_box_as_dash_i.txt"], tmp_path)
     doc = (tmp_path / "b" / "recommendations.json").read_text()
     assert "TP8: fits: " in doc and "(assumed: card glm5-nvfp4's gpu_memory_gib" in doc
+
+
+#: The card's settings for its source box (8x RTX PRO 6000, SM120, PCIe, no NVLink).
+SM120_ENV = ("SGLANG_ENABLE_JIT_DEEPGEMM=0", "SGLANG_ENABLE_DEEP_GEMM=0", "NCCL_MIN_NCHANNELS=8")
+PCIE_ONLY = ("--disable-custom-all-reduce", "NCCL_P2P_LEVEL=SYS", "NCCL_IB_DISABLE=1")
+
+
+def _launch_lines(text: str) -> list[str]:
+    return [ln for ln in text.splitlines() if "sglang.launch_server" in ln]
+
+
+def test_nvlink_hopper_box_gets_none_of_the_sm120_pcie_settings(tmp_path: Path) -> None:
+    # sglang.check_env of 8x H100 NV18: the card's --disable-custom-all-reduce (custom AR is
+    # SGLang's NVLink fast path), its DeepGEMM-off env (DeepGEMM is SGLang's FP8 GEMM on SM90)
+    # and its PCIe NCCL settings were printed for this box too
+    out = _recommend([DATA / "importers" / "sglang_check_env_8xH100_nv18_8nic_sglang30401.txt"],
+                     tmp_path)
+    lines = _launch_lines(out)
+    sh = (tmp_path / "b" / "tune" / "sglang_command.sh").read_text()
+    assert lines and "launch_server" in sh
+    for word in SM120_ENV + PCIE_ONLY:
+        assert all(word not in ln for ln in lines) and word not in sh, word
+    # said once, with the reason, as the launch card's evidence (not a caveat: the box is known)
+    doc = (tmp_path / "b" / "recommendations.json").read_text()
+    assert "not set: --disable-custom-all-reduce (for PCIe-only boxes, S6, S7): this box has " \
+           "NVLink (NVLink between GPUs 0-1" in doc
+    assert "not set: SGLANG_ENABLE_JIT_DEEPGEMM=0 SGLANG_ENABLE_DEEP_GEMM=0 (for sm120 boxes" in doc
+    assert "caveat: not set" not in out
+
+
+def test_sm120_pcie_demo_box_keeps_every_setting_of_its_card(sim_vm_bundle: Path,
+                                                             tmp_path: Path) -> None:
+    r = cli("recommend", str(sim_vm_bundle), "--out", str(tmp_path / "b"), "-q")
+    assert r.returncode == 0, r.stderr
+    lines = _launch_lines(r.stdout)
+    assert lines
+    for word in SM120_ENV + PCIE_ONLY:
+        assert all(word in ln for ln in lines), word
+    assert "not set:" not in r.stdout
+
+
+def test_box_whose_architecture_is_unknown_says_what_it_left_out(tmp_path: Path) -> None:
+    # topo -m of 8 unnamed GPUs over PCIe: the fabric is known (no NV#), the architecture not
+    out = _recommend([DATA / "host_logs" / "topo_m_8xV100_pcie_2nic_same_box_as_dash_i.txt"],
+                     tmp_path)
+    line = _launch_lines(out)[0]
+    assert all(word in line for word in PCIE_ONLY)
+    assert not any(word in line for word in SM120_ENV)
+    assert "caveat: not set: SGLANG_ENABLE_JIT_DEEPGEMM=0 SGLANG_ENABLE_DEEP_GEMM=0 (for sm120 " \
+           "boxes, S6, S13, S7): the box's architecture is unknown (no GPU named in the bundle)" \
+           in out
 
 
 def test_peak_that_moves_inside_the_assumed_range_is_said(tmp_path: Path) -> None:

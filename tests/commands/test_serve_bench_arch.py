@@ -159,3 +159,41 @@ def test_a_sweep_file_within_the_gpus_passes(monkeypatch: pytest.MonkeyPatch,
     f = tmp_path / "fits.toml"
     f.write_text('[[sweep]]\nname = "a"\ntp = 2\n\n[[sweep]]\nname = "b"\ntp = 1\n')
     assert not any("needs" in ln for ln in _comments("--sweep-file", str(f)))
+
+
+def _dry(*args: str) -> str:
+    r = cli("serve-bench", "--model", "glm5-nvfp4", "--dry-run", "--port", "30000", *args)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_the_fabric_of_this_machines_gpus_decides_the_pcie_settings(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the real box's topo -m shows no NV#: NVML's NVLink P2P answers say PCIe-only, and the
+    # card's settings for PCIe boxes are set
+    _nvml(monkeypatch, SNAP)
+    out = _dry()
+    assert "# GPU fabric PCIe-only (no NVLink): this machine's GPUs: no GPU pair has NVLink P2P" \
+        in out
+    assert "--disable-custom-all-reduce" in out and "export NCCL_P2P_LEVEL=SYS" in out
+    # the same GPUs answering NVLink OK for every pair: none of the PCIe settings
+    snap = json.loads(SNAP.read_text())
+    for key in snap["calls"]:
+        if key.startswith("nvmlDeviceGetP2PStatus(") and key.endswith(",2)"):
+            snap["calls"][key] = {"value": 0}
+    _nvml(monkeypatch, snap)
+    out = _dry()
+    assert "# GPU fabric NVLink: this machine's GPUs: NVLink between GPUs 0-1" in out
+    assert "--disable-custom-all-reduce" not in out.replace("# not set: --disable", "")
+    assert "NCCL_P2P_LEVEL" not in out and "NCCL_IB_DISABLE" not in out
+    assert "export SGLANG_ENABLE_JIT_DEEPGEMM=0" in out  # still sm120
+
+
+def test_without_a_gpu_an_arch_given_leaves_the_fabric_unknown(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _nvml(monkeypatch, NO_DRIVER)
+    out = _dry("--arch", "sm120")
+    assert "# GPU fabric unknown: no GPU seen on this machine" in out
+    assert "# not set: --disable-custom-all-reduce (for PCIe-only boxes, S6, S7): the box's " \
+           "fabric is unknown" in out
+    assert "export NCCL_P2P_LEVEL" not in out and "export SGLANG_ENABLE_JIT_DEEPGEMM=0" in out

@@ -55,7 +55,8 @@ def test_pair_levels_match_topo_m(snap):
     assert level[(0, 2)] == "NODE" and level[(5, 7)] == "NODE"
     assert level[(0, 4)] == "SYS" and level[(7, 0)] == "SYS"
     p = out["pairs"][0]
-    assert p["p2p"] == {"read": None, "write": None, "atomics": None,
+    # read/write/atomics are not in the logs; NVLink is (topo -m shows no NV# pair)
+    assert p["p2p"] == {"read": None, "write": None, "atomics": None, "nvlink": "NS",
                         "status": {"read": "unknown", "write": "unknown", "atomics": "unknown"}}
 
 
@@ -65,11 +66,11 @@ def test_p2p_status_codes_and_index_is_int(snap):
     for key in list(s["calls"]):
         if key.startswith("nvmlDeviceGetP2PStatus(gpu0,gpu1,"):
             idx = int(key.rsplit(",", 1)[1].rstrip(")"))
-            s["calls"][key] = {"value": {0: 0, 1: 1, 3: 5}[idx]}
+            s["calls"][key] = {"value": {0: 0, 1: 1, 2: 5, 3: 5}[idx]}
     out = collect(Nvml(NvmlReplay(s)))
     p01 = next(p for p in out["pairs"] if (p["a"], p["b"]) == (0, 1))
     assert (p01["p2p"]["read"], p01["p2p"]["write"], p01["p2p"]["atomics"]) == ("OK", "CNS", "NS")
-    assert nv.P2P_CAPS == {"read": 0, "write": 1, "atomics": 3}
+    assert nv.P2P_CAPS == {"read": 0, "write": 1, "nvlink": 2, "atomics": 3}
     assert all(type(v) is int for v in nv.P2P_CAPS.values())
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 from pcieprof.errors import BadInput
-from pcieprof.cards import load_card
+from pcieprof.cards import LaunchTarget, load_card
 from pcieprof.serve.sglang_cmd import LaunchConfig, ParserSpec, build_command, recorded_env
 
 GLM5 = load_card("glm5-nvfp4")
+#: The box the card's launch facts were written on: 8x RTX PRO 6000 (sm120) over PCIe.
+SOURCE_BOX = LaunchTarget(arch="sm120", arch_source="test", fabric="pcie", fabric_source="test")
 
 
 def _opt(action: str = "_StoreAction", choices=None, nargs=None) -> dict:
@@ -32,7 +34,7 @@ def _old_release() -> ParserSpec:
 
 
 def test_argv_is_a_list_with_card_facts_and_env() -> None:
-    cmd = build_command(GLM5, LaunchConfig(), python="python3")
+    cmd = build_command(GLM5, LaunchConfig(), python="python3", target=SOURCE_BOX)
     assert isinstance(cmd.argv, list) and cmd.argv[:3] == ["python3", "-m", "sglang.launch_server"]
     a = cmd.argv
     assert a[a.index("--tp-size") + 1] == "8"
@@ -117,7 +119,7 @@ def test_launch_prefix_wraps_command_and_environment() -> None:
     from pcieprof.serve.sglang_cmd import LaunchPrefix
 
     docker = LaunchPrefix.parse("docker run --rm --gpus all --network host lmsysorg/sglang:v0.5.23")
-    cmd = build_command(GLM5, LaunchConfig(), prefix=docker)
+    cmd = build_command(GLM5, LaunchConfig(), prefix=docker, target=SOURCE_BOX)
     ex = cmd.exec_argv()
     assert ex[:6] == ["docker", "run", "--rm", "--gpus", "all", "--network"]
     i = ex.index("env")  # the container does not inherit this shell's environment
@@ -136,9 +138,37 @@ def test_launch_prefix_wraps_command_and_environment() -> None:
 def test_a_given_setting_leaves_out_the_card_settings_it_makes_moot() -> None:
     """NCCL reads NCCL_P2P_DISABLE before NCCL_P2P_LEVEL: with P2P disabled, the card's
     NCCL_P2P_LEVEL=SYS is left out of the server's environment; the card's other settings stay."""
-    assert build_command(GLM5, LaunchConfig()).env["NCCL_P2P_LEVEL"] == "SYS"
-    env = build_command(GLM5, LaunchConfig(env={"NCCL_P2P_DISABLE": "1"})).env
+    assert build_command(GLM5, LaunchConfig(), target=SOURCE_BOX).env["NCCL_P2P_LEVEL"] == "SYS"
+    env = build_command(GLM5, LaunchConfig(env={"NCCL_P2P_DISABLE": "1"}), target=SOURCE_BOX).env
     assert env["NCCL_P2P_DISABLE"] == "1" and "NCCL_P2P_LEVEL" not in env
     assert env["NCCL_IB_DISABLE"] == "1"
-    assert build_command(GLM5, LaunchConfig(env={"NCCL_P2P_DISABLE": "0"})).env[
-        "NCCL_P2P_LEVEL"] == "SYS"
+    assert build_command(GLM5, LaunchConfig(env={"NCCL_P2P_DISABLE": "0"}),
+                         target=SOURCE_BOX).env["NCCL_P2P_LEVEL"] == "SYS"
+
+
+SM120_ENV = {"SGLANG_ENABLE_JIT_DEEPGEMM", "SGLANG_ENABLE_DEEP_GEMM", "NCCL_MIN_NCHANNELS"}
+PCIE_ENV = {"NCCL_P2P_LEVEL", "NCCL_IB_DISABLE", "NCCL_MIN_NCHANNELS"}
+
+
+def test_box_settings_are_set_only_where_their_condition_holds() -> None:
+    """The card's SM120/PCIe settings (its source box's) are set on that box only: an NVLink
+    H100 box gets none of them, an unknown box none either, and its notes name each one."""
+    src = build_command(GLM5, LaunchConfig(), target=SOURCE_BOX)
+    assert "--disable-custom-all-reduce" in src.argv and SM120_ENV | PCIE_ENV <= set(src.env)
+    h100 = build_command(GLM5, LaunchConfig(), target=LaunchTarget("sm90", "t", "nvlink", "t"))
+    assert "--disable-custom-all-reduce" not in h100.argv
+    assert not (SM120_ENV | PCIE_ENV) & set(h100.env)
+    assert not any(n.startswith("not set:") for n in h100.notes)  # not for it: nothing to say
+    # a PCIe box of another architecture: the PCIe settings, not the SM120 ones
+    ada = build_command(GLM5, LaunchConfig(), target=LaunchTarget("sm89", "t", "pcie", "t"))
+    assert "--disable-custom-all-reduce" in ada.argv
+    assert set(ada.env) == {"NCCL_P2P_LEVEL", "NCCL_IB_DISABLE"}
+    # unknown: none set, each named in the notes
+    unknown = build_command(GLM5, LaunchConfig())
+    assert "--disable-custom-all-reduce" not in unknown.argv and not unknown.env
+    said = [n for n in unknown.notes if n.startswith("not set:")]
+    assert len(said) == len(GLM5.sglang.box_settings)
+    assert any("--disable-custom-all-reduce (for PCIe-only boxes, S6" in n
+               and "the box's fabric is unknown" in n for n in said)
+    assert any("SGLANG_ENABLE_JIT_DEEPGEMM=0" in n and "architecture is unknown" in n
+               for n in said)

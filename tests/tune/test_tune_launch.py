@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -146,7 +147,12 @@ def test_a_disabled_p2p_transport_drops_the_cards_p2p_level_from_the_line(tmp_pa
     assert rec is not None and rec.action == "" and rec.kind == "info"
     assert rec.title.startswith("glm5-nvfp4 at TP2: does not fit this box (needs 210.")
     assert "has 20.4 = 24.0 GiB" in rec.title
-    built = builder(launch_choice(GLM5, box=box_of(Bundle.open(out))))(
+    # simpleP2P's output does not tell the fabric: given here as PCIe (two RTX 4090s, which
+    # have no NVLink), so the card's PCIe settings are in play
+    box = box_of(Bundle.open(out))
+    assert box.fabric == ""
+    pcie = replace(box.target(), fabric="pcie", fabric_source="given by the test")
+    built = builder(launch_choice(GLM5, box=box), pcie)(
         GLM5, Candidate("TP2", tp=2), dict(doc.env))
     assert built.env.get("NCCL_P2P_DISABLE") == "1" and "NCCL_P2P_LEVEL" not in built.env
     assert built.env.get("NCCL_IB_DISABLE") == "1"  # the card's other settings stay
