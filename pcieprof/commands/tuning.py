@@ -194,7 +194,8 @@ def launch_choice(card: ModelCard, serve: Bundle | None = None,
         label = (f"not yet served on this box: the launch search in {serve.path} is "
                  f"{doc.status} after {len(results)} attempt(s) without one; run {again} (the "
                  f"search's first-ranked configuration for {space.arch})")
-        same = [a for a in results if {k: v for k, v in a.config.items() if v}
+        same = [a for a in results if a.search is not None
+                and {k: v for k, v in a.search.config.items() if v}
                 == {k: v for k, v in step.config.items() if v}]
         if same:
             caveats.append(f"this configuration failed there: attempt {same[0].index} "

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from builders.cli import cli
 
+from pcieprof.analysis.box import box_of
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.serve_search import ServeSearch, Winner
@@ -61,8 +62,12 @@ def test_serve_bench_launches_what_recommend_prints(sim_vm_bundle: Path, tmp_pat
     doc = _recommend(sim_vm_bundle, tmp_path / "box")
     tp8 = next(lay for lay in doc.layouts if lay.label == f"TP{GLM5.sglang.tp_default}")
     assert shlex.split(tp8.command) == argv  # the card's layout, argv for argv
-    assert {k: v for k, v in env.items() if k in GLM5.sglang.env} == \
-        {k: v for k, v in GLM5.sglang.env.items() if k not in doc.env}
+    # the card's environment for this box (SM120, PCIe: its box settings hold), less what the
+    # recommended environment sets instead
+    card_env = GLM5.sglang.for_box(box_of(Bundle.open(sim_vm_bundle)).target()).env
+    assert "NCCL_P2P_LEVEL" in card_env and "SGLANG_ENABLE_JIT_DEEPGEMM" in card_env
+    assert {k: v for k, v in env.items() if k in card_env} == \
+        {k: v for k, v in card_env.items() if k not in doc.env}
 
     # recommend's launch card: the SGLang line, and the serve-bench command launching it
     rec = launch_recommendation(doc)
