@@ -63,6 +63,8 @@ def node_launch(nnodes: int, node_rank: int | None, endpoint: str | None,
     if nnodes == 1:
         if node_rank not in (None, 0):
             raise BadInput(f"--node-rank {node_rank} needs --nnodes above 1")
+        if endpoint:  # unused on one node, but a typo in it is refused, not passed over
+            parse_endpoint(endpoint)
         return Launch()
     if node_rank is None:
         raise BadInput(f"--nnodes {nnodes} needs --node-rank",

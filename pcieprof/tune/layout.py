@@ -439,11 +439,24 @@ def _all_gather_high_end(card: ModelCard, c: Candidate, top: LayoutAdvice, high:
     if p1.step_ms is None or pk.step_ms is None or max(abs(s1 - p1.step_ms),
                                                        abs(sk - pk.step_ms)) < 0.05:
         return ""  # moves no step by 0.05 ms
+    moved = _moved(p1, s1, pk, tk)
+    if not moved:
+        return ""
     lo, hi = ALL_GATHER_RANGE[0], high.all_gather_factor
-    peak = f", {tk:.0f} tok/s at c={pk.concurrency} (not {pk.tok_s:.0f})" if tk == tk else ""
     return (f"range of the assumed all-gather cost ({lo:g} x an all-reduce of its size; range "
-            f"{lo:g}-{hi:g}, itself assumed): at {hi:g}, {top.label} {s1:.1f} ms per step at "
-            f"c={p1.concurrency} (not {p1.step_ms:.1f}){peak}")
+            f"{lo:g}-{hi:g}, itself assumed): at {hi:g}, {top.label} {moved}")
+
+
+def _moved(p1: LayoutPoint, s1: float, pk: LayoutPoint, tk: float) -> str:
+    """`22.9 ms per step at c=1 (not 22.2), 569 tok/s at c=32 (not 575)`: the c=1 step and the
+    peak at an assumption's other end, each only where it differs from the table's value at the
+    precision shown ("" when neither does: an empty range says nothing)."""
+    parts = []
+    if p1.step_ms is not None and f"{s1:.1f}" != f"{p1.step_ms:.1f}":
+        parts.append(f"{s1:.1f} ms per step at c={p1.concurrency} (not {p1.step_ms:.1f})")
+    if tk == tk and pk.tok_s is not None and f"{tk:.0f}" != f"{pk.tok_s:.0f}":
+        parts.append(f"{tk:.0f} tok/s at c={pk.concurrency} (not {pk.tok_s:.0f})")
+    return ", ".join(parts)
 
 
 def _at_high_end(card: ModelCard, c: Candidate, top: LayoutAdvice, high: ComputeModel | None,
@@ -459,9 +472,9 @@ def _at_high_end(card: ModelCard, c: Candidate, top: LayoutAdvice, high: Compute
         step = comp + (p.comm_ms or 0.0)
         out.append((p, step, p.concurrency / step * 1000))
     (p1, s1, _), (pk, _, tk) = out
+    moved = _moved(p1, s1, pk, tk)
     return (f"range of the assumed anchor communication (NCCL defaults on the published box): "
-            f"{top.label} {s1:.1f} ms per step at c={p1.concurrency} (not {p1.step_ms:.1f}), "
-            f"{tk:.0f} tok/s at c={pk.concurrency} (not {pk.tok_s:.0f})")
+            f"{top.label} {moved}") if moved else ""
 
 
 def _why(results: list[LayoutAdvice], compute: ComputeModel | None) -> str:
@@ -487,4 +500,24 @@ def _why(results: list[LayoutAdvice], compute: ComputeModel | None) -> str:
                                   else "communication only (no decode curve)")
                  + ", the model's collective counts priced with this box's curves, and memory fit at "
                  f"{top.context_tokens} tokens")
+    one = _one_point(top, compute)
+    if one:
+        parts.append(one)
     return "; ".join(parts)
+
+
+def _one_point(top: LayoutAdvice, compute: ComputeModel | None) -> str:
+    """Why the top layout's c=1 step and the cards' token (pcieprof.analysis.anchors.token_share,
+    the anchor's own batch-1 point) differ where they do at the precision shown, or ""."""
+    p1 = top.per_concurrency[0] if top.per_concurrency else None
+    point = next(((ms, comm) for b, ms, comm in compute.points if b == 1), None) \
+        if compute is not None else None
+    if p1 is None or p1.compute_ms is None or point is None or p1.concurrency != 1:
+        return ""
+    own = point[0] - point[1]
+    if f"{own:.1f}" == f"{p1.compute_ms:.1f}":
+        return ""
+    return (f"its c=1 compute {p1.compute_ms:.1f} ms is the roofline fitted over all "
+            f"{len(compute.points) if compute else 0} anchor batches; the cards' token times "
+            f"take the anchor's own batch-1 point ({own:.1f} ms), so theirs are "
+            f"{abs(p1.compute_ms - own):.1f} ms {'shorter' if own < p1.compute_ms else 'longer'}")

@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from pcieprof.analysis.anchors import published_compute_ms
 from pcieprof.analysis.comm_model import Layout, Pricer, count_collectives
 from pcieprof.analysis.curves import EXTRAPOLATED, Curve, Curves
 from pcieprof.analysis.decode_band import DecodeBand
@@ -102,6 +103,15 @@ def build_context(bundle: Bundle, card: ModelCard, band: DecodeBand) -> RuleCont
                        needs_measuring=needs)
 
 
+def _in_token(ctx: RuleContext, batch: int, allreduce_ms: float) -> str:
+    """`9.9 ms of all-reduce in a ~22.0 ms token`: the step's all-reduce time, not a token time
+    (issue 22), beside the token the cards' shares use (pcieprof.analysis.anchors.token_share:
+    the published compute plus this communication) where the model has an anchor."""
+    comp = published_compute_ms(ctx.band.model, batch)
+    token = f" in a ~{comp + allreduce_ms:.1f} ms token" if comp is not None else " per token"
+    return f"{allreduce_ms:.1f} ms of all-reduce{token}"
+
+
 def _gpus_without_p2p(ctx: RuleContext) -> list[int]:
     """GPUs with no P2P bandwidth to any other GPU while other pairs have some."""
     gpus = gpu_indices(ctx.p2p)
@@ -165,7 +175,7 @@ def principal_bottleneck(ctx: RuleContext, recs: list[Recommendation]) -> str:
                 f"{f'all-reduce over {over}' if over else f'{base.nranks}-GPU all-reduce'} of "
                 f"{size >> 10} KiB{_intra_node(ctx, nodes, base)}")
         if n:
-            what += f", x {n} per decode step = {t * n / 1e3:.1f} ms per token at batch {b}"
+            what += f", x {n} per decode step = {_in_token(ctx, b, t * n / 1e3)} at batch {b}"
         why = bottleneck_why(ctx)
         if why:
             what += f" ({'; '.join(why)})"
