@@ -25,9 +25,10 @@ not stop the others; exit 0 only when every step passed):
    NCCL_DEBUG=INFO parsed, in a bundle).
 3. `one_gpu`: what one GPU proves of the paths that need two (one_gpu.json): a same-device
    cudaMemcpyPeerAsync through the probe's libcudart call with the data check,
-   nvmlDeviceGetP2PStatus(h, h) for every capability, and the all-reduce timing loop captured
-   in a CUDA graph (warm-up on a side stream, as torch.cuda.graphs asks) timed against its eager
-   form. With one rank NCCL takes its one-rank path (an in-place sum is a no-op), so those times
+   nvmlDeviceGetP2PStatus(h, h) for each capability topology.json records (read, write,
+   nvlink, atomics), and the all-reduce timing loop captured in a CUDA graph (warm-up on a side
+   stream, as torch.cuda.graphs asks) timed against its eager form; the step fails on wrong
+   bytes, an NVML that does not start, or a time that is not positive. With one rank NCCL takes its one-rank path (an in-place sum is a no-op), so those times
    are of an empty operation: they prove the capture and the timing, not a fabric.
 3b. `host_flag`: the release of timed copy rounds (issue 23 pt 7; probes/host_flag.py): a stream
    waits on the pinned host word (cuStreamWaitValue32), an event behind the wait must still be

@@ -13,7 +13,8 @@ model fits half the GPUs):
     analysis/decode_anchors.toml (their comm priced with this bundle's curves: an assumption);
 - the SGLang command and its environment, from the `CommandBuilder` the caller passes (the
   commands pass pcieprof.serve.sglang_cmd's; the tuner itself knows no launcher).
-Ranked by output tok/s at the highest concurrency that every fitting layout reaches.
+Ranked by output tok/s at the highest concurrency that every fitting layout reaches; with no
+decode curve to fit compute to, not ranked at all (`not_ranked` says why) and none is launched.
 """
 
 from __future__ import annotations
@@ -81,14 +82,34 @@ class LaunchCommand:
 CommandBuilder = Callable[[ModelCard, Candidate, dict[str, str]], LaunchCommand]
 
 
-def candidates(ngpus: int) -> list[Candidate]:
-    """The layouts of issue 6 that use all `ngpus` GPUs."""
-    out = [Candidate(f"TP{ngpus}", tp=ngpus),
-           Candidate(f"TP{ngpus}+EP{ngpus}", tp=ngpus, ep=ngpus)]
+#: HF `model_type`s (card.family) whose SGLang 0.5.23 model shards attention over the
+#: attention-TP group (`get_parallel().attn_tp_size`), which is what `--attn-dp-size`
+#: (formerly `--enable-dp-attention`) narrows: with attention DP on, each attention-DP rank runs
+#: the attention of its own requests. Checked in the pinned source
+#: (~/.cache/pcieprof/sglang-0.5.23, sglang/srt/models/):
+#:   deepseek_v2.py:2051 DeepseekV2/V3/V32ForCausalLM (MLA), glm4_moe.py:1284
+#:   GlmMoeDsaForCausalLM(DeepseekV2ForCausalLM) (GLM-5), qwen3_moe.py:502 Qwen3MoeForCausalLM,
+#:   gpt_oss.py:391 GptOssForCausalLM: heads split by attn_tp_size.
+#: Not listed: llama.py:181 LlamaForCausalLM splits its heads by the full tp_size, so attention
+#: DP would not shard its attention differently (no DP-attention layout for Llama-style models).
+#: A family not listed gets no DP-attention layout (unknown is not offered).
+DP_ATTENTION_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa",
+                                   "qwen3_moe", "gpt_oss"})
+
+
+def candidates(card: ModelCard, ngpus: int) -> list[Candidate]:
+    """The layouts of issue 6 that use all `ngpus` GPUs and that SGLang runs for `card`: expert
+    parallelism only for a model with routed experts, DP attention only for a family whose
+    SGLang model shards attention over the attention-TP group (DP_ATTENTION_FAMILIES)."""
+    out = [Candidate(f"TP{ngpus}", tp=ngpus)]
+    if card.num_routed_experts > 0:
+        out.append(Candidate(f"TP{ngpus}+EP{ngpus}", tp=ngpus, ep=ngpus))
     for pp in (2, 4):
         if ngpus % pp == 0 and ngpus // pp >= 1:
             out.append(Candidate(f"PP{pp}xTP{ngpus // pp}", tp=ngpus // pp, pp=pp))
-    out.append(Candidate(f"TP{ngpus} DP-attention{ngpus}", tp=ngpus, dp_attention=True, dp=ngpus))
+    if card.family in DP_ATTENTION_FAMILIES:
+        out.append(Candidate(f"TP{ngpus} DP-attention{ngpus}", tp=ngpus, dp_attention=True,
+                             dp=ngpus))
     if ngpus % 2 == 0:
         out.append(Candidate(f"2 replicas x TP{ngpus // 2}", tp=ngpus // 2, replicas=2))
     return out
@@ -289,7 +310,8 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
             (pcieprof.tune.communicators.env_for).
 
     Returns:
-        The layouts, best first; the first carries `why`.
+        The layouts, best first, the first carrying `why`; with no compute anchor for `card`,
+        unranked (fitting first, in candidate order, no `why`: see not_ranked).
 
     Raises:
         BadInput: a box of fewer than 2 GPUs.
@@ -302,7 +324,7 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
     mem, mem_src = float(box.memory_bytes or 0.0), box.memory_source
     frac = memory.mem_fraction(card)
     results = []
-    for c in candidates(ngpus):
+    for c in candidates(card, ngpus):
         f = memory.fit(card, placement(c), box, context, frac)
         w, kv_req = f.needs, f.kv_request
         # requests of the whole box whose KV fits: each GPU holds 1/(replicas x DP) of them
@@ -373,6 +395,15 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
             comm_source=f"pcieprof.analysis.comm_model priced with {bundle.path.name}"
                         f" [{pricer.source}]"))
 
+    if compute is None:
+        # No compute anchor: a step's communication is known, its compute is not. Ranking on
+        # communication alone would put PP first, whose stages add up compute that is not
+        # predicted (with the GLM-5 anchor PP4xTP2 is slower than TP8 at c=1:
+        # tests/tune/test_tune_layout.py), so the layouts are listed, fitting ones first, in
+        # candidate order, and none is chosen (not_ranked says why).
+        results.sort(key=lambda r: (r.fits and not r.fit_uncertain, r.fits), reverse=True)
+        return results
+
     def key(r: LayoutAdvice) -> tuple[bool, bool, float, float]:
         best = max((p.tok_s for p in r.per_concurrency
                     if p.fits and p.tok_s is not None and p.tok_s == p.tok_s), default=-1.0)
@@ -386,7 +417,7 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
     if results:
         results[0].why = _why(results, compute)
         high = fit_compute(card, pricer, bundle, high=True)
-        cand = next(c for c in candidates(ngpus) if c.label == results[0].label)
+        cand = next(c for c in candidates(card, ngpus) if c.label == results[0].label)
         rng = _at_high_end(card, cand, results[0], high, context)
         if rng:
             results[0].why += "; " + rng
@@ -398,6 +429,18 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
         if rng:
             results[0].why += "; " + rng
     return results
+
+
+def not_ranked(card: ModelCard, layouts: list[LayoutAdvice]) -> str:
+    """Why `layouts` (rank_layouts' answer for `card`) are not ranked, or "" when they are: no
+    layout has a predicted compute, so there is no tok/s to rank on and no layout to launch."""
+    if not layouts or any(p.compute_ms is not None and math.isfinite(p.compute_ms)
+                          for lay in layouts for p in lay.per_concurrency):
+        return ""
+    return (f"not ranked: no compute anchor for {card.name} (no published decode curve, and "
+            f"this bundle did not serve it), so no tok/s is predicted and no layout is chosen "
+            f"to launch; communication alone would rank PP first, whose stages add up compute "
+            f"that is not predicted")
 
 
 def _memory_low_end(top: LayoutAdvice) -> str:
