@@ -4,6 +4,7 @@ path)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,12 @@ from builders.bundles import (DEMO_PROFILES, REPORT_DATA, make_bundle, sim_bundl
 from builders.launch_search import SearchRun, run_interrupted_and_resumed
 
 from pcieprof.bundle import Bundle
+
+# Every process the tests start (servers, torchrun agents, gloo ranks and workers) inherits
+# this and dumps its Python stack on a fatal signal (SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL):
+# a crash on a CI machine then shows where it was in the output a failing test prints, not only
+# an exit code. setdefault: a value the user set stays.
+os.environ.setdefault("PYTHONFAULTHANDLER", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

@@ -34,9 +34,11 @@ def test_hook_needs_its_guard(monkeypatch: pytest.MonkeyPatch) -> None:
     test_hook(0, 64, "default")  # without the guard: nothing happens (we are still here)
 
 
+@pytest.mark.timeout(600)
 def test_hang_and_dead_rank_are_recorded_and_the_sweep_goes_on(tmp_path: Path,
                                                                 hooks: pytest.MonkeyPatch) -> None:
-    plan = build_plan("cpu", [0, 1], quick=True, max_size=4096, timeout_s=6,
+    # 15 s without progress is a hang: a rank of a loaded machine can go seconds without the CPU
+    plan = build_plan("cpu", [0, 1], quick=True, max_size=4096, timeout_s=15,
                       variants=[V.VARIANTS[n] for n in ("default", "proto_ll")])
     plan.concurrent = plan.concurrent[:2]  # keeps the test short
     # copy probe: rank 1 hangs in case 3; all-reduce: rank 1 hangs at 1 KiB in `default`,
@@ -55,7 +57,7 @@ def test_hang_and_dead_rank_are_recorded_and_the_sweep_goes_on(tmp_path: Path,
         copies = runner.run_copies()
     finally:
         runner.cleanup()
-    assert took < 100
+    assert took < 240  # two launches and one 15 s hang on a loaded machine; undetected: never
     df = bundle.read_table("allreduce")
     hang = df[df["status"] == "hang"]
     assert len(hang) == 1
@@ -92,7 +94,7 @@ def test_a_rank_that_outlives_its_killed_launch_is_gone_before_the_next(
     # rank 1 of `default` hangs at 16 B and no longer dies with torchrun or on SIGTERM (as a rank
     # stuck in the driver after an IOMMU fault): torchrun started it in its own session, so
     # killing the launch's process group does not reach it
-    plan = build_plan("cpu", [0, 1], quick=True, max_size=64, timeout_s=4,
+    plan = build_plan("cpu", [0, 1], quick=True, max_size=64, timeout_s=12,
                       variants=[V.VARIANTS[n] for n in ("default", "proto_ll")])
     plan.p2p, plan.concurrent = [], []
     hooks.setenv("PCIEPROF_TEST_STUCK", "1:16:default")
@@ -123,7 +125,7 @@ def test_reap_kills_by_pid_and_leaves_a_reused_pid_alone() -> None:
             assert st is not None
             # b is recorded with another start time: the pid now belongs to another process
             assert reap({a.pid: st[2], b.pid: "1"}, 5.0) == []
-            assert a.wait(timeout=5) == -signal.SIGKILL
+            assert a.wait(timeout=60) == -signal.SIGKILL
             assert b.poll() is None
         finally:
             b.kill()

@@ -231,7 +231,9 @@ class Recommendations(Document):
         needs_measuring: what the data could not decide.
         ring: the searched ring, or None without a P2P matrix.
         inferred: the inferred fabric (pcieprof.analysis.infer.InferredTopology.as_dict), or None.
-        layouts: ranked parallel layouts, best first.
+        layouts: ranked parallel layouts, best first (unless `layouts_unranked`).
+        layouts_unranked: why the layouts are not ranked (then they are listed in a fixed
+            order and none is launched); "" when they are ranked, as in files written before it.
         env: the merged environment of every env/launch recommendation.
         priced_env: NCCL settings (`K=V`) the bundle ran an all-reduce with and that slow no
             phase of the card's workload (pcieprof.tune.workload), recommended or not: a card's NCCL
@@ -257,6 +259,7 @@ class Recommendations(Document):
     ring: RingChoice | None = None
     inferred: dict[str, Any] | None = None
     layouts: list[LayoutAdvice] = field(default_factory=list)
+    layouts_unranked: str = ""
     env: dict[str, str] = field(default_factory=dict)
     verify: dict[str, Any] | None = None
     priced_env: list[str] = field(default_factory=list)

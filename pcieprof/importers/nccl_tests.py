@@ -163,95 +163,14 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>") -> Parsed:
     """
     lines = [_strip(l) for l in clean_lines(text)]
     last_content = max((i for i, l in enumerate(lines, start=1) if l.strip()), default=0)
-    runs: list[_Run] = []
-    run: _Run | None = None
-    facts: dict[str, Any] = {}
-    pending: str | None = None  # the collective of a command line, for the run that follows
-    pending_ranks = 0  # the ranks that command line starts (0: it does not say)
-    failures: list[dict[str, Any]] = []
-
-    def start(**kw: Any) -> _Run:
-        nonlocal pending, pending_ranks
-        new = _Run(**kw)
-        new.collective = new.collective or pending
-        new.command_ranks = pending_ranks
-        pending, pending_ranks = None, 0
-        runs.append(new)
-        return new
-
+    scan = _Scan(name)
     for i, line in enumerate(lines, start=1):
-        s = line.rstrip()
-        if _FAILURE.search(s):
-            failures.append({"line": i, "text": s.strip()[:200]})
-            continue
-        if (m := _OOB.match(s)) and run is not None:
-            run.out_of_bounds = int(m.group(1))
-            continue
-        if not s.lstrip().startswith("#") and (m := _COMMAND.search(s)) \
-                and not _NOT_COMMAND.search(s):
-            pending = m.group(1)
-            pending_ranks = _command_ranks(s[:m.start()].split(), s[m.end():].split())
-            continue
-        if m := _VERSION.match(s):
-            facts.setdefault("nccl_tests_version", m.group(1))
-            continue
-        if m := _NCCL_VERSION.match(s.strip()):
-            facts.setdefault("nccl_version", m.group(1))
-            continue
-        if m := _STARTING.match(s):
-            pending = None
-            run = start(collective=_strip_perf(m.group(1)), header_line=i)
-            continue
-        if m := _HEADER.match(s):
-            if run is None or run.columns or run.iters or run.rows:
-                run = start(header_line=i, collective=None)
-            run.has_header = True
-            it = _ITERS.search(m.group(3))
-            run.iters = int(it.group(1)) if it else 0
-            continue
-        device = _DEVICE.match(s.strip())
-        no_host = None if device else _DEVICE_NO_HOST.match(s.strip())
-        if device or no_host:
-            if run is None or run.rows:
-                run = start(header_line=i)
-            if device:
-                rank, _pid, host, dev, bus, gpu = device.groups()
-            else:
-                assert no_host is not None
-                rank_a, rank_b, dev, bus, gpu = no_host.groups()
-                rank, host = rank_a or rank_b, ""
-            run.ranks.setdefault(int(rank), (host, int(dev), bus, gpu.strip()))
-            continue
-        if _COLUMNS.match(s):
-            if run is None or run.columns or run.rows:
-                run = start(header_line=i, collective=run.collective if run else None,
-                            iters=run.iters if run else 0, has_header=bool(run and run.has_header),
-                            ranks=dict(run.ranks) if run else {})
-            names = s.lstrip("#").split()
-            run.columns = [_OLD_NAMES.get(c, c) for c in names]
-            run.time_scale = 1000.0 if names[0] == "bytes" else 1.0
-            run.column_line = i
-            continue
-        if m := _AVG.match(s):
-            if run is None or not run.rows:
-                fail(name, i, "result rows before '# Avg bus bandwidth'", got=s)
-            run.avg_busbw = parse_float(m.group(1), name, i, "the average bus bandwidth (GB/s)")
-            continue
-        tokens = s.split()
-        if not tokens or not tokens[0].isdigit():
-            continue
-        if run is not None and run.columns:
-            run.rows.append((i, tokens))
-        elif _row_layout(tokens) is not None:
-            if run is None or run.avg_busbw is not None:
-                run = start(header_line=i)
-            run.rows.append((i, tokens))
-        elif run is not None and run.rows and i == last_content:
-            run.dropped.append(i)  # the start of a row, cut where the file ends
-    devices = next((r for r in runs if r.ranks), None)
+        scan.line(i, line.rstrip(), last_content)
+    failures, facts = scan.failures, scan.facts
+    devices = next((r for r in scan.runs if r.ranks), None)
     # A test that stopped with an error may leave a column header without rows (nothing was
     # cut: the failure line says why); only the runs with rows are kept then.
-    runs = [r for r in runs if r.rows or (r.columns and not failures)]
+    runs = [r for r in scan.runs if r.rows or (r.columns and not failures)]
     if not runs and not failures:
         fail(name, None, "an nccl-tests result table (the '#  size  count  type ...' header or "
              "rows like '1024  256  float  sum  -1  61.09  0.02 ...')")
@@ -266,32 +185,183 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>") -> Parsed:
                             if r.out_of_bounds is not None else {}))
     first = next((r for r in runs if r.ranks), devices)
     if first is not None and first.ranks:
-        host0 = first.ranks[min(first.ranks)][0]
-        seen: set[int] = set()
-        for rank in sorted(first.ranks):
-            host, dev, bus, gpu = first.ranks[rank]
-            if host == host0 and dev not in seen:
-                seen.add(dev)
-                result.gpus.append(GpuRecord(dev, gpu or None, _bus_id(bus)))
-        ids = [g.bus_id for g in result.gpus]
-        flat = flat_tree_evidence(ids, name)
-        if flat:
-            facts["flat_pcie_tree"] = flat
-        # `[0x00]` is the bus number alone: GPUs of one host sharing it sit on one bus (a VM's
-        # root bus) at device numbers the line does not give, so no bus id is known for them.
-        shared = {b for b in ids if b and ids.count(b) > 1}
-        result.gpus = [replace(g, bus_id=None) if g.bus_id in shared else g for g in result.gpus]
-        hosts = sorted({v[0] for v in first.ranks.values() if v[0]})
-        if hosts:
-            facts["hosts"] = hosts
+        _gpus_of(first, name, result, facts)
     facts["runs"] = run_facts
+    if failures:
+        facts["failures"] = failures[:20]
+    warnings = _warnings(name, runs, missing, failures)
+    if warnings:
+        facts["warnings"] = warnings
+    result.facts = facts
+    result.summary = _summary(run_facts, failures)
+    return result
+
+
+class _Scan:
+    """One pass over the lines: a handler per kind of line, each saying whether it took it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.runs: list[_Run] = []
+        self.run: _Run | None = None
+        self.facts: dict[str, Any] = {}
+        self.failures: list[dict[str, Any]] = []
+        self.pending: str | None = None  # the collective of a command line, for the next run
+        self.pending_ranks = 0  # the ranks that command line starts (0: it does not say)
+
+    def line(self, i: int, s: str, last_content: int) -> None:
+        """Take line `i` (stripped of its launcher prefix and trailing blanks)."""
+        for handler in (self.failure, self.out_of_bounds, self.command, self.version,
+                        self.starting, self.header, self.device, self.columns, self.average):
+            if handler(i, s):
+                return
+        self.row(i, s, last_content)
+
+    def start(self, **kw: Any) -> _Run:
+        new = _Run(**kw)
+        new.collective = new.collective or self.pending
+        new.command_ranks = self.pending_ranks
+        self.pending, self.pending_ranks = None, 0
+        self.runs.append(new)
+        self.run = new
+        return new
+
+    def failure(self, i: int, s: str) -> bool:
+        if not _FAILURE.search(s):
+            return False
+        self.failures.append({"line": i, "text": s.strip()[:200]})
+        return True
+
+    def out_of_bounds(self, _i: int, s: str) -> bool:
+        if not (m := _OOB.match(s)) or self.run is None:
+            return False
+        self.run.out_of_bounds = int(m.group(1))
+        return True
+
+    def command(self, _i: int, s: str) -> bool:
+        if s.lstrip().startswith("#") or not (m := _COMMAND.search(s)) or _NOT_COMMAND.search(s):
+            return False
+        self.pending = m.group(1)
+        self.pending_ranks = _command_ranks(s[:m.start()].split(), s[m.end():].split())
+        return True
+
+    def version(self, _i: int, s: str) -> bool:
+        if m := _VERSION.match(s):
+            self.facts.setdefault("nccl_tests_version", m.group(1))
+            return True
+        if m := _NCCL_VERSION.match(s.strip()):
+            self.facts.setdefault("nccl_version", m.group(1))
+            return True
+        return False
+
+    def starting(self, i: int, s: str) -> bool:
+        if not (m := _STARTING.match(s)):
+            return False
+        self.pending = None
+        self.start(collective=_strip_perf(m.group(1)), header_line=i)
+        return True
+
+    def header(self, i: int, s: str) -> bool:
+        if not (m := _HEADER.match(s)):
+            return False
+        run = self.run
+        if run is None or run.columns or run.iters or run.rows:
+            run = self.start(header_line=i, collective=None)
+        run.has_header = True
+        it = _ITERS.search(m.group(3))
+        run.iters = int(it.group(1)) if it else 0
+        return True
+
+    def device(self, i: int, s: str) -> bool:
+        device = _DEVICE.match(s.strip())
+        no_host = None if device else _DEVICE_NO_HOST.match(s.strip())
+        if not device and not no_host:
+            return False
+        run = self.run
+        if run is None or run.rows:
+            run = self.start(header_line=i)
+        if device:
+            rank, _pid, host, dev, bus, gpu = device.groups()
+        else:
+            assert no_host is not None
+            rank_a, rank_b, dev, bus, gpu = no_host.groups()
+            rank, host = rank_a or rank_b, ""
+        run.ranks.setdefault(int(rank), (host, int(dev), bus, gpu.strip()))
+        return True
+
+    def columns(self, i: int, s: str) -> bool:
+        if not _COLUMNS.match(s):
+            return False
+        run = self.run
+        if run is None or run.columns or run.rows:
+            # another table: the header and device lines above it still apply
+            run = self.start(header_line=i, collective=run.collective if run else None,
+                             iters=run.iters if run else 0,
+                             has_header=bool(run and run.has_header),
+                             ranks=dict(run.ranks) if run else {})
+        names = s.lstrip("#").split()
+        run.columns = [_OLD_NAMES.get(c, c) for c in names]
+        run.time_scale = 1000.0 if names[0] == "bytes" else 1.0
+        run.column_line = i
+        return True
+
+    def average(self, i: int, s: str) -> bool:
+        if not (m := _AVG.match(s)):
+            return False
+        if self.run is None or not self.run.rows:
+            fail(self.name, i, "result rows before '# Avg bus bandwidth'", got=s)
+        self.run.avg_busbw = parse_float(m.group(1), self.name, i,
+                                         "the average bus bandwidth (GB/s)")
+        return True
+
+    def row(self, i: int, s: str, last_content: int) -> None:
+        tokens = s.split()
+        if not tokens or not tokens[0].isdigit():
+            return
+        run = self.run
+        if run is not None and run.columns:
+            run.rows.append((i, tokens))
+        elif _row_layout(tokens) is not None:
+            if run is None or run.avg_busbw is not None:
+                run = self.start(header_line=i)
+            run.rows.append((i, tokens))
+        elif run is not None and run.rows and i == last_content:
+            run.dropped.append(i)  # the start of a row, cut where the file ends
+
+
+def _gpus_of(first: _Run, name: str, result: Parsed, facts: dict[str, Any]) -> None:
+    """The GPUs of the first host of a run with device lines, into `result.gpus`; the hosts and
+    a flat (VM) PCIe tree into `facts`."""
+    host0 = first.ranks[min(first.ranks)][0]
+    seen: set[int] = set()
+    for rank in sorted(first.ranks):
+        host, dev, bus, gpu = first.ranks[rank]
+        if host == host0 and dev not in seen:
+            seen.add(dev)
+            result.gpus.append(GpuRecord(dev, gpu or None, _bus_id(bus)))
+    ids = [g.bus_id for g in result.gpus]
+    flat = flat_tree_evidence(ids, name)
+    if flat:
+        facts["flat_pcie_tree"] = flat
+    # `[0x00]` is the bus number alone: GPUs of one host sharing it sit on one bus (a VM's
+    # root bus) at device numbers the line does not give, so no bus id is known for them.
+    shared = {b for b in ids if b and ids.count(b) > 1}
+    result.gpus = [replace(g, bus_id=None) if g.bus_id in shared else g for g in result.gpus]
+    hosts = sorted({v[0] for v in first.ranks.values() if v[0]})
+    if hosts:
+        facts["hosts"] = hosts
+
+
+def _warnings(name: str, runs: list[_Run], missing: list[str],
+              failures: list[dict[str, Any]]) -> list[str]:
+    """One line each: what the block lacked, the error that stopped the test, values written
+    out of bounds."""
     warnings: list[str] = []
     if missing:
         kept = sum(len(r.rows) for r in runs)
         warnings.append(f"{name}: {kept} complete rows kept; not in the file: "
                         + "; ".join(dict.fromkeys(missing)))
     if failures:
-        facts["failures"] = failures[:20]
         after = "sizes after the last row were not run" if runs else "no size was run"
         warnings.append(f"{name}:{failures[0]['line']}: the test stopped with an error "
                         f"({failures[0]['text'][:120]}); {after}")
@@ -300,15 +370,15 @@ def parse_nccl_tests(text: str, name: str = "<nccl-tests>") -> Parsed:
             warnings.append(f"{name}: nccl-tests counted {r.out_of_bounds} values written outside "
                             f"the result buffers (Out of bounds values: FAILED) in the "
                             f"{r.collective or 'unknown'} run")
-    if warnings:
-        facts["warnings"] = warnings
-    result.facts = facts
-    result.summary = "nccl-tests: " + ("; ".join(
+    return warnings
+
+
+def _summary(run_facts: list[dict[str, Any]], failures: list[dict[str, Any]]) -> str:
+    return "nccl-tests: " + ("; ".join(
         f"{f['collective']} x{f['nranks'] or '?'} ranks, {f['rows']} sizes"
         + (f", avg busbw {f['avg_busbw_gbps']} GB/s" if f["avg_busbw_gbps"] is not None else "")
         for f in run_facts) or "no result rows") + (
         f"; failed: {failures[0]['text'][:80]}" if failures else "")
-    return result
 
 
 def _strip_perf(s: str) -> str:

@@ -46,7 +46,7 @@ def mtp_bytes(card: ModelCard, bytes_per_param: float) -> float:
 def recommendation(result: Recommendations, card: ModelCard) -> Recommendation | None:
     """The MTP launch of the top layout, or None (no MTP layer, no facts, no fitting layout)."""
     f = facts(card)
-    top = result.layouts[0] if result.layouts else None
+    top = result.layouts[0] if result.layouts and not result.layouts_unranked else None
     if f is None or top is None or not top.fits or not top.command:
         return None
     extra = mtp_bytes(card, float(f["mtp_dtype_bytes"])) / (top.tp * top.pp)

@@ -58,13 +58,13 @@ def refserver_traces(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
             t.start()
         for t in threads:
             t.join(timeout=120)
-        deadline = time.time() + 60
+        deadline = time.time() + 180
         while len(list((out / "traces").glob("*-TP-*.trace.json.gz"))) < 2 and time.time() < deadline:
             time.sleep(0.5)
     finally:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
+            proc.wait(timeout=120)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             try:
                 os.killpg(proc.pid, signal.SIGKILL)

@@ -22,6 +22,9 @@ import time
 from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+#: Seconds a process stopped by a command may take to exit after the command did (SIGTERM
+#: handlers, a loaded machine) before `reaper_argv` counts it as left behind.
+LINGER_S = 10.0
 #: The addresses a loopback-only listener may have (an IPv4 one seen by an IPv6 socket included).
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 
@@ -144,7 +147,8 @@ def listening(pids: set[int]) -> list[tuple[int, str, int]]:
 
 def reaper_argv(report: Path) -> list[str]:
     """The words to put before a command line to run it below a subreaper that writes, to `report`
-    (JSON), the command lines of the processes of the command's tree still alive once it ended."""
+    (JSON), the command lines of the processes of the command's tree still alive LINGER_S after it
+    ended."""
     return [sys.executable, str(Path(__file__).resolve()), str(report), "--"]
 
 
@@ -152,8 +156,14 @@ def _reap(report: Path, argv: list[str]) -> int:
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
     code = subprocess.call(argv)
-    time.sleep(0.5)  # what the command stops as it exits has a moment to go
-    left = sorted(p for p in descendants(os.getpid()) if alive(p))
+    # what the command stopped as it exited may still be on its way out (seconds, on a loaded
+    # machine): left behind is what is still there after LINGER_S
+    deadline = time.monotonic() + LINGER_S
+    while True:
+        left = sorted(p for p in descendants(os.getpid()) if alive(p))
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     report.write_text(json.dumps([cmdline(p) for p in left]))
     for p in left:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import resource
 import signal
 import subprocess
 import sys
@@ -21,12 +22,20 @@ from pcieprof.bundle import Bundle
 TOPOLOGY = ("topology", "--backend", "cpu", "--nranks", "2", "--quick")
 
 
+def _children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's children (and theirs) waited for so far."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+@pytest.mark.timeout(600)
 def test_cpu_run_writes_a_complete_bundle(tmp_path: Path) -> None:
     out = tmp_path / "b"
-    t0 = time.monotonic()
+    cpu0 = _children_cpu_s()
+    # the wall-clock timeout only ends a hang; the run's cost is bounded on CPU time below
     proc = cli(*TOPOLOGY, "--max-size", "64KiB", "--variants", "default,proto_ll,nch2",
-               "--out", str(out), process=True, timeout=240)
-    wall = time.monotonic() - t0
+               "--out", str(out), process=True, timeout=540)
+    cpu = _children_cpu_s() - cpu0  # pcieprof, torchrun and the ranks
     assert proc.returncode == 0, proc.stderr
     b = Bundle.open(out)
     assert b.backend == "cpu" and b.source == "measured"
@@ -62,9 +71,10 @@ def test_cpu_run_writes_a_complete_bundle(tmp_path: Path) -> None:
     assert "p2p bandwidth, GB/s" in proc.stdout and "all-reduce time" in proc.stdout
     assert f"pcieprof report {out}" in proc.stdout
     assert "measure this machine" in proc.stdout
-    assert wall < 200
+    assert cpu < 200, cpu
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_killed_run_leaves_a_partial_bundle_with_intact_rows(tmp_path: Path, sig: int) -> None:
     out = tmp_path / "b"
@@ -74,7 +84,7 @@ def test_killed_run_leaves_a_partial_bundle_with_intact_rows(tmp_path: Path, sig
                                           "-q"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 150
+        deadline = time.monotonic() + 300
         table = out / "allreduce.csv"
         while time.monotonic() < deadline:  # halfway: some all-reduce rows are in
             if table.is_file() and len(table.read_text().splitlines()) > 6:
@@ -82,14 +92,14 @@ def test_killed_run_leaves_a_partial_bundle_with_intact_rows(tmp_path: Path, sig
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.2)
         else:
-            pytest.fail("no all-reduce rows within 150 s")
+            pytest.fail("no all-reduce rows within 300 s")
         family = descendants(proc.pid)
         assert family, "the torchrun launch should be running"
         proc.send_signal(sig)
-        proc.wait(timeout=30)
+        proc.wait(timeout=120)
         if sig == signal.SIGTERM:
             assert proc.returncode == 130
-        end = time.monotonic() + 20
+        end = time.monotonic() + 60
         while any(alive(p) for p in family) and time.monotonic() < end:
             time.sleep(0.2)
         assert not [p for p in family if alive(p)], "workers left behind"

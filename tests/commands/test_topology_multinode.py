@@ -47,6 +47,13 @@ def _ended(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
+def _said(*ends: tuple[int, str, str]) -> str:
+    """Each node's exit code and the tail of its stderr (where its ranks' failures and, with
+    PYTHONFAULTHANDLER, their stacks end up) as one text: pytest shows a str message whole and
+    shortens a tuple or list."""
+    return "\n".join(f"--- node {n}: exit {rc}\n{err[-3000:]}" for n, (rc, _, err) in enumerate(ends))
+
+
 def _two_nodes(tmp_path: Path, nranks: int, wait0_s: float) -> tuple[str, Path, Path,
                                                                      tuple[int, str, str],
                                                                      tuple[int, str, str]]:
@@ -58,15 +65,16 @@ def _two_nodes(tmp_path: Path, nranks: int, wait0_s: float) -> tuple[str, Path, 
     p0 = _node(0, n0, endpoint, *args)
     p1 = _node(1, n1, endpoint, *args)
     try:
-        return endpoint, n0, n1, _ended(p0, wait0_s), _ended(p1, 60)
+        return endpoint, n0, n1, _ended(p0, wait0_s), _ended(p1, 120)
     finally:
         _stop(p0, p1)
 
 
+@pytest.mark.timeout(600)
 def test_two_nodes_one_rank_each_give_one_dataset_in_node0s_bundle(tmp_path: Path) -> None:
-    endpoint, n0, n1, (rc0, out0, err0), (rc1, out1, err1) = _two_nodes(tmp_path, 1, 240)
-    assert rc0 == 0, err0
-    assert rc1 == 0, err1
+    endpoint, n0, n1, end0, end1 = _two_nodes(tmp_path, 1, 240)
+    (rc0, out0, err0), (rc1, out1, err1) = end0, end1
+    assert rc0 == 0 and rc1 == 0, _said(end0, end1)
     b0, b1 = Bundle.open(n0), Bundle.open(n1)
     # one rank per node is a 2-rank all-reduce across the nodes, every row in node 0's bundle
     ar = b0.read_table("allreduce")
@@ -97,9 +105,10 @@ def test_two_nodes_one_rank_each_give_one_dataset_in_node0s_bundle(tmp_path: Pat
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_two_nodes_of_two_ranks_inter_and_intra_node_rows(tmp_path: Path) -> None:
-    _, n0, n1, (rc0, _, err0), (rc1, _, err1) = _two_nodes(tmp_path, 2, 300)
-    assert rc0 == 0 and rc1 == 0, err0 + err1
+    _, n0, n1, end0, end1 = _two_nodes(tmp_path, 2, 300)
+    assert end0[0] == 0 and end1[0] == 0, _said(end0, end1)
     ar = Bundle.open(n0).read_table("allreduce")
     assert (ar["status"] == "ok").all()
     # across the nodes: 4 ranks, global GPUs node x 2 + device; node 0's own 2 GPUs beside it
@@ -112,12 +121,13 @@ def test_two_nodes_of_two_ranks_inter_and_intra_node_rows(tmp_path: Path) -> Non
     assert sorted(p.name for p in (n1 / "nccl").iterdir()) == ["default.log"]
 
 
+@pytest.mark.timeout(600)
 def test_a_node_that_never_joins_ends_the_run_within_the_deadline(tmp_path: Path) -> None:
     endpoint = f"127.0.0.1:{free_port()}"
     t0 = time.monotonic()
     p0 = _node(0, tmp_path / "n0", endpoint, "--nranks", "1", "--rdzv-timeout", "4")
     try:
-        rc, out, err = _ended(p0, 120)
+        rc, out, err = _ended(p0, 240)
     finally:
         _stop(p0)
     wall = time.monotonic() - t0
@@ -126,43 +136,49 @@ def test_a_node_that_never_joins_ends_the_run_within_the_deadline(tmp_path: Path
     assert len(lines) == 1 and f"rendezvous {endpoint}: node 1 of 2 did not join within 4 s" \
         in lines[0], err
     assert "Traceback" not in err
-    # the deadline plus start-up (python, pcieprof) on a busy 2-core machine: seconds, not
-    # the 180 s per case of a torchrun rendezvous timeout
-    assert wall < 4 + 30, wall
+    # the deadline plus start-up (python, pcieprof) on a loaded 2-core machine, well under the
+    # 180 s per case of a torchrun rendezvous timeout
+    assert wall < 4 + 120, wall
     m = json.loads((tmp_path / "n0" / "manifest.json").read_text())
     assert m["nodes"]["nnodes"] == 2 and m["nodes"]["nodes"] == []
     assert "node 1 of 2 did not join" in m["why"]
     # the other way round: node 1 alone names node 0
     p1 = _node(1, tmp_path / "n1", endpoint, "--nranks", "1", "--rdzv-timeout", "3")
     try:
-        rc, _, err = _ended(p1, 120)
+        rc, _, err = _ended(p1, 240)
     finally:
         _stop(p1)
     assert rc == 3 and f"rendezvous {endpoint}: node 0 did not answer within 3 s" in err
 
 
+@pytest.mark.timeout(900)
 def test_a_node_killed_mid_sweep_stops_the_cross_node_cases_at_once(tmp_path: Path) -> None:
     endpoint = f"127.0.0.1:{free_port()}"
     n0, n1 = tmp_path / "n0", tmp_path / "n1"
-    three = ("--nranks", "1", "--variants", "default,proto_ll,nch2", "--rdzv-timeout", "60")
+    # a rendezvous timeout far above the bound on `after` below: a node 0 that waited for one
+    # per case would show, however loaded the machine
+    three = ("--nranks", "1", "--variants", "default,proto_ll,nch2", "--rdzv-timeout", "600")
     p0 = _node(0, n0, endpoint, *three)
     p1 = _node(1, n1, endpoint, *three)
     try:
         table = n0 / "allreduce.csv"
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + 300
         while not (table.is_file() and len(table.read_text().splitlines()) > 1):
-            assert time.monotonic() < deadline, "no all-reduce row within 180 s"
-            assert p0.poll() is None and p1.poll() is None, p0.communicate() + p1.communicate()
+            assert time.monotonic() < deadline, "no all-reduce row within 300 s"
+            if p0.poll() is not None or p1.poll() is not None:
+                _stop(p0, p1)
+                pytest.fail(_said(_ended(p0, 60), _ended(p1, 60)))
             time.sleep(0.1)
         p1.send_signal(signal.SIGKILL)  # the whole node 1 process, as a machine lost
-        p1.wait(timeout=10)
+        p1.wait(timeout=60)
         t_kill = time.monotonic()
-        rc0, _, err0 = _ended(p0, 120)
+        end0 = _ended(p0, 300)
+        rc0, _, err0 = end0
         after = time.monotonic() - t_kill
     finally:
         _stop(p0, p1)
-    assert rc0 == 0, err0
-    assert after < 30, after  # at once: no per-case rendezvous timeout
+    assert rc0 == 0, _said(end0)
+    assert after < 120, after  # at once: no per-case rendezvous timeout (600 s)
     b0 = Bundle.open(n0)
     part = b0.part("allreduce")
     assert b0.manifest.status == "partial" and part.status == "partial"
@@ -187,6 +203,8 @@ def test_a_node_killed_mid_sweep_stops_the_cross_node_cases_at_once(tmp_path: Pa
     (["--nnodes", "2", "--node-rank", "1"], "--nnodes 2 needs --rdzv-endpoint"),
     (["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "nohost"], "expected HOST:PORT"),
     (["--node-rank", "1"], "--node-rank 1 needs --nnodes above 1"),
+    # unused on one node, but a malformed endpoint is refused, not passed over silently
+    (["--rdzv-endpoint", "127.0.0.1:41303:5"], "--rdzv-endpoint '127.0.0.1:41303:5': expected"),
     (["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "127.0.0.1:1",
       "--rdzv-token-file", "/nonexistent/tok"], "--rdzv-token-file /nonexistent/tok: cannot read"),
     (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1", "--ring-order",

@@ -8,6 +8,7 @@ detection and /dev/zero or a FIFO never returned, so a regression still fails.
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import threading
 import time
@@ -51,26 +52,31 @@ def error_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     return err[0]
 
 
+# Speed bounds here are on CPU time (of this thread, or of the child process): the work itself;
+# wall-clock time also counts whatever else a loaded machine ran meanwhile. The pytest timeouts
+# only end a hang.
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", sorted(LONG_LINES))
 def test_detection_is_linear_on_one_long_line(kind: str) -> None:
     text = LONG_LINES[kind] + "\n"
-    t0 = time.monotonic()
+    t0 = time.thread_time()
     detect(text)
-    assert time.monotonic() - t0 < 1.0
+    assert time.thread_time() - t0 < 1.0
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("kind", sorted(LONG_LINES))
 def test_every_parser_is_bounded_on_one_long_line(kind: str) -> None:
     text = LONG_LINES[kind] + "\n"
     for fmt in FORMATS:
-        t0 = time.monotonic()
+        t0 = time.thread_time()
         try:
             parse_text(text, "long.txt", fmt)
         except BadInput:
             pass
-        assert time.monotonic() - t0 < 1.0, fmt
+        assert time.thread_time() - t0 < 1.0, fmt
 
 
 @pytest.mark.timeout(60)
@@ -111,7 +117,7 @@ def test_fifo_without_a_writer(tmp_path: Path, capsys, monkeypatch) -> None:
     os.mkfifo(fifo)
     t0 = time.monotonic()
     line = error_line([str(fifo)], capsys)
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < 1.0 + 20  # its 1 s deadline; without one it never returns
     assert line.startswith(f"pcieprof: error: {fifo}: expected the input to end within 1 s "
                            "(got 0 bytes so far)")
 
@@ -134,18 +140,20 @@ def _writer(fifo: Path, data: bytes, hold_s: float, stop: threading.Event) -> No
         stop.wait(hold_s)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(180)
 def test_fifo_that_never_ends(tmp_path: Path, capsys, monkeypatch) -> None:
     monkeypatch.setattr(reading, "PIPE_TIMEOUT_S", 1.0)
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     stop = threading.Event()
-    t = threading.Thread(target=_writer, args=(fifo, b"GPU0\tGPU1\n", 30, stop), daemon=True)
+    # the writer holds the pipe open 120 s: far past the 1 s deadline plus a loaded machine's
+    # delays, so the time it took tells the deadline from the writer's end
+    t = threading.Thread(target=_writer, args=(fifo, b"GPU0\tGPU1\n", 120, stop), daemon=True)
     t.start()
     try:
         t0 = time.monotonic()
         line = error_line([str(fifo)], capsys)
-        assert time.monotonic() - t0 < 4
+        assert time.monotonic() - t0 < 1.0 + 20
         assert f"{fifo}: expected the input to end within 1 s (got 10 bytes so far)" in line
     finally:
         stop.set()
@@ -205,7 +213,13 @@ PROCESS_CASES = {
 }
 
 
-@pytest.mark.timeout(60)
+def _children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's children waited for so far."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("case", sorted(PROCESS_CASES))
 def test_as_a_user_runs_it(case: str, tmp_path: Path) -> None:
     (tmp_path / "line10k.txt").write_text("a" * 10_000 + "\n")
@@ -216,21 +230,23 @@ def test_as_a_user_runs_it(case: str, tmp_path: Path) -> None:
     args, expected = PROCESS_CASES[case]
     args = [a.format(t=tmp_path) for a in args]
     argv = ["import", *args, "-q", "-o", str(tmp_path / "out")]
-    t0 = time.monotonic()
+    cpu0 = _children_cpu_s()
     if case == "endless_pipe":  # `yes | pcieprof import /dev/stdin`: text that never ends
         yes = subprocess.Popen(["yes", "GPU0 GPU1"], stdout=subprocess.PIPE)
         try:
+            # the wall-clock timeout only ends a hang (a read that blocks costs no CPU)
             r = subprocess.run(pcieprof_argv(*argv), stdin=yes.stdout, capture_output=True,
-                               text=True, timeout=20)
+                               text=True, timeout=120)
+            took = _children_cpu_s() - cpu0  # before `yes` is waited for and counted
         finally:
             yes.kill()
             yes.wait()
     else:
-        r = cli(*argv, process=True, timeout=20)
-    took = time.monotonic() - t0
+        r = cli(*argv, process=True, timeout=120)
+        took = _children_cpu_s() - cpu0
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1, r.stderr
     assert "Traceback" not in r.stderr and "internal error" not in r.stderr
     assert lines[0].startswith("pcieprof: error: ") and expected.format(t=tmp_path) in lines[0]
-    assert took < 10, f"{case}: {took:.1f} s"
+    assert took < 10, f"{case}: {took:.1f} s of CPU"
     assert not (tmp_path / "out").exists()  # refused before a bundle is made

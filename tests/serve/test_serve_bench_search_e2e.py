@@ -116,7 +116,8 @@ def test_hung_attempt_is_declared_within_the_stall_timeout(tmp_path: Path) -> No
     since_start = (_stamp(att["last_progress"]) - _stamp(stamped[0])).total_seconds()
     declared_after = att["time_to_failure_s"] - since_start
     assert "Health check failed" in "\n".join(log[-10:])
-    assert declared_after <= 30 + 10, (att["time_to_failure_s"], since_start)
+    # the stall timeout plus room for a loaded machine; well under the 184 s of the bug
+    assert declared_after <= 30 + 60, (att["time_to_failure_s"], since_start)
     print(f"\nhang declared {declared_after:.1f} s after the last progress line "
           f"(time to failure {att['time_to_failure_s']:.1f} s, stall timeout 30 s)")
     _assert_gone([att])
