@@ -27,7 +27,7 @@ from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.analysis.nodes import Nodes
 from pcieprof.bundle import Bundle, writer
 from pcieprof.bundle.host_tree import HostPcieTree
-from pcieprof.bundle.recommendations import Recommendations
+from pcieprof.bundle.recommendations import CORRECTNESS, Recommendations
 from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard
 from pcieprof.commands.card_choice import MODEL_HELP, card_for
@@ -47,11 +47,25 @@ from pcieprof.tune.verify import (VerifyPlan, attach, check_verifiable, plan_ver
                                   verify_lines, verify_results)
 
 
+def _span(cards: list[int]) -> str:
+    """`1-3` for consecutive card numbers, else `1, 3, 5`."""
+    if cards == list(range(cards[0], cards[-1] + 1)):
+        return f"{cards[0]}-{cards[-1]}" if len(cards) > 1 else str(cards[0])
+    return ", ".join(map(str, cards))
+
+
 def summary_lines(result: Recommendations) -> list[str]:
     """The fixed-width text printed on stdout."""
     lines = [f"principal bottleneck: {result.bottleneck}", ""]
     if not result.recommendations:
         lines.append("no change supported by the measurements")
+    priced = [i for i, r in enumerate(result.recommendations, 1) if r.priced]
+    unpriced = [i for i, r in enumerate(result.recommendations, 1)
+                if not r.priced and r.priority < CORRECTNESS]
+    if priced and unpriced:  # scores of different metrics: which compare, which do not
+        lines += [f"order: cards {_span(priced)} by their priced gain (each card's metric: its "
+                  f"ranked_by in {Recommendations.FILE}), then {_span(unpriced)} unpriced "
+                  f"(fixed scores, not gains)", ""]
     # A risk's check and host-side paragraph are the same for every card it applies to: said in
     # full once, then named by the card that said it.
     said: dict[str, int] = {}

@@ -578,10 +578,17 @@ def _one_point(results: list[LayoutAdvice], compute: ComputeModel | None) -> str
             or point is None:
         return ""
     own = point[0] - point[1]
-    if f"{own:.1f}" == f"{p1.compute_ms:.1f}":
+    # the layouts price their lines' NCCL settings; the cards' token NCCL's defaults
+    variant = lay.comm_source.split("'s all-reduce with ", 1)[1].split(" (", 1)[0] \
+        if lay is not None and "'s all-reduce with variant " in lay.comm_source else ""
+    if f"{own:.1f}" == f"{p1.compute_ms:.1f}" and not variant:
         return ""
-    return (f"{compute.layout}'s c=1 step ({p1.step_ms:.1f} ms) takes its compute from the "
+    said = (f"{compute.layout}'s c=1 step ({p1.step_ms:.1f} ms) takes its compute from the "
             f"roofline fitted over all {len(compute.points)} anchor batches "
             f"({p1.compute_ms:.1f} ms); the cards' token times take the anchor's own batch-1 "
             f"point ({own:.1f} ms), so theirs are {abs(p1.compute_ms - own):.1f} ms "
             f"{'shorter' if own < p1.compute_ms else 'longer'}")
+    if variant and p1.comm_ms is not None:
+        said += (f"; its communication ({p1.comm_ms:.1f} ms) is priced with {variant}, the "
+                 f"NCCL settings its line sets, the cards' token at NCCL's defaults")
+    return said

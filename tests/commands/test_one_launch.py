@@ -19,6 +19,7 @@ from pcieprof.analysis.box import box_of
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import Recommendations
 from pcieprof.bundle.serve_search import ServeSearch, Winner
+from pcieprof.cards.card import NEEDS_EVIDENCE
 from pcieprof.cards import load_card
 from pcieprof.commands.tuning import failing, the_launch
 from pcieprof.serve import served
@@ -67,11 +68,12 @@ def test_serve_bench_launches_what_recommend_prints(sim_vm_bundle: Path, tmp_pat
     if sglang_search_path() is not None:  # a parser is here: both commands are checked by it
         assert f"checked against SGLang {PINNED_SGLANG}'s own parser" in tp8.notes
     # the card's environment for this box (SM120, PCIe: its box settings hold), less what the
-    # recommended environment sets instead
+    # recommended environment sets instead, and less what needs the box's evidence (no bundle
+    # priced the card's NCCL_P2P_LEVEL for serve-bench without one)
     card_env = GLM5.sglang.for_box(box_of(Bundle.open(sim_vm_bundle)).target()).env
     assert "NCCL_P2P_LEVEL" in card_env and "SGLANG_ENABLE_JIT_DEEPGEMM" in card_env
     assert {k: v for k, v in env.items() if k in card_env} == \
-        {k: v for k, v in card_env.items() if k not in doc.env}
+        {k: v for k, v in card_env.items() if k not in doc.env and k not in NEEDS_EVIDENCE}
 
     # recommend's launch card: the SGLang line, and the serve-bench command launching it
     rec = launch_recommendation(doc)
