@@ -342,7 +342,7 @@ def test_sighup_stops_like_sigterm_and_says_where_the_bundle_is(tmp_path: Path) 
     try:
         tree = descendants(bench.pid)
         bench.send_signal(signal.SIGHUP)
-        _, err = bench.communicate(timeout=30)
+        _, err = bench.communicate(timeout=120)  # the server's stop alone may take 10 s + kill
     finally:
         if bench.poll() is None:
             bench.kill()
