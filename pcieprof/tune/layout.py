@@ -173,6 +173,7 @@ class ComputeModel:
     fixed_ms: float
     source: str
     points: list[tuple[int, float, float]]  # (batch, measured step ms, comm ms subtracted)
+    layout: str = ""  # the layout the anchor ran (`TP8`), whose points these are
 
     def compute_ms(self, nbytes: float) -> float:
         return nbytes / (self.eff_gbps * 1e6) + self.fixed_ms
@@ -262,7 +263,8 @@ def fit_compute(card: ModelCard, pricer: Pricer, bundle: Bundle,
     source = anchor.source + (f"; {anchor.comm_note}" if anchor.comm_note else "")
     if high:
         source += "; at the assumption's high end (NCCL defaults on the published box)"
-    return ComputeModel(eff_gbps=1.0 / a / 1e6, fixed_ms=float(t0), source=source, points=pts)
+    return ComputeModel(eff_gbps=1.0 / a / 1e6, fixed_ms=float(t0), source=source, points=pts,
+                        layout=c.label)
 
 
 def gpu_memory(box: Box, card: ModelCard) -> Box:
@@ -540,24 +542,29 @@ def _why(results: list[LayoutAdvice], compute: ComputeModel | None) -> str:
                                   else "communication only (no decode curve)")
                  + ", the model's collective counts priced with this box's curves, and memory fit at "
                  f"{top.context_tokens} tokens")
-    one = _one_point(top, compute)
+    one = _one_point(results, compute)
     if one:
         parts.append(one)
     return "; ".join(parts)
 
 
-def _one_point(top: LayoutAdvice, compute: ComputeModel | None) -> str:
-    """Why the top layout's c=1 step and the cards' token (pcieprof.analysis.anchors.token_share,
-    the anchor's own batch-1 point) differ where they do at the precision shown, or ""."""
-    p1 = top.per_concurrency[0] if top.per_concurrency else None
-    point = next(((ms, comm) for b, ms, comm in compute.points if b == 1), None) \
-        if compute is not None else None
-    if p1 is None or p1.compute_ms is None or point is None or p1.concurrency != 1:
+def _one_point(results: list[LayoutAdvice], compute: ComputeModel | None) -> str:
+    """Why the anchor's layout's c=1 step and the cards' token (pcieprof.analysis.anchors.
+    token_share: the anchor's own batch-1 point) differ, where they do at the precision shown;
+    "" otherwise."""
+    if compute is None:
+        return ""
+    lay = next((r for r in results if r.label == compute.layout and r.fits), None)
+    p1 = lay.per_concurrency[0] if lay is not None and lay.per_concurrency else None
+    point = next(((ms, comm) for b, ms, comm in compute.points if b == 1), None)
+    if p1 is None or p1.concurrency != 1 or p1.compute_ms is None or p1.step_ms is None \
+            or point is None:
         return ""
     own = point[0] - point[1]
     if f"{own:.1f}" == f"{p1.compute_ms:.1f}":
         return ""
-    return (f"its c=1 compute {p1.compute_ms:.1f} ms is the roofline fitted over all "
-            f"{len(compute.points) if compute else 0} anchor batches; the cards' token times "
-            f"take the anchor's own batch-1 point ({own:.1f} ms), so theirs are "
-            f"{abs(p1.compute_ms - own):.1f} ms {'shorter' if own < p1.compute_ms else 'longer'}")
+    return (f"{compute.layout}'s c=1 step ({p1.step_ms:.1f} ms) takes its compute from the "
+            f"roofline fitted over all {len(compute.points)} anchor batches "
+            f"({p1.compute_ms:.1f} ms); the cards' token times take the anchor's own batch-1 "
+            f"point ({own:.1f} ms), so theirs are {abs(p1.compute_ms - own):.1f} ms "
+            f"{'shorter' if own < p1.compute_ms else 'longer'}")
