@@ -25,9 +25,10 @@ not stop the others; exit 0 only when every step passed):
    NCCL_DEBUG=INFO parsed, in a bundle).
 3. `one_gpu`: what one GPU proves of the paths that need two (one_gpu.json): a same-device
    cudaMemcpyPeerAsync through the probe's libcudart call with the data check,
-   nvmlDeviceGetP2PStatus(h, h) for every capability, and the all-reduce timing loop captured
-   in a CUDA graph (warm-up on a side stream, as torch.cuda.graphs asks) timed against its eager
-   form. With one rank NCCL takes its one-rank path (an in-place sum is a no-op), so those times
+   nvmlDeviceGetP2PStatus(h, h) for each capability topology.json records (read, write,
+   nvlink, atomics), and the all-reduce timing loop captured in a CUDA graph (warm-up on a side
+   stream, as torch.cuda.graphs asks) timed against its eager form; the step fails on wrong
+   bytes, an NVML that does not start, or a time that is not positive. With one rank NCCL takes its one-rank path (an in-place sum is a no-op), so those times
    are of an empty operation: they prove the capture and the timing, not a fabric.
 3b. `host_flag`: the release of timed copy rounds (issue 23 pt 7; probes/host_flag.py): a stream
    waits on the pinned host word (cuStreamWaitValue32), an event behind the wait must still be
@@ -75,6 +76,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from probes.gpu_api import CudaApi
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Decode steps profiled per trace (after one untraced warm-up step and the profiler's warm-up).
@@ -463,63 +466,101 @@ def install_wheels(wheels: Path | None, target: Path) -> dict[str, Any]:
     return rec
 
 
-def one_gpu(device: int) -> dict[str, Any]:
-    """What one GPU proves of the paths that need two (see the module docstring, step 3)."""
-    from probes.allreduce_worker import time_back_to_back, time_graph
+def one_gpu(device: int, *, api: CudaApi | None = None, rt: Any = None, nvml: Any = None,
+            backend: str = "nccl") -> dict[str, Any]:
+    """What one GPU proves of the paths that need two (see the module docstring, step 3);
+    `problems` lists what failed.
+
+    Args:
+        device: CUDA ordinal (= NVML index: the proof sets CUDA_DEVICE_ORDER=PCI_BUS_ID).
+        api: the CUDA calls (default: torch.cuda; tests pass builders.cuda.CudaStandin).
+        rt: the peer-copy runtime (default: probes.gpu_api.Cudart, the copy probe's call).
+        nvml: the NVML wrapper (default: pcieprof.discover.nvml.Nvml over pynvml; tests replay
+            a snapshot).
+        backend: the process group of the timed loop (nccl; gloo where there is no GPU).
+    """
+    from pcieprof.discover.nvml import Nvml
     from probes.gpu_api import Cudart, TorchCuda
+
+    api = api or TorchCuda()
+    res: dict[str, Any] = {
+        "same_device_peer_copy": same_device_copy(device, api, rt if rt is not None else Cudart()),
+        "nvml_p2p_status_self": p2p_status_self(device, nvml if nvml is not None else Nvml()),
+        "allreduce_one_rank_16KiB": one_rank_loop(device, api, backend)}
+    problems = []
+    if not res["same_device_peer_copy"]["data_check"]:
+        problems.append("the same-device peer copy moved wrong bytes")
+    status = res["nvml_p2p_status_self"]
+    if "nvml" in status:
+        problems.append(f"NVML: {status['nvml']}")
+    loop = res["allreduce_one_rank_16KiB"]
+    if not all(t > 0 for k in ("time_us_eager", "time_us_graph") for t in loop[k]):
+        problems.append("the timed all-reduce loop gave a time that is not positive")
+    res["problems"] = problems
+    return res
+
+
+def same_device_copy(device: int, api: CudaApi, rt: Any, nbytes: int = 4 * 1024 * 1024,
+                     seed: int = 7) -> dict[str, Any]:
+    """A peer copy from `device` to itself through the copy probe's call (`rt.memcpy_peer`,
+    cudaMemcpyPeerAsync), into a buffer poisoned first: `data_check` is whether every byte of
+    the pattern landed."""
     from probes.pattern import matches, pattern, poison
 
-    res: dict[str, Any] = {}
-    # a peer copy from the device to itself, through the call the copy probe makes
-    n, seed = 4 * 1024 * 1024, 7
-    src = pattern(n, seed, torch.device("cuda", device))
-    dst = torch.empty(n, dtype=torch.uint8, device=device)
-    poison(dst, n, seed)
-    stream = torch.cuda.Stream(device=device)
-    torch.cuda.synchronize(device)
-    Cudart().memcpy_peer(dst, src, n, stream)
-    stream.synchronize()
-    res["same_device_peer_copy"] = {"bytes": n, "data_check": matches(dst, n, seed)}
-    # NVML's P2P status of the device with itself, every capability it knows (through the
-    # one NVML wrapper: a call NVML refuses is recorded as its status)
-    from pcieprof.discover.nvml import Missing, Nvml
+    src = api.empty(nbytes, device)
+    src.copy_(pattern(nbytes, seed, src.device))
+    dst = poison(api.empty(nbytes, device), nbytes, seed)
+    stream = api.new_stream(device)
+    # the fills ran on the current stream, which the copy's stream is not ordered with
+    api.synchronize(device)
+    rt.memcpy_peer(dst, src, nbytes, stream)
+    api.synchronize(device)
+    return {"bytes": nbytes, "data_check": matches(dst, nbytes, seed)}
 
-    nvml = Nvml()
-    status: dict[str, Any] = {}
+
+def p2p_status_self(device: int, nvml: Any) -> dict[str, Any]:
+    """nvmlDeviceGetP2PStatus(h, h, cap) for each capability topology.json records, named as
+    `nvidia-smi topo -p2p` prints them (OK, NS, ...); a call NVML refuses is recorded as its
+    status (the one NVML wrapper). `{"nvml": why}` when NVML does not start."""
+    from pcieprof.discover.nvml import P2P_CAPS, P2P_STATUS, Missing
+
     if nvml.init() != "ok":
-        status["nvml"] = nvml.status
-    else:
-        try:
-            h = nvml.handle(device)
-            caps = {k: getattr(nvml.lib, k) for k in dir(nvml.lib)
-                    if k.startswith("NVML_P2P_CAPS_INDEX_") and k != "NVML_P2P_CAPS_INDEX_UNKNOWN"}
-            for name, idx in sorted(caps.items(), key=lambda kv: kv[1]):
-                v = nvml.call("nvmlDeviceGetP2PStatus", h, h, idx)
-                status[name] = v.status if isinstance(v, Missing) else int(v)
-        finally:
-            nvml.shutdown()
-    res["nvml_p2p_status_self"] = status
-    # the all-reduce timing loop, eager and captured in a CUDA graph (one rank: an empty sum)
+        return {"nvml": nvml.status}
+    try:
+        h = nvml.handle(device)
+        if isinstance(h, Missing):
+            return {"nvml": f"no handle for device {device}: {h.status}"}
+        out: dict[str, Any] = {}
+        # P2P_CAPS, not pynvml's constants: nvidia-ml-py 13.x defines one of them as a tuple
+        for cap, idx in P2P_CAPS.items():
+            v = nvml.call("nvmlDeviceGetP2PStatus", h, h, idx)
+            out[cap] = v.status if isinstance(v, Missing) else P2P_STATUS.get(int(v), f"U ({v})")
+        return out
+    finally:
+        nvml.shutdown()
+
+
+def one_rank_loop(device: int, api: CudaApi, backend: str = "nccl") -> dict[str, Any]:
+    """The all-reduce timing loop on a one-rank group, eager and captured in a CUDA graph, as
+    probes.allreduce_worker times it (one rank: NCCL's one-rank path, an empty operation)."""
     import datetime
 
     import torch.distributed as dist
 
-    store = dist.HashStore()
-    dist.init_process_group("nccl", store=store, rank=0, world_size=1,
+    from probes.allreduce_worker import time_back_to_back, time_graph
+
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1,
                             timeout=datetime.timedelta(seconds=60),
-                            device_id=torch.device("cuda", device))
+                            device_id=torch.device("cuda", device) if backend == "nccl" else None)
     try:
-        x = torch.ones(8192, dtype=torch.bfloat16, device=device)
-        api = TorchCuda()
+        x = api.empty(16 * 1024, device).view(torch.bfloat16).fill_(1)
         eager = time_back_to_back(lambda: dist.all_reduce(x), 20, 3, api=api, device=device)
         graph = time_graph(lambda: dist.all_reduce(x), 20, 3, api=api, device=device)
-        res["allreduce_one_rank_16KiB"] = {
-            "time_us_eager": [t * 1e6 for t in eager], "time_us_graph": [t * 1e6 for t in graph],
-            "note": "one rank: NCCL's one-rank path, an empty operation; proves the capture and "
-                    "the timing only"}
     finally:
         dist.destroy_process_group()
-    return res
+    return {"time_us_eager": [t * 1e6 for t in eager], "time_us_graph": [t * 1e6 for t in graph],
+            "note": "one rank: NCCL's one-rank path, an empty operation; proves the capture and "
+                    "the timing only"}
 
 
 def host_flag_proof(device: int) -> dict[str, Any]:
@@ -583,8 +624,8 @@ def run(out: Path, device: int, wheels: Path | None = None) -> int:
         if rec["status"] != "not_run":
             rec.update(one_gpu(device))
             (out / "one_gpu.json").write_text(json.dumps(rec, indent=1, default=str))
-            if not rec["same_device_peer_copy"]["data_check"]:
-                rec.update(status="failed", why="the same-device peer copy moved wrong bytes")
+            if rec["problems"]:
+                rec.update(status="failed", why="; ".join(rec["problems"]))
     with proof.step("host_flag") as rec:
         if rec["status"] != "not_run":
             rec.update(host_flag_proof(device))

@@ -126,8 +126,9 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
         backend: `cuda`, `cpu` or `sim`.
         devices: GPU indices (cuda/sim) or ranks 0..n-1 (cpu); at least one.
         quick: the short plan (all-reduce 8 B..64 MiB, fewer trials, quick variant list).
-        variants: all-reduce variants (default: `QUICK_VARIANTS[backend]` with quick, else every
-            variant).
+        variants: all-reduce variants (default: `QUICK_VARIANTS[backend]` with quick, else
+            `DEFAULT_VARIANTS`, the ones a recommendation rule reads: the 8-GPU plan then stays
+            under 10 minutes at probes/plan_time.py's assumed rates).
         group_kinds: groups each run over besides `all`: `pairs`, `tp2`, `tp4` (default variant
             only, to keep the launch count sane). Default: none with quick, else tp2 and tp4,
             the groups TP2 and TP4 layouts use (every pair, `pairs`, is 28 cases on 8 GPUs: the
@@ -159,8 +160,8 @@ def build_plan(backend: str, devices: list[int], *, quick: bool = False,
     allreduce: list[AllReduceCase] = []
     if len(devices) * nnodes >= 2:
         ar = _AllReduceSettings.of(quick, cpu, cap, extra_sizes)
-        chosen = variants if variants is not None else (
-            [V.VARIANTS[v] for v in V.QUICK_VARIANTS[backend]] if quick else list(V.VARIANTS.values()))
+        chosen = variants if variants is not None else [
+            V.VARIANTS[v] for v in (V.QUICK_VARIANTS[backend] if quick else V.DEFAULT_VARIANTS)]
         kinds = group_kinds if group_kinds is not None else ([] if quick else ["tp2", "tp4"])
         allreduce = _allreduce_cases(devices, ar, chosen, kinds, orders or [], nnodes)
     return Plan(backend=backend, devices=list(devices), p2p=p2p, concurrent=concurrent,

@@ -105,12 +105,14 @@ FILES: tuple[BundleFile, ...] = (
     _doc(ServerInfo, "serve-bench --url",
          "what an attached server's /get_server_info answered, its keys as the server gave them"),
     BundleFile("serve/attempts.jsonl", "text", "serve-bench",
-               "one JSON line per launch attempt: config, argv, env, outcome, times, log excerpt, "
-               "last start-up progress line, and for a launch search the step that chose it"),
+               "one JSON line per launch attempt (`Attempt`, read by serve_search.read_attempts): "
+               "config, argv, env, outcome, times, log excerpt, last start-up progress line, and "
+               "for a launch search the step that chose it"),
     _doc(ServeSearch, "serve-bench --sweep",
          "the launch search: axes with values in search order and the claims behind them, the "
-         "learning rules, excluded values, every attempt (config, rule, why, outcome, deciding "
-         "log line, time to failure), the winner as a command ready to paste, or why none"),
+         "learning rules, excluded values, every attempt (as attempts.jsonl holds it: config, "
+         "search step, outcome, deciding log line, time to failure), the winner as a command "
+         "ready to paste, or why none"),
     BundleFile("serve/server-*.log", "text", "serve-bench", "each launched server's output"),
     BundleFile("serve/requests.jsonl", "text", "serve-bench",
                "one JSON line per request: TTFT, E2E, chunk gaps and tokens, lengths, error"),

@@ -11,17 +11,20 @@ and the report (the attempts table).
         doc.winner.command              # one shell line, ready to paste (python3 -m sglang...)
     else:
         doc.status, doc.why             # exhausted | stopped | running | interrupted
-    for a in doc.attempts:              # config, class, deciding log line, time to failure
-        a.label, a.outcome, a.deciding_line, a.time_to_failure_s
+    for a in doc.attempts:              # the same Attempt as each line of serve/attempts.jsonl
+        a.label, a.outcome, a.deciding_line, a.time_to_failure_s, a.search
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from pcieprof.bundle.document import Document
+from pcieprof.bundle.document import Document, check_format, decode, encode
+from pcieprof.bundle.serve_command import RecordedCommand
+from pcieprof.errors import BadInput
 
 class Outcome(str, Enum):
     """The classified end of one launch attempt (serve/attempts.jsonl, the attempts here);
@@ -98,41 +101,148 @@ class Exclusion:
 
 
 @dataclass
-class SearchAttempt:
-    """One launch attempt of the search.
+class SearchStep:
+    """The launch search's step that chose an attempt (None for an attempt no search chose).
 
     Attributes:
-        index: attempt number (its log is serve/server-<index>.log).
-        label: the short configuration name.
         config: axis -> value ("" = not given).
+        label: the short configuration name.
         rule: the rule that chose it (`first` for the first).
         parent: the attempt it was derived from (None for the first).
         varied: the axes its rule changed.
         why: why it was chosen.
         changes: what changed from its parent, and why each value.
-        outcome: how it ended (`ok`, `nan_in_decode`, `unsupported_arch`, `oom`, `nccl_error`,
-            `hang`, `crashed`, `interrupted`, `running`).
-        summary: the outcome in one line.
-        deciding_line: the log line that decided the outcome ("" when it served).
-        time_to_failure_s: seconds from launch to the failure (None when it served).
-        time_to_ready_s: seconds from launch to ready (None when it never was).
-        log: the server log's path in the bundle.
     """
 
-    index: int
-    label: str = ""
     config: dict[str, str] = field(default_factory=dict)
+    label: str = ""
     rule: str = ""
     parent: int | None = None
     varied: list[str] = field(default_factory=list)
     why: str = ""
     changes: list[str] = field(default_factory=list)
-    outcome: str = ""
-    summary: str = ""
-    deciding_line: str = ""
-    time_to_failure_s: float | None = None
-    time_to_ready_s: float | None = None
+
+
+@dataclass
+class Attempt:
+    """One launch attempt: a row of serve/attempts.jsonl and an entry of serve/search.json's
+    `attempts` (the same shape in both; pcieprof.serve.sweep launches and fills it).
+
+    Attributes:
+        index: attempt number (its log is serve/server-<index>.log).
+        name: the configuration's name.
+        config: the launch configuration as recorded (secrets masked; {"url": ...} when
+            attached to a running server).
+        command: the server command as recorded.
+        log: the server log's path.
+        why, source: why it was launched and where the reason comes from.
+        outcome: how it ended (an Outcome value, or `running`).
+        summary, hint: the outcome in one line, and what to do.
+        excerpt: the log lines around the decisive one (that one starts with ">").
+        line: the decisive line's number in the log; exit_code: the server's exit status.
+        time_to_ready_s: seconds from launch to ready (None when it never was).
+        time_to_failure_s: seconds from launch to the failure (None when it served).
+        probe: the correct-tokens probe's result.
+        benchmarked: whether the load ran on it.
+        pid: the server's process (and process group) id.
+        last_progress: the last start-up progress line of its log.
+        search: the search step that chose it, or None.
+    """
+
+    index: int
+    name: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    command: RecordedCommand = field(default_factory=RecordedCommand)
     log: str = ""
+    why: str = ""
+    source: str = ""
+    outcome: str = "running"
+    summary: str = ""
+    hint: str = ""
+    excerpt: str = ""
+    line: int | None = None
+    exit_code: int | None = None
+    time_to_ready_s: float | None = None
+    time_to_failure_s: float | None = None
+    probe: dict[str, Any] = field(default_factory=dict)
+    benchmarked: bool = False
+    pid: int | None = None
+    last_progress: str = ""
+    search: SearchStep | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether it served correct tokens."""
+        return self.outcome == Outcome.OK.value
+
+    @property
+    def label(self) -> str:
+        """The search's short name of its configuration, else its name."""
+        return self.search.label if self.search and self.search.label else self.name
+
+    @property
+    def rule(self) -> str:
+        """The search rule that chose it ("" when no search did)."""
+        return self.search.rule if self.search else ""
+
+    @property
+    def deciding_line(self) -> str:
+        """The log line that decided a failure: the excerpt's marked line, else the last
+        start-up progress line (a hang's); "" when it served."""
+        if self.ok:
+            return ""
+        for ln in self.excerpt.splitlines():
+            if ln.startswith(">"):
+                return ln[1:].strip()
+        return self.last_progress
+
+    def excerpt_key(self) -> str:
+        """`: <the deciding line of the excerpt, cut at 140 characters>`, or ""."""
+        for ln in self.excerpt.splitlines():
+            if ln.startswith(">"):
+                s = ln[1:].strip()
+                return ": " + (s[:140] + "..." if len(s) > 140 else s)
+        return ""
+
+    def one_line(self) -> str:
+        """How it ended, in one line."""
+        if self.ok:
+            return f"attempt {self.index} {self.name}: ok (ready in {self.time_to_ready_s:.1f} s)"
+        return (f"attempt {self.index} {self.name}: {self.outcome} after "
+                f"{self.time_to_failure_s or 0:.1f} s: {self.summary}{self.excerpt_key()}")
+
+
+ATTEMPTS_FILE = "serve/attempts.jsonl"
+
+
+def attempts_jsonl(attempts: list[Attempt]) -> str:
+    """serve/attempts.jsonl's text: one JSON line per attempt."""
+    return "".join(json.dumps(encode(a), default=str) + "\n" for a in attempts)
+
+
+def read_attempts(text: str, where: str = ATTEMPTS_FILE) -> list[Attempt]:
+    """The attempts of serve/attempts.jsonl's text. A last line cut short (a kill mid-write) is
+    left out; `search: {}`, how files written before SearchStep said "no search", reads as None.
+
+    Raises:
+        BadInput: a line before the last that is not a JSON object, or an attempt of the wrong
+            shape.
+    """
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    out = []
+    for i, ln in enumerate(lines):
+        try:
+            row = json.loads(ln)
+        except ValueError as exc:
+            if i == len(lines) - 1:
+                break
+            raise BadInput(f"{where}: unreadable attempt row {i + 1} ({exc})") from None
+        if not isinstance(row, dict):
+            raise BadInput(f"{where}: attempt row {i + 1} is not a JSON object")
+        if row.get("search") == {}:
+            row["search"] = None
+        out.append(decode(Attempt, row, f"{where}: attempt row {i + 1}"))
+    return out
 
 
 @dataclass
@@ -192,7 +302,9 @@ class ServeSearch(Document):
 
     FILE = "serve/search.json"
     FORMAT = "pcieprof.serve_search"
-    VERSION = 1
+    #: 2: `attempts` are whole Attempts, as serve/attempts.jsonl holds them (1: a summary of
+    #: each, read converted)
+    VERSION = 2
 
     card: str = ""
     like: str = ""
@@ -204,7 +316,7 @@ class ServeSearch(Document):
     notes: list[str] = field(default_factory=list)
     rules: list[SearchRule] = field(default_factory=list)
     excluded: list[Exclusion] = field(default_factory=list)
-    attempts: list[SearchAttempt] = field(default_factory=list)
+    attempts: list[Attempt] = field(default_factory=list)
     winner: Winner | None = None
     end: SearchEnd | None = None
     exhausted_axes: list[str] = field(default_factory=list)
@@ -217,7 +329,38 @@ class ServeSearch(Document):
         """Whether a configuration served correct tokens."""
         return self.winner is not None
 
+    @classmethod
+    def from_json(cls, data: Any, where: str = "") -> "ServeSearch":
+        """Read it (Document.from_json); a version 1 file's attempts (index, label, config by
+        axis, rule, parent, varied, why, changes, outcome, summary, deciding_line, times, log)
+        are read as Attempts: the search's fields as their SearchStep, the deciding line as
+        the excerpt's marked line."""
+        if (isinstance(data, dict) and isinstance(data.get("attempts"), list)
+                and check_format(data.get("format"), cls.FORMAT, cls.VERSION,
+                                 where or cls.FILE) == 1):
+            data = {**data, "attempts": [_attempt_of_v1(a) for a in data["attempts"]]}
+        return super().from_json(data, where)
+
     @property
-    def results(self) -> list[SearchAttempt]:
+    def results(self) -> list[Attempt]:
         """The attempts that ended (an interrupted or running one is launched again)."""
         return [a for a in self.attempts if a.outcome not in NOT_A_RESULT]
+
+
+#: A version 1 search.json attempt's keys that are its search step's
+_V1_STEP = ("config", "label", "rule", "parent", "varied", "why", "changes")
+
+
+def _attempt_of_v1(row: Any) -> Any:
+    """A version 1 attempt entry as an Attempt's JSON (anything but an object as is, for the
+    reader to refuse)."""
+    if not isinstance(row, dict):
+        return row
+    out = {k: v for k, v in row.items() if k not in _V1_STEP and k != "deciding_line"}
+    out["name"] = row.get("label", "")
+    out["why"] = row.get("why", "")
+    line = row.get("deciding_line")
+    if line:
+        out["excerpt"] = f"> {line}"
+    out["search"] = {k: row[k] for k in _V1_STEP if k in row}
+    return out

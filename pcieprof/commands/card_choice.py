@@ -33,7 +33,9 @@ def card_for(model: str | None, bundles: Sequence[Bundle]) -> ModelCard:
     if model is not None:
         card = load_card(model)
         for b, r in records:
-            if r.hash != card.content_hash:
+            # the reference server stands in for any model by design (the demo serves it
+            # beside a GLM-5 box): reading its bundle with another card is no disagreement
+            if r.hash != card.content_hash and not _reference(r):
                 progress.info(f"model: {card.name} ({card.short_hash()}, from --model), not "
                               f"{r.short()} that {b.path} was made for")
         return card
@@ -59,6 +61,14 @@ def card_for(model: str | None, bundles: Sequence[Bundle]) -> ModelCard:
         progress.info(f"model: {r.short()} of {b.path}; the other bundles were made for "
                       f"{', '.join(others)} (pass --model to choose)")
     return card
+
+
+def _reference(r: ModelRecord) -> bool:
+    """Whether `r` is a card of pcieprof's reference server (not SGLang)."""
+    try:
+        return load_card(r.ref).sglang.is_reference
+    except BadInput:
+        return False
 
 
 def _reload(b: Bundle, r: ModelRecord) -> ModelCard:

@@ -12,10 +12,10 @@ import shlex
 from typing import Mapping
 
 from pcieprof.bundle import Bundle
-from pcieprof.bundle.serve_search import SearchAttempt, SearchEnd, Winner
+from pcieprof.bundle.serve_search import Attempt, SearchEnd, SearchStep, Winner
 from pcieprof.serve.run import Plan
 from pcieprof.serve.sglang_cmd import LaunchConfig
-from pcieprof.serve.sweep import Attempt, SweepEntry
+from pcieprof.serve.sweep import SweepEntry
 from pcieprof.tune.search import End, Search, Tried, search_document
 
 
@@ -46,9 +46,9 @@ class SearchPlan(Plan):
             return SearchEnd(step.status, step.why, step.hint)
         label = self.search.space.label(step.config)
         cfg = self.base.with_axes(step.config, label)
-        return SweepEntry(cfg, why=step.why, source=", ".join(step.sources), search={
-            "config": step.config, "label": label, "rule": step.rule, "parent": step.parent,
-            "varied": list(step.varied), "why": step.why, "changes": list(step.changes)})
+        return SweepEntry(cfg, why=step.why, source=", ".join(step.sources), search=SearchStep(
+            config=dict(step.config), label=label, rule=step.rule, parent=step.parent,
+            varied=list(step.varied), why=step.why, changes=list(step.changes)))
 
     def record(self, bundle: Bundle, attempts: list[Attempt], *, status: str = "",
                why: str = "", end: SearchEnd | None = None) -> None:
@@ -56,38 +56,28 @@ class SearchPlan(Plan):
         if not status:
             status = "found" if winner else (end.status if end else "running")
         if not why:
-            why = (f"attempt {winner.index} served correct tokens: {winner.search['label']}"
+            why = (f"attempt {winner.index} served correct tokens: {winner.label}"
                    if winner else (end.why if end else "searching"))
         ours = [a for a in attempts if a.search]
         bundle.write_doc(search_document(
-            self.search, [_tried(a) for a in ours], [_row(a) for a in ours], status=status,
+            self.search, [_tried(a) for a in ours], ours, status=status,
             why=why, winner=_winner(winner) if winner else None,
             end=(self._end or End(end.status, end.why, end.hint)) if end else None,
             sources=self.sources, sglang=self.sglang))
 
 
 def _tried(a: Attempt) -> Tried:
-    s = a.search
-    return Tried(index=a.index, config=dict(s.get("config", {})), outcome=a.outcome,
-                 excerpt=a.excerpt, last_progress=a.last_progress, rule=str(s.get("rule", "first")),
-                 parent=s.get("parent"), varied=tuple(s.get("varied", [])))
-
-
-def _row(a: Attempt) -> SearchAttempt:
-    s = a.search
-    return SearchAttempt(
-        index=a.index, label=str(s.get("label", a.name)), config=dict(s.get("config", {})),
-        rule=str(s.get("rule", "")), parent=s.get("parent"), varied=list(s.get("varied", [])),
-        why=str(s.get("why", "")), changes=list(s.get("changes", [])), outcome=a.outcome,
-        summary=a.summary, deciding_line="" if a.ok else (a.deciding_line or a.last_progress),
-        time_to_failure_s=a.time_to_failure_s, time_to_ready_s=a.time_to_ready_s, log=a.log)
+    s = a.search or SearchStep(rule="first")
+    return Tried(index=a.index, config=dict(s.config), outcome=a.outcome, excerpt=a.excerpt,
+                 last_progress=a.last_progress, rule=s.rule or "first", parent=s.parent,
+                 varied=tuple(s.varied))
 
 
 def _winner(a: Attempt) -> Winner:
     cmd = a.command
     argv, env = list(cmd.argv), dict(cmd.env)
     line = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-    return Winner(index=a.index, label=str(a.search.get("label", a.name)),
-                  config=dict(a.search.get("config", {})), argv=argv, env=env,
+    return Winner(index=a.index, label=a.label,
+                  config=dict(a.search.config) if a.search else {}, argv=argv, env=env,
                   command=(line + " " if line else "") + shlex.join(argv),
                   launch_prefix=list(cmd.prefix or []))

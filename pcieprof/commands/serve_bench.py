@@ -83,7 +83,9 @@ from pcieprof.tune.space import FLAGS, SearchSpace
                                            "'hang-in-capture' (and, after --, "
                                            "--inject-matrix FILE).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address the server binds.")
-@click.option("--port", type=int, default=None, help="Server port (default: first free from 30000).")
+@click.option("--port", type=int, default=None,
+              help="Server port (default: 30000, SGLang's; a launch here takes the first free "
+                   "one from it).")
 @click.option("--nnodes", type=int, default=1, show_default=True,
               help="Nodes of a multi-node launch: run serve-bench on every node with its "
                    "--node-rank and the same --dist-init-addr; node 0 serves and benchmarks.")
@@ -159,8 +161,7 @@ def command(**kw: Any) -> None:
     if kw["inject"] and not tiny:
         raise BadInput("--inject is for the reference server (--model tiny-cpu)")
     check_values(card, kw)
-    port = kw["port"] if kw["port"] is not None else free_port(kw["host"] if kw["host"] not in
-                                                               ("0.0.0.0", "::") else "127.0.0.1")
+    port = _port(kw)
     base = LaunchConfig(
         name="given", tp=kw["tp"], ep=kw["ep"], pp=kw["pp"], dp=kw["dp"],
         dp_attention=kw["enable_dp_attention"], attention_backend=kw["attention_backend"],
@@ -264,6 +265,22 @@ def command(**kw: Any) -> None:
                    f"--serve {bundle.path}")
     click.echo(f"bundle ({status}): {bundle.path}")
     click.echo(f"report: pcieprof report {bundle.path}")
+
+
+def _port(kw: dict[str, Any]) -> int:
+    """--port, else SGLang's default (LaunchConfig.port, as recommend and the report print it);
+    a launch here whose default port is taken uses the first free one after it, and says so (a
+    dry run launches nothing, so it prints the default)."""
+    if kw["port"] is not None:
+        return int(kw["port"])
+    default = LaunchConfig.port
+    if kw["dry_run"] or kw["url"]:
+        return default
+    port = free_port(kw["host"] if kw["host"] not in ("0.0.0.0", "::") else "127.0.0.1",
+                     start=default)
+    if port != default:
+        progress.info(f"port {default} (SGLang's default) is taken here: --port {port}")
+    return port
 
 
 def _sigterm(_sig: int, _frame: Any) -> None:

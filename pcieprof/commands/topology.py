@@ -63,6 +63,8 @@ def node_launch(nnodes: int, node_rank: int | None, endpoint: str | None,
     if nnodes == 1:
         if node_rank not in (None, 0):
             raise BadInput(f"--node-rank {node_rank} needs --nnodes above 1")
+        if endpoint:  # unused on one node, but a typo in it is refused, not passed over
+            parse_endpoint(endpoint)
         return Launch()
     if node_rank is None:
         raise BadInput(f"--nnodes {nnodes} needs --node-rank",
@@ -124,7 +126,9 @@ def parse_size(text: str | None) -> int | None:
 @click.option("--quick", is_flag=True, help="Short plan: all-reduce 8 B..64 MiB, 3 variants.")
 @click.option("--variants", default=None, metavar="a,b|all",
               help="All-reduce variants: default, p2p_disable, p2p_level_sys, proto_ll, "
-              "proto_simple, algo_ring, algo_tree, nch2, nch8, or all.")
+              "proto_simple, algo_ring, algo_tree, nch2, nch8, or all (default: the ones "
+              "recommend's rules read, default,p2p_disable,p2p_level_sys,proto_ll,nch8; with "
+              "--quick default,p2p_disable,proto_ll). Each adds two launches on GPUs.")
 @click.option("--groups", default=None, metavar="tp2,tp4",
               help="Also run the default variant over sub-groups: the TP2 pairs (0-1, 2-3, ...), "
               "the TP4 groups, or every pair (`pairs`: 28 cases on 8 GPUs) (default: tp2,tp4 "

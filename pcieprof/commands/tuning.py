@@ -9,6 +9,7 @@ from the search's first-ranked configuration for the GPU architecture (pcieprof.
 
 from __future__ import annotations
 
+import functools
 import shlex
 from pathlib import Path
 from typing import Sequence
@@ -22,7 +23,7 @@ from pcieprof.bundle.serve_search import ServeSearch
 from pcieprof.cards import LaunchTarget, ModelCard, load_card
 from pcieprof.errors import BadInput, PcieprofError
 from pcieprof.serve.served import last_served, measured_here
-from pcieprof.serve.sglang_cmd import LaunchConfig, build_command
+from pcieprof.serve.sglang_cmd import LaunchConfig, ParserSpec, build_command, load_parser
 from pcieprof.tune import launch, speculative
 from pcieprof.tune.launch import NOT_YET, LaunchChoice
 from pcieprof.tune.layout import Candidate, CommandBuilder, LaunchCommand
@@ -34,9 +35,18 @@ from pcieprof.tune.space import FLAGS, SearchSpace
 MAX_ATTEMPT_LINES = 12
 
 
+@functools.cache
+def sglang_parser() -> ParserSpec | None:
+    """SGLang's own parser as serve-bench reads it without --sglang-path (the installed sglang,
+    else PCIEPROF_SGLANG_PATH or the pinned release's parser-only install), read once per
+    process: building it takes a child interpreter seconds. None where none is importable."""
+    return load_parser(None)
+
+
 def sglang_launch(card: ModelCard, layout: Candidate, env: dict[str, str],
                   axes: dict[str, str] | None = None, neutral: bool = False,
-                  target: LaunchTarget | None = None) -> LaunchCommand:
+                  target: LaunchTarget | None = None,
+                  parser: ParserSpec | None = None) -> LaunchCommand:
     """The SGLang command of one layout (pcieprof.serve.sglang_cmd), as the tuner's
     CommandBuilder; `python3`, not this interpreter's path: it runs on the serving box.
 
@@ -49,6 +59,8 @@ def sglang_launch(card: ModelCard, layout: Candidate, env: dict[str, str],
             no launch evidence for).
         target: the box (architecture, fabric) the card's box settings are checked against;
             None: unknown, none of them set.
+        parser: SGLang's parser to check and translate the flags with (sglang_parser), as
+            serve-bench --dry-run does; None: unchecked, and the notes say so.
     """
     dp = layout.dp if layout.dp_attention else (layout.replicas if layout.replicas > 1 else None)
     cfg = LaunchConfig(tp=layout.tp, pp=layout.pp if layout.pp > 1 else None,
@@ -58,10 +70,13 @@ def sglang_launch(card: ModelCard, layout: Candidate, env: dict[str, str],
     if axes:
         cfg = cfg.with_axes(axes, cfg.name)
     try:
-        cmd = build_command(card, cfg, python="python3", target=target)
+        cmd = build_command(card, cfg, python="python3", parser=parser, target=target)
     except BadInput as exc:
         return LaunchCommand(notes=[f"no SGLang command: {exc.one_line()}"])
-    notes = list(cmd.notes)
+    # the words of serve-bench --dry-run's header, so both say the same of one command
+    checked = ([f"checked against SGLang {cmd.checked_against}'s own parser"]
+               if cmd.checked_against else [])
+    notes = checked + list(cmd.notes)
     own = card.sglang.for_box(target).env
     card_env = {k: v for k, v in cmd.env.items() if k in own and k not in env}
     if card_env:
@@ -71,14 +86,15 @@ def sglang_launch(card: ModelCard, layout: Candidate, env: dict[str, str],
                          notes=notes)
 
 
-def builder(choice: LaunchChoice | None, target: LaunchTarget | None = None) -> CommandBuilder:
+def builder(choice: LaunchChoice | None, target: LaunchTarget | None = None,
+            parser: ParserSpec | None = None) -> CommandBuilder:
     """The CommandBuilder that writes `choice`'s backends into every layout's command, with
-    the card's box settings that hold on `target` (the bundle's box)."""
+    the card's box settings that hold on `target` (the bundle's box), checked by `parser`."""
     axes = dict(choice.config) if choice is not None else None
     neutral = choice is not None and choice.neutral
 
     def build(card: ModelCard, layout: Candidate, env: dict[str, str]) -> LaunchCommand:
-        return sglang_launch(card, layout, env, axes, neutral, target)
+        return sglang_launch(card, layout, env, axes, neutral, target, parser)
 
     return build
 
@@ -194,7 +210,8 @@ def launch_choice(card: ModelCard, serve: Bundle | None = None,
         label = (f"not yet served on this box: the launch search in {serve.path} is "
                  f"{doc.status} after {len(results)} attempt(s) without one; run {again} (the "
                  f"search's first-ranked configuration for {space.arch})")
-        same = [a for a in results if {k: v for k, v in a.config.items() if v}
+        same = [a for a in results if a.search is not None
+                and {k: v for k, v in a.search.config.items() if v}
                 == {k: v for k, v in step.config.items() if v}]
         if same:
             caveats.append(f"this configuration failed there: attempt {same[0].index} "
@@ -273,7 +290,9 @@ def tune(bundle: Bundle, card: ModelCard, band: DecodeBand, *, layouts: bool = T
     (`choice`; default: launch_choice for the bundle's box, the first-ranked, not yet served)."""
     box = box_of(bundle)
     choice = choice if choice is not None else the_launch(card, bundle=bundle, box=box)
-    build = builder(choice, box.target())
+    # a cpu bundle gets no SGLang command: no parser to read for it
+    parser = None if cpu_only(bundle) else sglang_parser()
+    build = builder(choice, box.target(), parser)
     result = recommend(bundle, card, band=band, layouts=layouts, context=context,
                        write_files=write_files, command=build)
     if cpu_only(bundle):  # no GPU evidence: no SGLang GPU command either (issue 22, point 3)
@@ -282,15 +301,36 @@ def tune(bundle: Bundle, card: ModelCard, band: DecodeBand, *, layouts: bool = T
     bench = None if choice.neutral else (
         lambda lay, tp, env: bench_line(card, lay, tp, env, choice))
     result = launch.apply(result, choice, card, build, box=box, context=context, bench=bench)
-    return speculative.add(result, card)
+    return _mtp_checked(speculative.add(result, card), parser)
+
+
+def _mtp_checked(result: Recommendations, parser: ParserSpec | None) -> Recommendations:
+    """The MTP card's line (the top layout's checked command plus its speculative flags) with
+    those flags checked by `parser` too: one it refuses leaves the card without a line."""
+    rec = next((r for r in result.recommendations if r.rule == speculative.RULE and r.action),
+               None)
+    top = result.layouts[0].command if result.layouts else ""
+    if rec is None or parser is None or not top or top not in rec.action:
+        return result
+    flags = shlex.split(rec.action[rec.action.index(top) + len(top):])
+    try:
+        parser.reconcile(flags)
+    except BadInput as exc:
+        rec.kind, rec.action = "info", ""
+        rec.caveats = [f"no SGLang command: {exc.one_line()}", *rec.caveats]
+    else:
+        rec.evidence = [*rec.evidence, f"{' '.join(flags)}: checked against SGLang "
+                                       f"{parser.version}'s own parser"]
+    return result
 
 
 def bench_line(card: ModelCard, layout: LayoutAdvice | None, tp: int, env: dict[str, str],
                choice: LaunchChoice) -> str:
     """The `pcieprof serve-bench` command that launches exactly a layout's printed SGLang line
-    (same argv and environment; serve-bench picks the first free port from 30000): the layout's
-    parallel sizes (`tp` alone for the card's default layout narrowed to the box), every launch
-    backend of `choice` and the recommended environment."""
+    (same argv and environment, on the same default port where it is free here; serve-bench
+    says which one after it it takes where not): the layout's parallel sizes (`tp` alone for
+    the card's default layout narrowed to the box), every launch backend of `choice` and the
+    recommended environment."""
     args = ["pcieprof", "serve-bench", "--model", card.name, "--tp", str(tp)]
     if layout is not None:
         if layout.pp > 1:

@@ -22,9 +22,9 @@ from typing import Any, NoReturn
 
 from pcieprof import aio, progress
 from pcieprof.bundle import Bundle
-from pcieprof.bundle.document import decode, encode
 from pcieprof.bundle.rows import DecodeCurveRow
-from pcieprof.bundle.serve_search import NOT_A_RESULT, Outcome, SearchEnd
+from pcieprof.bundle.serve_search import (ATTEMPTS_FILE, NOT_A_RESULT, Attempt, Outcome, SearchEnd,
+                                          attempts_jsonl, read_attempts)
 from pcieprof.bundle.serve_command import RecordedCommand
 from pcieprof.bundle.serve_summary import ServeSummary
 from pcieprof.bundle.server_info import ServerInfo
@@ -38,7 +38,8 @@ from pcieprof.serve.launcher import ServerProcess, free_port, http_get
 from pcieprof.serve.metrics import FORMULAS, RequestRecord, summarize
 from pcieprof.serve.sglang_cmd import (LaunchConfig, LaunchPrefix, ParserSpec, build_command,
                                        recorded_env)
-from pcieprof.serve.sweep import Attempt, SweepEntry, classify_attempt_end, entries_from, launch
+from pcieprof.serve.sweep import (SweepEntry, classify_attempt_end, entries_from, launch,
+                                  record_failure)
 
 
 @dataclass
@@ -157,18 +158,8 @@ class _ListPlan(Plan):
 def _resumed(bundle: Bundle) -> list[Attempt]:
     """The attempts recorded in the bundle; one left `running` (pcieprof was killed) counts as
     interrupted."""
-    path = bundle.path / "serve" / "attempts.jsonl"
-    rows = []
-    if path.is_file():
-        for ln in path.read_text(encoding="utf-8").splitlines():
-            if ln.strip():
-                try:
-                    row = json.loads(ln)
-                except ValueError as exc:
-                    raise BadInput(f"{path}: unreadable attempt row ({exc})") from None
-                if not isinstance(row, dict):
-                    raise BadInput(f"{path}: unreadable attempt row (not a JSON object)")
-                rows.append(decode(Attempt, row, f"{path}: attempt row"))
+    path = bundle.path / ATTEMPTS_FILE
+    rows = read_attempts(path.read_text(encoding="utf-8"), str(path)) if path.is_file() else []
     if rows and not all(r.search for r in rows):
         raise BadInput(f"{bundle.path} holds attempts that no launch search made",
                        hint="--resume continues a serve-bench --sweep bundle")
@@ -207,10 +198,10 @@ def _attempt_all(bundle: Bundle, opts: BenchOptions, plan: Plan,
         if not bundle.has("serve/command.json"):
             bundle.write_doc(cmd.record(recorded_env(cmd)))
         base_url = f"http://{_client_host(entry.config.host)}:{entry.config.port}"
-        rule = entry.search.get("rule")
+        rule = entry.search.rule if entry.search else ""
         progress.info(f"attempt {i} {entry.config.name}" + (f" [{rule}]: {entry.why}" if rule
                                                             else ""))
-        for change in entry.search.get("changes", []):
+        for change in entry.search.changes if entry.search else []:
             progress.debug(f"  {change}")
         progress.debug(f"attempt {i}: {cmd.shell()}")
 
@@ -303,8 +294,7 @@ def _local_ranks(cfg: LaunchConfig, card: ModelCard) -> int:
 
 
 def _write_attempts(bundle: Bundle, attempts: list[Attempt]) -> None:
-    bundle.write_text("serve/attempts.jsonl",
-                      "".join(json.dumps(encode(a), default=str) + "\n" for a in attempts))
+    bundle.write_text(ATTEMPTS_FILE, attempts_jsonl(attempts))
 
 
 # -- attaching / follower nodes -------------------------------------------------------------------
@@ -463,7 +453,7 @@ def _check_alive(server: ServerProcess | None, att: Attempt, when: str) -> None:
     if server is None or server.alive():
         return
     c = classify_attempt_end(server)
-    att.fail(c, server.started_at)
+    record_failure(att, c, server.started_at)
     att.summary = f"{c.summary} ({when})"
     raise _Stop(att)
 

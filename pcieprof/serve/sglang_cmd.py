@@ -103,6 +103,8 @@ class LaunchConfig:
     inject: str = ""
     model_path: str = ""
     host: str = "127.0.0.1"
+    # SGLang 0.5.23's default (sglang/srt/arg_groups/fields/serving.py: port = 30000): the one
+    # port every printed command (dry run, recommend, report) shows
     port: int = 30000
     nnodes: int = 1
     node_rank: int = 0

@@ -15,15 +15,14 @@ import math
 import random
 import time
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import aiohttp
 
 from pcieprof import aio
-from pcieprof.bundle.serve_command import RecordedCommand
-from pcieprof.bundle.serve_search import Outcome
+from pcieprof.bundle.serve_search import Attempt, Outcome, SearchStep
 from pcieprof.errors import BadInput
 from pcieprof.redact import redact
 from pcieprof.serve.launcher import ServerProcess, progress_waiter
@@ -42,13 +41,13 @@ class SweepEntry:
         why: why it is tried.
         source: where the reason comes from.
         search: for a launch-search step: its configuration by axis, rule, parent, varied axes
-            and changes (recorded with the attempt, so that a search can resume).
+            and changes (recorded with the attempt, so that a search can resume); else None.
     """
 
     config: LaunchConfig
     why: str = ""
     source: str = ""
-    search: dict[str, Any] = field(default_factory=dict)
+    search: SearchStep | None = None
 
 
 def entries_from(base: LaunchConfig, path: Path) -> list[SweepEntry]:
@@ -82,63 +81,11 @@ def entries_from(base: LaunchConfig, path: Path) -> list[SweepEntry]:
     return out
 
 
-@dataclass
-class Attempt:
-    """How one launch went (one row of attempts.jsonl, written with `encode` and read with
-    `decode` of pcieprof.bundle.document, like the bundle's documents)."""
-
-    index: int
-    name: str
-    config: dict[str, Any]
-    command: RecordedCommand
-    log: str
-    why: str = ""
-    source: str = ""
-    outcome: str = "running"
-    summary: str = ""
-    hint: str = ""
-    excerpt: str = ""
-    line: int | None = None
-    exit_code: int | None = None
-    time_to_ready_s: float | None = None
-    time_to_failure_s: float | None = None
-    probe: dict[str, Any] = field(default_factory=dict)
-    benchmarked: bool = False
-    pid: int | None = None  # the server's process (and process group) id
-    last_progress: str = ""  # the last start-up progress line of its log
-    search: dict[str, Any] = field(default_factory=dict)  # the search step that chose it
-
-    def fail(self, c: Classified, t0: float) -> None:
-        self.outcome, self.summary, self.hint = c.outcome.value, c.summary, c.hint
-        self.excerpt, self.line, self.exit_code = c.excerpt, c.line, c.exit_code
-        self.time_to_failure_s = round(time.monotonic() - t0, 3)
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome == Outcome.OK.value
-
-    def one_line(self) -> str:
-        if self.ok:
-            return f"attempt {self.index} {self.name}: ok (ready in {self.time_to_ready_s:.1f} s)"
-        first = self.excerpt_key()
-        return (f"attempt {self.index} {self.name}: {self.outcome} after "
-                f"{self.time_to_failure_s or 0:.1f} s: {self.summary}{first}")
-
-    def excerpt_key(self) -> str:
-        for ln in self.excerpt.splitlines():
-            if ln.startswith(">"):
-                s = ln[1:].strip()
-                return ": " + (s[:140] + "..." if len(s) > 140 else s)
-        return ""
-
-    @property
-    def deciding_line(self) -> str:
-        """The log line that decided the outcome ("" when none)."""
-        for ln in self.excerpt.splitlines():
-            if ln.startswith(">"):
-                return ln[1:].strip()
-        return ""
-
+def record_failure(att: Attempt, c: Classified, t0: float) -> None:
+    """Record on `att` how its server failed (`c`), `t0` being its launch (time.monotonic)."""
+    att.outcome, att.summary, att.hint = c.outcome.value, c.summary, c.hint
+    att.excerpt, att.line, att.exit_code = c.excerpt, c.line, c.exit_code
+    att.time_to_failure_s = round(time.monotonic() - t0, 3)
 
 
 async def probe_tokens(base_url: str, *, tokens: int, n: int, timeout_s: float,
@@ -219,7 +166,7 @@ def launch(index: int, entry: SweepEntry, cmd: ServerCommand, log_path: Path, ba
     """
     att = Attempt(index=index, name=entry.config.name, config=redact(entry.config.to_json()),
                   command=cmd.record(), log=str(log_path), why=entry.why, source=entry.source,
-                  search=dict(entry.search))
+                  search=entry.search)
     server = ServerProcess(cmd, log_path)
     t0 = time.monotonic()
     server.start()
@@ -246,7 +193,7 @@ def _ready_and_probe(att: Attempt, server: ServerProcess, base_url: str, t0: flo
     failure = server.wait_ready(base_url, deadline_s=startup_timeout_s, stall_s=stall_s,
                                 on_wait=progress_waiter(f"attempt {att.index} {att.name}"))
     if failure is not None:
-        att.fail(failure, t0)
+        record_failure(att, failure, t0)
         return
     att.time_to_ready_s = round(time.monotonic() - t0, 3)
     try:
@@ -264,7 +211,7 @@ def _ready_and_probe(att: Attempt, server: ServerProcess, base_url: str, t0: flo
         c = Classified(Outcome.BAD_OUTPUT, "served wrong tokens",
                        "check the probe errors in attempts.jsonl",
                        "\n".join("> " + e for e in att.probe.get("errors", [])), None, None)
-    att.fail(c, t0)
+    record_failure(att, c, t0)
 
 
 def classify_attempt_end(server: ServerProcess, *, hung: bool = False) -> Classified:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from pcieprof.bundle.serve_search import (NOT_A_RESULT, AxisValue, Exclusion, SearchAttempt,
+from pcieprof.bundle.serve_search import (NOT_A_RESULT, Attempt, AxisValue, Exclusion,
                                           SearchAxis, SearchEnd, SearchRule, ServeSearch, Winner)
 from pcieprof.errors import BadInput
 from pcieprof.tune.learn import ATTENTION_AXES, RULES, Rule, in_graph_capture, rule_named
@@ -377,7 +377,7 @@ class Search:
 # -- the bundle document -------------------------------------------------------------------------
 
 
-def search_document(search: Search, tried: list[Tried], attempts: list[SearchAttempt], *,
+def search_document(search: Search, tried: list[Tried], attempts: list[Attempt], *,
                     status: str, why: str, winner: Winner | None, end: End | None,
                     sources: Mapping[str, str], sglang: str | None) -> ServeSearch:
     """serve/search.json: the search's space and rules, what the attempts taught, the attempts.
@@ -385,7 +385,7 @@ def search_document(search: Search, tried: list[Tried], attempts: list[SearchAtt
     Args:
         search: the search.
         tried: the attempts as the search sees them (to replay what they taught).
-        attempts: the attempts as the document records them.
+        attempts: the attempts as serve/attempts.jsonl records them.
         status: `running`, `found`, `exhausted`, `stopped` or `interrupted`.
         why: one line.
         winner: the configuration that served, or None.

@@ -17,6 +17,9 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     left = tmp_path / "left-behind.json"
     r = cli("demo", "--out", str(out), process=True, timeout=600, left_behind=left)
     assert r.returncode == 0, r.stderr[-2000:]
+    # Its own deliberate choices (the reference server beside a GLM-5 box) are not warned of.
+    said = [ln for ln in r.stderr.splitlines() if ln.startswith(("warning:", "model:"))]
+    assert not said, said
     # The last lines say what to do next: open the page, measure a GPU box.
     tail = r.stdout.strip().splitlines()[-6:]
     assert any(f"open {(out / 'report.html').resolve().as_uri()}" in ln for ln in tail)

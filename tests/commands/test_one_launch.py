@@ -22,14 +22,16 @@ from pcieprof.bundle.serve_search import ServeSearch, Winner
 from pcieprof.cards import load_card
 from pcieprof.commands.tuning import failing, the_launch
 from pcieprof.serve import served
+from pcieprof.serve.sglang_cmd import PINNED_SGLANG, sglang_search_path
 from pcieprof.tune.launch import BENCH, launch_recommendation
 
 GLM5 = load_card("glm5-nvfp4")
 
 
 def _dry_run(*args: str) -> tuple[list[str], dict[str, str]]:
-    """serve-bench --dry-run's argv (its `# argv:` line) and its exports."""
-    r = cli("serve-bench", *args, "--dry-run", "--port", "30000")
+    """serve-bench --dry-run's argv (its `# argv:` line) and its exports; no --port: the default
+    port is the one recommend prints too."""
+    r = cli("serve-bench", *args, "--dry-run")
     assert r.returncode == 0, r.stderr
     argv = next(json.loads(ln[len("# argv: "):]) for ln in r.stdout.splitlines()
                 if ln.startswith("# argv: "))
@@ -62,6 +64,8 @@ def test_serve_bench_launches_what_recommend_prints(sim_vm_bundle: Path, tmp_pat
     doc = _recommend(sim_vm_bundle, tmp_path / "box")
     tp8 = next(lay for lay in doc.layouts if lay.label == f"TP{GLM5.sglang.tp_default}")
     assert shlex.split(tp8.command) == argv  # the card's layout, argv for argv
+    if sglang_search_path() is not None:  # a parser is here: both commands are checked by it
+        assert f"checked against SGLang {PINNED_SGLANG}'s own parser" in tp8.notes
     # the card's environment for this box (SM120, PCIe: its box settings hold), less what the
     # recommended environment sets instead
     card_env = GLM5.sglang.for_box(box_of(Bundle.open(sim_vm_bundle)).target()).env
@@ -97,12 +101,16 @@ def test_serve_bench_launches_what_recommend_prints(sim_vm_bundle: Path, tmp_pat
     prefix = tmp_path / "record"
     prefix.write_text(f"#!/bin/sh\nexec {shlex.quote(os.sys.executable)} {rec_py} \"$@\"\n")
     prefix.chmod(prefix.stat().st_mode | stat.S_IXUSR)
-    r = cli("serve-bench", *bench_args, "--port", "30000", "--launch-prefix", str(prefix),
+    r = cli("serve-bench", *bench_args, "--launch-prefix", str(prefix),
             "--out", str(tmp_path / "run"), "--startup-timeout", "60", "-q", process=True)
     assert r.returncode == 1, r.stderr  # the "server" exited: a crash
     launched = json.loads(log.read_text())["argv"]  # through a prefix: `env K=V ... argv`
     assert launched[0] == "env"
     got_argv, got_env = _split(shlex.join(launched[1:]))
+    # the same port, unless another process holds it here: then the first free one after it
+    at = got_argv.index("--port") + 1
+    assert int(got_argv[at]) >= int(want_argv[at])
+    got_argv[at] = want_argv[at]
     assert got_argv == want_argv
     assert got_env == want_env
 

@@ -203,6 +203,8 @@ def test_a_node_killed_mid_sweep_stops_the_cross_node_cases_at_once(tmp_path: Pa
     (["--nnodes", "2", "--node-rank", "1"], "--nnodes 2 needs --rdzv-endpoint"),
     (["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "nohost"], "expected HOST:PORT"),
     (["--node-rank", "1"], "--node-rank 1 needs --nnodes above 1"),
+    # unused on one node, but a malformed endpoint is refused, not passed over silently
+    (["--rdzv-endpoint", "127.0.0.1:41303:5"], "--rdzv-endpoint '127.0.0.1:41303:5': expected"),
     (["--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "127.0.0.1:1",
       "--rdzv-token-file", "/nonexistent/tok"], "--rdzv-token-file /nonexistent/tok: cannot read"),
     (["--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", "127.0.0.1:1", "--ring-order",

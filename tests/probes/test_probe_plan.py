@@ -28,10 +28,15 @@ def test_quick_cpu_plan_covers_every_ordered_pair_on_both_paths() -> None:
         assert (c.detail == V.GLOO_IGNORES_NCCL) == bool(c.env)
 
 
-def test_full_plan_sweeps_to_256mib_with_every_variant_and_groups() -> None:
+def test_full_plan_sweeps_to_256mib_with_the_rules_variants_and_groups() -> None:
     plan = build_plan("cuda", list(range(8)))
     allv = [c for c in plan.allreduce if c.ranks == list(range(8))]
-    assert [c.variant for c in allv] == list(V.VARIANTS)
+    # the variants recommend's rules compare with default; the other four with --variants all
+    assert [c.variant for c in allv] == V.DEFAULT_VARIANTS
+    env = {k for c in allv for k in c.env}
+    assert env == {"NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_PROTO", "NCCL_MIN_NCHANNELS"}
+    every = build_plan("cuda", list(range(8)), variants=V.parse_variants("all"))
+    assert [c.variant for c in every.allreduce if c.ranks == list(range(8))] == list(V.VARIANTS)
     assert allv[0].sizes[-1] == 256 * MiB and len(allv[0].sizes) == 26
     assert all(c.detail == "" for c in plan.allreduce)  # cuda: NCCL reads them
     groups = [c.ranks for c in plan.allreduce if c.ranks != list(range(8))]
@@ -145,9 +150,13 @@ def test_each_ring_order_runs_with_nccl_algo_ring_beside_its_baseline() -> None:
         assert by[label].sizes == by["default@0-1-2-3"].sizes
     assert "runs at every size; its baseline is algo_ring@0-1-2-3" in by["algo_ring@0-2-1-3"].detail
     assert "baseline of ring order 0,2,1,3" in by["algo_ring@0-1-2-3"].detail
-    # the full plan already runs algo_ring over every GPU: that is the baseline, not run twice
+    # a plan that already runs algo_ring over every GPU (--variants all) has the baseline: not
+    # run twice; the default plan has no algo_ring case and gets it from the order
+    every = build_plan("cuda", [0, 1, 2, 3], orders=[[0, 2, 1, 3]],
+                       variants=V.parse_variants("all"))
+    assert [c.label for c in every.allreduce].count("algo_ring@0-1-2-3") == 1
     full = build_plan("cuda", [0, 1, 2, 3], orders=[[0, 2, 1, 3]])
-    assert [c.label for c in full.allreduce].count("algo_ring@0-1-2-3") == 1
+    assert [c.label for c in full.allreduce][-2:] == ["algo_ring@0-2-1-3", "algo_ring@0-1-2-3"]
     assert plan.allreduce == Plan.from_json(plan.to_json()).allreduce
 
 

@@ -78,8 +78,10 @@ def test_the_top_layout_at_both_ends_of_the_assumed_all_gather_cost(
         why = doc.layouts[0].why
         said = why.split("range of the assumed all-gather cost (0.5 x an all-reduce of its size; "
                          "range 0.5-1, itself assumed): at 1, ", 1)[1]
-        step, was = (float(x) for x in re.findall(r"([\d.]+) ms per step at c=1 \(not ([\d.]+)\)",
-                                                 said)[0])
-        peak, peak_was = (float(x) for x in re.findall(r"([\d.]+) tok/s at c=\d+ \(not ([\d.]+)\)",
-                                                      said)[0])
-        assert step >= was and peak < peak_was  # a dearer all-gather, a slower step
+        # each value only where it moves at the precision shown: never "22.2 (not 22.2)"
+        for step, was in re.findall(r"([\d.]+) ms per step at c=1 \(not ([\d.]+)\)", said):
+            assert float(step) > float(was)  # a dearer all-gather, a slower step
+        peaks = re.findall(r"([\d.]+) tok/s at c=\d+ \(not ([\d.]+)\)", said)
+        assert peaks, said
+        for peak, peak_was in peaks:
+            assert float(peak) < float(peak_was)

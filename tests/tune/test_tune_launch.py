@@ -18,7 +18,7 @@ from pcieprof.analysis.box import box_of
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.recommendations import Recommendations
-from pcieprof.bundle.serve_search import SearchAttempt, ServeSearch
+from pcieprof.bundle.serve_search import Attempt, SearchStep, ServeSearch
 from pcieprof.cards import load_card
 from pcieprof.commands.tuning import builder, launch_choice, tune
 from pcieprof.errors import BadInput
@@ -114,11 +114,13 @@ def test_a_search_without_a_winner_says_so_and_how_to_go_on(tmp_path: Path) -> N
     first = _first()
     b = _search_bundle(tmp_path / "s", card="tiny-cpu", like="glm5-nvfp4", arch="sm120",
                        status="interrupted", why="interrupted (Ctrl-C)", attempts=[
-                           SearchAttempt(index=0, label="first", config=first,
-                                         outcome="nan_in_decode", time_to_failure_s=2.5,
-                                         deciding_line="RuntimeError: probability tensor "
-                                                       "contains either `inf`, `nan`"),
-                           SearchAttempt(index=1, label="second", outcome="interrupted")])
+                           Attempt(index=0, name="first", outcome="nan_in_decode",
+                                   time_to_failure_s=2.5,
+                                   excerpt="> RuntimeError: probability tensor contains either "
+                                           "`inf`, `nan`",
+                                   search=SearchStep(config=first, label="first")),
+                           Attempt(index=1, name="second", outcome="interrupted",
+                                   search=SearchStep(label="second"))])
     choice = launch_choice(GLM5, b)
     assert not choice.served and choice.config == first
     assert "is interrupted after 1 attempt(s) without one" in choice.label

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pcieprof.bundle.serve_search import SearchAttempt, ServeSearch, Winner
+from pcieprof.bundle.serve_search import Attempt, SearchStep, ServeSearch, Winner
 from pcieprof.cards import load_card
 from pcieprof.errors import BadInput
 from pcieprof.refserver.args import parse_args
@@ -130,17 +130,19 @@ def test_start_must_be_axes_sglang_accepts() -> None:
 def test_search_document_reads_back() -> None:
     search = Search(_space(), start=FIELD_START)
     h = _run(search)
-    rows = [SearchAttempt(index=t.index, label=search.space.label(t.config), config=t.config,
-                          rule=t.rule, parent=t.parent, varied=list(t.varied), why="w",
-                          changes=["c"], outcome=t.outcome, deciding_line=t.deciding_line,
-                          time_to_failure_s=None if t.outcome == "ok" else 1.5,
-                          log=f"serve/server-{t.index}.log") for t in h]
+    rows = [Attempt(index=t.index, name=search.space.label(t.config), why="w",
+                    outcome=t.outcome, excerpt=t.excerpt, last_progress=t.last_progress,
+                    time_to_failure_s=None if t.outcome == "ok" else 1.5,
+                    log=f"serve/server-{t.index}.log",
+                    search=SearchStep(config=dict(t.config), label=search.space.label(t.config),
+                                      rule=t.rule, parent=t.parent, varied=list(t.varied),
+                                      why="w", changes=["c"])) for t in h]
     winner = Winner(index=h[-1].index, label=rows[-1].label, config=h[-1].config,
                     argv=["python3", "-m", "sglang.launch_server"], env={"A": "1"},
                     command="A=1 python3 -m sglang.launch_server")
     d = search_document(search, h, rows, status="found", why="attempt served", winner=winner,
                         end=None, sources={"F1": "field"}, sglang="0.5.23").to_json()
-    assert d["format"] == "pcieprof.serve_search/1"
+    assert d["format"] == "pcieprof.serve_search/2"
     doc = ServeSearch.from_json(json.loads(json.dumps(d)))
     assert doc.found and doc.status == "found" and doc.winner is not None
     assert doc.winner.argv[0] == "python3"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -124,19 +125,95 @@ def test_recommend_states_what_the_data_shows(samples: Path, tmp_path: Path, cas
         assert lv["value"] is None or lv["value"] > 0
 
 
-def _launch_fits_the_box(bundle: Path, doc: dict) -> None:  # type: ignore[type-arg]
-    """No launch line names more GPUs than the box has, a layout that does not fit its memory,
-    or backends of an architecture the card has no evidence for (issue 22 pt 2)."""
+#: The word that makes a line an SGLang launch (pcieprof.serve.sglang_cmd's module).
+LAUNCH = "sglang.launch_server"
+GIB = 1 << 30
+
+
+def _launch_lines(bundle: Path, doc: dict) -> list[tuple[str, str]]:  # type: ignore[type-arg]
+    """(where, line) of every SGLang launch recommend wrote: each recommendation's action, each
+    layout's command and tune/sglang_command.sh."""
+    out = [(f"recommendation {r['rule']}", ln) for r in doc["recommendations"]
+           for ln in (r["action"] or "").splitlines() if LAUNCH in ln and not ln.startswith("#")]
+    out += [(f"layout {lay['label']}", lay["command"]) for lay in doc["layouts"] or []
+            if lay.get("command")]
+    script = bundle / "tune" / "sglang_command.sh"
+    if script.is_file():
+        out += [("tune/sglang_command.sh", ln) for ln in script.read_text().splitlines()
+                if LAUNCH in ln and not ln.startswith("#")]
+    return out
+
+
+def _launch_fits_the_box(bundle: Path, doc: dict) -> int:  # type: ignore[type-arg]
+    """No SGLang launch line (each recommendation's action, the MTP card's included, each
+    layout's command, tune/sglang_command.sh) names more GPUs than the box has, runs a layout
+    that does not fit its GPU memory (with the MTP layer's weights where the line turns MTP on),
+    or backends of an architecture the card has no evidence for (issue 22 pt 2). Returns how
+    many lines were checked."""
     from pcieprof.analysis.box import box_of
     from pcieprof.bundle import Bundle
+    from pcieprof.cards import load_card
+    from pcieprof.tune import speculative
     box = box_of(Bundle.open(bundle))
-    for rec in doc["recommendations"]:
-        line = rec["action"] if rec["rule"] == "launch_config" else ""
-        if not line:
-            continue
-        flags = line.split()
-        size = {f: int(flags[flags.index(f) + 1]) for f in ("--tp-size", "--pp-size") if f in flags}
-        assert size.get("--tp-size", 1) * size.get("--pp-size", 1) <= max(box.gpus, 1), line
+    card = load_card(doc["model"])
+    lines = _launch_lines(bundle, doc)
+    for where, line in lines:
+        flags = shlex.split(line)
+
+        def value(flag: str, default: str = "1") -> str:
+            return flags[flags.index(flag) + 1] if flag in flags else default
+
+        tp, pp, ep = int(value("--tp-size")), int(value("--pp-size")), int(value("--ep-size"))
+        attn_dp, replicas = "--attn-dp-size" in flags, int(value("--dp-size"))
+        # --dp-size without attention DP: one TP x PP group per replica (SGLang's DP controller)
+        assert tp * pp * replicas <= max(box.gpus, 1), f"{where}: {line}"
         if box.arch not in ("sm120", "sm100"):
-            assert "--attention-backend" not in flags and "--dsa-decode-backend" not in flags, line
-        assert "does not fit" not in rec["title"]
+            assert "--attention-backend" not in flags and "--dsa-decode-backend" not in flags, \
+                f"{where}: {line}"
+        lay = next((lay for lay in doc["layouts"] or [] if (lay["tp"], lay["pp"], lay["ep"],
+                    lay["dp_attention"], lay["replicas"]) == (tp, pp, ep, attn_dp, replicas)),
+                   None)
+        if lay is None:  # no layouts ranked (--no-layouts): the GPU count is what is known
+            assert not doc["layouts"], f"{where}: no layout runs {line}"
+            continue
+        assert lay["fits"], f"{where}: {lay['label']} does not fit: {line}"
+        if box.memory_bytes is not None and lay["gpu_memory_gib_low"] is None:
+            assert lay["gpu_memory_gib"] == pytest.approx(box.memory_bytes / GIB, abs=0.05)
+        fraction = float(value("--mem-fraction-static", str(lay["mem_fraction"])))
+        assert fraction == pytest.approx(lay["mem_fraction"]), f"{where}: {line}"
+        weights, kv = lay["weights_gib"], lay["kv_gib_per_request"]
+        if "--speculative-algorithm" in flags:  # the MTP layer's weights and KV on top
+            f = speculative.facts(card)
+            assert f is not None, f"{where}: MTP for {card.name}, which has no MTP layer"
+            weights += speculative.mtp_bytes(card, float(f["mtp_dtype_bytes"])) / (tp * pp) / GIB
+            kv *= 1 + card.mtp_layers / max(card.num_layers, 1)
+        # an assumed memory's high end (its low end only makes the fit uncertain, and says so)
+        room = lay["gpu_memory_gib"] * fraction
+        assert weights + kv <= room, (f"{where}: needs {weights + kv:.1f} GiB per GPU for the "
+                                      f"weights and one request's KV, has {room:.1f}")
+    for rec in doc["recommendations"]:
+        if rec["action"] and LAUNCH in rec["action"]:
+            assert "does not fit" not in rec["title"], rec["title"]
+    return len(lines)
+
+
+@pytest.mark.parametrize("profile", ["rtxpro6000-8x-vm", "rtxpro6000-8x-switch"])
+def test_the_demo_boxes_launch_lines_fit(demo_bundles: dict[str, Path], tmp_path: Path,
+                                         profile: str) -> None:
+    """The demo's boxes: every launch line (the MTP card's +2.3 GiB included) fits the box; a
+    box with less memory than the MTP line needs makes the check fail."""
+    r = cli("recommend", str(demo_bundles[profile]), "--out", str(tmp_path / "rec"), "-q")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "rec" / "recommendations.json").read_text())
+    mtp = next(rec for rec in doc["recommendations"] if rec["rule"] == "speculative_mtp")
+    assert "--speculative-algorithm" in mtp["action"]
+    checked = _launch_fits_the_box(tmp_path / "rec", doc)
+    # the launch card's and the MTP card's lines, every layout that fits, and the script's
+    assert checked >= 3 + sum(1 for lay in doc["layouts"] if lay["fits"])
+    # the check is not vacuous: the top layout's memory just above its own fit, below MTP's
+    top = doc["layouts"][0]
+    kv = top["kv_gib_per_request"]
+    tight = dict(top, gpu_memory_gib=(top["weights_gib"] + kv + 0.5) / top["mem_fraction"],
+                 gpu_memory_gib_low=0.0)  # a "range": the box's measured memory not compared
+    with pytest.raises(AssertionError, match="speculative_mtp: needs"):
+        _launch_fits_the_box(tmp_path / "rec", dict(doc, layouts=[tight, *doc["layouts"][1:]]))

@@ -16,7 +16,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from pcieprof.bundle.recommendations import Recommendation
-from pcieprof.bundle.serve_search import ServeSearch
+from pcieprof.bundle.serve_search import ATTEMPTS_FILE, ServeSearch, read_attempts
 from pcieprof.bundle.serve_summary import RunSummary, ServeSummary
 from pcieprof.report.context import ReportContext
 from pcieprof.report.figures import figure, plot_text
@@ -116,7 +116,9 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
     summary = view.doc(ServeSummary)
     search = view.doc(ServeSearch)
     requests = read_jsonl(view, "serve/requests.jsonl")
-    attempts = read_jsonl(view, "serve/attempts.jsonl")
+    path = view.path / ATTEMPTS_FILE
+    attempts = read_attempts(path.read_text(encoding="utf-8", errors="replace"), str(path)) \
+        if path.is_file() else []
     curve = view.table("decode_curve")
     if not (summary or search or requests or attempts or not curve.empty):
         return None
@@ -197,24 +199,23 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         else:
             sec.blocks.append(Note("decode curve: no batch size reached a steady state", "warn"))
     if attempts and not search:  # a search's attempts are in its own table above
-        rows = [[a.get("index"), a.get("name"), a.get("outcome"), a.get("summary"),
-                 a.get("time_to_ready_s"), a.get("time_to_failure_s"),
-                 "yes" if a.get("benchmarked") else ""] for a in attempts]
+        rows = [[a.index, a.name, a.outcome, a.summary, a.time_to_ready_s, a.time_to_failure_s,
+                 "yes" if a.benchmarked else ""] for a in attempts]
         sec.blocks.append(Table("launch attempts and outcomes", ["#", "config", "outcome", "summary",
                                                                  "ready after s", "failed after s",
                                                                  "benchmarked"], rows, provenance=prov))
     if len(attempts) > 1:  # one attempt: its table row says it all
         fig = go.Figure(go.Bar(
-            x=[(a.get("time_to_ready_s") or a.get("time_to_failure_s") or 0) for a in attempts],
-            y=[plot_text(f"{a.get('index')} {a.get('name')}") for a in attempts], orientation="h",
-            text=[plot_text(a.get("outcome", "")) for a in attempts], textposition="auto",
-            marker={"color": ["#2da44e" if a.get("outcome") == "ok" else "#cf222e" for a in attempts]}))
+            x=[(a.time_to_ready_s or a.time_to_failure_s or 0) for a in attempts],
+            y=[plot_text(f"{a.index} {a.name}") for a in attempts], orientation="h",
+            text=[plot_text(a.outcome) for a in attempts], textposition="auto",
+            marker={"color": ["#2da44e" if a.ok else "#cf222e" for a in attempts]}))
         fig.update_yaxes(autorange="reversed")
         fig.update_xaxes(title="seconds until ready (ok) or until it failed")
         sec.blocks.append(figure(fig, "launch attempts: outcome and time to it", prov,
                                  height=max(220, 40 * len(attempts) + 120)))
     for a in attempts:
-        if a.get("outcome") not in ("ok", None) and a.get("excerpt"):
-            sec.blocks.append(Note(f"attempt {a.get('index')} {a.get('name')}: {a.get('outcome')}: "
-                                   f"{str(a.get('excerpt'))[:600]}", "warn"))
+        if not a.ok and a.excerpt:
+            sec.blocks.append(Note(f"attempt {a.index} {a.name}: {a.outcome}: {a.excerpt[:600]}",
+                                   "warn"))
     return sec
