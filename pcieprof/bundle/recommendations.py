@@ -209,7 +209,9 @@ class Recommendations(Document):
         needs_measuring: what the data could not decide.
         ring: the searched ring, or None without a P2P matrix.
         inferred: the inferred fabric (pcieprof.analysis.infer.InferredTopology.as_dict), or None.
-        layouts: ranked parallel layouts, best first.
+        layouts: ranked parallel layouts, best first (unless `layouts_unranked`).
+        layouts_unranked: why the layouts are not ranked (then they are listed in a fixed
+            order and none is launched); "" when they are ranked, as in files written before it.
         env: the merged environment of every env/launch recommendation.
         verify: after --verify: {bundle, backend, source, rules}.
 
@@ -231,6 +233,7 @@ class Recommendations(Document):
     ring: RingChoice | None = None
     inferred: dict[str, Any] | None = None
     layouts: list[LayoutAdvice] = field(default_factory=list)
+    layouts_unranked: str = ""
     env: dict[str, str] = field(default_factory=dict)
     verify: dict[str, Any] | None = None
 

@@ -89,7 +89,10 @@ def summary_lines(result: Recommendations) -> list[str]:
         for e in r.evidence[:2]:
             lines.append(f"   evidence: {e}")
     if result.layouts:
-        lines += ["", "parallel layouts (best first):"]
+        unranked = result.layouts_unranked
+        lines += ["", "parallel layouts (" + (f"not ranked: no compute anchor for {result.model}"
+                                             "; fitting first, in a fixed order" if unranked
+                                             else "best first") + "):"]
         for lay in result.layouts:
             rows = {x.concurrency: x for x in lay.per_concurrency}
             c1 = rows[min(rows)]
@@ -117,7 +120,9 @@ def summary_lines(result: Recommendations) -> list[str]:
                 bound += f" (assumed {lay.memory_text()}/GPU)"
 
             lines.append(head + f"{bound}: {step}, c={peak.concurrency} {tok} tok/s")
-        if result.layouts[0].why:
+        if unranked:
+            lines.append(f"  why: {unranked}")
+        elif result.layouts[0].why:
             lines.append(f"  why: {result.layouts[0].why}")
     if result.needs_measuring:
         lines += ["", "would need measuring:"] + [f"  - {m}" for m in result.needs_measuring]

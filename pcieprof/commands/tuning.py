@@ -291,7 +291,8 @@ def tune(bundle: Bundle, card: ModelCard, band: DecodeBand, *, layouts: bool = T
     box = box_of(bundle)
     choice = choice if choice is not None else the_launch(card, bundle=bundle, box=box)
     # a cpu bundle gets no SGLang command: no parser to read for it
-    build = builder(choice, box.target(), None if cpu_only(bundle) else sglang_parser())
+    parser = None if cpu_only(bundle) else sglang_parser()
+    build = builder(choice, box.target(), parser)
     result = recommend(bundle, card, band=band, layouts=layouts, context=context,
                        write_files=write_files, command=build)
     if cpu_only(bundle):  # no GPU evidence: no SGLang GPU command either (issue 22, point 3)
@@ -300,7 +301,27 @@ def tune(bundle: Bundle, card: ModelCard, band: DecodeBand, *, layouts: bool = T
     bench = None if choice.neutral else (
         lambda lay, tp, env: bench_line(card, lay, tp, env, choice))
     result = launch.apply(result, choice, card, build, box=box, context=context, bench=bench)
-    return speculative.add(result, card)
+    return _mtp_checked(speculative.add(result, card), parser)
+
+
+def _mtp_checked(result: Recommendations, parser: ParserSpec | None) -> Recommendations:
+    """The MTP card's line (the top layout's checked command plus its speculative flags) with
+    those flags checked by `parser` too: one it refuses leaves the card without a line."""
+    rec = next((r for r in result.recommendations if r.rule == speculative.RULE and r.action),
+               None)
+    top = result.layouts[0].command if result.layouts else ""
+    if rec is None or parser is None or not top or top not in rec.action:
+        return result
+    flags = shlex.split(rec.action[rec.action.index(top) + len(top):])
+    try:
+        parser.reconcile(flags)
+    except BadInput as exc:
+        rec.kind, rec.action = "info", ""
+        rec.caveats = [f"no SGLang command: {exc.one_line()}", *rec.caveats]
+    else:
+        rec.evidence = [*rec.evidence, f"{' '.join(flags)}: checked against SGLang "
+                                       f"{parser.version}'s own parser"]
+    return result
 
 
 def bench_line(card: ModelCard, layout: LayoutAdvice | None, tp: int, env: dict[str, str],

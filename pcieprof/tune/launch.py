@@ -129,7 +129,14 @@ def apply(result: Recommendations, choice: LaunchChoice, card: ModelCard,
     caveats = list(choice.caveats)
     fit_words: list[str] = []  # the default layout's memory fit, said with the box
     top: LayoutAdvice | None = None
-    if result.layouts:
+    own: dict[str, str]
+    if result.layouts_unranked and result.layouts[0].fits:
+        # layouts that fit but could not be ranked (no compute anchor): none is chosen to
+        # launch, and the recommendation says why (none fitting is said below, as ranked)
+        line, where, tp, own = "", "", card.sglang.tp_default, {}
+        verdict = (f"No launch layout chosen for {card.name}: the parallel layouts are not "
+                   f"ranked (no compute anchor for it)")
+    elif result.layouts:
         top = result.layouts[0]
         where, tp, own = top.label, top.tp, top.env
         line = launch_line(result, top) if top.fits else ""

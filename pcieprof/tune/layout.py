@@ -10,23 +10,22 @@ model fits half the GPUs):
   * compute: a roofline on bytes read per GPU per step (weights touched + KV read), with an
     effective memory bandwidth and a fixed per-step cost fitted to a decode curve: this bundle's
     serve/decode_curve.csv when it served the same model, else the published points of
-    analysis/decode_anchors.toml (their comm priced with this bundle's curves: an assumption);
+    the card's `[decode_anchor]` (their comm priced as the published box paid it: an assumption);
 - the SGLang command and its environment, from the `CommandBuilder` the caller passes (the
   commands pass pcieprof.serve.sglang_cmd's; the tuner itself knows no launcher).
-Ranked by output tok/s at the highest concurrency that every fitting layout reaches.
+Ranked by output tok/s at the highest concurrency that every fitting layout reaches; with no
+decode curve to fit compute to, not ranked at all (`not_ranked` says why) and none is launched.
 """
 
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from pcieprof.analysis.anchors import ANCHORS, published_compute_ms
+from pcieprof.analysis.anchors import published_compute_ms
 from pcieprof.analysis.box import GIB, MIB, Box, box_from
 from pcieprof.analysis.comm_model import (ALL_GATHER_RANGE, Layout, Pricer, measured_decode_steps,
                                           predict_step_comm)
@@ -81,14 +80,34 @@ class LaunchCommand:
 CommandBuilder = Callable[[ModelCard, Candidate, dict[str, str]], LaunchCommand]
 
 
-def candidates(ngpus: int) -> list[Candidate]:
-    """The layouts of issue 6 that use all `ngpus` GPUs."""
-    out = [Candidate(f"TP{ngpus}", tp=ngpus),
-           Candidate(f"TP{ngpus}+EP{ngpus}", tp=ngpus, ep=ngpus)]
+#: HF `model_type`s (card.family) whose SGLang 0.5.23 model shards attention over the
+#: attention-TP group (`get_parallel().attn_tp_size`), which is what `--attn-dp-size`
+#: (formerly `--enable-dp-attention`) narrows: with attention DP on, each attention-DP rank runs
+#: the attention of its own requests. Checked in the pinned source
+#: (~/.cache/pcieprof/sglang-0.5.23, sglang/srt/models/):
+#:   deepseek_v2.py:2051 DeepseekV2/V3/V32ForCausalLM (MLA), glm4_moe.py:1284
+#:   GlmMoeDsaForCausalLM(DeepseekV2ForCausalLM) (GLM-5), qwen3_moe.py:502 Qwen3MoeForCausalLM,
+#:   gpt_oss.py:391 GptOssForCausalLM: heads split by attn_tp_size.
+#: Not listed: llama.py:181 LlamaForCausalLM splits its heads by the full tp_size, so attention
+#: DP would not shard its attention differently (no DP-attention layout for Llama-style models).
+#: A family not listed gets no DP-attention layout (unknown is not offered).
+DP_ATTENTION_FAMILIES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "glm_moe_dsa",
+                                   "qwen3_moe", "gpt_oss"})
+
+
+def candidates(card: ModelCard, ngpus: int) -> list[Candidate]:
+    """The layouts of issue 6 that use all `ngpus` GPUs and that SGLang runs for `card`: expert
+    parallelism only for a model with routed experts, DP attention only for a family whose
+    SGLang model shards attention over the attention-TP group (DP_ATTENTION_FAMILIES)."""
+    out = [Candidate(f"TP{ngpus}", tp=ngpus)]
+    if card.num_routed_experts > 0:
+        out.append(Candidate(f"TP{ngpus}+EP{ngpus}", tp=ngpus, ep=ngpus))
     for pp in (2, 4):
         if ngpus % pp == 0 and ngpus // pp >= 1:
             out.append(Candidate(f"PP{pp}xTP{ngpus // pp}", tp=ngpus // pp, pp=pp))
-    out.append(Candidate(f"TP{ngpus} DP-attention{ngpus}", tp=ngpus, dp_attention=True, dp=ngpus))
+    if card.family in DP_ATTENTION_FAMILIES:
+        out.append(Candidate(f"TP{ngpus} DP-attention{ngpus}", tp=ngpus, dp_attention=True,
+                             dp=ngpus))
     if ngpus % 2 == 0:
         out.append(Candidate(f"2 replicas x TP{ngpus // 2}", tp=ngpus // 2, replicas=2))
     return out
@@ -154,6 +173,7 @@ class ComputeModel:
     fixed_ms: float
     source: str
     points: list[tuple[int, float, float]]  # (batch, measured step ms, comm ms subtracted)
+    layout: str = ""  # the layout the anchor ran (`TP8`), whose points these are
 
     def compute_ms(self, nbytes: float) -> float:
         return nbytes / (self.eff_gbps * 1e6) + self.fixed_ms
@@ -187,7 +207,7 @@ class Anchor:
 def anchor_curve(bundle: Bundle, card: ModelCard) -> Anchor | None:
     """The decode curve for `card`: this bundle's serve/decode_curve.csv when it served the same
     model (its communication priced with this bundle's curves: the same box), else the published
-    points with the communication of the published box (analysis/decode_anchors.toml)."""
+    points with the communication of the published box (the card's `[decode_anchor]`)."""
     summary = bundle.read_doc(ServeSummary)
     if summary is not None and summary.model == card.name:
         steps = measured_decode_steps(bundle)
@@ -196,10 +216,9 @@ def anchor_curve(bundle: Bundle, card: ModelCard) -> Anchor | None:
             ctx = max((r.input_len + r.output_len for r in bundle.rows(DecodeCurveRow)), default=0)
             return Anchor(steps, f"serve/decode_curve.csv of this bundle [{bundle.source}]",
                           summary.tp or card.sglang.tp_default, ctx)
-    data = tomllib.loads(ANCHORS.read_text(encoding="utf-8"))
-    if card.name not in data:
+    a = card.decode_anchor
+    if not a:
         return None
-    a = data[card.name]
     steps = {int(c): c / tps * 1000.0 for c, tps in a["points"]}
     comm = {int(b): float(ms) for b, ms in a.get("comm_ms", [])} or None
     high = {int(b): float(ms) for b, ms in a.get("comm_ms_default", [])} or None
@@ -244,7 +263,8 @@ def fit_compute(card: ModelCard, pricer: Pricer, bundle: Bundle,
     source = anchor.source + (f"; {anchor.comm_note}" if anchor.comm_note else "")
     if high:
         source += "; at the assumption's high end (NCCL defaults on the published box)"
-    return ComputeModel(eff_gbps=1.0 / a / 1e6, fixed_ms=float(t0), source=source, points=pts)
+    return ComputeModel(eff_gbps=1.0 / a / 1e6, fixed_ms=float(t0), source=source, points=pts,
+                        layout=c.label)
 
 
 def gpu_memory(box: Box, card: ModelCard) -> Box:
@@ -287,7 +307,8 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
             (pcieprof.tune.communicators.env_for).
 
     Returns:
-        The layouts, best first; the first carries `why`.
+        The layouts, best first, the first carrying `why`; with no compute anchor for `card`,
+        unranked (fitting first, in candidate order, no `why`: see not_ranked).
 
     Raises:
         BadInput: a box of fewer than 2 GPUs.
@@ -300,7 +321,7 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
     mem, mem_src = float(box.memory_bytes or 0.0), box.memory_source
     frac = memory.mem_fraction(card)
     results = []
-    for c in candidates(ngpus):
+    for c in candidates(card, ngpus):
         f = memory.fit(card, placement(c), box, context, frac)
         w, kv_req = f.needs, f.kv_request
         # requests of the whole box whose KV fits: each GPU holds 1/(replicas x DP) of them
@@ -371,6 +392,15 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
             comm_source=f"pcieprof.analysis.comm_model priced with {bundle.path.name}"
                         f" [{pricer.source}]"))
 
+    if compute is None:
+        # No compute anchor: a step's communication is known, its compute is not. Ranking on
+        # communication alone would put PP first, whose stages add up compute that is not
+        # predicted (with the GLM-5 anchor PP4xTP2 is slower than TP8 at c=1:
+        # tests/tune/test_tune_layout.py), so the layouts are listed, fitting ones first, in
+        # candidate order, and none is chosen (not_ranked says why).
+        results.sort(key=lambda r: (r.fits and not r.fit_uncertain, r.fits), reverse=True)
+        return results
+
     def key(r: LayoutAdvice) -> tuple[bool, bool, float, float]:
         best = max((p.tok_s for p in r.per_concurrency
                     if p.fits and p.tok_s is not None and p.tok_s == p.tok_s), default=-1.0)
@@ -384,7 +414,7 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
     if results:
         results[0].why = _why(results, compute)
         high = fit_compute(card, pricer, bundle, high=True)
-        cand = next(c for c in candidates(ngpus) if c.label == results[0].label)
+        cand = next(c for c in candidates(card, ngpus) if c.label == results[0].label)
         rng = _at_high_end(card, cand, results[0], high, context)
         if rng:
             results[0].why += "; " + rng
@@ -396,6 +426,18 @@ def rank_layouts(bundle: Bundle, card: ModelCard, pricer: Pricer, *, topology: T
         if rng:
             results[0].why += "; " + rng
     return results
+
+
+def not_ranked(card: ModelCard, layouts: list[LayoutAdvice]) -> str:
+    """Why `layouts` (rank_layouts' answer for `card`) are not ranked, or "" when they are: no
+    layout has a predicted compute, so there is no tok/s to rank on and no layout to launch."""
+    if not layouts or any(p.compute_ms is not None and math.isfinite(p.compute_ms)
+                          for lay in layouts for p in lay.per_concurrency):
+        return ""
+    return (f"not ranked: no compute anchor for {card.name} (no published decode curve, and "
+            f"this bundle did not serve it), so no tok/s is predicted and no layout is chosen "
+            f"to launch; communication alone would rank PP first, whose stages add up compute "
+            f"that is not predicted")
 
 
 def _memory_low_end(top: LayoutAdvice) -> str:
@@ -500,24 +542,29 @@ def _why(results: list[LayoutAdvice], compute: ComputeModel | None) -> str:
                                   else "communication only (no decode curve)")
                  + ", the model's collective counts priced with this box's curves, and memory fit at "
                  f"{top.context_tokens} tokens")
-    one = _one_point(top, compute)
+    one = _one_point(results, compute)
     if one:
         parts.append(one)
     return "; ".join(parts)
 
 
-def _one_point(top: LayoutAdvice, compute: ComputeModel | None) -> str:
-    """Why the top layout's c=1 step and the cards' token (pcieprof.analysis.anchors.token_share,
-    the anchor's own batch-1 point) differ where they do at the precision shown, or ""."""
-    p1 = top.per_concurrency[0] if top.per_concurrency else None
-    point = next(((ms, comm) for b, ms, comm in compute.points if b == 1), None) \
-        if compute is not None else None
-    if p1 is None or p1.compute_ms is None or point is None or p1.concurrency != 1:
+def _one_point(results: list[LayoutAdvice], compute: ComputeModel | None) -> str:
+    """Why the anchor's layout's c=1 step and the cards' token (pcieprof.analysis.anchors.
+    token_share: the anchor's own batch-1 point) differ, where they do at the precision shown;
+    "" otherwise."""
+    if compute is None:
+        return ""
+    lay = next((r for r in results if r.label == compute.layout and r.fits), None)
+    p1 = lay.per_concurrency[0] if lay is not None and lay.per_concurrency else None
+    point = next(((ms, comm) for b, ms, comm in compute.points if b == 1), None)
+    if p1 is None or p1.concurrency != 1 or p1.compute_ms is None or p1.step_ms is None \
+            or point is None:
         return ""
     own = point[0] - point[1]
     if f"{own:.1f}" == f"{p1.compute_ms:.1f}":
         return ""
-    return (f"its c=1 compute {p1.compute_ms:.1f} ms is the roofline fitted over all "
-            f"{len(compute.points) if compute else 0} anchor batches; the cards' token times "
-            f"take the anchor's own batch-1 point ({own:.1f} ms), so theirs are "
-            f"{abs(p1.compute_ms - own):.1f} ms {'shorter' if own < p1.compute_ms else 'longer'}")
+    return (f"{compute.layout}'s c=1 step ({p1.step_ms:.1f} ms) takes its compute from the "
+            f"roofline fitted over all {len(compute.points)} anchor batches "
+            f"({p1.compute_ms:.1f} ms); the cards' token times take the anchor's own batch-1 "
+            f"point ({own:.1f} ms), so theirs are {abs(p1.compute_ms - own):.1f} ms "
+            f"{'shorter' if own < p1.compute_ms else 'longer'}")

@@ -34,7 +34,7 @@ from pcieprof.bundle.topology import Topology
 from pcieprof.cards import ModelCard
 from pcieprof.errors import BadInput
 from pcieprof.tune.launch import BENCH, launch_line, launch_recommendation
-from pcieprof.tune.layout import CommandBuilder, rank_layouts
+from pcieprof.tune.layout import CommandBuilder, not_ranked, rank_layouts
 from pcieprof.tune.nccl_files import GRAPH_FILE, TOPO_FILE, write_files
 from pcieprof.tune.ring import Ring, best_ring, ring_of_order
 from pcieprof.tune.rules import FINDING_RULES, RULES
@@ -288,6 +288,11 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
             f"layouts across nodes: this is a {nodes.describe()} bundle; the layouts above are "
             "for one node's GPUs (priced with its intra-node curve where measured); TP or PP "
             "over the nodes is not ranked")
+    unranked = not_ranked(card, ranked)
+    if unranked:
+        ctx.needs_measuring.append(
+            f"a decode curve of {card.name} on this box (serve-bench's serve/decode_curve.csv "
+            f"in this bundle) to fit compute to and rank the parallel layouts")
     layout_rec = layout_recommendation(ranked, card)
     if layout_rec is not None:
         recs.append(layout_rec)
@@ -299,7 +304,7 @@ def recommend(bundle: Bundle, card: ModelCard, *, band: DecodeBand | None = None
                            needs_measuring=list(dict.fromkeys(ctx.needs_measuring)),
                            ring=None if ctx.ring is None else _ring_choice(ctx.ring),
                            inferred=None if ctx.inferred is None else ctx.inferred.as_dict(),
-                           layouts=ranked, env=env)
+                           layouts=ranked, layouts_unranked=unranked, env=env)
 
 
 #: What a bundle of the cpu backend cannot show, and what shows it on a GPU box.
@@ -445,7 +450,9 @@ def sglang_command_text(result: Recommendations) -> str:
             lines.append(f"# RISK of {' '.join(f'{k}={v}' for k, v in r.env.items())}: "
                          f"{risk.title}; check it first: pcieprof recommend BUNDLE --verify")
     rec = launch_recommendation(result)
-    if result.layouts:
+    if result.layouts_unranked:
+        lines.append(f"# no layout: parallel layouts {result.layouts_unranked}")
+    elif result.layouts:
         top = result.layouts[0]
         lines.append(f"# layout: {top.label} ({top.why})")
     elif rec is None:

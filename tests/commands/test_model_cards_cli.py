@@ -41,10 +41,26 @@ def test_topology_and_recommend_for_a_config(tmp_path: Path, arch: str) -> None:
     doc = json.loads((b.path / "recommendations.json").read_text())
     assert doc["model"] == arch
     launch = (b.path / "tune" / "sglang_command.sh").read_text()
+    assert "--model-path" not in launch
     if arch == "glm-5":  # 1.5 TB of bf16 weights: no layout of the simulated 8-GPU box holds it
-        assert "does not fit" in launch and "--model-path" not in launch
-    else:
-        assert f"--model-path {config.parent}" in launch
+        assert "does not fit" in launch
+    else:  # no compute anchor for a config.json card: the layouts are not ranked, none launched
+        assert doc["layouts_unranked"].startswith(f"not ranked: no compute anchor for {arch}")
+        assert "No launch layout chosen" in launch
+    labels = [lay["label"] for lay in doc["layouts"]]
+    assert ("TP8+EP8" in labels) is (card.num_routed_experts > 0)  # no EP for dense Llama
+    assert ("TP8 DP-attention8" in labels) is (arch != "llama-3.1-70b")
+
+
+def test_recommend_says_the_layouts_are_not_ranked(tmp_path: Path) -> None:
+    """The console says a config.json card's layouts are not ranked, and does not call one best."""
+    config = CONFIGS / "llama-3.1-70b" / "config.json"
+    b = _topology(tmp_path / "b", str(config), "--sim-profile", "rtxpro6000-8x-switch")
+    r = cli("recommend", str(b.path), "--model", str(config))
+    assert r.returncode == 0, r.stderr
+    assert "parallel layouts (not ranked: no compute anchor for llama-3.1-70b" in r.stdout
+    assert "best first" not in r.stdout and "EP8" not in r.stdout
+    assert "No launch layout chosen for llama-3.1-70b" in r.stdout
 
 
 def test_two_cards_two_sweeps(tmp_path: Path) -> None:

@@ -3,13 +3,11 @@ published box paid it (once), not at this bundle's price (issue 22 pt 7)."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import pytest
 from builders.anchor_comm import anchor_comm_ms
 
-from pcieprof.analysis.anchors import ANCHORS
 from pcieprof.analysis.comm_model import Pricer
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.topology import Topology
@@ -20,7 +18,7 @@ GLM5 = load_card("glm5-nvfp4")
 
 
 def test_the_anchor_communication_is_the_fabric_models_price_of_the_published_box() -> None:
-    a = tomllib.loads(ANCHORS.read_text(encoding="utf-8"))["glm5-nvfp4"]
+    a = GLM5.decode_anchor  # the card file's [decode_anchor]
     for key, env in (("comm_ms", dict(a["comm_env"])), ("comm_ms_default", {})):
         for batch, ms in a[key]:
             assert ms == pytest.approx(anchor_comm_ms(GLM5, a["comm_profile"], env, a["tp"],
@@ -69,3 +67,40 @@ def test_the_vm_verdict_shows_the_range_of_its_assumed_parameter(vm: Bundle) -> 
     text = verdict(cost)
     assert "This rests on latency.iommu_us = 0.3 (assumed" in text and "at 0, " in text
     assert "at 1, " in text
+
+
+@pytest.mark.parametrize("profile", ["rtxpro6000-8x-vm", "rtxpro6000-8x-switch"])
+def test_one_token_time_or_why_two(demo_bundles: dict[str, Path], tmp_path: Path,
+                                   profile: str) -> None:
+    """The headline states the step's all-reduce as a part of the token the cards price their
+    gains on, never as the token time (issue 22); where the layout table's c=1 step differs
+    from that token, the layouts' `why` says by how much and why."""
+    import re
+    import shutil
+
+    from pcieprof.analysis.decode_band import DecodeBand
+    from pcieprof.commands.tuning import tune
+    b = tmp_path / profile
+    shutil.copytree(demo_bundles[profile], b)
+    doc = tune(Bundle.open(b), GLM5, DecodeBand.of_card(GLM5, 1, 64), write_files=False)
+    assert "ms per token" not in doc.bottleneck
+    ar, token = re.search(r"= ([\d.]+) ms of all-reduce in a ~([\d.]+) ms token at batch 1",
+                          doc.bottleneck).groups()
+    shares = {m for r in doc.recommendations
+              for m in re.findall(r"of a ~([\d.]+) ms token", r.gain_text)}
+    assert shares == {token}  # the cards' token, the headline's token: one number
+    tp8 = next(lay for lay in doc.layouts if lay.label == "TP8")
+    c1 = tp8.per_concurrency[0]
+    assert c1.concurrency == 1 and c1.step_ms is not None and c1.compute_ms is not None
+    if f"{c1.step_ms:.1f}" != token:
+        said = re.search(r"TP8's c=1 step \(([\d.]+) ms\) takes its compute from the roofline "
+                         r"fitted over all \d anchor batches \(([\d.]+) ms\); the cards' token "
+                         r"times take the anchor's own batch-1 point \(([\d.]+) ms\), so theirs "
+                         r"are ([\d.]+) ms shorter", doc.layouts[0].why)
+        assert said is not None, doc.layouts[0].why
+        step, fitted, point, less = (float(x) for x in said.groups())
+        assert step == pytest.approx(c1.step_ms, abs=0.05)
+        assert fitted - point == pytest.approx(less, abs=0.11)
+        # the table's step less the cards' token: the two computes' difference, nothing else
+        assert c1.step_ms - float(token) == pytest.approx(less, abs=0.15)
+    assert float(ar) < float(token)

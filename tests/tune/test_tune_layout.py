@@ -80,3 +80,38 @@ def test_layouts_without_a_launcher_have_no_command(box) -> None:
     assert all(any("no launch command" in n for n in r.notes) for r in res if r.fits)
     # a layout that does not fit says why instead, in GiB
     assert all(any("does not fit this box (needs" in n for n in r.notes) for r in res if not r.fits)
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "data" / "cards"
+
+
+@pytest.mark.parametrize("arch,ep,dpa", [("llama-3.1-70b", False, False),
+                                         ("qwen3-235b-a22b", True, True),
+                                         ("gpt-oss-120b", True, True)])
+def test_candidates_follow_the_card(arch: str, ep: bool, dpa: bool) -> None:
+    """A dense model gets no EP layout; DP attention only for a family whose SGLang 0.5.23 model
+    shards attention over the attention-TP group (Llama's splits heads by the full TP)."""
+    labels = [c.label for c in L.candidates(load_card(CONFIGS / arch / "config.json"), 8)]
+    assert ("TP8+EP8" in labels) is ep
+    assert ("TP8 DP-attention8" in labels) is dpa
+    assert {"TP8", "PP2xTP4", "PP4xTP2", "2 replicas x TP4"} <= set(labels)
+
+
+@pytest.mark.parametrize("arch", ["llama-3.1-70b", "qwen3-235b-a22b", "gpt-oss-120b"])
+def test_no_compute_anchor_no_ranking(box, arch: str) -> None:
+    """Without a decode curve for the model nothing predicts compute: the layouts are not ranked
+    (no `why`, no layout claimed best), though their communication differs several-fold."""
+    card = load_card(CONFIGS / arch / "config.json")
+    res = L.rank_layouts(box, card, Pricer(box), topology=box.read_doc(Topology),
+                         command=sglang_launch)
+    reason = L.not_ranked(card, res)
+    assert reason.startswith(f"not ranked: no compute anchor for {arch}")
+    assert not any(r.why for r in res)
+    fits = [r.fits for r in res]
+    assert fits == sorted(fits, reverse=True)  # fitting ones first, then candidate order
+    comm = [r.per_concurrency[0].comm_ms for r in res if r.fits]
+    assert comm[0] > min(comm)  # TP8 first: the order is no ranking by communication either
+    # the published GLM-5 anchor ranks: nothing to say
+    glm = load_card("glm5-nvfp4")
+    assert L.not_ranked(glm, L.rank_layouts(box, glm, Pricer(box),
+                                            topology=box.read_doc(Topology))) == ""

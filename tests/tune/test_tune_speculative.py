@@ -13,8 +13,10 @@ import pytest
 from pcieprof.analysis.decode_band import DecodeBand
 from pcieprof.bundle import Bundle
 from pcieprof.cards import load_card
+from pcieprof.commands import tuning
 from pcieprof.commands.tuning import tune
-from pcieprof.serve.sglang_cmd import PINNED_SGLANG, parse_many_with_sglang, sglang_search_path
+from pcieprof.serve.sglang_cmd import (PINNED_SGLANG, ParserSpec, load_parser,
+                                       parse_many_with_sglang, sglang_search_path)
 from pcieprof.tune import speculative
 
 GLM5 = load_card("glm5-nvfp4")
@@ -63,3 +65,25 @@ def test_mtp_flags_parse_with_the_pinned_sglang_parser(vm: Bundle) -> None:
     assert ns["speculative_algorithm"] == "NEXTN"
     assert (ns["speculative_num_steps"], ns["speculative_eagle_topk"],
             ns["speculative_num_draft_tokens"]) == (3, 1, 4)
+
+
+def test_mtp_flags_are_checked_by_the_parser_recommend_reads(
+        vm: Bundle, monkeypatch: pytest.MonkeyPatch) -> None:
+    """recommend checks the MTP card's flags with SGLang's own parser, as the layouts' commands;
+    flags a release does not know leave the card without a line."""
+    path = sglang_search_path()
+    if path is None:
+        pytest.skip(f"pinned SGLang {PINNED_SGLANG} parser not installed (see .ci/run)")
+    real = load_parser(path)
+    assert real is not None
+    monkeypatch.setattr(tuning, "sglang_parser", lambda: real)
+    _, rec = _mtp(vm)
+    assert rec is not None and rec.evidence[-1].endswith(
+        f"checked against SGLang {real.version}'s own parser")
+    older = ParserSpec(real.version, {k: v for k, v in real.options.items()
+                                      if not k.startswith("--speculative-")}, real.source)
+    monkeypatch.setattr(tuning, "sglang_parser", lambda: older)
+    _, rec = _mtp(vm)
+    assert rec is not None and rec.action == "" and rec.kind == "info"
+    assert rec.caveats[0].startswith("no SGLang command: SGLang ")
+    assert "does not know --speculative-algorithm" in rec.caveats[0]

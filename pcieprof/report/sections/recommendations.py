@@ -126,14 +126,16 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
                          _num(c1.comm_ms if c1 and lay.fits else None, 1),
                          f"{_num(peak.tok_s, 0)} at c={peak.concurrency}" if peak else ""])
         sec.blocks.append(Table(
-            f"parallel layouts, best first (context {layouts[0].context_tokens} tokens, "
+            "parallel layouts, " + ("not ranked (fitting first, in a fixed order)" if doc.layouts_unranked
+                                    else "best first")
+            + f" (context {layouts[0].context_tokens} tokens, "
             + (f"{layouts[0].memory_text()} x {layouts[0].mem_fraction} per GPU"
                + (f" ({layouts[0].memory_source})" if layouts[0].memory_assumed() else "")
                if layouts[0].gpu_memory_gib > 0 else "GPU memory unknown: fit not checked")
             + ")",
             ["layout", "fits", "weights GiB/GPU", "KV GiB/request", "max concurrency",
              "step ms c=1", "comm ms c=1", "tok/s at its highest fitting concurrency"],
-            rows, provenance=lprov, caption=layouts[0].why))
+            rows, provenance=lprov, caption=doc.layouts_unranked or layouts[0].why))
         # A command is a paragraph: folded in its own table, the numbers above stay one line a row.
         sec.blocks.append(Table("SGLang command per layout that fits", ["layout", "SGLang command"],
                                 [[lay.label, lay.command] for lay in layouts if lay.fits],

@@ -66,7 +66,9 @@ def build(view: BundleView, ctx: ReportContext) -> Section | None:
         sec.blocks.append(RecsBlock(items=recs, needs_measuring=[], compact=True))
     else:
         sec.blocks.append(Note("No change is supported by the measurements in this bundle."))
-    if doc.layouts:
+    if doc.layouts_unranked:
+        sec.blocks.append(Note(f"Parallel layouts {doc.layouts_unranked}", "missing"))
+    elif doc.layouts:
         top = doc.layouts[0]
         sec.blocks.append(Note(f"Best parallel layout: {top.why or top.label}"))
     if doc.needs_measuring:
