@@ -47,7 +47,8 @@ def test_a_member_dies_with_its_caller() -> None:
     child = int(pid)
     try:
         assert same_group == "True"
-        assert gone(child, 5.0), "the member outlived its caller"
+        # it sleeps 60 s: gone within 30 s (a loaded machine's delays) is gone with its caller
+        assert gone(child, 30.0), "the member outlived its caller"
     finally:
         if alive(child):
             os.kill(child, signal.SIGKILL)

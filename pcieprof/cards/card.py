@@ -293,6 +293,11 @@ class ModelCard:
         assumed: what is an estimate, by topic.
         search: the card's `[search]` table: the launch search's axes, claims and requirements
             (read by pcieprof.tune.space).
+        decode_anchor: the card's `[decode_anchor]` table: a published decode curve of this
+            checkpoint and the communication its box paid, which the layouts' compute is fitted
+            to (read by pcieprof.analysis.anchors and pcieprof.tune.layout); {} when none.
+        speculative: the card's `[speculative]` table: its MTP layer's SGLang flags and the gain
+            as reported (read by pcieprof.tune.speculative); {} when none.
         path: the file the card came from.
     """
 
@@ -323,6 +328,8 @@ class ModelCard:
     base_checkpoint: str = ""
     tie_word_embeddings: bool = False
     search: dict[str, Any] = field(default_factory=dict)
+    decode_anchor: dict[str, Any] = field(default_factory=dict)
+    speculative: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
 
     # -- derived quantities ----------------------------------------------------------------------

@@ -394,5 +394,8 @@ class _Architecture:
             sglang=launch, sources=sources, assumed=assumed,
             base_checkpoint=base.base_checkpoint if base is not None else "",
             tie_word_embeddings=self.tied, search=dict(base.search) if base is not None else {},
+            # the card file of this checkpoint: its published decode curve and MTP facts hold
+            decode_anchor=dict(base.decode_anchor) if base is not None else {},
+            speculative=dict(base.speculative) if base is not None else {},
             path=path)
 

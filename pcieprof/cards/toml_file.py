@@ -138,7 +138,8 @@ def _from_dict(d: dict[str, Any], path: Path) -> ModelCard:
         sglang=launch, sources=dict(d.get("sources", {})), assumed=dict(d.get("assumed", {})),
         base_checkpoint=str(d.get("base_checkpoint", "")),
         tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-        search=dict(d.get("search", {})), path=path)
+        search=dict(d.get("search", {})), decode_anchor=dict(d.get("decode_anchor", {})),
+        speculative=dict(d.get("speculative", {})), path=path)
 
 
 def _active_from_groups(d: dict[str, Any], weights: dict[str, WeightGroup]) -> int:

@@ -178,42 +178,35 @@ def _finished(bundle: Bundle) -> bool:
     return summary is not None and summary.status == "ok"
 
 
+#: Times an attempt is launched again on a new port when the one picked for it was taken before
+#: its server bound it (seconds pass between the two: the server's start-up).
+PORT_RETRIES = 3
+
+
 def _attempt_all(bundle: Bundle, opts: BenchOptions, plan: Plan,
                  attempts: list[Attempt]) -> ServeSummary:
+    port_retries = 0
     while True:
         entry = plan.next(attempts)
         if isinstance(entry, SearchEnd):
             return _none_served(bundle, opts, plan, attempts, entry)
-        i = len(attempts)
-        if opts.fresh_port:  # another process may have taken the last one meanwhile
-            entry.config = entry.config.with_(port=free_port(_client_host(entry.config.host)))
-        cmd = build_command(opts.card, entry.config, parser=opts.parser, prefix=opts.prefix,
-                            target=opts.target)
-        if not bundle.has("serve/command.json"):
-            bundle.write_doc(cmd.record(recorded_env(cmd)))
-        base_url = f"http://{_client_host(entry.config.host)}:{entry.config.port}"
-        rule = entry.search.rule if entry.search else ""
-        progress.info(f"attempt {i} {entry.config.name}" + (f" [{rule}]: {entry.why}" if rule
-                                                            else ""))
-        for change in entry.search.changes if entry.search else []:
-            progress.debug(f"  {change}")
-        progress.debug(f"attempt {i}: {cmd.shell()}")
-
-        def started(a: Attempt) -> None:
-            attempts.append(a)
-            _write_attempts(bundle, attempts)
-            plan.record(bundle, attempts)
-
-        bundle.register(f"serve/server-{i}.log")  # a file written by the server
-        att, server = launch(i, entry, cmd, bundle.file(f"serve/server-{i}.log"), base_url,
-                             startup_timeout_s=opts.startup_timeout_s, stall_s=opts.stall_s,
-                             probe_tokens_n=opts.probe_tokens, probe_requests=opts.probe_requests,
-                             probe_timeout_s=opts.probe_timeout_s, vocab_high=opts.vocab_high,
-                             on_started=started)
+        i, base_url, att, server = _launch_entry(bundle, opts, plan, entry, attempts)
         try:
             _write_attempts(bundle, attempts)
             plan.record(bundle, attempts)
             progress.info(att.one_line())
+            if (not att.ok and att.outcome == Outcome.PORT_IN_USE.value and opts.fresh_port
+                    and port_retries < PORT_RETRIES):
+                # free when picked, taken by another server starting on this machine before
+                # ours bound it: not this config's result; the same attempt on a new port
+                port_retries += 1
+                progress.warn(f"attempt {i}: port {entry.config.port} was taken before the "
+                              "server bound it; again on another port")
+                if att in attempts:
+                    attempts.remove(att)
+                _write_attempts(bundle, attempts)
+                plan.record(bundle, attempts)
+                continue
             if not att.ok:
                 continue
             att.benchmarked = True
@@ -242,6 +235,55 @@ def _attempt_all(bundle: Bundle, opts: BenchOptions, plan: Plan,
         finally:
             rc = server.stop()
             progress.debug(f"attempt {i}: server group stopped (exit {rc})")
+
+
+#: Launches of one configuration whose port was taken between the check and the server's bind
+#: (another server starting at the same time): each is made again on a port free then, this many
+#: times at most. Only without --port (a port the user named is theirs to free).
+PORT_TAKEN_RETRIES = 3
+
+
+def _launch_entry(bundle: Bundle, opts: BenchOptions, plan: Plan, entry: SweepEntry,
+                  attempts: list[Attempt]) -> tuple[int, str, Attempt, ServerProcess]:
+    """Start the server of one configuration (its attempt recorded as it starts); (attempt index,
+    base URL, attempt, server)."""
+    retries = 0
+    while True:
+        i = len(attempts)
+        if opts.fresh_port:  # another process may have taken the last one meanwhile
+            entry.config = entry.config.with_(port=free_port(_client_host(entry.config.host)))
+        cmd = build_command(opts.card, entry.config, parser=opts.parser, prefix=opts.prefix,
+                            target=opts.target)
+        if not bundle.has("serve/command.json"):
+            bundle.write_doc(cmd.record(recorded_env(cmd)))
+        base_url = f"http://{_client_host(entry.config.host)}:{entry.config.port}"
+        rule = entry.search.rule if entry.search else ""
+        progress.info(f"attempt {i} {entry.config.name}" + (f" [{rule}]: {entry.why}" if rule
+                                                            else ""))
+        for change in entry.search.changes if entry.search else []:
+            progress.debug(f"  {change}")
+        progress.debug(f"attempt {i}: {cmd.shell()}")
+
+        def started(a: Attempt) -> None:
+            attempts.append(a)
+            _write_attempts(bundle, attempts)
+            plan.record(bundle, attempts)
+
+        bundle.register(f"serve/server-{i}.log")  # a file written by the server
+        att, server = launch(i, entry, cmd, bundle.file(f"serve/server-{i}.log"), base_url,
+                             startup_timeout_s=opts.startup_timeout_s, stall_s=opts.stall_s,
+                             probe_tokens_n=opts.probe_tokens, probe_requests=opts.probe_requests,
+                             probe_timeout_s=opts.probe_timeout_s, vocab_high=opts.vocab_high,
+                             on_started=started)
+        taken = opts.fresh_port and att.outcome == Outcome.PORT_IN_USE.value
+        if not taken or retries == PORT_TAKEN_RETRIES:
+            return i, base_url, att, server
+        retries += 1
+        _write_attempts(bundle, attempts)
+        plan.record(bundle, attempts)
+        progress.warn(f"{att.one_line()}: port {entry.config.port} was free when checked and taken "
+                      f"before the server bound it; the same configuration again, on a port free now")
+        server.stop()
 
 
 def _none_served(bundle: Bundle, opts: BenchOptions, plan: Plan, attempts: list[Attempt],

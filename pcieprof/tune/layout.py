@@ -10,7 +10,7 @@ model fits half the GPUs):
   * compute: a roofline on bytes read per GPU per step (weights touched + KV read), with an
     effective memory bandwidth and a fixed per-step cost fitted to a decode curve: this bundle's
     serve/decode_curve.csv when it served the same model, else the published points of
-    analysis/decode_anchors.toml (their comm priced with this bundle's curves: an assumption);
+    the card's `[decode_anchor]` (their comm priced as the published box paid it: an assumption);
 - the SGLang command and its environment, from the `CommandBuilder` the caller passes (the
   commands pass pcieprof.serve.sglang_cmd's; the tuner itself knows no launcher).
 Ranked by output tok/s at the highest concurrency that every fitting layout reaches; with no
@@ -20,14 +20,12 @@ decode curve to fit compute to, not ranked at all (`not_ranked` says why) and no
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from pcieprof.analysis.anchors import ANCHORS, published_compute_ms
+from pcieprof.analysis.anchors import published_compute_ms
 from pcieprof.analysis.box import GIB, MIB, Box, box_from
 from pcieprof.analysis.comm_model import (ALL_GATHER_RANGE, Layout, Pricer, measured_decode_steps,
                                           predict_step_comm)
@@ -209,7 +207,7 @@ class Anchor:
 def anchor_curve(bundle: Bundle, card: ModelCard) -> Anchor | None:
     """The decode curve for `card`: this bundle's serve/decode_curve.csv when it served the same
     model (its communication priced with this bundle's curves: the same box), else the published
-    points with the communication of the published box (analysis/decode_anchors.toml)."""
+    points with the communication of the published box (the card's `[decode_anchor]`)."""
     summary = bundle.read_doc(ServeSummary)
     if summary is not None and summary.model == card.name:
         steps = measured_decode_steps(bundle)
@@ -218,10 +216,9 @@ def anchor_curve(bundle: Bundle, card: ModelCard) -> Anchor | None:
             ctx = max((r.input_len + r.output_len for r in bundle.rows(DecodeCurveRow)), default=0)
             return Anchor(steps, f"serve/decode_curve.csv of this bundle [{bundle.source}]",
                           summary.tp or card.sglang.tp_default, ctx)
-    data = tomllib.loads(ANCHORS.read_text(encoding="utf-8"))
-    if card.name not in data:
+    a = card.decode_anchor
+    if not a:
         return None
-    a = data[card.name]
     steps = {int(c): c / tps * 1000.0 for c, tps in a["points"]}
     comm = {int(b): float(ms) for b, ms in a.get("comm_ms", [])} or None
     high = {int(b): float(ms) for b, ms in a.get("comm_ms_default", [])} or None

@@ -1,6 +1,6 @@
 """Multi-token prediction (MTP, SGLang's NEXTN) where the model card has the layer: the launch
 line of the top layout with the speculative flags, its memory checked on the box, and the gain
-as it was reported (data/speculative.toml), never as measured here.
+as it was reported (the card's `[speculative]` table), never as measured here.
 
 The draft runs the card's MTP layer(s) on the same GPUs: its weights (BF16, split over TP like a
 decoder layer; SGLang's NextN shares the target's embedding and lm_head) and one more layer of KV
@@ -9,8 +9,6 @@ per token are added to the top layout's memory before the line is offered.
 
 from __future__ import annotations
 
-import tomllib
-from pathlib import Path
 from typing import Any
 
 from pcieprof.analysis.box import GIB, gib
@@ -18,15 +16,14 @@ from pcieprof.bundle.recommendations import LayoutAdvice, Recommendation, Recomm
 from pcieprof.cards import ModelCard
 from pcieprof.tune.launch import launch_line
 
-DATA = Path(__file__).with_name("data") / "speculative.toml"
 RULE = "speculative_mtp"
 
 
 def facts(card: ModelCard) -> dict[str, Any] | None:
-    """data/speculative.toml's entry for `card`, when the card has an MTP layer."""
-    if card.mtp_layers < 1:
+    """The card's `[speculative]` table, when the card has an MTP layer and one."""
+    if card.mtp_layers < 1 or not card.speculative:
         return None
-    return tomllib.loads(DATA.read_text(encoding="utf-8")).get(card.name)
+    return card.speculative
 
 
 def mtp_bytes(card: ModelCard, bytes_per_param: float) -> float:

@@ -1,4 +1,4 @@
-"""The communication of the published GLM-5 decode anchor (pcieprof/analysis/decode_anchors.toml),
+"""The communication of the published GLM-5 decode anchor (glm5-nvfp4.toml's [decode_anchor]),
 priced with the fabric model of the box it ran on: how the anchor's `comm_ms` rows were made and
 are checked (tests/tune/test_tune_anchor.py)."""
 

@@ -89,3 +89,22 @@ def test_tiny_cpu_card_matches_the_reference_model() -> None:
     moe = c.num_moe_layers * c.num_routed_experts * 3 * c.hidden_size * c.moe_intermediate_size
     assert c.weights["routed_experts"].params == moe
     assert c.kv_cache.bytes_per_token_per_layer == 2 * cfg.num_heads * cfg.head_dim * 4
+
+
+def test_per_model_published_facts_live_in_the_card() -> None:
+    """The compute anchor and the MTP table are the card file's own tables (no side file keyed
+    by a card name): GLM-5 NVFP4 has both; a card made from a config.json with no card file of
+    its checkpoint (the bf16 GLM-5 included: the anchor was measured on NVFP4) has neither."""
+    from pcieprof.analysis.anchors import published_compute_ms
+    from pcieprof.tune import speculative
+
+    glm = load_card("glm5-nvfp4")
+    assert glm.decode_anchor["points"][0] == [1, 51.5] and glm.decode_anchor["comm_ms"]
+    assert speculative.facts(glm) == glm.speculative and glm.speculative["flags"]
+    # published step at c=1 (1000/51.5 ms) less the published box's communication (7.30 ms)
+    assert published_compute_ms("glm5-nvfp4", 1) == pytest.approx(1000 / 51.5 - 7.30)
+    configs = Path(__file__).resolve().parents[1] / "data" / "cards"
+    for arch in ("glm-5", "qwen3-235b-a22b", "gpt-oss-120b", "llama-3.1-70b"):
+        card = load_card(configs / arch / "config.json")
+        assert card.decode_anchor == {} and card.speculative == {}, arch
+        assert speculative.facts(card) is None and published_compute_ms(card.name, 1) is None

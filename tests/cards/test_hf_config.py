@@ -104,6 +104,9 @@ def test_the_card_file_supplies_what_the_config_lacks(tmp_path: Path,
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     c, card_file = load_card("nvidia/GLM-5-NVFP4"), load_card("glm5-nvfp4")
     assert c.name == "glm5-nvfp4" and c.search == card_file.search
+    # the checkpoint's published decode curve and MTP facts come with its card file
+    assert c.decode_anchor == card_file.decode_anchor and c.decode_anchor["tp"] == 8
+    assert c.speculative == card_file.speculative and c.speculative["algorithm"] == "NEXTN"
     assert c.sglang == card_file.sglang and c.kv_cache == card_file.kv_cache
     assert c.weights["routed_experts"].dtype == "nvfp4"
     assert "sglang" not in c.assumed and "config" in c.sources

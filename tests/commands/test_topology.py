@@ -96,7 +96,7 @@ def test_killed_run_leaves_a_partial_bundle_with_intact_rows(tmp_path: Path, sig
         family = descendants(proc.pid)
         assert family, "the torchrun launch should be running"
         proc.send_signal(sig)
-        proc.wait(timeout=120)
+        proc.communicate(timeout=120)  # reads its pipes while it ends: a full one cannot block it
         if sig == signal.SIGTERM:
             assert proc.returncode == 130
         end = time.monotonic() + 60

@@ -3,13 +3,11 @@ published box paid it (once), not at this bundle's price (issue 22 pt 7)."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import pytest
 from builders.anchor_comm import anchor_comm_ms
 
-from pcieprof.analysis.anchors import ANCHORS
 from pcieprof.analysis.comm_model import Pricer
 from pcieprof.bundle import Bundle
 from pcieprof.bundle.topology import Topology
@@ -20,7 +18,7 @@ GLM5 = load_card("glm5-nvfp4")
 
 
 def test_the_anchor_communication_is_the_fabric_models_price_of_the_published_box() -> None:
-    a = tomllib.loads(ANCHORS.read_text(encoding="utf-8"))["glm5-nvfp4"]
+    a = GLM5.decode_anchor  # the card file's [decode_anchor]
     for key, env in (("comm_ms", dict(a["comm_env"])), ("comm_ms_default", {})):
         for batch, ms in a[key]:
             assert ms == pytest.approx(anchor_comm_ms(GLM5, a["comm_profile"], env, a["tp"],
