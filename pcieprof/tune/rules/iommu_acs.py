@@ -199,9 +199,9 @@ def assumed_ranges(ctx: RuleContext, cost: VmCost, best: HostChange) -> list[str
         lo, hi = s.get("low") or {}, s.get("high") or {}
         if not (lo.get("step_bare_us") and hi.get("step_bare_us")):
             continue
-        alike = (f"like for like (the same NCCL choices on both sides) the VM's step is "
-                 f"{lo['step_vm_us'] / 1e3:.2f} vs {lo['step_bare_us'] / 1e3:.2f} ms on bare "
-                 f"metal at {lo['value']:g}, {hi['step_vm_us'] / 1e3:.2f} vs "
+        alike = (f"like for like (same NCCL choices) VM vs bare metal "
+                 f"{lo['step_vm_us'] / 1e3:.2f} vs {lo['step_bare_us'] / 1e3:.2f} ms at "
+                 f"{lo['value']:g}, {hi['step_vm_us'] / 1e3:.2f} vs "
                  f"{hi['step_bare_us'] / 1e3:.2f} ms at {hi['value']:g}")
         entry = stored.get(s["param"])
         gains = []
@@ -212,9 +212,9 @@ def assumed_ranges(ctx: RuleContext, cost: VmCost, best: HostChange) -> list[str
             if t is not None and held:
                 gains.append((float(entry[end]["value"]), t * row.count / 1e3))  # type: ignore[index]
         said = (f"step gain {gains[0][1] - after / 1e3:+.2f} ms at {gains[0][0]:g}, "
-                f"{gains[1][1] - after / 1e3:+.2f} ms at {gains[1][0]:g} (the VM's "
-                f"{row.vm.setting} step {gains[0][1]:.2f} / {gains[1][1]:.2f} ms vs "
-                f"{after / 1e3:.2f} ms served on the host); " if len(gains) == 2 else "")
+                f"{gains[1][1] - after / 1e3:+.2f} ms at {gains[1][0]:g} (VM {row.vm.setting} "
+                f"{gains[0][1]:.2f} / {gains[1][1]:.2f} ms vs {after / 1e3:.2f} on the host); "
+                if len(gains) == 2 else "")
         why = (entry or {}).get("why", "")
         out.append(f"{RESTS_ON}{s['param']} = {s['value']:g} ({s.get('kind', 'assumed')}"
                    f"{', range ' + why if why else ''}): {said}{alike}")

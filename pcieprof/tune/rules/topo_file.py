@@ -65,10 +65,11 @@ def evaluate(ctx: RuleContext) -> list[Recommendation]:
                         f"decode step here; keep NCCL's view of the guest tree. The file, to "
                         f"measure it with in the VM (one `pcieprof topology` run with it "
                         f"exported, then `pcieprof compare`): {path}"),
-                gain_text="; ".join(f"{what}: {step_gain(cost, pair)}" for what, pair in both)
-                          + f" (the host change '{change.title}', which names the file; the "
-                            f"file describes {len(tree.sockets)} socket(s) and the switches "
-                            f"({groups}))",
+                gain_text=(f"all-reduces of a decode step {d0 / 1e3:.2f} -> {d1 / 1e3:.2f} ms "
+                           f"with NCCL's defaults, {b0 / 1e3:.2f} -> {b1 / 1e3:.2f} ms with the "
+                           f"best setting free of the hang risk ({change.source}, host change "
+                           f"{change.id}, which names the file; the file: "
+                           f"{len(tree.sockets)} socket(s), switches {groups})"),
                 evidence=[f"topology.json sim.vm host change {change.id}: {change.effect}",
                           f"the tree: {tree.source}", *t.evidence[-1:]],
                 caveats=([f"why: {change.risk}"] if change.risk else [])
