@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -60,6 +60,16 @@ def _cwd_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     working directory (reports/<command>-<time>) lands in the test's own tmp dir, and so does
     that of the processes it starts."""
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _session_state_in_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The same for what session fixtures run (autouse ones of a scope are set up first): the
+    launch search fixture served on the reference server and wrote the user's served.json, which
+    a later `pcieprof demo` there then followed."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PCIEPROF_STATE_DIR", str(tmp_path_factory.mktemp("session-state")))
+        yield
 
 
 @pytest.fixture(autouse=True)

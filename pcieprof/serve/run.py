@@ -178,14 +178,8 @@ def _finished(bundle: Bundle) -> bool:
     return summary is not None and summary.status == "ok"
 
 
-#: Times an attempt is launched again on a new port when the one picked for it was taken before
-#: its server bound it (seconds pass between the two: the server's start-up).
-PORT_RETRIES = 3
-
-
 def _attempt_all(bundle: Bundle, opts: BenchOptions, plan: Plan,
                  attempts: list[Attempt]) -> ServeSummary:
-    port_retries = 0
     while True:
         entry = plan.next(attempts)
         if isinstance(entry, SearchEnd):
@@ -195,18 +189,6 @@ def _attempt_all(bundle: Bundle, opts: BenchOptions, plan: Plan,
             _write_attempts(bundle, attempts)
             plan.record(bundle, attempts)
             progress.info(att.one_line())
-            if (not att.ok and att.outcome == Outcome.PORT_IN_USE.value and opts.fresh_port
-                    and port_retries < PORT_RETRIES):
-                # free when picked, taken by another server starting on this machine before
-                # ours bound it: not this config's result; the same attempt on a new port
-                port_retries += 1
-                progress.warn(f"attempt {i}: port {entry.config.port} was taken before the "
-                              "server bound it; again on another port")
-                if att in attempts:
-                    attempts.remove(att)
-                _write_attempts(bundle, attempts)
-                plan.record(bundle, attempts)
-                continue
             if not att.ok:
                 continue
             att.benchmarked = True

@@ -52,8 +52,9 @@ def test_config_json_card_without_memory_is_not_zero_gib(tmp_path: Path) -> None
     out = _recommend([DATA / "importers" / "all_reduce_perf_rows_only_tinygrad_pr22.txt"],
                      tmp_path, "--model", str(CARD))
     assert "0.0 GiB" not in out and "does not fit" not in out and "nan" not in out
-    assert _tp(out) == [4]
-    assert "fit not checked (GPU memory unknown)" in out
+    # no compute anchor for gpt-oss-120b: the layouts are listed, not ranked, none launched
+    assert _tp(out) == [] and "not ranked: no compute anchor for gpt-oss-120b" in out
+    assert re.search(r"\n  TP4 +weights [\d.]+ GiB/GPU, fit not checked \(GPU memory unknown\)", out)
 
 
 def test_default_tp_widens_to_the_narrowest_that_fits(tmp_path: Path) -> None:

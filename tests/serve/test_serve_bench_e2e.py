@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import gzip
 import json
-import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -183,38 +181,3 @@ def test_glm5_without_sglang_is_one_line(tmp_path: Path) -> None:
     assert p.returncode == 3
     assert p.stderr.strip().splitlines()[-1].startswith("pcieprof: error: sglang is not installed")
 
-
-TAKE_PORT_ONCE = """\
-import os, socket, subprocess, sys
-flag = sys.argv[1]
-argv = sys.argv[2:]
-if not os.path.exists(flag):  # the first launch: another process takes the port first
-    open(flag, "w").write(argv[argv.index("--port") + 1])
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", int(argv[argv.index("--port") + 1])))
-        s.listen()
-        sys.exit(subprocess.call(argv))
-os.execvp(argv[0], argv)
-"""
-
-
-def test_a_port_taken_after_the_check_is_launched_again_on_a_fresh_one(tmp_path: Path) -> None:
-    # The race between serve-bench's free-port check and the server's bind, made certain: a launch
-    # prefix holds the chosen port while the first server starts (two runs starting together).
-    flag, script = tmp_path / "taken-port", tmp_path / "take_port_once.py"
-    script.write_text(TAKE_PORT_ONCE)
-    prefix = tmp_path / "prefix"
-    prefix.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {script} {flag} \"$@\"\n")
-    prefix.chmod(0o755)
-    out = tmp_path / "b"
-    p = cli("serve-bench", "--model", "tiny-cpu", "--tp", "2", "--out", str(out), *FAST,
-            "--decode-batches", "1", "--decode-output-len", "8", "--no-profile",
-            "--launch-prefix", str(prefix), process=True, timeout=400)
-    assert p.returncode == 0, p.stderr[-3000:]
-    attempts = _attempts(out)
-    assert [a["outcome"] for a in attempts] == ["port_in_use", "ok"], attempts
-    taken = int(flag.read_text())
-    assert f"port {taken} was free when checked and taken before the server bound it" in p.stderr
-    assert attempts[0]["config"]["port"] == taken  # the second is the first one free again
-    assert "bundle (ok)" in p.stdout
-    _assert_gone(attempts)
