@@ -72,9 +72,10 @@ QUICK_VARIANTS: dict[str, list[str]] = {
 #: Variants of the full plan without `--variants`: default and those a recommendation rule
 #: compares with it (pcieprof/tune/rules: p2p_vs_shm reads NCCL_P2P_DISABLE=1, p2p_level
 #: NCCL_P2P_LEVEL=SYS, proto_ll NCCL_PROTO=LL, min_nchannels the best NCCL_MIN_NCHANNELS
-#: variant, 8 being the value its hint asks for). No rule reads the other four (proto_simple,
-#: algo_ring, algo_tree, nch2): they show NCCL's choices forced and run with `--variants all` or
-#: by name; algo_ring also joins the plan whenever a --ring-order needs it as the baseline. Each
+#: variant, 8 being the value its hint asks for). The other four (proto_simple, algo_ring,
+#: algo_tree, nch2) are read by one rule only: allreduce_hang picks the fastest working variant
+#: of any kind when the default hangs, so a plan without them offers fewer fallbacks there.
+#: They show NCCL's choices forced and run with `--variants all` or by name; algo_ring also joins the plan whenever a --ring-order needs it as the baseline. Each
 #: variant costs two launches on cuda (~37 s on 8 GPUs at probes/plan_time.py's assumed rates):
 #: with all nine the default plan on the sim profile's 8-GPU box was ~11.0 min, with these
 #: five ~8.5 min (issue 23: aim under 10).

@@ -218,10 +218,15 @@ def fabric_of(topo: Topology, gpus: int, where: str = "topology.json") -> tuple[
         return "", "one GPU: no fabric between GPUs"
     nv = sorted({(min(p.a, p.b), max(p.a, p.b)) for p in topo.pairs
                  if str(p.level or "").startswith("NV") or p.p2p.get("nvlink") == "OK"})
+    every = gpus * (gpus - 1) // 2
     if nv:
         a, b = nv[0]
-        more = f" and {len(nv) - 1} more pair(s)" if len(nv) > 1 else ""
-        return NVLINK, f"NVLink between GPUs {a}-{b}{more} ({where})"
+        if len(nv) < every:
+            # SGLang counts a box as NVLink only when every pair is (custom_all_reduce_utils
+            # is_full_nvlink, 0.5.23), and NCCL routes the other pairs over PCIe: neither kind
+            return "", (f"NVLink between only {len(nv)} of {every} GPU pairs (GPUs {a}-{b} "
+                        f"first; {where})")
+        return NVLINK, f"NVLink between every GPU pair ({every}; {where})"
     if topo.sim is not None:
         return PCIE, (f"the fabric model {topo.sim.get('profile', '')} (it models PCIe only)")
     pairs = {(min(p.a, p.b), max(p.a, p.b)): p for p in topo.pairs}

@@ -105,3 +105,15 @@ def test_fabric_is_read_only_from_views_that_show_nvlink() -> None:
     assert fabric_of(_pairs(4, "SYS", "nvml", nvlink="NS"), 4)[0] == "pcie"
     assert fabric_of(_pairs(4, "SYS", "nvml", nvlink="OK"), 4)[0] == "nvlink"
     assert fabric_of(_pairs(1, "SYS", "topo -m"), 1)[0] == ""
+
+
+def test_nvlink_between_some_pairs_is_neither_kind_of_box() -> None:
+    # 4x RTX 3090 with two NVLink bridges (a real topo -m, tests/data/importers): pairs 0-1 and
+    # 2-3 are NV4, the rest PCIe; SGLang counts a box as NVLink only when every pair is
+    from pcieprof.analysis.box import fabric_of
+    from pcieprof.bundle.topology import Pair
+    topo = _pairs(4, "PHB", "topo -m")
+    topo.pairs = [Pair(a=p.a, b=p.b, level="NV4" if {p.a, p.b} in ({0, 1}, {2, 3}) else "PHB",
+                       level_source="topo -m", p2p={}) for p in topo.pairs]
+    fabric, why = fabric_of(topo, 4)
+    assert fabric == "" and why.startswith("NVLink between only 2 of 6 GPU pairs")

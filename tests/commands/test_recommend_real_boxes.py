@@ -268,7 +268,7 @@ def test_nvlink_hopper_box_gets_none_of_the_sm120_pcie_settings(tmp_path: Path) 
     # said once, with the reason, as the launch card's evidence (not a caveat: the box is known)
     doc = (tmp_path / "b" / "recommendations.json").read_text()
     assert "not set: --disable-custom-all-reduce (for PCIe-only boxes, S6, S7): this box has " \
-           "NVLink (NVLink between GPUs 0-1" in doc
+           "NVLink (NVLink between every GPU pair" in doc
     assert "not set: SGLANG_ENABLE_JIT_DEEPGEMM=0 SGLANG_ENABLE_DEEP_GEMM=0 (for sm120 boxes" in doc
     assert "caveat: not set" not in out
 
