@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pcieprof.cards import load_card
+from pcieprof.cards import LaunchTarget, load_card
 from pcieprof.errors import BadInput
 from pcieprof.serve.sglang_cmd import (PINNED_SGLANG, LaunchConfig, build_command, load_parser,
                                        parse_many_with_sglang, sglang_search_path)
@@ -33,7 +33,11 @@ def parsed():
     spec = load_parser(path)
     if spec is None:
         pytest.skip(f"SGLang at {path} cannot build its parser here")
-    cmds = [build_command(CARD, MAIN, parser=spec), build_command(CARD, OLD, parser=spec)]
+    # the card's own box (8x RTX PRO 6000, PCIe only), so its box settings are in the line too
+    box = LaunchTarget(arch="sm120", arch_source="the card's", fabric="pcie",
+                       fabric_source="the card's")
+    cmds = [build_command(CARD, MAIN, parser=spec, target=box),
+            build_command(CARD, OLD, parser=spec, target=box)]
     space = SearchSpace.from_card(CARD.name, CARD.search,
                                   choices=spec.choices([f for f in FLAGS.values() if f]),
                                   version=spec.version)
