@@ -489,8 +489,11 @@ def env_file_text(result: Recommendations) -> str:
 
 
 def sglang_command_text(result: Recommendations) -> str:
-    """The SGLang launch of the top-ranked layout with the recommended environment."""
-    lines = ["#!/bin/sh", "# pcieprof recommend: SGLang launch for the top-ranked layout",
+    """The SGLang launch of the top-ranked layout with the recommended environment (none where
+    the layouts are not ranked: the script says why)."""
+    head = ("no launch: the parallel layouts are not ranked" if result.layouts_unranked
+            else "SGLang launch for the top-ranked layout")
+    lines = ["#!/bin/sh", f"# pcieprof recommend: {head}",
              f"# numbers: {result.provenance}"]
     for r in result.recommendations:  # a setting that can hang says so where it is launched
         for risk in r.risks if any(result.env.get(k) == v for k, v in r.env.items()) else []:

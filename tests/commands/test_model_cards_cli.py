@@ -47,6 +47,8 @@ def test_topology_and_recommend_for_a_config(tmp_path: Path, arch: str) -> None:
     else:  # no compute anchor for a config.json card: the layouts are not ranked, none launched
         assert doc["layouts_unranked"].startswith(f"not ranked: no compute anchor for {arch}")
         assert "No launch layout chosen" in launch
+        assert launch.splitlines()[1] == ("# pcieprof recommend: no launch: the parallel layouts "
+                                          "are not ranked")
     labels = [lay["label"] for lay in doc["layouts"]]
     assert ("TP8+EP8" in labels) is (card.num_routed_experts > 0)  # no EP for dense Llama
     assert ("TP8 DP-attention8" in labels) is (arch != "llama-3.1-70b")
